@@ -1,0 +1,112 @@
+// Package backend is the store seam of orisun: the operations the relay needs
+// from a durable store, as small role interfaces, and the promises every
+// backend keeps (see package backendtest for the conformance suite that checks
+// them against a real database).
+//
+// The promises, in short:
+//
+//   - Append is atomic and gives the boundary's events dense positions
+//     1, 2, 3, … in commit order; a reader never sees position p+1 without p
+//     (I1). Appending an id already stored with the same content returns the
+//     stored positions and writes nothing; other content is ErrConflict.
+//     Concurrent appends may share one transaction (group commit), but one
+//     request's failure never fails another's.
+//   - The checkpoint only moves forward, never past the head, and a write
+//     with a stale lease term changes nothing (ErrLeaseLost) (I3, I6).
+//   - Lease terms grow by one on every change of holder or expiry.
+//   - Errors are the sentinels of package event (ErrNotFound, ErrConflict,
+//     ErrLeaseLost, ErrLeaseHeld, ErrUnavailable, …), never driver types.
+//
+// Positions and names are values: no backend splices a boundary name into SQL.
+package backend
+
+import (
+	"context"
+	"time"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// Boundaries creates and lists boundaries.
+type Boundaries interface {
+	// CreateBoundary creates the boundary with a new epoch, or returns the
+	// existing one unchanged (created is false then).
+	CreateBoundary(ctx context.Context, name string) (b event.Boundary, created bool, err error)
+	// Boundary returns one boundary with its current head; ErrNotFound if
+	// it does not exist.
+	Boundary(ctx context.Context, name string) (event.Boundary, error)
+	// Boundaries lists every boundary, by name.
+	Boundaries(ctx context.Context) ([]event.Boundary, error)
+}
+
+// Appender appends events. The events are validated and normalised
+// (event.Prepare) by the caller; the backend checks only what needs the
+// store: that the boundary exists, ids, and the condition.
+type Appender interface {
+	Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error)
+}
+
+// Reader reads committed events in position order.
+type Reader interface {
+	// Read returns up to limit events of the boundary with position > after,
+	// in position order, matching q (nil: all). The epoch is returned with
+	// them, read in the same snapshot.
+	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+}
+
+// Checkpoints stores each boundary's publish checkpoint.
+type Checkpoints interface {
+	// Checkpoint returns the last position the publisher saved (0: none).
+	Checkpoint(ctx context.Context, boundary string) (uint64, error)
+	// SaveCheckpoint moves the checkpoint to max(current, position), only
+	// while term is the boundary's current lease term held by holder, and
+	// only up to the head. A stale term is ErrLeaseLost and changes nothing;
+	// a position beyond the head is ErrInvalid.
+	SaveCheckpoint(ctx context.Context, boundary string, lease Lease, position uint64) error
+}
+
+// Lease is one holder's term on a boundary.
+type Lease struct {
+	Boundary string
+	Holder   string
+	Term     uint64
+	// Expires is the expiry, in the store's clock.
+	Expires time.Time
+}
+
+// Leases keeps the per-boundary lease of DESIGN §9, in the store's time.
+type Leases interface {
+	// AcquireLease takes the lease for holder when it is free or expired
+	// (the term grows by one), or renews it when holder already has it.
+	// When another holder has an unexpired lease the error is ErrLeaseHeld
+	// and the returned Lease describes that holder.
+	AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (Lease, error)
+	// RenewLease extends the holder's unexpired lease of that term;
+	// ErrLeaseLost otherwise.
+	RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives the lease up so another holder can take it at once.
+	// Releasing a lease not held is not an error.
+	ReleaseLease(ctx context.Context, l Lease) error
+	// LeaseHolder returns the current lease of the boundary (zero Lease when
+	// there has never been one).
+	LeaseHolder(ctx context.Context, boundary string) (Lease, error)
+}
+
+// Notifier tells the relay that a boundary has new committed events. It is a
+// hint: correctness never depends on it (the publisher also polls).
+type Notifier interface {
+	// OnAppend registers fn, called after each commit with the boundary
+	// that got events. fn must not block.
+	OnAppend(fn func(boundary string))
+}
+
+// Store is everything a backend provides.
+type Store interface {
+	Boundaries
+	Appender
+	Reader
+	Checkpoints
+	Leases
+	Notifier
+	Close() error
+}

@@ -1,0 +1,270 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Limits of one event and one append. Every limit is checked before anything
+// is written.
+const (
+	// MaxBoundaryNameLen is the longest boundary name.
+	MaxBoundaryNameLen = 63
+	// MaxTypeLen is the longest event type, in bytes.
+	MaxTypeLen = 255
+	// MaxTags is the most tags one event may carry.
+	MaxTags = 64
+	// MaxTagLen is the longest tag, in bytes.
+	MaxTagLen = 255
+)
+
+// Limits are the configurable limits of an append.
+type Limits struct {
+	// MaxBatchEvents is the most events in one append.
+	MaxBatchEvents int
+	// MaxBatchBytes is the most bytes of data, metadata, types, tags and ids
+	// in one append.
+	MaxBatchBytes int
+	// MaxEventBytes is the largest encoded event (stream message: headers
+	// and body); it must fit the NATS max payload. EncodedSize measures it.
+	MaxEventBytes int
+	// EncodedSize returns the size of the stream message the event becomes.
+	// Nil means "data, metadata, type, tags and id added up".
+	EncodedSize func(boundary string, in *Input) int
+}
+
+// ValidateBoundaryName checks a boundary name: ^[a-z][a-z0-9_]{0,62}$. Such a
+// name is safe as a NATS subject token, a stream name and a SQL value.
+func ValidateBoundaryName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: boundary name is empty; it must match ^[a-z][a-z0-9_]{0,62}$", ErrInvalid)
+	}
+	if len(name) > MaxBoundaryNameLen {
+		return fmt.Errorf("%w: boundary name is %d bytes long, the limit is %d", ErrInvalid, len(name), MaxBoundaryNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '_')
+		if !ok {
+			return fmt.Errorf("%w: boundary name %q: byte %d (%q) is not allowed; a name must match ^[a-z][a-z0-9_]{0,62}$",
+				ErrInvalid, name, i, c)
+		}
+	}
+	return nil
+}
+
+// ValidateType checks an event type: one or more dot-separated tokens of
+// letters, digits, '_', '-' and ':', at most MaxTypeLen bytes. The type is the
+// tail of the event's NATS subject, so a dotted type is a subject hierarchy
+// and wildcards ('*', '>') and other specials can never appear in it.
+func ValidateType(t string) error {
+	if t == "" {
+		return fmt.Errorf("%w: type is empty", ErrInvalid)
+	}
+	if len(t) > MaxTypeLen {
+		return fmt.Errorf("%w: type is %d bytes long, the limit is %d", ErrInvalid, len(t), MaxTypeLen)
+	}
+	tokenLen := 0
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c == '.':
+			if tokenLen == 0 {
+				return fmt.Errorf("%w: type %q has an empty token at byte %d; tokens are separated by single dots", ErrInvalid, t, i)
+			}
+			tokenLen = 0
+			continue
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == ':':
+			tokenLen++
+		default:
+			return fmt.Errorf("%w: type %q: byte %d (%q) is not allowed; use letters, digits, '_', '-', ':' and '.' between tokens",
+				ErrInvalid, t, i, c)
+		}
+	}
+	if tokenLen == 0 {
+		return fmt.Errorf("%w: type %q ends with a dot", ErrInvalid, t)
+	}
+	return nil
+}
+
+// ValidateTag checks one tag: non-empty, valid UTF-8 without NUL, at most
+// MaxTagLen bytes.
+func ValidateTag(tag string) error {
+	switch {
+	case tag == "":
+		return fmt.Errorf("%w: tag is empty", ErrInvalid)
+	case len(tag) > MaxTagLen:
+		return fmt.Errorf("%w: tag is %d bytes long, the limit is %d", ErrInvalid, len(tag), MaxTagLen)
+	case !utf8.ValidString(tag):
+		return fmt.Errorf("%w: tag %q is not valid UTF-8", ErrInvalid, tag)
+	case strings.IndexByte(tag, 0) >= 0:
+		return fmt.Errorf("%w: tag %q contains a NUL byte", ErrInvalid, tag)
+	}
+	return nil
+}
+
+// ValidateQuery checks a query's types and tags.
+func ValidateQuery(q *Query) error {
+	if q == nil {
+		return nil
+	}
+	for i, it := range q.Items {
+		for _, t := range it.Types {
+			if err := ValidateType(t); err != nil {
+				return fmt.Errorf("query item %d: %w", i, err)
+			}
+		}
+		for _, tag := range it.Tags {
+			if err := ValidateTag(tag); err != nil {
+				return fmt.Errorf("query item %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// NewID returns a new time-ordered UUIDv7 in its canonical lower-case form.
+// Time-ordered ids keep the id index append-mostly (DESIGN §3).
+func NewID() string {
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// Prepare validates an append and returns its events normalised: ids given
+// or generated (canonical lower case), JSON compacted, "null" metadata
+// dropped, nil tags made empty. Input is not modified. The error names the
+// event (by index) and the field, and wraps ErrInvalid or ErrTooLarge.
+func Prepare(boundary string, in []Input, lim Limits) ([]Input, error) {
+	if err := ValidateBoundaryName(boundary); err != nil {
+		return nil, err
+	}
+	if len(in) == 0 {
+		return nil, fmt.Errorf("%w: events: the append holds no events; send at least one", ErrInvalid)
+	}
+	if lim.MaxBatchEvents > 0 && len(in) > lim.MaxBatchEvents {
+		return nil, fmt.Errorf("%w: events: the append holds %d events, the limit is %d", ErrTooLarge, len(in), lim.MaxBatchEvents)
+	}
+	out := make([]Input, len(in))
+	seen := make(map[string]int, len(in))
+	total := 0
+	for i := range in {
+		e, err := prepareOne(&in[i])
+		if err != nil {
+			return nil, fmt.Errorf("events[%d]: %w", i, err)
+		}
+		if j, dup := seen[e.ID]; dup {
+			return nil, fmt.Errorf("%w: events[%d].id: %s is also the id of events[%d]; ids must be unique", ErrInvalid, i, e.ID, j)
+		}
+		seen[e.ID] = i
+		size := rawSize(&e)
+		if lim.EncodedSize != nil {
+			size = lim.EncodedSize(boundary, &e)
+		}
+		if lim.MaxEventBytes > 0 && size > lim.MaxEventBytes {
+			return nil, fmt.Errorf("%w: events[%d]: the encoded event is %d bytes, the limit (NATS max payload) is %d",
+				ErrTooLarge, i, size, lim.MaxEventBytes)
+		}
+		total += rawSize(&e)
+		if lim.MaxBatchBytes > 0 && total > lim.MaxBatchBytes {
+			return nil, fmt.Errorf("%w: events: the append is over %d bytes (at events[%d]), the limit is %d",
+				ErrTooLarge, total, i, lim.MaxBatchBytes)
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
+func rawSize(e *Input) int {
+	n := len(e.ID) + len(e.Type) + len(e.Data) + len(e.Metadata)
+	for _, t := range e.Tags {
+		n += len(t) + 3
+	}
+	return n
+}
+
+func prepareOne(in *Input) (Input, error) {
+	e := Input{Type: in.Type}
+	if in.ID == "" {
+		e.ID = NewID()
+	} else {
+		if len(in.ID) != 36 {
+			return e, fmt.Errorf("%w: id %q is not a UUID in its 36-character form", ErrInvalid, truncate(in.ID))
+		}
+		u, err := uuid.Parse(in.ID)
+		if err != nil {
+			return e, fmt.Errorf("%w: id %q is not a UUID: %v", ErrInvalid, in.ID, err)
+		}
+		e.ID = u.String()
+	}
+	if err := ValidateType(in.Type); err != nil {
+		return e, fmt.Errorf("type: %w", err)
+	}
+	data, err := compactJSON("data", in.Data, true)
+	if err != nil {
+		return e, err
+	}
+	e.Data = data
+	md, err := compactJSON("metadata", in.Metadata, false)
+	if err != nil {
+		return e, err
+	}
+	e.Metadata = md
+	if len(in.Tags) > MaxTags {
+		return e, fmt.Errorf("%w: tags: the event has %d tags, the limit is %d", ErrTooLarge, len(in.Tags), MaxTags)
+	}
+	e.Tags = make([]string, len(in.Tags))
+	for i, t := range in.Tags {
+		if err := ValidateTag(t); err != nil {
+			return e, fmt.Errorf("tags[%d]: %w", i, err)
+		}
+		e.Tags[i] = t
+	}
+	return e, nil
+}
+
+func compactJSON(field string, raw json.RawMessage, required bool) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		if required {
+			return nil, fmt.Errorf("%w: %s is missing; it must be a JSON value", ErrInvalid, field)
+		}
+		return nil, nil
+	}
+	if !json.Valid(trimmed) {
+		return nil, fmt.Errorf("%w: %s is not valid JSON", ErrInvalid, field)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(trimmed))
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil, fmt.Errorf("%w: %s is not valid JSON: %v", ErrInvalid, field, err)
+	}
+	return buf.Bytes(), nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// Equal reports whether a stored event has the content of an input: the
+// test of an idempotent retry (DESIGN §3). Both must be normalised.
+func (in *Input) Equal(e *Event) bool {
+	if in.ID != e.ID || in.Type != e.Type || !bytes.Equal(in.Data, e.Data) || !bytes.Equal(in.Metadata, e.Metadata) {
+		return false
+	}
+	if len(in.Tags) != len(e.Tags) {
+		return false
+	}
+	for i := range in.Tags {
+		if in.Tags[i] != e.Tags[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,5 @@
+module github.com/orisun-io/orisun
+
+go 1.26.8
+
+require github.com/google/uuid v1.6.0
