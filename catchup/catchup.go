@@ -1,0 +1,266 @@
+// Package catchup delivers a boundary's events to a handler exactly once each,
+// in position order: first from the store (catch up), then from the
+// boundary's JetStream stream (live), and back to the store whenever the
+// stream cannot continue exactly where the handler is (DESIGN §7, I5).
+//
+// The state machine of one subscription, with next the position the handler
+// needs:
+//
+//	catching up: read pages from the store after next-1 and deliver them.
+//	             When a page comes back short (the head was reached) and the
+//	             stream holds next (first ≤ next) in the subscription's
+//	             epoch, go live; otherwise keep reading the store.
+//	live:        an ordered consumer from stream sequence next. A message
+//	             with position < next is dropped (already delivered); one
+//	             with position > next is a gap (eviction, a restart, a slow
+//	             handler): back to catching up from next. A message of
+//	             another epoch ends the subscription with ErrEpochChanged.
+//
+// The handler's return is the acknowledgement: the next event is not
+// delivered before it returns, and a handler error ends the subscription.
+// Nothing here depends on a clock: no grace window, no time comparison.
+package catchup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// Reader reads committed events in position order (the store, or a client
+// reading through the API).
+type Reader interface {
+	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+}
+
+// Handler processes one event. Its return acknowledges it.
+type Handler func(ctx context.Context, e event.Event) error
+
+// Config is what subscriptions run on.
+type Config struct {
+	Store Reader
+	JS    jetstream.JetStream
+	// PageSize is the number of events read from the store per page.
+	PageSize int
+	// RetryInterval is the wait before trying the stream again when it
+	// cannot serve yet (missing, other epoch, or the live consumer failed).
+	RetryInterval time.Duration
+	Logger        *slog.Logger
+}
+
+// Options of one subscription.
+type Options struct {
+	// Epoch is the epoch the after position belongs to. Empty means the
+	// boundary's current epoch. A different epoch is ErrEpochChanged.
+	Epoch string
+	// OnCaughtUp is called when the subscription goes live at next.
+	OnCaughtUp func(next uint64)
+	// OnFellBehind is called when a live subscription goes back to the
+	// store at next, with the reason.
+	OnFellBehind func(next uint64, reason string)
+}
+
+// Subscribe delivers the boundary's events after position after to h until
+// ctx ends (it returns ctx's error), h fails (its error, wrapped), or the
+// epoch changes (ErrEpochChanged).
+func Subscribe(ctx context.Context, cfg Config, boundary string, after uint64, h Handler, opts Options) error {
+	if err := event.ValidateBoundaryName(boundary); err != nil {
+		return err
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 1000
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &sub{cfg: cfg, opts: opts, boundary: boundary, next: after + 1, epoch: opts.Epoch, h: h,
+		log: cfg.Logger.With("boundary", boundary)}
+	return s.run(ctx)
+}
+
+type sub struct {
+	cfg      Config
+	opts     Options
+	boundary string
+	epoch    string
+	next     uint64
+	h        Handler
+	log      *slog.Logger
+}
+
+func (s *sub) run(ctx context.Context) error {
+	for {
+		if err := s.catchUp(ctx); err != nil {
+			return err
+		}
+		live, err := s.canGoLive(ctx)
+		if err != nil {
+			return err
+		}
+		if !live {
+			if !wait(ctx, s.cfg.RetryInterval) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if s.opts.OnCaughtUp != nil {
+			s.opts.OnCaughtUp(s.next)
+		}
+		reason, err := s.live(ctx)
+		if err != nil {
+			return err
+		}
+		s.log.Debug("subscription fell behind", "next", s.next, "reason", reason)
+		if s.opts.OnFellBehind != nil {
+			s.opts.OnFellBehind(s.next, reason)
+		}
+	}
+}
+
+// catchUp delivers from the store until a page comes back short.
+func (s *sub) catchUp(ctx context.Context) error {
+	for {
+		epoch, events, err := s.cfg.Store.Read(ctx, s.boundary, s.next-1, s.cfg.PageSize, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) {
+				return fmt.Errorf("read boundary %q after %d: %w", s.boundary, s.next-1, err)
+			}
+			s.log.Warn("catch-up read failed; retrying", "after", s.next-1, "err", err)
+			if !wait(ctx, s.cfg.RetryInterval) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if s.epoch == "" {
+			s.epoch = epoch
+		}
+		if epoch != s.epoch {
+			return fmt.Errorf("boundary %q is in epoch %s, the subscription's position %d is of epoch %s: %w",
+				s.boundary, epoch, s.next-1, s.epoch, event.ErrEpochChanged)
+		}
+		for i := range events {
+			if err := s.deliver(ctx, &events[i]); err != nil {
+				return err
+			}
+		}
+		if len(events) < s.cfg.PageSize {
+			return nil
+		}
+	}
+}
+
+// deliver hands the event at next to the handler.
+func (s *sub) deliver(ctx context.Context, e *event.Event) error {
+	if e.Position != s.next {
+		return fmt.Errorf("boundary %q: expected position %d, got %d: the source broke position order", s.boundary, s.next, e.Position)
+	}
+	if err := s.h(ctx, *e); err != nil {
+		return fmt.Errorf("handler at position %d of boundary %q: %w", e.Position, s.boundary, err)
+	}
+	s.next++
+	return nil
+}
+
+// canGoLive reports whether the stream holds next in the subscription's
+// epoch (first ≤ next).
+func (s *sub) canGoLive(ctx context.Context) (bool, error) {
+	if s.cfg.JS == nil {
+		return false, nil
+	}
+	st, err := s.cfg.JS.Stream(ctx, stream.Name(s.boundary))
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, nil
+	}
+	info := st.CachedInfo()
+	if stream.Epoch(&info.Config) != s.epoch {
+		return false, nil
+	}
+	first := info.State.FirstSeq
+	if info.State.Msgs == 0 {
+		first = info.State.LastSeq + 1
+	}
+	return first <= s.next, nil
+}
+
+// live consumes the stream from next. It returns the reason it went back
+// to the store, or an error that ends the subscription.
+func (s *sub) live(ctx context.Context) (string, error) {
+	cons, err := s.cfg.JS.OrderedConsumer(ctx, stream.Name(s.boundary), jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   s.next,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "live consumer not created: " + err.Error(), nil
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(s.cfg.PageSize))
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "live consumer failed: " + err.Error(), nil
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			return "live consumer failed: " + err.Error(), nil
+		}
+		h := msg.Headers()
+		if ep := h.Get(stream.HeaderEpoch); ep != s.epoch {
+			return "", fmt.Errorf("boundary %q: stream message of epoch %s, the subscription is in epoch %s: %w",
+				s.boundary, ep, s.epoch, event.ErrEpochChanged)
+		}
+		pos, err := strconv.ParseUint(h.Get(stream.HeaderPosition), 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("boundary %q: stream message on %s without a valid %s header", s.boundary, msg.Subject(), stream.HeaderPosition)
+		}
+		switch {
+		case pos < s.next:
+			continue // already delivered (a republish after a restart)
+		case pos > s.next:
+			return "gap: the stream went from position " + strconv.FormatUint(s.next-1, 10) + " to " +
+				strconv.FormatUint(pos, 10), nil
+		}
+		e, err := stream.Decode(msg.Subject(), h, msg.Data())
+		if err != nil {
+			return "", fmt.Errorf("boundary %q: %w", s.boundary, err)
+		}
+		if err := s.deliver(ctx, &e); err != nil {
+			return "", err
+		}
+	}
+}
+
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,117 @@
+// Command orisun relays an event log from a durable store into NATS
+// JetStream. With no configuration it runs on SQLite in ./data with an
+// embedded NATS server on 127.0.0.1:4222. Configuration comes from ORISUN_*
+// environment variables (see README.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/orisun-io/orisun"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	switch cmd {
+	case "serve":
+		return serve(stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "orisun", version)
+		return 0
+	case "help", "--help", "-h":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "orisun: unknown command %q\n\n", cmd)
+		usage(stderr)
+		return 2
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: orisun [command]
+
+Commands:
+  serve     run the relay (the default)
+  version   print the version
+  help      show this help
+
+Configuration is read from ORISUN_* environment variables; see README.md.
+`)
+}
+
+// loadConfig reads the environment into the node configuration.
+func loadConfig() (orisun.Config, error) {
+	var cfg orisun.Config
+	if err := envconfig.Process("ORISUN", &cfg); err != nil {
+		return cfg, fmt.Errorf("configuration: %w", err)
+	}
+	return cfg, cfg.Validate()
+}
+
+func newLogger(cfg orisun.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	switch strings.ToLower(cfg.LogLevel) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(cfg.LogFormat, "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func serve(stderr io.Writer) int {
+	cfg, err := loadConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun: %v\n", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr).With("version", version)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	n, err := orisun.New(cfg, orisun.WithLogger(log))
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	if err := n.Start(ctx); err != nil {
+		log.Error("start failed", "err", err)
+		return 1
+	}
+	<-ctx.Done()
+	log.Info("shutting down: publishers finish their batch and write their checkpoint")
+	if err := n.Stop(); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("shutdown", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,240 @@
+package orisun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// Config configures a Node. cmd/orisun fills it from ORISUN_* environment
+// variables (the envconfig tags name them, without the prefix); library
+// users fill it in Go. Zero values take the defaults of Defaults.
+type Config struct {
+	// DataDir holds the SQLite database and JetStream's store directory.
+	DataDir string `envconfig:"DATA_DIR" default:"./data"`
+	// Backend is the store: sqlite.
+	Backend string `envconfig:"BACKEND" default:"sqlite"`
+	// Boundaries are created at start-up (comma-separated in the environment).
+	Boundaries []string `envconfig:"BOUNDARIES" default:"default"`
+	// NodeID names this node as a lease holder; default host name plus a
+	// random suffix.
+	NodeID string `envconfig:"NODE_ID"`
+
+	// SQLiteSynchronous is SQLite's synchronous pragma: OFF, NORMAL, FULL
+	// or EXTRA. FULL (the default) makes every acknowledged append durable
+	// across a power loss.
+	SQLiteSynchronous string `envconfig:"SQLITE_SYNCHRONOUS" default:"FULL"`
+
+	// NATSHost and NATSPort are where the embedded NATS server listens.
+	NATSHost string `envconfig:"NATS_HOST" default:"127.0.0.1"`
+	NATSPort int    `envconfig:"NATS_PORT" default:"4222"`
+	// NATSMaxPayload is the largest NATS message; it bounds one event.
+	NATSMaxPayload int32 `envconfig:"NATS_MAX_PAYLOAD" default:"1048576"`
+	// EventStreamMaxBytes, MaxMsgs and MaxAge bound each boundary's memory
+	// stream (-1: unlimited; in Go, a zero MaxBytes or MaxAge takes the
+	// default, a zero MaxMsgs is unlimited). Old messages are discarded; they stay
+	// readable from the store.
+	EventStreamMaxBytes int64         `envconfig:"NATS_EVENT_STREAM_MAX_BYTES" default:"536870912"`
+	EventStreamMaxMsgs  int64         `envconfig:"NATS_EVENT_STREAM_MAX_MSGS" default:"-1"`
+	EventStreamMaxAge   time.Duration `envconfig:"NATS_EVENT_STREAM_MAX_AGE" default:"5m"`
+	// StreamReplicas is the replica count of event streams.
+	StreamReplicas int `envconfig:"NATS_STREAM_REPLICAS" default:"1"`
+	// DisableMsgID leaves out the Nats-Msg-Id header (the event id) that
+	// lets NATS-side tools de-duplicate; the header and the server's
+	// de-duplication window cost publish throughput (see README).
+	DisableMsgID bool `envconfig:"NATS_DISABLE_MSG_ID" default:"false"`
+
+	// PublishBatch is the most events the publisher reads and publishes per
+	// batch (and per checkpoint write).
+	PublishBatch int `envconfig:"PUBLISH_BATCH" default:"1000"`
+	// PublishWindow is the most publishes in flight at once.
+	PublishWindow int `envconfig:"PUBLISH_WINDOW" default:"256"`
+	// PollInterval is the longest the publisher waits for a wake-up before
+	// it reads the store again.
+	PollInterval time.Duration `envconfig:"POLL_INTERVAL" default:"1s"`
+	// LeaseTTL is how long a boundary's lease lasts without renewal.
+	LeaseTTL time.Duration `envconfig:"LEASE_TTL" default:"10s"`
+
+	// AppendGroupMax is the most events one group commit transaction holds.
+	AppendGroupMax int `envconfig:"APPEND_GROUP_MAX" default:"1000"`
+	// MaxAppendEvents and MaxAppendBytes bound one append request.
+	MaxAppendEvents int `envconfig:"MAX_APPEND_EVENTS" default:"10000"`
+	MaxAppendBytes  int `envconfig:"MAX_APPEND_BYTES" default:"33554432"`
+
+	// LogLevel is debug, info, warn or error; LogFormat text or json.
+	LogLevel  string `envconfig:"LOG_LEVEL" default:"info"`
+	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
+}
+
+// Defaults returns the configuration orisun runs with when nothing is set.
+func Defaults() Config {
+	return Config{
+		DataDir:             "./data",
+		Backend:             "sqlite",
+		Boundaries:          []string{"default"},
+		SQLiteSynchronous:   "FULL",
+		NATSHost:            "127.0.0.1",
+		NATSPort:            4222,
+		NATSMaxPayload:      1 << 20,
+		EventStreamMaxBytes: 512 << 20,
+		EventStreamMaxMsgs:  -1,
+		EventStreamMaxAge:   5 * time.Minute,
+		StreamReplicas:      1,
+		PublishBatch:        1000,
+		PublishWindow:       256,
+		PollInterval:        time.Second,
+		LeaseTTL:            10 * time.Second,
+		AppendGroupMax:      1000,
+		MaxAppendEvents:     10000,
+		MaxAppendBytes:      32 << 20,
+		LogLevel:            "info",
+		LogFormat:           "text",
+	}
+}
+
+// withDefaults fills zero fields with the defaults.
+func (c Config) withDefaults() Config {
+	d := Defaults()
+	if c.DataDir == "" {
+		c.DataDir = d.DataDir
+	}
+	if c.Backend == "" {
+		c.Backend = d.Backend
+	}
+	if c.Boundaries == nil {
+		c.Boundaries = d.Boundaries
+	}
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID()
+	}
+	if c.SQLiteSynchronous == "" {
+		c.SQLiteSynchronous = d.SQLiteSynchronous
+	}
+	if c.NATSHost == "" {
+		c.NATSHost = d.NATSHost
+	}
+	if c.NATSPort == 0 {
+		c.NATSPort = d.NATSPort
+	}
+	if c.NATSMaxPayload == 0 {
+		c.NATSMaxPayload = d.NATSMaxPayload
+	}
+	if c.EventStreamMaxBytes == 0 {
+		c.EventStreamMaxBytes = d.EventStreamMaxBytes
+	}
+	if c.EventStreamMaxAge == 0 {
+		c.EventStreamMaxAge = d.EventStreamMaxAge
+	}
+	if c.StreamReplicas == 0 {
+		c.StreamReplicas = d.StreamReplicas
+	}
+	if c.PublishBatch == 0 {
+		c.PublishBatch = d.PublishBatch
+	}
+	if c.PublishWindow == 0 {
+		c.PublishWindow = d.PublishWindow
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = d.PollInterval
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.AppendGroupMax == 0 {
+		c.AppendGroupMax = d.AppendGroupMax
+	}
+	if c.MaxAppendEvents == 0 {
+		c.MaxAppendEvents = d.MaxAppendEvents
+	}
+	if c.MaxAppendBytes == 0 {
+		c.MaxAppendBytes = d.MaxAppendBytes
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = d.LogLevel
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = d.LogFormat
+	}
+	return c
+}
+
+// Validate checks the configuration; each error names the environment
+// variable, the limit and the value.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(variable, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("ORISUN_%s: "+format, append([]any{variable}, args...)...))
+	}
+	if c.Backend != "sqlite" {
+		bad("BACKEND", "%q is not a backend of this build; use sqlite", c.Backend)
+	}
+	if len(c.Boundaries) == 0 {
+		bad("BOUNDARIES", "at least one boundary is required")
+	}
+	for _, b := range c.Boundaries {
+		if err := event.ValidateBoundaryName(b); err != nil {
+			bad("BOUNDARIES", "%v", err)
+		}
+	}
+	switch strings.ToUpper(c.SQLiteSynchronous) {
+	case "OFF", "NORMAL", "FULL", "EXTRA":
+	default:
+		bad("SQLITE_SYNCHRONOUS", "%q is not one of OFF, NORMAL, FULL, EXTRA", c.SQLiteSynchronous)
+	}
+	if c.NATSPort < -1 || c.NATSPort > 65535 {
+		bad("NATS_PORT", "%d is not a port (1–65535, or -1 for a random one)", c.NATSPort)
+	}
+	if c.NATSMaxPayload < 1024 || c.NATSMaxPayload > 64<<20 {
+		bad("NATS_MAX_PAYLOAD", "%d is outside 1024–67108864 bytes", c.NATSMaxPayload)
+	}
+	if c.EventStreamMaxAge < 0 {
+		bad("NATS_EVENT_STREAM_MAX_AGE", "%s is negative", c.EventStreamMaxAge)
+	}
+	if c.StreamReplicas != 1 {
+		bad("NATS_STREAM_REPLICAS", "%d: only 1 is possible with a single embedded server", c.StreamReplicas)
+	}
+	if c.PublishBatch < 1 || c.PublishBatch > 100000 {
+		bad("PUBLISH_BATCH", "%d is outside 1–100000", c.PublishBatch)
+	}
+	if c.PublishWindow < 1 || c.PublishWindow > 65536 {
+		bad("PUBLISH_WINDOW", "%d is outside 1–65536", c.PublishWindow)
+	}
+	if c.PollInterval < time.Millisecond || c.PollInterval > time.Hour {
+		bad("POLL_INTERVAL", "%s is outside 1ms–1h", c.PollInterval)
+	}
+	if c.LeaseTTL < 100*time.Millisecond || c.LeaseTTL > time.Hour {
+		bad("LEASE_TTL", "%s is outside 100ms–1h", c.LeaseTTL)
+	}
+	if c.AppendGroupMax < 1 || c.AppendGroupMax > 100000 {
+		bad("APPEND_GROUP_MAX", "%d is outside 1–100000", c.AppendGroupMax)
+	}
+	if c.MaxAppendEvents < 1 || c.MaxAppendEvents > 100000 {
+		bad("MAX_APPEND_EVENTS", "%d is outside 1–100000", c.MaxAppendEvents)
+	}
+	if c.MaxAppendBytes < 1024 || c.MaxAppendBytes > 1<<30 {
+		bad("MAX_APPEND_BYTES", "%d is outside 1024–1073741824", c.MaxAppendBytes)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	switch strings.ToLower(c.LogFormat) {
+	case "text", "json":
+	default:
+		bad("LOG_FORMAT", "%q is not one of text, json", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "orisun"
+	}
+	return host + "-" + event.NewID()[24:]
+}

@@ -1,0 +1,152 @@
+// Package lease keeps a node's lease on a boundary (DESIGN §9) and runs the
+// boundary's leader work only while the lease is held.
+//
+// States of one boundary on one node:
+//
+//	standby ──acquire ok──▶ leading ──renew refused / expired locally──▶ standby
+//	   ▲                       │
+//	   └──── ctx ends: the leader work returns, the lease is released ─┘
+//
+// The lease is acquired and renewed in the store's time; renewal runs every
+// TTL/3. Safety never depends on the lease: the publisher's checkpoint write is
+// fenced by the term, and its publishes by the expected last sequence. The
+// lease keeps two nodes from wasting work; losing it cancels the leader's
+// context so it stops within one renewal period.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+)
+
+// Runner holds leases for one node.
+type Runner struct {
+	Store  backend.Leases
+	Holder string
+	TTL    time.Duration
+	Logger *slog.Logger
+}
+
+// Observer is told about standby periods: who holds the lease instead.
+type Observer func(holder backend.Lease, err error)
+
+// Run competes for the boundary's lease until ctx ends. While this node
+// holds it, lead runs with a context that ends when the lease is lost or ctx
+// ends; lead must return promptly then. On a clean stop the lease is released
+// so that a standby can take over at once.
+func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context.Context, l backend.Lease) error, standby Observer) {
+	log := r.logger().With("boundary", boundary, "holder", r.Holder)
+	retry := max(r.TTL/3, 50*time.Millisecond)
+	for ctx.Err() == nil {
+		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, r.TTL)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if standby != nil {
+				standby(l, err)
+			}
+			if !errors.Is(err, event.ErrLeaseHeld) {
+				log.Warn("lease acquisition failed", "err", err)
+			}
+			if !sleep(ctx, retry) {
+				return
+			}
+			continue
+		}
+		log.Info("lease acquired", "term", l.Term)
+		r.hold(ctx, l, lead, log)
+	}
+}
+
+// hold runs lead while renewing l.
+func (r *Runner) hold(ctx context.Context, l backend.Lease, lead func(ctx context.Context, l backend.Lease) error, log *slog.Logger) {
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- lead(lctx, l) }()
+
+	// The local deadline is measured from before the acquire returned, so
+	// it never trusts the lease longer than the store does.
+	deadline := time.Now().Add(r.TTL)
+	tick := time.NewTicker(max(r.TTL/3, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			cancel()
+			if err != nil && !errors.Is(err, event.ErrLeaseLost) {
+				log.Warn("leader work ended with an error", "term", l.Term, "err", err)
+			}
+			if errors.Is(err, event.ErrLeaseLost) {
+				log.Warn("lease lost: a newer term exists", "term", l.Term)
+				return
+			}
+			r.release(l, log)
+			return
+		case <-tick.C:
+			start := time.Now()
+			nl, err := r.Store.RenewLease(lctx, l, r.TTL)
+			switch {
+			case err == nil:
+				l, deadline = nl, start.Add(r.TTL)
+			case errors.Is(err, event.ErrLeaseLost):
+				log.Warn("lease lost on renewal: stepping down", "term", l.Term)
+				cancel()
+				<-done
+				return
+			case lctx.Err() != nil:
+				// Stopping: lead is returning; done follows.
+			default:
+				log.Warn("lease renewal failed", "term", l.Term, "err", err)
+				if time.Now().After(deadline) {
+					log.Warn("lease expired locally: stepping down", "term", l.Term)
+					cancel()
+					<-done
+					return
+				}
+			}
+		}
+	}
+}
+
+func (r *Runner) release(l backend.Lease, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Store.ReleaseLease(ctx, l); err != nil {
+		log.Warn("lease not released; it will expire", "term", l.Term, "err", err)
+		return
+	}
+	log.Info("lease released", "term", l.Term)
+}
+
+func (r *Runner) logger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Logger
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Describe says who holds a lease, for status reasons.
+func Describe(l backend.Lease) string {
+	if l.Holder == "" {
+		return "no holder"
+	}
+	return fmt.Sprintf("%s (term %d)", l.Holder, l.Term)
+}

@@ -1,0 +1,433 @@
+// Package orisun is the embedding API: a Node opens the store, starts the
+// embedded NATS server, runs one lease-holding publisher per boundary and
+// serves appends, reads and catch-up-then-live subscriptions in-process.
+//
+//	n, err := orisun.New(orisun.Config{DataDir: "./data"})
+//	if err := n.Start(ctx); err != nil { … }
+//	defer n.Stop()
+//	res, err := n.Append(ctx, "default", []orisun.EventIn{{Type: "order.placed", Data: json.RawMessage(`{"id":1}`)}}, nil)
+//	err = n.Subscribe(ctx, "default", 0, func(ctx context.Context, e orisun.Event) error { … }, orisun.SubscribeOptions{})
+package orisun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/catchup"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/lease"
+	"github.com/orisun-io/orisun/natsembed"
+	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// Aliases of the domain types, so that users of the embedding API need one
+// import.
+type (
+	Event            = event.Event
+	EventIn          = event.Input
+	Boundary         = event.Boundary
+	Query            = event.Query
+	QueryItem        = event.QueryItem
+	Condition        = event.Condition
+	AppendResult     = event.AppendResult
+	Handler          = catchup.Handler
+	SubscribeOptions = catchup.Options
+)
+
+// Node is one orisun process's relay: store, NATS, publishers, subscriptions.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	limits event.Limits
+
+	// Hooks for tests (fault points); nil in production.
+	afterAck func(boundary string, last uint64)
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	store    backend.Store
+	ns       *natsembed.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	runCtx   context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	runners  map[string]*boundaryRunner
+	subs     sync.WaitGroup
+}
+
+type boundaryRunner struct {
+	pub  *publisher.Publisher
+	wake chan struct{}
+	// Subscription counters for the status.
+	catchingUp, live, fallBacks atomic.Int64
+}
+
+// New checks the configuration and returns a node that is not started.
+func New(cfg Config, opts ...Option) (*Node, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("orisun: configuration: %w", err)
+	}
+	n := &Node{cfg: cfg, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}}
+	for _, o := range opts {
+		o(n)
+	}
+	return n, nil
+}
+
+// Option changes a Node at construction.
+type Option func(*Node)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }
+
+// WithAfterAckHook sets a function called after each fully acknowledged
+// batch and before its checkpoint: a fault point for tests.
+func WithAfterAckHook(fn func(boundary string, last uint64)) Option {
+	return func(n *Node) { n.afterAck = fn }
+}
+
+// Config returns the configuration in force (defaults applied).
+func (n *Node) Config() Config { return n.cfg }
+
+// Start opens the store, starts NATS, creates the configured boundaries and
+// starts their publishers. On error everything started is stopped again.
+func (n *Node) Start(ctx context.Context) (err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return fmt.Errorf("orisun: start: %w", event.ErrClosed)
+	}
+	if n.started {
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			n.stopLocked()
+		}
+	}()
+	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("orisun: data directory: %w", err)
+	}
+	n.store, err = sqlite.Open(ctx, sqlite.Config{
+		Dir:            n.cfg.DataDir,
+		Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
+		GroupMaxEvents: n.cfg.AppendGroupMax,
+		Logger:         n.log.With("component", "sqlite"),
+	})
+	if err != nil {
+		return fmt.Errorf("orisun: open store: %w", err)
+	}
+	n.ns, err = natsembed.New(natsembed.Config{
+		Host:       n.cfg.NATSHost,
+		Port:       n.cfg.NATSPort,
+		StoreDir:   filepath.Join(n.cfg.DataDir, "jetstream"),
+		MaxPayload: n.cfg.NATSMaxPayload,
+		Logger:     n.log.With("component", "nats"),
+	})
+	if err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	if err := n.ns.Start(); err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	n.nc, err = n.ns.Connect("orisun-relay")
+	if err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	n.js, err = jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(max(n.cfg.PublishWindow*2, 4000)))
+	if err != nil {
+		return fmt.Errorf("orisun: jetstream: %w", err)
+	}
+	n.limits = event.Limits{
+		MaxBatchEvents: n.cfg.MaxAppendEvents,
+		MaxBatchBytes:  n.cfg.MaxAppendBytes,
+		MaxEventBytes:  n.ns.MaxPayload(),
+		EncodedSize:    stream.EncodedSize,
+	}
+	n.runCtx, n.cancel = context.WithCancel(context.Background())
+	n.store.OnAppend(n.wake)
+	for _, name := range n.cfg.Boundaries {
+		b, created, err := n.store.CreateBoundary(ctx, name)
+		if err != nil {
+			return fmt.Errorf("orisun: create boundary %q: %w", name, err)
+		}
+		if created {
+			n.log.Info("boundary created", "boundary", b.Name, "epoch", b.Epoch)
+		}
+		n.startBoundaryLocked(name)
+	}
+	n.started = true
+	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "data_dir", n.cfg.DataDir,
+		"nats_url", n.ns.ClientURL(), "boundaries", n.cfg.Boundaries)
+	return nil
+}
+
+// startBoundaryLocked starts the lease loop and publisher of a boundary.
+func (n *Node) startBoundaryLocked(name string) {
+	if _, ok := n.runners[name]; ok {
+		return
+	}
+	r := &boundaryRunner{wake: make(chan struct{}, 1)}
+	var afterAck func(uint64)
+	if n.afterAck != nil {
+		afterAck = func(last uint64) { n.afterAck(name, last) }
+	}
+	r.pub = publisher.New(publisher.Config{
+		Boundary: name,
+		Store:    n.store,
+		JS:       n.js,
+		Limits: stream.Limits{
+			MaxBytes: n.cfg.EventStreamMaxBytes,
+			MaxMsgs:  n.cfg.EventStreamMaxMsgs,
+			MaxAge:   n.cfg.EventStreamMaxAge,
+			Replicas: n.cfg.StreamReplicas,
+		},
+		BatchSize:    n.cfg.PublishBatch,
+		Window:       n.cfg.PublishWindow,
+		PollInterval: n.cfg.PollInterval,
+		MsgID:        !n.cfg.DisableMsgID,
+		Wake:         r.wake,
+		Logger:       n.log.With("component", "publisher"),
+		AfterAck:     afterAck,
+	})
+	n.runners[name] = r
+	lr := &lease.Runner{Store: n.store, Holder: n.cfg.NodeID, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		lr.Run(n.runCtx, name, r.pub.Run, func(holder backend.Lease, err error) {
+			if errors.Is(err, event.ErrLeaseHeld) {
+				r.pub.SetStandby("lease held by " + lease.Describe(holder))
+			} else {
+				r.pub.SetStandby("lease not acquired: " + err.Error())
+			}
+		})
+	}()
+}
+
+// wake is the store's after-commit callback: a non-blocking hint to the
+// boundary's publisher.
+func (n *Node) wake(boundary string) {
+	n.mu.Lock()
+	r := n.runners[boundary]
+	n.mu.Unlock()
+	if r == nil {
+		return
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stop stops the publishers (each finishes its batch and writes its
+// checkpoint), releases the leases, and closes NATS and the store. Safe to
+// call twice and before Start.
+func (n *Node) Stop() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stopLocked()
+}
+
+func (n *Node) stopLocked() error {
+	if n.stopped {
+		return nil
+	}
+	n.stopped = true
+	if n.cancel != nil {
+		n.cancel()
+	}
+	// Publishers take n.mu only through wake, which the store calls after
+	// commits: unlock while waiting so a last commit cannot deadlock.
+	n.mu.Unlock()
+	n.wg.Wait()
+	n.subs.Wait()
+	n.mu.Lock()
+	var errs []error
+	if n.nc != nil {
+		if err := n.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			n.nc.Close()
+		}
+		for i := 0; i < 100 && !n.nc.IsClosed(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		n.nc.Close()
+	}
+	if n.ns != nil {
+		n.ns.Stop()
+	}
+	if n.store != nil {
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	if n.started {
+		n.log.Info("orisun stopped")
+	}
+	return errors.Join(errs...)
+}
+
+// ready returns the parts of a started node, or ErrClosed.
+func (n *Node) ready() (backend.Store, jetstream.JetStream, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.started || n.stopped {
+		return nil, nil, fmt.Errorf("orisun: node not running: %w", event.ErrClosed)
+	}
+	return n.store, n.js, nil
+}
+
+// CreateBoundary creates a boundary (or returns the existing one) and starts
+// its publisher.
+func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error) {
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return Boundary{}, err
+	}
+	store, _, err := n.ready()
+	if err != nil {
+		return Boundary{}, err
+	}
+	b, created, err := store.CreateBoundary(ctx, name)
+	if err != nil {
+		return Boundary{}, fmt.Errorf("create boundary %q: %w", name, err)
+	}
+	if created {
+		n.log.Info("boundary created", "boundary", b.Name, "epoch", b.Epoch)
+	}
+	n.mu.Lock()
+	if !n.stopped {
+		n.startBoundaryLocked(name)
+	}
+	n.mu.Unlock()
+	return b, nil
+}
+
+// Boundaries lists the boundaries with their heads.
+func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
+	store, _, err := n.ready()
+	if err != nil {
+		return nil, err
+	}
+	return store.Boundaries(ctx)
+}
+
+// Append validates and appends events atomically (DESIGN §3, §4). Nothing is
+// written when any event is invalid.
+func (n *Node) Append(ctx context.Context, boundary string, events []EventIn, cond *Condition) (AppendResult, error) {
+	store, _, err := n.ready()
+	if err != nil {
+		return AppendResult{}, err
+	}
+	prepared, err := event.Prepare(boundary, events, n.limits)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("append to %q: %w", boundary, err)
+	}
+	if cond != nil {
+		if err := event.ValidateQuery(&cond.Query); err != nil {
+			return AppendResult{}, fmt.Errorf("append to %q: condition: %w", boundary, err)
+		}
+	}
+	res, err := store.Append(ctx, boundary, prepared, cond)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("append to %q: %w", boundary, err)
+	}
+	return res, nil
+}
+
+// Read returns up to limit events after position after (limit ≤ 10,000).
+func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	store, _, err := n.ready()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := event.ValidateBoundaryName(boundary); err != nil {
+		return "", nil, err
+	}
+	if limit < 1 || limit > 10000 {
+		return "", nil, fmt.Errorf("%w: limit %d is outside 1–10000", event.ErrInvalid, limit)
+	}
+	if err := event.ValidateQuery(q); err != nil {
+		return "", nil, err
+	}
+	return store.Read(ctx, boundary, after, limit, q)
+}
+
+// Subscribe delivers the boundary's events after position after to h,
+// exactly once each and in order, catching up from the store and then
+// following the stream (DESIGN §7). It returns when ctx ends (ctx's error),
+// h fails, the epoch changes (ErrEpochChanged) or the node stops.
+func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
+	n.mu.Lock()
+	if !n.started || n.stopped {
+		n.mu.Unlock()
+		return fmt.Errorf("orisun: node not running: %w", event.ErrClosed)
+	}
+	store, js, r, runCtx := n.store, n.js, n.runners[boundary], n.runCtx
+	n.subs.Add(1)
+	n.mu.Unlock()
+	defer n.subs.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(runCtx, cancel)
+	defer stop()
+
+	user := opts
+	if r != nil {
+		r.catchingUp.Add(1)
+		phase := &r.catchingUp
+		defer func() { phase.Add(-1) }()
+		opts.OnCaughtUp = func(next uint64) {
+			r.catchingUp.Add(-1)
+			r.live.Add(1)
+			phase = &r.live
+			if user.OnCaughtUp != nil {
+				user.OnCaughtUp(next)
+			}
+		}
+		opts.OnFellBehind = func(next uint64, reason string) {
+			r.live.Add(-1)
+			r.catchingUp.Add(1)
+			r.fallBacks.Add(1)
+			phase = &r.catchingUp
+			if user.OnFellBehind != nil {
+				user.OnFellBehind(next, reason)
+			}
+		}
+	}
+	err := catchup.Subscribe(ctx, catchup.Config{
+		Store:  store,
+		JS:     js,
+		Logger: n.log.With("component", "subscription"),
+	}, boundary, after, h, opts)
+	if runCtx.Err() != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return fmt.Errorf("orisun: subscription ended: %w", event.ErrClosed)
+	}
+	return err
+}
+
+// NATSURL is the client URL of the embedded NATS server.
+func (n *Node) NATSURL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ns == nil {
+		return ""
+	}
+	return n.ns.ClientURL()
+}

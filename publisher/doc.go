@@ -1,0 +1,28 @@
+// Package publisher relays one boundary's committed events, in position
+// order, into the boundary's JetStream stream (DESIGN §5).
+//
+// A publisher runs only while its node holds the boundary's lease. Each run
+// starts by comparing the stream with the store: a stream of another epoch is
+// recreated; a stream holding this epoch's messages resumes at its last
+// sequence + 1; an empty or lost stream is created or purged so that its next
+// sequence is checkpoint + 1; a stream ahead of the store's head stops the
+// publisher with that reason (the store went back in time) instead of
+// guessing.
+//
+// It then reads a batch from the store and publishes it pipelined, a bounded
+// window in flight, every message with Nats-Expected-Last-Sequence set to
+// position - 1. JetStream itself refuses a message that would land out of
+// place, so stream sequence = position (I2) holds even when two publishers
+// run at once (I6). Once every message of the batch is acknowledged, the
+// checkpoint is written, monotonic and fenced by the lease term (I3). On any
+// refusal or error nothing advances: the publisher backs off, re-reads the
+// stream's state and resumes from there, so no position is ever skipped (I4).
+//
+// States: standby (not leading) → leading (publishing or caught up) →
+// paused (JetStream refuses for its own limits) or stalled (anything else,
+// with the reason) → leading again once a batch goes through. Each change is
+// logged once with its reason.
+//
+// When drained the publisher waits for a wake-up from the appender or the
+// poll interval, whichever comes first; wake-ups are hints only.
+package publisher

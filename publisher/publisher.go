@@ -1,0 +1,400 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// Store is what the publisher needs from the store.
+type Store interface {
+	backend.Reader
+	Boundary(ctx context.Context, name string) (event.Boundary, error)
+	Checkpoint(ctx context.Context, boundary string) (uint64, error)
+	SaveCheckpoint(ctx context.Context, boundary string, lease backend.Lease, position uint64) error
+}
+
+// Config of one boundary's publisher.
+type Config struct {
+	Boundary string
+	Store    Store
+	// JS is the JetStream context to publish with.
+	JS     jetstream.JetStream
+	Limits stream.Limits
+	// BatchSize is the most events read and published per batch.
+	BatchSize int
+	// Window is the most publishes in flight (unacknowledged) at once.
+	Window int
+	// PollInterval bounds the wait for a wake-up when drained.
+	PollInterval time.Duration
+	// AckTimeout bounds the wait for one acknowledgement.
+	AckTimeout time.Duration
+	// MsgID sets Nats-Msg-Id to the event id.
+	MsgID bool
+	// Wake receives a value when the boundary may have new events.
+	Wake   <-chan struct{}
+	Logger *slog.Logger
+
+	// AfterAck, when set, is called once a batch is fully acknowledged and
+	// before its checkpoint is written. Tests use it as a fault point.
+	AfterAck func(last uint64)
+}
+
+// Publisher relays one boundary's events into its stream.
+type Publisher struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	state Status
+}
+
+// New returns a publisher in state standby.
+func New(cfg Config) *Publisher {
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1000
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 256
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Publisher{cfg: cfg, log: cfg.Logger.With("boundary", cfg.Boundary)}
+	p.state = Status{State: StateStandby, Reason: "not leading", Since: time.Now().UTC()}
+	return p
+}
+
+// Run publishes while ctx lives, as the holder of lease. When ctx ends it
+// finishes the batch in flight and writes its checkpoint before returning.
+// It returns nil on a clean stop, event.ErrLeaseLost when a checkpoint write
+// was refused because the lease term is stale (a newer publisher exists).
+func (p *Publisher) Run(ctx context.Context, lease backend.Lease) error {
+	r := &run{p: p, lease: lease}
+	err := r.loop(ctx)
+	if errors.Is(err, event.ErrLeaseLost) {
+		p.setState(StateStandby, "lease lost: another node holds a newer term", nil)
+	} else {
+		p.setState(StateStandby, "stopped", nil)
+	}
+	return err
+}
+
+// run is the state of one Run.
+type run struct {
+	p     *Publisher
+	lease backend.Lease
+	epoch string
+	// acked is the last position JetStream acknowledged; saved the last
+	// checkpoint written.
+	acked, saved uint64
+}
+
+func (r *run) loop(ctx context.Context) error {
+	p := r.p
+	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	defer r.finalCheckpoint()
+	for ctx.Err() == nil {
+		next, err := r.sync(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			p.setState(StateStalled, err.Error(), err)
+			if !backoff.wait(ctx) {
+				return nil
+			}
+			continue
+		}
+		err = r.drain(ctx, next)
+		if errors.Is(err, event.ErrLeaseLost) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			if isPaused(err) {
+				p.setState(StatePaused, err.Error(), err)
+			} else {
+				p.setState(StateStalled, err.Error(), err)
+			}
+			if !backoff.wait(ctx) {
+				return nil
+			}
+			continue
+		}
+		backoff.reset()
+	}
+	return nil
+}
+
+// sync compares the stream with the store (DESIGN §5 step 1) and returns the
+// next position to publish. It creates the stream when missing, recreates it
+// when its epoch is not the boundary's, and refuses to guess when the stream
+// is ahead of the store.
+func (r *run) sync(ctx context.Context) (uint64, error) {
+	p := r.p
+	b, err := p.cfg.Store.Boundary(ctx, p.cfg.Boundary)
+	if err != nil {
+		return 0, fmt.Errorf("read boundary: %w", err)
+	}
+	cp, err := p.cfg.Store.Checkpoint(ctx, p.cfg.Boundary)
+	if err != nil {
+		return 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	r.epoch = b.Epoch
+	r.saved = max(r.saved, cp)
+	name := stream.Name(p.cfg.Boundary)
+	want := stream.Config(p.cfg.Boundary, b.Epoch, p.cfg.Limits, cp+1)
+
+	s, err := p.cfg.JS.Stream(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if _, err := p.cfg.JS.CreateStream(ctx, want); err != nil {
+			return 0, fmt.Errorf("create stream %s: %w", name, err)
+		}
+		p.log.Info("stream created", "stream", name, "first_seq", cp+1, "epoch", b.Epoch)
+		return cp + 1, nil
+	case err != nil:
+		return 0, fmt.Errorf("stream %s: %w", name, err)
+	}
+	info := s.CachedInfo()
+	if got := stream.Epoch(&info.Config); got != b.Epoch {
+		p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
+			"stream", name, "stream_epoch", got, "epoch", b.Epoch)
+		if err := p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return 0, fmt.Errorf("delete stream %s of epoch %q: %w", name, got, err)
+		}
+		if _, err := p.cfg.JS.CreateStream(ctx, want); err != nil {
+			return 0, fmt.Errorf("create stream %s: %w", name, err)
+		}
+		return cp + 1, nil
+	}
+	if limitsDiffer(&info.Config, &want) {
+		upd := info.Config
+		upd.MaxBytes, upd.MaxMsgs, upd.MaxAge, upd.Duplicates = want.MaxBytes, want.MaxMsgs, want.MaxAge, want.Duplicates
+		if upd.Duplicates == 0 {
+			upd.Duplicates = info.Config.Duplicates
+		}
+		if _, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			p.log.Warn("could not apply the configured stream limits", "stream", name, "err", err)
+		}
+	}
+	last := info.State.LastSeq
+	if last > b.Head {
+		return 0, fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
+			"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", name, last, b.Head)
+	}
+	if last >= cp {
+		// The stream holds (or held) this epoch's messages up to last.
+		return last + 1, nil
+	}
+	// The stream is behind the checkpoint (purged or lost): make its next
+	// sequence checkpoint+1, so that sequence and position agree.
+	if err := s.Purge(ctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
+		return 0, fmt.Errorf("purge stream %s to sequence %d: %w", name, cp+1, err)
+	}
+	p.log.Info("stream purged to the checkpoint", "stream", name, "next", cp+1)
+	return cp + 1, nil
+}
+
+func limitsDiffer(have, want *jetstream.StreamConfig) bool {
+	return have.MaxBytes != want.MaxBytes || have.MaxMsgs != want.MaxMsgs || have.MaxAge != want.MaxAge ||
+		want.Duplicates != 0 && have.Duplicates != want.Duplicates
+}
+
+// drain publishes from next on, batch after batch, and waits for new events
+// when drained. It returns on the first error (the caller resyncs).
+func (r *run) drain(ctx context.Context, next uint64) error {
+	p := r.p
+	poll := time.NewTimer(p.cfg.PollInterval)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		epoch, events, err := p.cfg.Store.Read(ctx, p.cfg.Boundary, next-1, p.cfg.BatchSize, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read events after %d: %w", next-1, err)
+		}
+		if epoch != r.epoch {
+			return fmt.Errorf("boundary epoch changed from %s to %s: resyncing the stream", r.epoch, epoch)
+		}
+		if len(events) == 0 {
+			p.setState(StateLeading, "caught up: every committed event is published", nil)
+			poll.Reset(p.cfg.PollInterval)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-p.cfg.Wake:
+			case <-poll.C:
+			}
+			continue
+		}
+		p.setState(StateLeading, "publishing", nil)
+		if events[0].Position != next {
+			// The store broke I1: never publish around a hole.
+			return fmt.Errorf("store returned position %d after %d: a gap in the store", events[0].Position, next-1)
+		}
+		// The batch is finished even when ctx ends meanwhile: a clean stop
+		// publishes and checkpoints what it started.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.AckTimeout+5*time.Second)
+		err = r.publish(bctx, events)
+		cancel()
+		if err != nil {
+			return err
+		}
+		last := events[len(events)-1].Position
+		r.acked = last
+		if p.cfg.AfterAck != nil {
+			p.cfg.AfterAck(last)
+		}
+		if err := r.checkpoint(ctx, last); err != nil {
+			return err
+		}
+		next = last + 1
+	}
+	return nil
+}
+
+// publish sends the batch pipelined, at most Window in flight, each message
+// expecting the previous position as the stream's last sequence, and returns
+// once every message is acknowledged at its own sequence (I2).
+func (r *run) publish(ctx context.Context, events []event.Event) error {
+	p := r.p
+	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	for i := range events {
+		e := &events[i]
+		if e.Position != events[0].Position+uint64(i) {
+			return fmt.Errorf("store returned position %d at index %d of a batch from %d: a gap in the store",
+				e.Position, i, events[0].Position)
+		}
+		if i >= p.cfg.Window {
+			if err := r.await(ctx, futures[i-p.cfg.Window], events[i-p.cfg.Window].Position); err != nil {
+				return err
+			}
+		}
+		msg, err := stream.Message(e, p.cfg.MsgID)
+		if err != nil {
+			return err
+		}
+		f, err := p.cfg.JS.PublishMsgAsync(msg, jetstream.WithExpectLastSequence(e.Position-1),
+			jetstream.WithStallWait(p.cfg.AckTimeout))
+		if err != nil {
+			return fmt.Errorf("publish position %d: %w", e.Position, err)
+		}
+		futures = append(futures, f)
+	}
+	for i := max(0, len(futures)-p.cfg.Window); i < len(futures); i++ {
+		if err := r.await(ctx, futures[i], events[i].Position); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) await(ctx context.Context, f jetstream.PubAckFuture, pos uint64) error {
+	timer := time.NewTimer(r.p.cfg.AckTimeout)
+	defer timer.Stop()
+	select {
+	case ack := <-f.Ok():
+		if ack.Sequence != pos {
+			return fmt.Errorf("position %d acknowledged at stream sequence %d (duplicate: %v): refusing to continue out of place",
+				pos, ack.Sequence, ack.Duplicate)
+		}
+		return nil
+	case err := <-f.Err():
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return fmt.Errorf("publish position %d refused: the stream's last sequence is not %d (another publisher, or the stream changed): %w",
+				pos, pos-1, err)
+		}
+		return fmt.Errorf("publish position %d: %w", pos, err)
+	case <-timer.C:
+		return fmt.Errorf("publish position %d: no acknowledgement within %s", pos, r.p.cfg.AckTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("publish position %d: %w", pos, ctx.Err())
+	}
+}
+
+// checkpoint writes the checkpoint of an acknowledged position. A stale
+// lease is final for this run; another failure is retried with the next
+// batch (the write is monotonic, so a later one covers this one).
+func (r *run) checkpoint(ctx context.Context, pos uint64) error {
+	p := r.p
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := p.cfg.Store.SaveCheckpoint(wctx, p.cfg.Boundary, r.lease, pos)
+	switch {
+	case err == nil:
+		r.saved = max(r.saved, pos)
+		return nil
+	case errors.Is(err, event.ErrLeaseLost):
+		return fmt.Errorf("checkpoint %d refused: %w", pos, err)
+	default:
+		return fmt.Errorf("write checkpoint %d: %w", pos, err)
+	}
+}
+
+// finalCheckpoint saves what was acknowledged but not yet checkpointed, so a
+// clean stop leaves the checkpoint at the stream's last sequence.
+func (r *run) finalCheckpoint() {
+	if r.acked > r.saved {
+		if err := r.checkpoint(context.Background(), r.acked); err != nil {
+			r.p.log.Warn("final checkpoint not written", "position", r.acked, "err", err)
+		}
+	}
+}
+
+// isPaused reports whether JetStream refuses for a reason of its own limits
+// (a full stream with discard-new, or the server's memory or storage is
+// exhausted), as opposed to a failure of orisun or the store.
+func isPaused(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10077, // stream store failed: maximum messages or bytes exceeded
+		10028, // insufficient memory resources
+		10047, // insufficient storage resources
+		10023: // insufficient resources
+		return true
+	}
+	return false
+}
+
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func newBackoff(lo, hi time.Duration) *backoff { return &backoff{min: lo, max: hi, cur: lo} }
+
+func (b *backoff) reset() { b.cur = b.min }
+
+// wait sleeps for the current backoff or until ctx ends; it reports false
+// when ctx ended.
+func (b *backoff) wait(ctx context.Context) bool {
+	t := time.NewTimer(b.cur)
+	defer t.Stop()
+	b.cur = min(b.cur*2, b.max)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,55 @@
+package publisher
+
+import "time"
+
+// State of a publisher (DESIGN §8).
+type State string
+
+const (
+	// StateLeading: this node holds the lease and publishes.
+	StateLeading State = "leading"
+	// StateStandby: another node holds the lease, or this one is stopped.
+	StateStandby State = "standby"
+	// StatePaused: JetStream refuses for its own limits; retrying.
+	StatePaused State = "paused"
+	// StateStalled: the publisher cannot make progress; Reason says why.
+	StateStalled State = "stalled"
+)
+
+// Status is a snapshot of a publisher's state, measured, never assumed (I7).
+type Status struct {
+	State  State     `json:"state"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+}
+
+// Status returns the current state.
+func (p *Publisher) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+// SetStandby records that another holder has the lease (called by the lease
+// loop while this node waits).
+func (p *Publisher) SetStandby(reason string) { p.setState(StateStandby, reason, nil) }
+
+// setState changes the state and logs each change once, with its reason:
+// a retry in the same state with the same reason is not logged again.
+func (p *Publisher) setState(s State, reason string, err error) {
+	p.mu.Lock()
+	changed := p.state.State != s || p.state.Reason != reason
+	if changed {
+		p.state = Status{State: s, Reason: reason, Since: time.Now().UTC()}
+	}
+	p.mu.Unlock()
+	if !changed {
+		return
+	}
+	switch s {
+	case StateStalled, StatePaused:
+		p.log.Warn("publisher "+string(s), "reason", reason, "err", err)
+	default:
+		p.log.Info("publisher "+string(s), "reason", reason)
+	}
+}

@@ -1,0 +1,166 @@
+// Package stream is the JetStream layout of DESIGN §6, a public contract that
+// NATS clients rely on: one memory stream per boundary named ORISUN_<boundary>
+// on the subjects orisun.events.<boundary>.>, the message of an event with its
+// headers and JSON body, and the stream metadata that carries the boundary's
+// epoch. The publisher writes this layout and subscriptions read it; both go
+// through this package so that the two can never disagree.
+package stream
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// Header names of an event message.
+const (
+	HeaderEventID  = "Orisun-Event-Id"
+	HeaderPosition = "Orisun-Position"
+	HeaderEpoch    = "Orisun-Epoch"
+	HeaderType     = "Orisun-Type"
+	HeaderTime     = "Orisun-Time"
+)
+
+// Stream metadata keys.
+const (
+	MetaEpoch    = "orisun_epoch"
+	MetaBoundary = "orisun_boundary"
+)
+
+// SubjectPrefix is the first two tokens of every event subject.
+const SubjectPrefix = "orisun.events"
+
+// Name returns the stream name of a boundary.
+func Name(boundary string) string { return "ORISUN_" + boundary }
+
+// Subjects returns the stream's subject filter: orisun.events.<boundary>.>.
+func Subjects(boundary string) string { return SubjectPrefix + "." + boundary + ".>" }
+
+// Subject returns the subject of an event of the given type.
+func Subject(boundary, typ string) string { return SubjectPrefix + "." + boundary + "." + typ }
+
+// Limits are the stream limits from configuration.
+type Limits struct {
+	MaxBytes int64         // <= 0: unlimited
+	MaxMsgs  int64         // <= 0: unlimited
+	MaxAge   time.Duration // 0: unlimited
+	Replicas int           // 0 means 1
+	// Duplicates is the de-duplication window for Nats-Msg-Id; 0 leaves
+	// the server default.
+	Duplicates time.Duration
+}
+
+// Config returns the stream configuration of a boundary in an epoch.
+// firstSeq is the sequence of the stream's first message when it is created
+// (checkpoint + 1), so that sequence and position agree (I2).
+func Config(boundary, epoch string, lim Limits, firstSeq uint64) jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:        Name(boundary),
+		Description: "orisun events of boundary " + boundary,
+		Subjects:    []string{Subjects(boundary)},
+		Storage:     jetstream.MemoryStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxBytes:    -1,
+		MaxMsgs:     -1,
+		MaxAge:      lim.MaxAge,
+		Replicas:    max(lim.Replicas, 1),
+		Duplicates:  lim.Duplicates,
+		FirstSeq:    firstSeq,
+		Metadata:    map[string]string{MetaEpoch: epoch, MetaBoundary: boundary},
+	}
+	if lim.MaxBytes > 0 {
+		cfg.MaxBytes = lim.MaxBytes
+	}
+	if lim.MaxMsgs > 0 {
+		cfg.MaxMsgs = lim.MaxMsgs
+	}
+	return cfg
+}
+
+// Epoch returns the epoch recorded in a stream's metadata ("" if none).
+func Epoch(cfg *jetstream.StreamConfig) string { return cfg.Metadata[MetaEpoch] }
+
+// Message builds the message of a stored event. When msgID is true the
+// Nats-Msg-Id header carries the event id, for NATS-side de-duplication.
+func Message(e *event.Event, msgID bool) (*nats.Msg, error) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %s at position %d: %w", e.ID, e.Position, err)
+	}
+	m := nats.NewMsg(Subject(e.Boundary, e.Type))
+	m.Data = body
+	m.Header.Set(HeaderEventID, e.ID)
+	m.Header.Set(HeaderPosition, strconv.FormatUint(e.Position, 10))
+	m.Header.Set(HeaderEpoch, e.Epoch)
+	m.Header.Set(HeaderType, e.Type)
+	m.Header.Set(HeaderTime, e.Time.UTC().Format(time.RFC3339Nano))
+	if msgID {
+		m.Header.Set(nats.MsgIdHdr, e.ID)
+	}
+	return m, nil
+}
+
+// EncodedSize returns an upper bound of the size of the message the input
+// becomes once stored: headers and body, with the widest position and time,
+// and the headers the publisher adds. Appends compare it with the NATS max
+// payload so that an event too large to publish can never be stored.
+func EncodedSize(boundary string, in *event.Input) int {
+	e := event.Event{
+		ID:       in.ID,
+		Boundary: boundary,
+		Epoch:    "00000000-0000-0000-0000-000000000000",
+		Position: math.MaxUint64,
+		Type:     in.Type,
+		Time:     time.Date(2006, 1, 2, 15, 4, 5, 999999999, time.UTC),
+		Tags:     in.Tags,
+		Data:     in.Data,
+		Metadata: in.Metadata,
+	}
+	if e.Tags == nil {
+		e.Tags = []string{}
+	}
+	m, err := Message(&e, true)
+	if err != nil {
+		return math.MaxInt
+	}
+	size := len(m.Data) + len(m.Subject)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			size += len(k) + len(v) + 4
+		}
+	}
+	// NATS/1.0 line, the expected-last-sequence header the publisher adds
+	// (a uint64), and the header block's terminator.
+	size += len("NATS/1.0\r\n") + len(jetstream.ExpectedLastSeqHeader) + 20 + 4 + 2
+	return size
+}
+
+// Decode reads an event from a stream message. It returns the position and
+// epoch from the headers, and the event from the body; a message whose
+// headers and body disagree is an error (it was not written by orisun).
+func Decode(subject string, h nats.Header, data []byte) (event.Event, error) {
+	var e event.Event
+	pos, err := strconv.ParseUint(h.Get(HeaderPosition), 10, 64)
+	if err != nil {
+		return e, fmt.Errorf("message on %s: header %s %q is not a position", subject, HeaderPosition, h.Get(HeaderPosition))
+	}
+	if err := json.Unmarshal(data, &e); err != nil {
+		return e, fmt.Errorf("message on %s at position %d: body is not an event: %w", subject, pos, err)
+	}
+	if e.Position != pos || e.Epoch != h.Get(HeaderEpoch) {
+		return e, fmt.Errorf("message on %s: headers (position %d, epoch %s) disagree with the body (position %d, epoch %s)",
+			subject, pos, h.Get(HeaderEpoch), e.Position, e.Epoch)
+	}
+	if e.Tags == nil {
+		e.Tags = []string{}
+	}
+	return e, nil
+}
