@@ -57,18 +57,18 @@ type Node struct {
 	// Hooks for tests (fault points); nil in production.
 	afterAck func(boundary string, last uint64)
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	store    backend.Store
-	ns       *natsembed.Server
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	runCtx   context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	runners  map[string]*boundaryRunner
-	subs     sync.WaitGroup
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	store   backend.Store
+	ns      *natsembed.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	runners map[string]*boundaryRunner
+	subs    sync.WaitGroup
 }
 
 type boundaryRunner struct {
