@@ -1,0 +1,534 @@
+package orisun_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// setup starts a node on a fresh data directory with a random NATS port.
+func setup(t testing.TB, dir string, mutate func(*orisun.Config), opts ...orisun.Option) *orisun.Node {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	cfg := orisun.Config{
+		DataDir:      dir,
+		NATSPort:     -1,
+		Boundaries:   []string{"default"},
+		PollInterval: 50 * time.Millisecond,
+		LeaseTTL:     2 * time.Second,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if os.Getenv("ORISUN_TEST_LOG") != "" {
+		opts = append(opts, orisun.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	n, err := orisun.New(cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return n
+}
+
+func events(n int, typ string, size int) []orisun.EventIn {
+	pad := make([]byte, max(size-20, 0))
+	for i := range pad {
+		pad[i] = 'x'
+	}
+	out := make([]orisun.EventIn, n)
+	for i := range out {
+		out[i] = orisun.EventIn{Type: typ, Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"p":"%s"}`, i, pad))}
+	}
+	return out
+}
+
+// waitSettled waits until every boundary's published position equals its head.
+func waitSettled(t testing.TB, n *orisun.Node, timeout time.Duration) orisun.Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := n.Status(context.Background())
+		if err == nil && st.Settled {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled within %s: %+v (err %v)", timeout, st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// recorder is a handler that records positions and ids, checking order.
+type recorder struct {
+	mu    sync.Mutex
+	next  uint64
+	ids   map[uint64]string
+	err   error
+	delay time.Duration
+}
+
+func newRecorder(after uint64) *recorder { return &recorder{next: after + 1, ids: map[uint64]string{}} }
+
+func (r *recorder) handle(_ context.Context, e orisun.Event) error {
+	if r.delay > 0 {
+		time.Sleep(r.delay)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.Position != r.next {
+		r.err = fmt.Errorf("got position %d, want %d", e.Position, r.next)
+		return r.err
+	}
+	if _, dup := r.ids[e.Position]; dup {
+		r.err = fmt.Errorf("position %d delivered twice", e.Position)
+		return r.err
+	}
+	r.ids[e.Position] = e.ID
+	r.next++
+	return nil
+}
+
+func (r *recorder) delivered() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next - 1
+}
+
+// subscribe runs a subscription in the background; the returned func stops
+// it and returns its error (nil when it ended by the stop).
+func subscribe(t testing.TB, n *orisun.Node, boundary string, after uint64, r *recorder, opts orisun.SubscribeOptions) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Subscribe(ctx, boundary, after, r.handle, opts) }()
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+			if errors.Is(err, context.Canceled) {
+				err = nil
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func waitDelivered(t testing.TB, r *recorder, pos uint64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for r.delivered() < pos {
+		r.mu.Lock()
+		err := r.err
+		r.mu.Unlock()
+		if err != nil {
+			t.Fatalf("subscription failed: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered %d of %d within %s", r.delivered(), pos, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkAgainstStore asserts that r received exactly the store's events
+// from its start position to the head: same ids, each once (I5).
+func checkAgainstStore(t testing.TB, n *orisun.Node, boundary string, from uint64, r *recorder) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		t.Fatalf("subscription on %s failed: %v", boundary, r.err)
+	}
+	after := from
+	for {
+		_, evs, err := n.Read(context.Background(), boundary, after, 10000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			if got := r.ids[e.Position]; got != e.ID {
+				t.Fatalf("%s position %d: delivered id %q, store has %q", boundary, e.Position, got, e.ID)
+			}
+			after = e.Position
+		}
+	}
+	if uint64(len(r.ids)) != after-from {
+		t.Fatalf("%s: delivered %d events, the store has %d after %d", boundary, len(r.ids), after-from, from)
+	}
+}
+
+// checkStream asserts that every message of the boundary's stream has
+// sequence = Orisun-Position and the store's event id at that position (I2).
+func checkStream(t testing.TB, n *orisun.Node, boundary string) (first, last uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(n.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, stream.Name(boundary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := s.CachedInfo()
+	if info.State.Msgs == 0 {
+		return 0, 0
+	}
+	first, last = info.State.FirstSeq, info.State.LastSeq
+	_, evs, err := n.Read(ctx, boundary, first-1, 10000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[uint64]string{}
+	for len(evs) > 0 {
+		for _, e := range evs {
+			ids[e.Position] = e.ID
+		}
+		_, evs, err = n.Read(ctx, boundary, evs[len(evs)-1].Position, 10000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := first; seq <= last; seq++ {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("stream %s: reading sequence %d: %v", boundary, seq, err)
+		}
+		md, _ := msg.Metadata()
+		pos, _ := strconv.ParseUint(msg.Headers().Get(stream.HeaderPosition), 10, 64)
+		if md.Sequence.Stream != seq || pos != seq {
+			t.Fatalf("stream %s: sequence %d (expected %d) carries position %d (I2)", boundary, md.Sequence.Stream, seq, pos)
+		}
+		if id := msg.Headers().Get(stream.HeaderEventID); id != ids[pos] {
+			t.Fatalf("stream %s: position %d carries event %s, the store has %s", boundary, pos, id, ids[pos])
+		}
+	}
+	return first, last
+}
+
+// TestEndToEnd_I2_I5: 10,000 events appended to 3 boundaries by concurrent
+// goroutines; a subscriber from 0 and one started midway on each boundary
+// receive every position exactly once, in order; every stream message's
+// sequence equals its position.
+func TestEndToEnd_I2_I5(t *testing.T) {
+	boundaries := []string{"orders", "payments", "shipping"}
+	n := setup(t, "", func(c *orisun.Config) { c.Boundaries = boundaries; c.PublishBatch = 200 })
+	const total, appenders = 10000, 8
+	ctx := context.Background()
+
+	fromZero := map[string]*recorder{}
+	stops := map[string]func() error{}
+	for _, b := range boundaries {
+		fromZero[b] = newRecorder(0)
+		stops[b+"/0"] = subscribe(t, n, b, 0, fromZero[b], orisun.SubscribeOptions{})
+	}
+
+	var wg sync.WaitGroup
+	var appended sync.Map
+	errs := make(chan error, appenders)
+	for a := 0; a < appenders; a++ {
+		wg.Add(1)
+		go func(a int) {
+			defer wg.Done()
+			for i := 0; i < total/appenders; {
+				size := 1 + (i+a)%7
+				if i+size > total/appenders {
+					size = total/appenders - i
+				}
+				b := boundaries[(a+i)%len(boundaries)]
+				res, err := n.Append(ctx, b, events(size, "test.appended", 64), nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				appended.Store(fmt.Sprintf("%s/%d", b, res.Last), size)
+				i += size
+			}
+		}(a)
+	}
+
+	// Midway subscribers start once half the events are in.
+	midway := map[string]*recorder{}
+	midFrom := map[string]uint64{}
+	for {
+		var sum uint64
+		bs, _ := n.Boundaries(ctx)
+		for _, b := range bs {
+			sum += b.Head
+		}
+		if sum >= total/2 {
+			for _, b := range bs {
+				midFrom[b.Name] = b.Head / 2
+				midway[b.Name] = newRecorder(b.Head / 2)
+				stops[b.Name+"/mid"] = subscribe(t, n, b.Name, b.Head/2, midway[b.Name], orisun.SubscribeOptions{})
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := waitSettled(t, n, 60*time.Second)
+	var sum uint64
+	for _, b := range st.Boundaries {
+		sum += b.Head
+		waitDelivered(t, fromZero[b.Name], b.Head, 60*time.Second)
+		waitDelivered(t, midway[b.Name], b.Head, 60*time.Second)
+	}
+	if sum != total {
+		t.Fatalf("heads add up to %d, appended %d", sum, total)
+	}
+	for name, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatalf("subscription %s: %v", name, err)
+		}
+	}
+	for _, b := range boundaries {
+		checkAgainstStore(t, n, b, 0, fromZero[b])
+		checkAgainstStore(t, n, b, midFrom[b], midway[b])
+		if first, last := checkStream(t, n, b); first != 1 {
+			t.Fatalf("stream %s starts at %d (last %d), want 1", b, first, last)
+		}
+	}
+}
+
+// TestRestartResumes_I3_I4_I5: the node stopped in the middle of publishing a
+// backlog and started again on the same directory resumes at checkpoint+1
+// and skips nothing; a subscriber resuming from its saved position loses
+// nothing and sees nothing twice.
+func TestRestartResumes_I3_I4_I5(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	var n1 *orisun.Node
+	acked := make(chan uint64, 1000)
+	n1 = setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 100; c.PublishWindow = 16 },
+		orisun.WithAfterAckHook(func(_ string, last uint64) {
+			select {
+			case acked <- last:
+			default:
+			}
+		}))
+	for i := 0; i < 40; i++ {
+		if _, err := n1.Append(ctx, "default", events(500, "backlog", 256), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRecorder(0)
+	r.delay = 200 * time.Microsecond
+	stopSub := subscribe(t, n1, "default", 0, r, orisun.SubscribeOptions{})
+	waitDelivered(t, r, 500, 30*time.Second)
+	// Stop once publishing is under way but not finished.
+	for last := range acked {
+		if last >= 2000 {
+			break
+		}
+	}
+	if err := n1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	err := stopSub()
+	if err != nil && !errors.Is(err, event.ErrClosed) {
+		t.Fatalf("subscription ended with %v, want ErrClosed", err)
+	}
+	saved := r.delivered()
+	t.Logf("stopped with the subscriber at %d", saved)
+
+	n2 := setup(t, dir, nil)
+	st := waitSettled(t, n2, 60*time.Second)
+	if st.Boundaries[0].Head != 20000 {
+		t.Fatalf("head %d, want 20000", st.Boundaries[0].Head)
+	}
+	first, last := checkStream(t, n2, "default")
+	t.Logf("after restart the stream holds %d..%d", first, last)
+	if first < 2 || last != 20000 {
+		t.Fatalf("stream after restart holds %d..%d: want to resume after the checkpoint (>1) up to 20000", first, last)
+	}
+	r2 := newRecorder(saved)
+	stop2 := subscribe(t, n2, "default", saved, r2, orisun.SubscribeOptions{})
+	waitDelivered(t, r2, 20000, 60*time.Second)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainstStore(t, n2, "default", saved, r2)
+}
+
+// TestEvictionFallsBack_I5: tiny stream limits and a slow handler: the live
+// subscription meets gaps, goes back to the store, counts it and loses
+// nothing.
+func TestEvictionFallsBack_I5(t *testing.T) {
+	n := setup(t, "", func(c *orisun.Config) { c.EventStreamMaxMsgs = 20 })
+	ctx := context.Background()
+	if _, err := n.Append(ctx, "default", events(10, "warmup", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder(0)
+	r.delay = time.Millisecond
+	var fellBehind, caughtUp sync.Map
+	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{
+		OnCaughtUp:   func(next uint64) { caughtUp.Store(next, true) },
+		OnFellBehind: func(next uint64, reason string) { fellBehind.Store(next, reason) },
+	})
+	waitDelivered(t, r, 10, 10*time.Second)
+	for i := 0; i < 20; i++ {
+		if _, err := n.Append(ctx, "default", events(100, "burst", 32), nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitSettled(t, n, 30*time.Second)
+	waitDelivered(t, r, 2010, 60*time.Second)
+	st, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainstStore(t, n, "default", 0, r)
+	falls := 0
+	fellBehind.Range(func(k, v any) bool { falls++; t.Logf("fell behind at %v: %v", k, v); return true })
+	if falls == 0 {
+		t.Fatal("the subscription never fell behind: the test did not exercise eviction")
+	}
+	if st.Boundaries[0].SubsFallBacks < int64(falls) {
+		t.Fatalf("status counts %d fall-backs, the subscription reported %d", st.Boundaries[0].SubsFallBacks, falls)
+	}
+}
+
+// TestBadInput: each invalid append is a clear error naming the field, and
+// nothing is written.
+func TestBadInput(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx := context.Background()
+	ok := func() orisun.EventIn { return orisun.EventIn{Type: "ok", Data: json.RawMessage(`{}`)} }
+	big := make([]byte, 2<<20)
+	for i := range big {
+		big[i] = 'a'
+	}
+	cases := []struct {
+		name     string
+		boundary string
+		events   []orisun.EventIn
+		want     error
+		mention  string
+	}{
+		{"empty batch", "default", nil, event.ErrInvalid, "no events"},
+		{"boundary with dot", "a.b", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with star", "a*", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with gt", "a>", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with dollar", "$sys", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with space", "a b", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with NUL", "a\x00", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary 64 chars", "a234567890123456789012345678901234567890123456789012345678901234", []orisun.EventIn{ok()}, event.ErrInvalid, "limit is 63"},
+		{"boundary upper case", "Default", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
+		{"unknown boundary", "nosuch", []orisun.EventIn{ok()}, event.ErrNotFound, "nosuch"},
+		{"type empty", "default", []orisun.EventIn{{Type: "", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type star", "default", []orisun.EventIn{{Type: "a.*", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type gt", "default", []orisun.EventIn{{Type: ">", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type empty token", "default", []orisun.EventIn{{Type: "a..b", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type space", "default", []orisun.EventIn{{Type: "a b", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type NUL", "default", []orisun.EventIn{{Type: "a\x00", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"data not JSON", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`{nope`)}}, event.ErrInvalid, "data"},
+		{"data missing", "default", []orisun.EventIn{{Type: "a"}}, event.ErrInvalid, "data"},
+		{"metadata not JSON", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`1`), Metadata: json.RawMessage(`x`)}}, event.ErrInvalid, "metadata"},
+		{"id not uuid", "default", []orisun.EventIn{{ID: "42", Type: "a", Data: json.RawMessage(`1`)}}, event.ErrInvalid, "id"},
+		{"duplicate ids", "default", []orisun.EventIn{
+			{ID: "0190b0a0-0000-7000-8000-000000000001", Type: "a", Data: json.RawMessage(`1`)},
+			{ID: "0190b0a0-0000-7000-8000-000000000001", Type: "a", Data: json.RawMessage(`1`)}}, event.ErrInvalid, "unique"},
+		{"tag empty", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`1`), Tags: []string{""}}}, event.ErrInvalid, "tags[0]"},
+		{"over max payload", "default", []orisun.EventIn{ok(), {Type: "a", Data: json.RawMessage(`"` + string(big) + `"`)}}, event.ErrTooLarge, "events[1]"},
+		{"too many events", "default", events(10001, "a", 10), event.ErrTooLarge, "limit is 10000"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := n.Append(ctx, c.boundary, c.events, nil)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+			if !contains(err.Error(), c.mention) {
+				t.Fatalf("error %q does not mention %q", err, c.mention)
+			}
+		})
+	}
+	b, err := n.Boundaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 1 || b[0].Head != 0 {
+		t.Fatalf("something was written: %+v", b)
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkRelay measures events per second from append to JetStream
+// acknowledgement (the checkpoint), 1 KB events appended in batches of 1,000.
+func BenchmarkRelay(b *testing.B) {
+	n := setup(b, "", func(c *orisun.Config) { c.SQLiteSynchronous = "FULL" })
+	ctx := context.Background()
+	batch := events(1000, "bench.event", 1024)
+	b.SetBytes(1024)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i += 1000 {
+		if _, err := n.Append(ctx, "default", batch[:min(1000, b.N-i)], nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitSettled(b, n, 10*time.Minute)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}

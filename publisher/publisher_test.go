@@ -1,0 +1,311 @@
+package publisher_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/natsembed"
+	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/stream"
+)
+
+type env struct {
+	store *sqlite.Store
+	ns    *natsembed.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := sqlite.Open(ctx, sqlite.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: dir + "/js"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Stop)
+	nc, err := ns.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	return &env{store: store, ns: ns, nc: nc, js: js}
+}
+
+func (e *env) append(t *testing.T, n int) {
+	t.Helper()
+	in := make([]event.Input, n)
+	for i := range in {
+		in[i] = event.Input{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{"i":` + strconv.Itoa(i) + `}`), Tags: []string{}}
+	}
+	if _, err := e.store.Append(context.Background(), "b", in, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publisher returns a publisher without Nats-Msg-Id, so that the server's
+// de-duplication cannot mask a misplaced message: only the expected last
+// sequence keeps the stream in order.
+func (e *env) publisher(js jetstream.JetStream, wake chan struct{}) *publisher.Publisher {
+	return publisher.New(publisher.Config{
+		Boundary: "b", Store: e.store, JS: js, BatchSize: 50, Window: 8,
+		PollInterval: 20 * time.Millisecond, Wake: wake,
+	})
+}
+
+// checkStream asserts sequence = position = the store's event (I2) for the
+// whole stream and returns its last sequence.
+func (e *env) checkStream(t *testing.T) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, stream.Name("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := s.CachedInfo()
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("get sequence %d: %v", seq, err)
+		}
+		pos, _ := strconv.ParseUint(m.Header.Get(stream.HeaderPosition), 10, 64)
+		_, evs, err := e.store.Read(ctx, "b", seq-1, 1, nil)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("store read at %d: %v %v", seq, evs, err)
+		}
+		if pos != seq || m.Header.Get(stream.HeaderEventID) != evs[0].ID {
+			t.Fatalf("sequence %d carries position %d, event %s; the store has %s there (I2)",
+				seq, pos, m.Header.Get(stream.HeaderEventID), evs[0].ID)
+		}
+	}
+	return info.State.LastSeq
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestStalePublisherCannotMisplace_I6_I3: a publisher whose lease term is
+// stale runs beside the current one while events are appended. Nothing it
+// does places a message out of position (I2, I6), its checkpoint write is
+// refused and it stops with ErrLeaseLost (I3), and the current publisher
+// publishes everything.
+func TestStalePublisherCannotMisplace_I6_I3(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current backend.Lease
+	waitFor(t, "the stale lease to expire and node-b to take it", 5*time.Second, func() bool {
+		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
+		return err == nil
+	})
+	if current.Term <= stale.Term {
+		t.Fatalf("new term %d not above stale term %d", current.Term, stale.Term)
+	}
+
+	// The stale publisher gets its own connection, as another node would.
+	nc2, err := e.ns.Connect("stale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	js2, _ := jetstream.New(nc2)
+	good := e.publisher(e.js, make(chan struct{}, 1))
+	bad := e.publisher(js2, make(chan struct{}, 1))
+
+	e.append(t, 100)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var goodErr, badErr error
+	badDone := make(chan struct{})
+	wg.Add(2)
+	go func() { defer wg.Done(); goodErr = good.Run(runCtx, current) }()
+	go func() { defer wg.Done(); defer close(badDone); badErr = bad.Run(runCtx, stale) }()
+	// Keep appending until the stale publisher has tried a checkpoint: it
+	// only learns that its term is stale when it writes one (in a node, the
+	// lease renewal tells it too).
+	deadline := time.After(20 * time.Second)
+appending:
+	for i := 0; ; i++ {
+		e.append(t, 1+i*7%23)
+		select {
+		case <-badDone:
+			break appending
+		case <-deadline:
+			t.Fatal("the stale publisher did not stop")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if !errors.Is(badErr, event.ErrLeaseLost) {
+		t.Fatalf("stale publisher ended with %v, want ErrLeaseLost", badErr)
+	}
+	head := func() uint64 { b, _ := e.store.Boundary(ctx, "b"); return b.Head }
+	waitFor(t, "the checkpoint to reach the head", 20*time.Second, func() bool {
+		cp, _ := e.store.Checkpoint(ctx, "b")
+		return cp == head()
+	})
+	cancel()
+	wg.Wait()
+	if goodErr != nil {
+		t.Fatalf("current publisher: %v", goodErr)
+	}
+	if last := e.checkStream(t); last != head() {
+		t.Fatalf("stream last %d, head %d", last, head())
+	}
+
+	// A message for an old position, sent as a stale node would, is refused
+	// by JetStream itself.
+	_, evs, _ := e.store.Read(ctx, "b", 4, 1, nil)
+	msg, _ := stream.Message(&evs[0], false)
+	_, err = js2.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(4))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("out-of-place publish: got %v, want wrong last sequence", err)
+	}
+}
+
+// TestStreamAheadOfStoreStalls_I7: a stream whose last sequence is beyond the
+// store's head (the store was restored) stops the publisher with that reason;
+// it never guesses and never publishes.
+func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	b, _ := e.store.Boundary(ctx, "b")
+	cfg := stream.Config("b", b.Epoch, stream.Limits{}, 1)
+	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.append(t, 3)
+	l, err := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.publisher(e.js, nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	waitFor(t, "the stalled state", 5*time.Second, func() bool {
+		st := p.Status()
+		return st.State == publisher.StateStalled && strings.Contains(st.Reason, "went back in time")
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 0 {
+		t.Fatalf("checkpoint moved to %d", cp)
+	}
+}
+
+// TestStreamOfOtherEpochIsRecreated_I2: a stream left from another epoch
+// (the boundary was recreated) is deleted and recreated, so no message of
+// the old epoch stays at a position of the new one.
+func TestStreamOfOtherEpochIsRecreated_I2(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	cfg := stream.Config("b", "00000000-0000-0000-0000-000000000000", stream.Limits{}, 1)
+	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	e.append(t, 10)
+	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	p := e.publisher(e.js, nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	waitFor(t, "the checkpoint at 10", 10*time.Second, func() bool {
+		cp, _ := e.store.Checkpoint(ctx, "b")
+		return cp == 10
+	})
+	cancel()
+	<-done
+	if last := e.checkStream(t); last != 10 {
+		t.Fatalf("stream last %d, want 10", last)
+	}
+	s, _ := e.js.Stream(ctx, stream.Name("b"))
+	b, _ := e.store.Boundary(ctx, "b")
+	if got := stream.Epoch(&s.CachedInfo().Config); got != b.Epoch {
+		t.Fatalf("stream epoch %s, boundary epoch %s", got, b.Epoch)
+	}
+}
+
+// TestCleanStopCheckpoints_I3: a publisher stopped while it publishes
+// finishes its batch and leaves the checkpoint at the stream's last
+// sequence, never beyond it.
+func TestCleanStopCheckpoints_I3(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		e.append(t, 500)
+	}
+	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	p := e.publisher(e.js, nil)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	waitFor(t, "publishing under way", 10*time.Second, func() bool {
+		cp, _ := e.store.Checkpoint(ctx, "b")
+		return cp >= 1000
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	cp, _ := e.store.Checkpoint(ctx, "b")
+	s, _ := e.js.Stream(ctx, stream.Name("b"))
+	last := s.CachedInfo().State.LastSeq
+	if cp != last {
+		t.Fatalf("after a clean stop the checkpoint is %d, the stream's last sequence %d", cp, last)
+	}
+	if cp == 10000 {
+		t.Log("the publisher finished before the stop: the test did not stop mid-publishing")
+	}
+	e.checkStream(t)
+}
