@@ -1,0 +1,130 @@
+package event_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+func TestValidateBoundaryName(t *testing.T) {
+	t.Parallel()
+	valid := []string{"a", "default", "orders_2024", "a" + strings.Repeat("b", 62)}
+	invalid := []string{"", "A", "1a", "_a", "a.b", "a*", "a>", "$a", "a$", "a b", "a\x00", "a-b", "é",
+		"a" + strings.Repeat("b", 63), "a\n", "a/b"}
+	for _, name := range valid {
+		if err := event.ValidateBoundaryName(name); err != nil {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+	for _, name := range invalid {
+		err := event.ValidateBoundaryName(name)
+		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "boundary name") {
+			t.Errorf("%q: got %v, want an invalid boundary name error", name, err)
+		}
+	}
+}
+
+func TestValidateType(t *testing.T) {
+	t.Parallel()
+	valid := []string{"a", "OrderPlaced", "order.placed", "order.placed.v2", "a-b_c:d", strings.Repeat("x", 255)}
+	invalid := []string{"", ".", "a.", ".a", "a..b", "*", "a.*", ">", "a.>", "$SYS", "a b", "a\x00", "a\tb",
+		"é", strings.Repeat("x", 256), "a/b"}
+	for _, typ := range valid {
+		if err := event.ValidateType(typ); err != nil {
+			t.Errorf("%q: %v", typ, err)
+		}
+	}
+	for _, typ := range invalid {
+		if err := event.ValidateType(typ); !errors.Is(err, event.ErrInvalid) {
+			t.Errorf("%q: got %v, want ErrInvalid", typ, err)
+		}
+	}
+}
+
+func TestPrepareNormalises(t *testing.T) {
+	t.Parallel()
+	in := []event.Input{{ID: "0190B0A0-0000-7000-8000-00000000000A", Type: "a", Data: json.RawMessage(" { \"x\" : 1 } "),
+		Metadata: json.RawMessage("null")}}
+	out, err := event.Prepare("b", in, event.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].ID != "0190b0a0-0000-7000-8000-00000000000a" || string(out[0].Data) != `{"x":1}` || out[0].Metadata != nil || out[0].Tags == nil {
+		t.Fatalf("not normalised: %+v", out[0])
+	}
+	if string(in[0].Data) != " { \"x\" : 1 } " {
+		t.Fatal("input modified")
+	}
+	gen, err := event.Prepare("b", []event.Input{{Type: "a", Data: json.RawMessage(`1`)}}, event.Limits{})
+	if err != nil || len(gen[0].ID) != 36 || gen[0].ID[14] != '7' {
+		t.Fatalf("generated id %q is not a UUIDv7 (%v)", gen[0].ID, err)
+	}
+}
+
+// FuzzValidateBoundaryName: whatever the input, validation never panics, and
+// a name it accepts is safe as a NATS subject token, a stream name and a SQL
+// value.
+func FuzzValidateBoundaryName(f *testing.F) {
+	for _, s := range []string{"default", "a.b", "a*", "a>", "$SYS", "a b", "a\x00", "", "Z", "a_1", strings.Repeat("a", 64)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if event.ValidateBoundaryName(name) != nil {
+			return
+		}
+		if name == "" || len(name) > 63 || strings.ContainsAny(name, ".*>$ \t\r\n\x00'\"\\/-") || !utf8.ValidString(name) {
+			t.Fatalf("accepted an unsafe name %q", name)
+		}
+		if name[0] < 'a' || name[0] > 'z' {
+			t.Fatalf("accepted %q that does not start with a lower-case letter", name)
+		}
+	})
+}
+
+// FuzzValidateType: a type it accepts is one or more non-empty subject
+// tokens without wildcards, whitespace or '$', so it can only ever extend the
+// boundary's subject, never escape it.
+func FuzzValidateType(f *testing.F) {
+	for _, s := range []string{"a", "a.b", "a..b", "a.*", ">", "$SYS.x", "a b", "a\x00", ".", "a.", "order.placed.v2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, typ string) {
+		if event.ValidateType(typ) != nil {
+			return
+		}
+		if typ == "" || len(typ) > event.MaxTypeLen || strings.ContainsAny(typ, "*>$ \t\r\n\x00") {
+			t.Fatalf("accepted an unsafe type %q", typ)
+		}
+		for _, tok := range strings.Split(typ, ".") {
+			if tok == "" {
+				t.Fatalf("accepted %q with an empty token", typ)
+			}
+		}
+	})
+}
+
+// FuzzPrepare: arbitrary events never panic; accepted ones have valid JSON
+// data and a canonical id.
+func FuzzPrepare(f *testing.F) {
+	f.Add("a", []byte(`{}`), []byte(``), "t")
+	f.Add("a.b", []byte(`{"x":[1,2]}`), []byte(`{"m":1}`), "tag")
+	f.Add("a", []byte(`{`), []byte(`x`), "")
+	f.Add("a", []byte("\x00"), []byte(`null`), "\x00")
+	f.Fuzz(func(t *testing.T, typ string, data, md []byte, tag string) {
+		out, err := event.Prepare("b", []event.Input{{Type: typ, Data: data, Metadata: md, Tags: []string{tag}}},
+			event.Limits{MaxEventBytes: 1 << 20})
+		if err != nil {
+			if !errors.Is(err, event.ErrInvalid) && !errors.Is(err, event.ErrTooLarge) {
+				t.Fatalf("error %v is neither invalid nor too large", err)
+			}
+			return
+		}
+		if !json.Valid(out[0].Data) || (out[0].Metadata != nil && !json.Valid(out[0].Metadata)) || len(out[0].ID) != 36 {
+			t.Fatalf("accepted bad event %+v", out[0])
+		}
+	})
+}
