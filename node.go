@@ -125,7 +125,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("orisun: data directory: %w", err)
 	}
-	n.store, err = sqlite.Open(ctx, sqlite.Config{
+	store, err := sqlite.Open(ctx, sqlite.Config{
 		Dir:            n.cfg.DataDir,
 		Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
 		GroupMaxEvents: n.cfg.AppendGroupMax,
@@ -134,6 +134,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orisun: open store: %w", err)
 	}
+	// Assigned only on success: a nil *sqlite.Store in the interface would
+	// not compare equal to nil.
+	n.store = store
 	n.ns, err = natsembed.New(natsembed.Config{
 		Host:       n.cfg.NATSHost,
 		Port:       n.cfg.NATSPort,

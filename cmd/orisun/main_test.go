@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun"
+)
+
+func TestConfigFromEnvironment(t *testing.T) {
+	t.Setenv("ORISUN_BOUNDARIES", "orders,payments")
+	t.Setenv("ORISUN_POLL_INTERVAL", "250ms")
+	t.Setenv("ORISUN_NATS_EVENT_STREAM_MAX_MSGS", "1000")
+	t.Setenv("ORISUN_SQLITE_SYNCHRONOUS", "NORMAL")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg.Boundaries, []string{"orders", "payments"}) || cfg.PollInterval != 250*time.Millisecond ||
+		cfg.EventStreamMaxMsgs != 1000 || cfg.SQLiteSynchronous != "NORMAL" {
+		t.Fatalf("unexpected configuration: %+v", cfg)
+	}
+	if cfg.NATSPort != 4222 || cfg.DataDir != "./data" || cfg.EventStreamMaxAge != 5*time.Minute {
+		t.Fatalf("defaults not applied: %+v", cfg)
+	}
+}
+
+// TestConfigErrorsNameTheVariable: every bad value is refused with the
+// variable's name.
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	cases := map[string]string{
+		"ORISUN_NATS_PORT":            "99999",
+		"ORISUN_POLL_INTERVAL":        "soon",
+		"ORISUN_BOUNDARIES":           "ok,Not.Valid",
+		"ORISUN_SQLITE_SYNCHRONOUS":   "SOMETIMES",
+		"ORISUN_PUBLISH_BATCH":        "0",
+		"ORISUN_BACKEND":              "oracle",
+		"ORISUN_LOG_FORMAT":           "xml",
+		"ORISUN_NATS_MAX_PAYLOAD":     "10",
+		"ORISUN_NATS_STREAM_REPLICAS": "3",
+	}
+	for variable, value := range cases {
+		t.Run(variable, func(t *testing.T) {
+			t.Setenv(variable, value)
+			_, err := loadConfig()
+			if err == nil || !strings.Contains(err.Error(), variable) {
+				t.Fatalf("%s=%s: got %v, want an error naming %s", variable, value, err, variable)
+			}
+		})
+	}
+}
+
+// TestReadmeListsEveryVariable keeps the README's table true: every
+// variable of the configuration is documented with its default.
+func TestReadmeListsEveryVariable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := reflect.TypeOf(orisun.Config{})
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		name := "ORISUN_" + f.Tag.Get("envconfig")
+		def := f.Tag.Get("default")
+		row := ""
+		for _, line := range strings.Split(string(readme), "\n") {
+			if strings.HasPrefix(line, "| `"+name+"` |") {
+				row = line
+			}
+		}
+		if row == "" {
+			t.Errorf("README.md has no table row for %s", name)
+			continue
+		}
+		if def != "" && !strings.Contains(row, def) {
+			t.Errorf("README.md row of %s does not give its default %q: %s", name, def, row)
+		}
+	}
+}
+
+// build compiles the command once per test binary.
+var build = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "orisun-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "orisun")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", &buildError{string(out)}
+	}
+	return bin, nil
+})
+
+type buildError struct{ out string }
+
+func (e *buildError) Error() string { return "go build: " + e.out }
+
+type proc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+}
+
+func start(t *testing.T, dir string) *proc {
+	t.Helper()
+	bin, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "ORISUN_DATA_DIR="+dir, "ORISUN_NATS_PORT=-1", "ORISUN_LOG_FORMAT=text")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, lines: make(chan string, 1000), done: make(chan struct{})}
+	go func() {
+		defer close(p.lines)
+		s := bufio.NewScanner(stderr)
+		for s.Scan() {
+			p.lines <- s.Text()
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.done })
+	go func() { cmd.Wait(); close(p.done) }()
+	return p
+}
+
+// waitLine waits for a log line containing s and returns it.
+func (p *proc) waitLine(t *testing.T, s string) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("process ended before logging %q", s)
+			}
+			if strings.Contains(l, s) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no log line with %q within 30s", s)
+		}
+	}
+}
+
+// TestServeStopsCleanlyOnSignal runs the real binary: it starts with no
+// configuration but a data directory, a second process on the same
+// directory is refused with a clear message, and SIGTERM stops the first
+// one cleanly (exit 0, lease released).
+func TestServeStopsCleanlyOnSignal(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, dir)
+	p.waitLine(t, "orisun started")
+	p.waitLine(t, "publisher leading")
+
+	second := start(t, dir)
+	line := second.waitLine(t, "start failed")
+	if !strings.Contains(line, "locked") {
+		t.Fatalf("second process on the same directory: %s", line)
+	}
+	<-second.done
+	if second.cmd.ProcessState.ExitCode() == 0 {
+		t.Fatal("second process exited 0")
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLine(t, "lease released")
+	p.waitLine(t, "orisun stopped")
+	<-p.done
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	var out, errw strings.Builder
+	if code := run([]string{"frobnicate"}, &out, &errw); code != 2 || !strings.Contains(errw.String(), "unknown command") {
+		t.Fatalf("code %d, stderr %q", code, errw.String())
+	}
+}
