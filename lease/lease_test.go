@@ -1,0 +1,145 @@
+package lease_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/lease"
+)
+
+func setup(t *testing.T) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, _, err := s.CreateBoundary(context.Background(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// leaders records which holder leads and checks that two never lead at once.
+type leaders struct {
+	mu      sync.Mutex
+	current string
+	terms   []uint64
+	overlap bool
+}
+
+func (l *leaders) lead(holder string) func(ctx context.Context, ls backend.Lease) error {
+	return func(ctx context.Context, ls backend.Lease) error {
+		l.mu.Lock()
+		if l.current != "" {
+			l.overlap = true
+		}
+		l.current = holder
+		l.terms = append(l.terms, ls.Term)
+		l.mu.Unlock()
+		<-ctx.Done()
+		l.mu.Lock()
+		l.current = ""
+		l.mu.Unlock()
+		return nil
+	}
+}
+
+func (l *leaders) get() (string, []uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.current, append([]uint64(nil), l.terms...), l.overlap
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOneLeaderAndHandOver_I6: of two runners one leads, the other waits
+// and sees the holder; when the leader stops it releases the lease and the
+// other takes over at once with a higher term.
+func TestOneLeaderAndHandOver_I6(t *testing.T) {
+	s := setup(t)
+	var l leaders
+	ttl := 5 * time.Second
+	ctxA, stopA := context.WithCancel(context.Background())
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	var wg sync.WaitGroup
+	var seenHolder atomic.Value
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		(&lease.Runner{Store: s, Holder: "a", TTL: ttl}).Run(ctxA, "b", l.lead("a"), nil)
+	}()
+	waitFor(t, "a to lead", 5*time.Second, func() bool { c, _, _ := l.get(); return c == "a" })
+	go func() {
+		defer wg.Done()
+		(&lease.Runner{Store: s, Holder: "b", TTL: ttl}).Run(ctxB, "b", l.lead("b"), func(h backend.Lease, err error) {
+			seenHolder.Store(h.Holder)
+		})
+	}()
+	waitFor(t, "b to see a as the holder", 5*time.Second, func() bool { h, _ := seenHolder.Load().(string); return h == "a" })
+	start := time.Now()
+	stopA()
+	waitFor(t, "b to lead", 5*time.Second, func() bool { c, _, _ := l.get(); return c == "b" })
+	if took := time.Since(start); took > ttl/2 {
+		t.Fatalf("takeover took %s: the lease was not released on a clean stop", took)
+	}
+	stopB()
+	wg.Wait()
+	_, terms, overlap := l.get()
+	if overlap {
+		t.Fatal("two leaders at once")
+	}
+	if len(terms) != 2 || terms[1] <= terms[0] {
+		t.Fatalf("terms %v: want two, growing", terms)
+	}
+}
+
+// failingRenewals wraps a real store and refuses renewals on demand, as a
+// store that lost the lease would.
+type failingRenewals struct {
+	*sqlite.Store
+	fail atomic.Bool
+}
+
+func (f *failingRenewals) RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error) {
+	if f.fail.Load() {
+		return backend.Lease{}, event.ErrLeaseLost
+	}
+	return f.Store.RenewLease(ctx, l, ttl)
+}
+
+// TestLeaderStepsDownWhenLeaseLost: a refused renewal ends the leader's
+// context within one renewal period.
+func TestLeaderStepsDownWhenLeaseLost(t *testing.T) {
+	s := &failingRenewals{Store: setup(t)}
+	var l leaders
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&lease.Runner{Store: s, Holder: "a", TTL: 300 * time.Millisecond}).Run(ctx, "b", l.lead("a"), nil)
+	}()
+	waitFor(t, "a to lead", 5*time.Second, func() bool { c, _, _ := l.get(); return c == "a" })
+	s.fail.Store(true)
+	waitFor(t, "a to step down", 2*time.Second, func() bool { c, _, _ := l.get(); return c == "" })
+	s.fail.Store(false)
+	cancel()
+	<-done
+}

@@ -1,0 +1,58 @@
+package natsembed_test
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/natsembed"
+)
+
+func TestLifecycle(t *testing.T) {
+	s, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop() // before start: nothing to do
+	s, _ = natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(s.ClientURL(), "nats://127.0.0.1:") {
+		t.Fatalf("listens on %s, want loopback", s.ClientURL())
+	}
+	nc, err := s.Connect("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nc.IsConnected() {
+		t.Fatal("not connected")
+	}
+	nc.Close()
+	s.Stop()
+	s.Stop()
+	if err := s.Start(); err == nil {
+		t.Fatal("start after stop succeeded")
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	s, _ := natsembed.New(natsembed.Config{Port: port, StoreDir: t.TempDir(), ReadyTimeout: time.Second})
+	if err := s.Start(); err == nil {
+		s.Stop()
+		t.Fatal("started on a port in use")
+	}
+}
+
+func TestStoreDirRequired(t *testing.T) {
+	if _, err := natsembed.New(natsembed.Config{}); err == nil {
+		t.Fatal("no error without a store directory")
+	}
+}

@@ -1,0 +1,177 @@
+package orisun_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/event"
+)
+
+// TestHandlerErrorEndsSubscription: the handler's error ends the
+// subscription, wrapped with the position; nothing after it is delivered.
+func TestHandlerErrorEndsSubscription(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx := context.Background()
+	if _, err := n.Append(ctx, "default", events(10, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	var seen []uint64
+	err := n.Subscribe(ctx, "default", 0, func(_ context.Context, e orisun.Event) error {
+		seen = append(seen, e.Position)
+		if e.Position == 4 {
+			return boom
+		}
+		return nil
+	}, orisun.SubscribeOptions{})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "position 4") {
+		t.Fatalf("got %v", err)
+	}
+	if len(seen) != 4 {
+		t.Fatalf("delivered %v", seen)
+	}
+}
+
+// TestSubscribeOtherEpoch_I5: a subscription resuming with a saved epoch
+// that is not the boundary's ends with ErrEpochChanged, never a silent
+// continue.
+func TestSubscribeOtherEpoch_I5(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx := context.Background()
+	if _, err := n.Append(ctx, "default", events(3, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	err := n.Subscribe(ctx, "default", 1, func(context.Context, orisun.Event) error { return nil },
+		orisun.SubscribeOptions{Epoch: "00000000-0000-0000-0000-000000000000"})
+	if !errors.Is(err, event.ErrEpochChanged) {
+		t.Fatalf("got %v, want ErrEpochChanged", err)
+	}
+}
+
+// TestSubscribeUnknownBoundary: a clear error, not an endless wait.
+func TestSubscribeUnknownBoundary(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := n.Subscribe(ctx, "nosuch", 0, func(context.Context, orisun.Event) error { return nil }, orisun.SubscribeOptions{})
+	if !errors.Is(err, event.ErrNotFound) {
+		t.Fatalf("got %v, want ErrNotFound", err)
+	}
+}
+
+// TestCreateBoundaryAtRuntime: a boundary created through the API gets a
+// publisher and its events reach its stream.
+func TestCreateBoundaryAtRuntime(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx := context.Background()
+	b, err := n.CreateBoundary(ctx, "late")
+	if err != nil || b.Epoch == "" {
+		t.Fatalf("%+v %v", b, err)
+	}
+	again, err := n.CreateBoundary(ctx, "late")
+	if err != nil || again.Epoch != b.Epoch {
+		t.Fatalf("creating again changed the boundary: %+v %v", again, err)
+	}
+	if _, err := n.CreateBoundary(ctx, "Bad.Name"); !errors.Is(err, event.ErrInvalid) {
+		t.Fatalf("bad name: %v", err)
+	}
+	if _, err := n.Append(ctx, "late", events(5, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 10*time.Second)
+	if _, last := checkStream(t, n, "late"); last != 5 {
+		t.Fatalf("stream last %d", last)
+	}
+}
+
+// TestIdempotentRetryThroughNode: an append resent with the same ids returns
+// the same positions and writes nothing (DESIGN §3).
+func TestIdempotentRetryThroughNode(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx := context.Background()
+	in := events(3, "a", 16)
+	for i := range in {
+		in[i].ID = event.NewID()
+	}
+	first, err := n.Append(ctx, "default", in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.Append(ctx, "default", in, nil)
+	if err != nil || again != first {
+		t.Fatalf("retry: %+v %v, first %+v", again, err, first)
+	}
+	in[1].Data = []byte(`{"other":true}`)
+	if _, err := n.Append(ctx, "default", in, nil); !errors.Is(err, event.ErrConflict) {
+		t.Fatalf("retry with other content: %v", err)
+	}
+	bs, _ := n.Boundaries(ctx)
+	if bs[0].Head != 3 {
+		t.Fatalf("head %d after retries, want 3", bs[0].Head)
+	}
+}
+
+// TestNoGoroutineLeak: a node that appended, published and served a
+// subscription leaves no goroutine behind once stopped.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		dir := t.TempDir()
+		n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1, PollInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := n.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Append(ctx, "default", events(100, "a", 16), nil); err != nil {
+			t.Fatal(err)
+		}
+		r := newRecorder(0)
+		done := make(chan error, 1)
+		go func() { done <- n.Subscribe(ctx, "default", 0, r.handle, orisun.SubscribeOptions{}) }()
+		waitDelivered(t, r, 100, 10*time.Second)
+		if err := n.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, event.ErrClosed) {
+			t.Fatalf("subscription ended with %v, want ErrClosed", err)
+		}
+		if err := n.Stop(); err != nil {
+			t.Fatalf("second stop: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStopBeforeStart: Stop is safe before Start, and Start after Stop is
+// refused.
+func TestStopBeforeStart(t *testing.T) {
+	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); !errors.Is(err, event.ErrClosed) {
+		t.Fatalf("start after stop: %v", err)
+	}
+	if _, err := n.Append(context.Background(), "default", events(1, "a", 8), nil); !errors.Is(err, event.ErrClosed) {
+		t.Fatalf("append on a stopped node: %v", err)
+	}
+}
