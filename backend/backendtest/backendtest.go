@@ -1,0 +1,194 @@
+// Package backendtest is the conformance suite of the store seam: every
+// promise of package backend (and of DESIGN §2–§4, §9) as a test that a
+// backend runs against its real database with Run.
+//
+// Tests that guard an invariant carry its id (I1, I3, I6) in their name.
+// Nothing here sleeps to wait for a result, except where the promise is
+// about time itself (lease expiry), and even then the test polls with a
+// deadline.
+package backendtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+)
+
+// Run runs the whole suite. open must return a new, empty store of the
+// backend under test and register its Close with t.Cleanup; every subtest
+// opens its own store, so subtests run in parallel. Closing a store twice
+// must be safe: a subtest may close it early.
+func Run(t *testing.T, open func(t *testing.T) backend.Store) {
+	t.Helper()
+	t.Run("Boundaries", func(t *testing.T) { t.Parallel(); testBoundaries(t, open) })
+	t.Run("Append", func(t *testing.T) { t.Parallel(); testAppend(t, open) })
+	t.Run("Idempotency", func(t *testing.T) { t.Parallel(); testIdempotency(t, open) })
+	t.Run("GroupCommit", func(t *testing.T) { t.Parallel(); testGroupCommit(t, open) })
+	t.Run("Conditions", func(t *testing.T) { t.Parallel(); testConditions(t, open) })
+	t.Run("Read", func(t *testing.T) { t.Parallel(); testRead(t, open) })
+	t.Run("Checkpoints", func(t *testing.T) { t.Parallel(); testCheckpoints(t, open) })
+	t.Run("Leases", func(t *testing.T) { t.Parallel(); testLeases(t, open) })
+	t.Run("Notifier", func(t *testing.T) { t.Parallel(); testNotifier(t, open) })
+}
+
+// setup opens a store and creates the named boundaries.
+func setup(t *testing.T, open func(t *testing.T) backend.Store, boundaries ...string) backend.Store {
+	t.Helper()
+	s := open(t)
+	for _, name := range boundaries {
+		if _, _, err := s.CreateBoundary(t.Context(), name); err != nil {
+			t.Fatalf("CreateBoundary(%q): %v", name, err)
+		}
+	}
+	return s
+}
+
+// ev is a raw input; prep normalises inputs the way the core does before an
+// append (event.Prepare), so the suite appends what a backend really gets.
+func ev(typ string, tags ...string) event.Input {
+	return event.Input{Type: typ, Data: json.RawMessage(`{"type": "` + typ + `"}`), Tags: tags}
+}
+
+func prep(t testing.TB, boundary string, in ...event.Input) []event.Input {
+	t.Helper()
+	out, err := event.Prepare(boundary, in, event.Limits{})
+	if err != nil {
+		t.Fatalf("event.Prepare: %v", err)
+	}
+	return out
+}
+
+// batch returns n prepared events of one type.
+func batch(t testing.TB, boundary string, n int, typ string, tags ...string) []event.Input {
+	t.Helper()
+	out, err := mkBatch(boundary, n, typ, tags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// mkBatch is batch for goroutines, which must not call t.Fatal.
+func mkBatch(boundary string, n int, typ string, tags ...string) ([]event.Input, error) {
+	in := make([]event.Input, n)
+	for i := range in {
+		in[i] = ev(typ, tags...)
+	}
+	out, err := event.Prepare(boundary, in, event.Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("event.Prepare: %w", err)
+	}
+	return out, nil
+}
+
+func mustAppend(t testing.TB, s backend.Store, boundary string, events []event.Input, cond *event.Condition) event.AppendResult {
+	t.Helper()
+	res, err := s.Append(context.Background(), boundary, events, cond)
+	if err != nil {
+		t.Fatalf("Append(%q, %d events): %v", boundary, len(events), err)
+	}
+	if want := res.First + uint64(len(events)) - 1; res.Last != want {
+		t.Fatalf("Append(%q, %d events) = %d..%d: the range does not hold the batch", boundary, len(events), res.First, res.Last)
+	}
+	return res
+}
+
+// readAll reads every event of the boundary matching q, page by page.
+func readAll(t testing.TB, s backend.Store, boundary string, q *event.Query) (string, []event.Event) {
+	t.Helper()
+	var all []event.Event
+	var epoch string
+	after := uint64(0)
+	for {
+		e, page, err := s.Read(context.Background(), boundary, after, 1000, q)
+		if err != nil {
+			t.Fatalf("Read(%q, after %d): %v", boundary, after, err)
+		}
+		epoch = e
+		if len(page) == 0 {
+			return epoch, all
+		}
+		all = append(all, page...)
+		after = page[len(page)-1].Position
+	}
+}
+
+func head(t testing.TB, s backend.Store, boundary string) uint64 {
+	t.Helper()
+	b, err := s.Boundary(context.Background(), boundary)
+	if err != nil {
+		t.Fatalf("Boundary(%q): %v", boundary, err)
+	}
+	return b.Head
+}
+
+func checkpoint(t testing.TB, s backend.Store, boundary string) uint64 {
+	t.Helper()
+	cp, err := s.Checkpoint(context.Background(), boundary)
+	if err != nil {
+		t.Fatalf("Checkpoint(%q): %v", boundary, err)
+	}
+	return cp
+}
+
+// checkDense fails unless the events are at positions 1..n in order, each
+// id once (I1).
+func checkDense(t testing.TB, events []event.Event) {
+	t.Helper()
+	seen := make(map[string]uint64, len(events))
+	for i, e := range events {
+		if e.Position != uint64(i+1) {
+			t.Fatalf("I1: event %d of the boundary is at position %d, want %d (positions must be 1, 2, 3, … without gaps)",
+				i, e.Position, i+1)
+		}
+		if p, dup := seen[e.ID]; dup {
+			t.Fatalf("id %s is stored twice, at positions %d and %d", e.ID, p, e.Position)
+		}
+		seen[e.ID] = e.Position
+	}
+}
+
+func wantErr(t testing.TB, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: err = %v, want one matching %v", what, err, target)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not true after %s", what, timeout)
+		}
+		<-tick.C
+	}
+}
+
+func ids(events []event.Input) []string {
+	out := make([]string, len(events))
+	for i := range events {
+		out[i] = events[i].ID
+	}
+	return out
+}
+
+func positions(events []event.Event) []uint64 {
+	out := make([]uint64, len(events))
+	for i := range events {
+		out[i] = events[i].Position
+	}
+	return out
+}
+
+func fmtPositions(p []uint64) string { return fmt.Sprint(p) }

@@ -1,0 +1,328 @@
+package backendtest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+)
+
+// shortTTL is the lease time of the expiry tests: long enough that a busy
+// machine still renews in time, short enough to wait for.
+const shortTTL = 200 * time.Millisecond
+
+// longTTL is for leases that must not expire during a test.
+const longTTL = time.Minute
+
+func acquire(t testing.TB, s backend.Store, boundary, holder string, ttl time.Duration) backend.Lease {
+	t.Helper()
+	l, err := s.AcquireLease(context.Background(), boundary, holder, ttl)
+	if err != nil {
+		t.Fatalf("AcquireLease(%q, %q): %v", boundary, holder, err)
+	}
+	if l.Boundary != boundary || l.Holder != holder || l.Term == 0 {
+		t.Fatalf("AcquireLease(%q, %q) = %+v", boundary, holder, l)
+	}
+	return l
+}
+
+// waitTaken polls until holder takes the boundary's lease, which happens once
+// the current lease has expired in the store's clock.
+func waitTaken(t testing.TB, s backend.Store, boundary, holder string) backend.Lease {
+	t.Helper()
+	var l backend.Lease
+	eventually(t, 10*time.Second, "another holder takes the expired lease", func() bool {
+		var err error
+		l, err = s.AcquireLease(context.Background(), boundary, holder, longTTL)
+		if err != nil {
+			wantErr(t, "AcquireLease of an unexpired lease", err, event.ErrLeaseHeld)
+			return false
+		}
+		return true
+	})
+	return l
+}
+
+func testCheckpoints(t *testing.T, open func(t *testing.T) backend.Store) {
+	t.Run("CheckpointStartsAtZero", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		if cp := checkpoint(t, s, "orders"); cp != 0 {
+			t.Fatalf("checkpoint of a new boundary = %d, want 0", cp)
+		}
+	})
+
+	t.Run("CheckpointOnlyMovesForward_I3", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		mustAppend(t, s, "orders", batch(t, "orders", 10, "order.placed"), nil)
+		l := acquire(t, s, "orders", "n1", longTTL)
+		ctx := t.Context()
+		for _, c := range []struct{ save, want uint64 }{{3, 3}, {3, 3}, {2, 3}, {0, 3}, {7, 7}, {10, 10}, {1, 10}} {
+			if err := s.SaveCheckpoint(ctx, "orders", l, c.save); err != nil {
+				t.Fatalf("SaveCheckpoint(%d): %v", c.save, err)
+			}
+			if cp := checkpoint(t, s, "orders"); cp != c.want {
+				t.Fatalf("I3: after saving %d the checkpoint is %d, want %d (it never moves back)", c.save, cp, c.want)
+			}
+		}
+	})
+
+	t.Run("CheckpointNeverBeyondHead_I3", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		mustAppend(t, s, "orders", batch(t, "orders", 4, "order.placed"), nil)
+		l := acquire(t, s, "orders", "n1", longTTL)
+		if err := s.SaveCheckpoint(t.Context(), "orders", l, 2); err != nil {
+			t.Fatal(err)
+		}
+		err := s.SaveCheckpoint(t.Context(), "orders", l, 5)
+		wantErr(t, "SaveCheckpoint beyond the head", err, event.ErrInvalid)
+		if cp := checkpoint(t, s, "orders"); cp != 2 {
+			t.Fatalf("I3: checkpoint = %d after a refused save, want 2", cp)
+		}
+		if err := s.SaveCheckpoint(t.Context(), "orders", l, 4); err != nil {
+			t.Fatalf("SaveCheckpoint at the head: %v", err)
+		}
+	})
+
+	t.Run("CheckpointFencedByTerm_I6", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		ctx := t.Context()
+		mustAppend(t, s, "orders", batch(t, "orders", 10, "order.placed"), nil)
+
+		err := s.SaveCheckpoint(ctx, "orders", backend.Lease{Boundary: "orders", Holder: "n1", Term: 1}, 1)
+		wantErr(t, "SaveCheckpoint without any lease", err, event.ErrLeaseLost)
+
+		old := acquire(t, s, "orders", "n1", longTTL)
+		if err := s.SaveCheckpoint(ctx, "orders", old, 3); err != nil {
+			t.Fatal(err)
+		}
+		for name, l := range map[string]backend.Lease{
+			"another holder, same term": {Boundary: "orders", Holder: "n2", Term: old.Term},
+			"same holder, other term":   {Boundary: "orders", Holder: "n1", Term: old.Term + 1},
+		} {
+			err := s.SaveCheckpoint(ctx, "orders", l, 5)
+			wantErr(t, "SaveCheckpoint by "+name, err, event.ErrLeaseLost)
+		}
+
+		// n1 goes stale: n2 takes over with the next term.
+		if err := s.ReleaseLease(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		cur := acquire(t, s, "orders", "n2", longTTL)
+		if cur.Term != old.Term+1 {
+			t.Fatalf("takeover term = %d, want %d", cur.Term, old.Term+1)
+		}
+		err = s.SaveCheckpoint(ctx, "orders", old, 9)
+		wantErr(t, "I6: SaveCheckpoint with a stale term", err, event.ErrLeaseLost)
+		if cp := checkpoint(t, s, "orders"); cp != 3 {
+			t.Fatalf("I6: a stale term's save moved the checkpoint to %d, want 3", cp)
+		}
+		if err := s.SaveCheckpoint(ctx, "orders", cur, 6); err != nil {
+			t.Fatalf("SaveCheckpoint by the current term: %v", err)
+		}
+		// Even a stale save of a lower value is refused, not silently
+		// ignored: the publisher must learn that it lost the lease.
+		err = s.SaveCheckpoint(ctx, "orders", old, 1)
+		wantErr(t, "I6: stale save of a lower value", err, event.ErrLeaseLost)
+		if cp := checkpoint(t, s, "orders"); cp != 6 {
+			t.Fatalf("checkpoint = %d, want 6", cp)
+		}
+	})
+}
+
+func testLeases(t *testing.T, open func(t *testing.T) backend.Store) {
+	t.Run("NoLeaseIsZero", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		l, err := s.LeaseHolder(t.Context(), "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l != (backend.Lease{}) {
+			t.Fatalf("LeaseHolder before any lease = %+v, want the zero Lease", l)
+		}
+	})
+
+	t.Run("AcquireRenewHeld", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		ctx := t.Context()
+		start := time.Now()
+		l := acquire(t, s, "orders", "n1", longTTL)
+		if l.Term != 1 {
+			t.Fatalf("first term = %d, want 1", l.Term)
+		}
+		if l.Expires.Before(start.Add(longTTL-5*time.Second)) || l.Expires.After(time.Now().Add(longTTL+5*time.Second)) {
+			t.Fatalf("Expires = %v, want about now + %s", l.Expires, longTTL)
+		}
+		cur, err := s.LeaseHolder(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Holder != "n1" || cur.Term != 1 || cur.Boundary != "orders" {
+			t.Fatalf("LeaseHolder = %+v, want n1 term 1", cur)
+		}
+
+		held, err := s.AcquireLease(ctx, "orders", "n2", longTTL)
+		wantErr(t, "AcquireLease of a lease another holder has", err, event.ErrLeaseHeld)
+		if held.Holder != "n1" || held.Term != 1 || !held.Expires.After(time.Now()) {
+			t.Fatalf("ErrLeaseHeld came with %+v, want n1's unexpired term 1", held)
+		}
+
+		// The holder acquiring again renews: same term.
+		again := acquire(t, s, "orders", "n1", 2*longTTL)
+		if again.Term != 1 || !again.Expires.After(l.Expires) {
+			t.Fatalf("re-acquire by the holder = %+v, want term 1 and a later expiry than %v", again, l.Expires)
+		}
+		renewed, err := s.RenewLease(ctx, again, 3*longTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if renewed.Term != 1 || renewed.Holder != "n1" || !renewed.Expires.After(again.Expires) {
+			t.Fatalf("RenewLease = %+v, want term 1 and a later expiry than %v", renewed, again.Expires)
+		}
+		_, err = s.RenewLease(ctx, backend.Lease{Boundary: "orders", Holder: "n2", Term: 1}, longTTL)
+		wantErr(t, "RenewLease by a holder without the lease", err, event.ErrLeaseLost)
+	})
+
+	t.Run("ExpiryThenTakeoverWithNextTerm", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		old := acquire(t, s, "orders", "n1", shortTTL)
+		cur := waitTaken(t, s, "orders", "n2")
+		if cur.Term != old.Term+1 || cur.Holder != "n2" {
+			t.Fatalf("takeover = %+v, want n2 with term %d", cur, old.Term+1)
+		}
+		_, err := s.RenewLease(t.Context(), old, longTTL)
+		wantErr(t, "RenewLease with a stale term", err, event.ErrLeaseLost)
+		_, err = s.AcquireLease(t.Context(), "orders", "n1", longTTL)
+		wantErr(t, "AcquireLease by the old holder", err, event.ErrLeaseHeld)
+		if l, _ := s.LeaseHolder(t.Context(), "orders"); l.Holder != "n2" || l.Term != cur.Term {
+			t.Fatalf("LeaseHolder = %+v, want n2 term %d", l, cur.Term)
+		}
+	})
+
+	t.Run("ReacquireAfterOwnExpiryIsNewTerm", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		old := acquire(t, s, "orders", "n1", shortTTL)
+		// Expiry is what this test is about, so it waits for it.
+		time.Sleep(shortTTL + 50*time.Millisecond)
+		_, err := s.RenewLease(t.Context(), old, longTTL)
+		wantErr(t, "RenewLease after expiry", err, event.ErrLeaseLost)
+		l := acquire(t, s, "orders", "n1", longTTL)
+		if l.Term != old.Term+1 {
+			t.Fatalf("re-acquire after expiry: term %d, want %d (every expiry ends a term)", l.Term, old.Term+1)
+		}
+	})
+
+	t.Run("ReleaseLetsAnotherTakeAtOnce", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		ctx := t.Context()
+		old := acquire(t, s, "orders", "n1", longTTL)
+		if err := s.ReleaseLease(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		cur := acquire(t, s, "orders", "n2", longTTL)
+		if cur.Term != old.Term+1 {
+			t.Fatalf("term after release = %d, want %d", cur.Term, old.Term+1)
+		}
+		// Releasing a lease not held (any more) is no error and changes
+		// nothing.
+		if err := s.ReleaseLease(ctx, old); err != nil {
+			t.Fatalf("ReleaseLease of a stale term: %v", err)
+		}
+		if err := s.ReleaseLease(ctx, backend.Lease{Boundary: "orders", Holder: "n9", Term: 7}); err != nil {
+			t.Fatalf("ReleaseLease never held: %v", err)
+		}
+		if _, err := s.RenewLease(ctx, cur, longTTL); err != nil {
+			t.Fatalf("the current holder's lease was hurt by a stale release: %v", err)
+		}
+	})
+
+	t.Run("ConcurrentAcquireOneWinner", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		const nodes = 8
+		var wg sync.WaitGroup
+		got := make([]backend.Lease, nodes)
+		errs := make([]error, nodes)
+		start := make(chan struct{})
+		for i := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = s.AcquireLease(context.Background(), "orders", "node-"+string(rune('a'+i)), longTTL)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winners := 0
+		for i := range nodes {
+			if errs[i] == nil {
+				winners++
+				if got[i].Term != 1 {
+					t.Fatalf("winner's term = %d, want 1", got[i].Term)
+				}
+				continue
+			}
+			wantErr(t, "a losing AcquireLease", errs[i], event.ErrLeaseHeld)
+		}
+		if winners != 1 {
+			t.Fatalf("%d nodes acquired the lease at once, want 1", winners)
+		}
+	})
+}
+
+func testNotifier(t *testing.T, open func(t *testing.T) backend.Store) {
+	t.Run("OnAppendAfterCommit", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders", "billing")
+		type call struct {
+			boundary string
+			head     uint64 // the last position readable in the callback
+			err      error
+		}
+		calls := make(chan call, 64)
+		s.OnAppend(func(boundary string) {
+			// The events must be committed and readable when fn runs.
+			_, events, err := s.Read(context.Background(), boundary, 0, 1000, nil)
+			c := call{boundary: boundary, err: err}
+			if len(events) > 0 {
+				c.head = events[len(events)-1].Position
+			}
+			select {
+			case calls <- c:
+			default:
+			}
+		})
+		for _, b := range []string{"orders", "billing", "orders"} {
+			res := mustAppend(t, s, b, batch(t, b, 3, "x"), nil)
+			deadline := time.After(10 * time.Second)
+			for done := false; !done; {
+				select {
+				case c := <-calls:
+					if c.err != nil {
+						t.Fatalf("Read inside the OnAppend callback: %v", c.err)
+					}
+					if c.boundary == b && c.head >= res.Last {
+						done = true
+					} else if c.boundary == b {
+						t.Fatalf("OnAppend(%q) fired when only %d of %d..%d were readable; it must fire after the commit",
+							b, c.head, res.First, res.Last)
+					}
+				case <-deadline:
+					t.Fatalf("OnAppend was not called for %q", b)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,501 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// The states of an append request. The caller and the writer race for the
+// transition out of queued with a compare-and-swap, so a request is either
+// abandoned (the caller returns ctx.Err() and nothing is written) or taken
+// (the caller waits for the true outcome), never both.
+const (
+	stateQueued int32 = iota
+	stateTaken
+	stateAbandoned
+)
+
+// idChunk is how many ids one "id IN (…)" lookup binds; insertChunk is how
+// many events one multi-row INSERT binds (8 values each). Both stay far below
+// SQLite's limit of bound variables.
+const (
+	idChunk     = 500
+	insertChunk = 100
+)
+
+// savepoint isolates one request inside a group transaction.
+const savepoint = "orisun_append"
+
+type appendRequest struct {
+	ctx      context.Context
+	boundary string
+	events   []event.Input
+	cond     *event.Condition
+	state    atomic.Int32
+	// reply has room for the one answer, so the writer never waits for a
+	// caller that has gone.
+	reply chan appendReply
+}
+
+type appendReply struct {
+	res event.AppendResult
+	err error
+}
+
+// Append appends events to boundary atomically (all or none), under cond
+// when it is not nil. The events must be prepared (event.Prepare). The
+// request joins the next group commit; see the package documentation.
+//
+// A caller whose ctx ends while its request waits gets ctx.Err() and nothing
+// of the request is written. Once the writer has started on the request,
+// Append waits for and returns its real outcome, so an error from Append
+// always means "not written".
+func (s *Store) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
+	op := fmt.Sprintf("append to %q", boundary)
+	if len(events) == 0 {
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w: events: the append holds no events; send at least one", op, event.ErrInvalid)
+	}
+	if s.closed() {
+		return event.AppendResult{}, errClosed(op)
+	}
+	if err := ctx.Err(); err != nil {
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	r := &appendRequest{ctx: ctx, boundary: boundary, events: events, cond: cond, reply: make(chan appendReply, 1)}
+	s.waiting.Add(1)
+	select {
+	case s.requests <- r:
+		s.waiting.Add(-1)
+	case <-ctx.Done():
+		s.waiting.Add(-1)
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op, ctx.Err())
+	case <-s.closing:
+		s.waiting.Add(-1)
+		return event.AppendResult{}, errClosed(op)
+	}
+	select {
+	case rep := <-r.reply:
+		return rep.res, rep.err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
+			return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op, ctx.Err())
+		}
+		// The writer has it: the outcome is a group commit away.
+		rep := <-r.reply
+		return rep.res, rep.err
+	}
+}
+
+// writer is the one goroutine that appends. It takes the first waiting
+// request, drains the others that are waiting right now (never sleeping to
+// wait for more: a lone append commits at once), and commits them together.
+func (s *Store) writer() {
+	defer close(s.done)
+	var carry *appendRequest // taken from the channel but over the last group's limit
+	for {
+		var first *appendRequest
+		select {
+		case <-s.closing:
+			if carry != nil {
+				carry.reply <- appendReply{err: errClosed(fmt.Sprintf("append to %q", carry.boundary))}
+			}
+			return
+		default:
+		}
+		if carry != nil {
+			first, carry = carry, nil
+		} else {
+			select {
+			case <-s.closing:
+				return
+			case first = <-s.requests:
+			}
+		}
+		group := []*appendRequest{first}
+		n := len(first.events)
+	drain:
+		for n < s.cfg.GroupMaxEvents {
+			select {
+			case r := <-s.requests:
+				if n+len(r.events) > s.cfg.GroupMaxEvents {
+					carry = r
+					break drain
+				}
+				group = append(group, r)
+				n += len(r.events)
+			default:
+				break drain
+			}
+		}
+		s.commitGroup(group)
+	}
+}
+
+// commitGroup runs the requests of a group in one transaction, each inside
+// its own savepoint: a request that fails is rolled back alone and gets its
+// own error, the others commit together. One time is taken per group: the
+// commit time of all its events.
+//
+// A request is taken (its caller then waits for the outcome) only when its
+// turn in the transaction comes; until then its caller may still give up.
+func (s *Store) commitGroup(group []*appendRequest) {
+	// The transaction belongs to the group, not to any one caller: a caller
+	// that goes away must not abort the others' commit.
+	ctx := context.Background()
+	var live []*appendRequest
+	var replies []appendReply
+	// fail answers every request of the group that is or can still be
+	// taken: nothing of the group is written.
+	fail := func(err error) {
+		for _, r := range group {
+			if r.state.Load() == stateTaken || r.state.CompareAndSwap(stateQueued, stateTaken) {
+				r.reply <- appendReply{err: err}
+			}
+		}
+	}
+	// A lone request needs no savepoint: its failure rolls the whole
+	// transaction back, which holds nothing else.
+	savepoints := len(group) > 1
+
+	s.groups.Add(1)
+	now := s.now().UTC()
+	sqlTx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		fail(s.translate("append: begin", err))
+		return
+	}
+	tx := groupTx{tx: sqlTx, stmts: s.stmts}
+	var touched []string
+	for _, r := range group {
+		if !r.state.CompareAndSwap(stateQueued, stateTaken) {
+			continue // its caller gave up before its turn
+		}
+		live = append(live, r)
+		replies = append(replies, appendReply{})
+		rep := &replies[len(replies)-1]
+		op := fmt.Sprintf("append to %q", r.boundary)
+		if err := r.ctx.Err(); err != nil {
+			// Its context ended before its turn: nothing of it is written.
+			rep.err = fmt.Errorf("sqlite: %s: %w", op, err)
+			continue
+		}
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, sqlSavepoint); err != nil {
+				_ = sqlTx.Rollback()
+				fail(s.translate(op+": savepoint", err))
+				return
+			}
+		}
+		res, wrote, err := s.appendOne(ctx, tx, r, now)
+		if err != nil {
+			rep.err = err
+			if !savepoints {
+				continue // rolled back below: nothing was written
+			}
+			// ROLLBACK TO keeps the savepoint open; RELEASE ends it. If
+			// SQLite already rolled the whole transaction back (it does
+			// on some I/O and memory errors) there is no savepoint left,
+			// and no request of the group can commit.
+			if _, rbErr := tx.ExecContext(ctx, sqlRollbackTo); rbErr != nil {
+				_ = sqlTx.Rollback()
+				fail(fmt.Errorf("sqlite: %s: %w: the group transaction was lost (%v) after: %v",
+					op, event.ErrUnavailable, rbErr, err))
+				return
+			}
+			continue
+		}
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, sqlRelease); err != nil {
+				_ = sqlTx.Rollback()
+				fail(s.translate(op+": release savepoint", err))
+				return
+			}
+		}
+		rep.res = res
+		if wrote && !contains(touched, r.boundary) {
+			touched = append(touched, r.boundary)
+		}
+	}
+	if len(touched) == 0 {
+		// Nothing written (all failed, retried or gone): no COMMIT, no
+		// fsync.
+		_ = sqlTx.Rollback()
+	} else if err := sqlTx.Commit(); err != nil {
+		fail(s.translate("append: commit", err))
+		return
+	}
+	for i, r := range live {
+		r.reply <- replies[i]
+	}
+	s.notify(touched)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// appendOne is one request inside the group transaction: idempotent-retry
+// check, condition, head row, insert. wrote is false for a retry that
+// returned stored positions.
+func (s *Store) appendOne(ctx context.Context, tx execer, r *appendRequest, now time.Time) (res event.AppendResult, wrote bool, err error) {
+	b := r.boundary
+	op := fmt.Sprintf("append to %q", b)
+
+	// 1. Ids already stored: a retry of an append whose reply was lost
+	// (DESIGN §3). This sees the requests committed earlier in this group
+	// too, since they ran in the same transaction.
+	stored, err := findIDs(ctx, tx, b, r.events)
+	if err != nil {
+		return res, false, s.translate(op+": look up ids", err)
+	}
+	if len(stored) > 0 {
+		res, err := s.retry(ctx, tx, r, stored)
+		return res, false, err
+	}
+
+	// 2. The condition, under the write lock of this transaction, so it
+	// is authoritative at commit (DESIGN §4).
+	if r.cond != nil {
+		pos, found, err := firstMatch(ctx, tx, b, r.cond)
+		if err != nil {
+			return res, false, s.translate(op+": check condition", err)
+		}
+		if found {
+			return res, false, &event.ConflictError{Boundary: b, After: r.cond.After, Position: pos}
+		}
+	}
+
+	// 3. Take the head row: the positions of this request are the next n.
+	n := int64(len(r.events))
+	var head int64
+	var epoch string
+	err = tx.QueryRowContext(ctx, sqlTakeHead, n, b).Scan(&head, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return res, false, notFound(op, b)
+	}
+	if err != nil {
+		return res, false, s.translate(op+": take head", err)
+	}
+	first := head - n + 1
+
+	// 4. Insert.
+	if err := insertEvents(ctx, tx, b, first, now, r.events); err != nil {
+		return res, false, s.translate(op+": insert", err)
+	}
+	return event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(head)}, true, nil
+}
+
+func notFound(op, boundary string) error {
+	return fmt.Errorf("sqlite: %s: %w: boundary %q does not exist; create it first", op, event.ErrNotFound, boundary)
+}
+
+// retry decides a request some of whose ids are stored: when all are, with
+// the same content, at consecutive positions in the request's order, it is an
+// idempotent retry and gets the stored positions; anything else is a
+// conflict naming the first id that differs.
+func (s *Store) retry(ctx context.Context, tx execer, r *appendRequest, stored map[string]event.Event) (event.AppendResult, error) {
+	op := fmt.Sprintf("append to %q", r.boundary)
+	var res event.AppendResult
+	firstStored := -1
+	for i := range r.events {
+		if _, ok := stored[r.events[i].ID]; ok {
+			firstStored = i
+			break
+		}
+	}
+	first := stored[r.events[firstStored].ID].Position
+	for i := range r.events {
+		in := &r.events[i]
+		e, ok := stored[in.ID]
+		if !ok {
+			fs := &r.events[firstStored]
+			return res, fmt.Errorf("sqlite: %s: %w: events[%d].id %s is already stored at position %d but events[%d].id %s is not; "+
+				"a retry must resend exactly the events of the original append, new events need new ids",
+				op, event.ErrConflict, firstStored, fs.ID, stored[fs.ID].Position, i, in.ID)
+		}
+		if !in.Equal(&e) {
+			return res, fmt.Errorf("sqlite: %s: %w: events[%d].id %s is already stored at position %d with other content",
+				op, event.ErrConflict, i, in.ID, e.Position)
+		}
+		if want := r.events[0].ID; i > 0 && e.Position != first+uint64(i) {
+			return res, fmt.Errorf("sqlite: %s: %w: events[%d].id %s is stored at position %d, not right after events[0].id %s "+
+				"(position %d); a retry must resend the events in their original order",
+				op, event.ErrConflict, i, in.ID, e.Position, want, first)
+		}
+	}
+	var epoch string
+	if err := tx.QueryRowContext(ctx, sqlSelectEpoch, r.boundary).Scan(&epoch); err != nil {
+		return res, s.translate(op+": read epoch", err)
+	}
+	return event.AppendResult{Epoch: epoch, First: first, Last: first + uint64(len(r.events)) - 1}, nil
+}
+
+// findIDs returns the stored events of boundary among the ids of events.
+func findIDs(ctx context.Context, q execer, boundary string, events []event.Input) (map[string]event.Event, error) {
+	var found map[string]event.Event
+	for start := 0; start < len(events); start += idChunk {
+		chunk := events[start:min(start+idChunk, len(events))]
+		args := make([]any, 0, len(chunk)+1)
+		args = append(args, boundary)
+		for i := range chunk {
+			args = append(args, chunk[i].ID)
+		}
+		rows, err := q.QueryContext(ctx, findIDsSQL.text(len(chunk)), args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var e event.Event
+			var pos int64
+			var tags string
+			var data, md []byte
+			if err := rows.Scan(&pos, &e.ID, &e.Type, &tags, &data, &md); err != nil {
+				_ = rows.Close()
+				return nil, err
+			}
+			e.Position = uint64(pos)
+			e.Data, e.Metadata = data, md
+			if e.Tags, err = decodeTags(tags); err != nil {
+				_ = rows.Close()
+				return nil, fmt.Errorf("event %s: %w", e.ID, err)
+			}
+			if found == nil {
+				found = make(map[string]event.Event)
+			}
+			found[e.ID] = e
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return found, nil
+}
+
+// firstMatch finds the first event after cond.After that matches cond.Query.
+func firstMatch(ctx context.Context, q execer, boundary string, cond *event.Condition) (uint64, bool, error) {
+	filter, fargs := whereQuery(&cond.Query)
+	args := append([]any{boundary, int64(cond.After)}, fargs...)
+	var pos int64
+	err := q.QueryRowContext(ctx, sqlFirstMatchPrefix+filter+sqlFirstMatchSuffix, args...).Scan(&pos)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return uint64(pos), true, nil
+}
+
+// insertEvents inserts events at positions first, first+1, … in multi-row
+// INSERTs.
+func insertEvents(ctx context.Context, q execer, boundary string, first int64, now time.Time, events []event.Input) error {
+	t := now.UnixNano()
+	for start := 0; start < len(events); start += insertChunk {
+		chunk := events[start:min(start+insertChunk, len(events))]
+		args := make([]any, 0, len(chunk)*8)
+		for i := range chunk {
+			in := &chunk[i]
+			tags, err := encodeTags(in.Tags)
+			if err != nil {
+				return fmt.Errorf("event %s: %w", in.ID, err)
+			}
+			var md any
+			if len(in.Metadata) > 0 {
+				md = string(in.Metadata)
+			}
+			args = append(args, boundary, first+int64(start+i), in.ID, in.Type, t, tags, string(in.Data), md)
+		}
+		if _, err := q.ExecContext(ctx, insertSQL.text(len(chunk)), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// placeholders returns "?, ?, …" with n marks.
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// encodeTags stores tags as a JSON array; no tags is "[]", never "null", so
+// json_each always sees an array.
+func encodeTags(tags []string) (string, error) {
+	if len(tags) == 0 {
+		return "[]", nil
+	}
+	b, err := json.Marshal(tags)
+	if err != nil {
+		return "", fmt.Errorf("encode tags: %w", err)
+	}
+	return string(b), nil
+}
+
+func decodeTags(s string) ([]string, error) {
+	tags := []string{}
+	if err := json.Unmarshal([]byte(s), &tags); err != nil {
+		return nil, fmt.Errorf("decode tags %q: %w", s, err)
+	}
+	if tags == nil {
+		tags = []string{}
+	}
+	return tags, nil
+}
+
+// whereQuery turns a query into " AND (item OR item …)" with its bind
+// values; an empty query is no filter at all. An item is "type IN (…)" and
+// one EXISTS per tag; an item with neither matches every event.
+func whereQuery(q *event.Query) (string, []any) {
+	if q == nil || len(q.Items) == 0 {
+		return "", nil
+	}
+	var sb strings.Builder
+	var args []any
+	sb.WriteString(" AND (")
+	for i, it := range q.Items {
+		if i > 0 {
+			sb.WriteString(" OR ")
+		}
+		sb.WriteString("(")
+		parts := 0
+		if len(it.Types) > 0 {
+			sb.WriteString("type IN (" + placeholders(len(it.Types)) + ")")
+			for _, t := range it.Types {
+				args = append(args, t)
+			}
+			parts++
+		}
+		for _, tag := range it.Tags {
+			if parts > 0 {
+				sb.WriteString(" AND ")
+			}
+			sb.WriteString(sqlTagFilter)
+			args = append(args, tag)
+			parts++
+		}
+		if parts == 0 {
+			sb.WriteString("1")
+		}
+		sb.WriteString(")")
+	}
+	sb.WriteString(")")
+	return sb.String(), args
+}

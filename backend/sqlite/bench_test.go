@@ -1,0 +1,68 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// benchEvents returns n prepared events of about 100 bytes of data, with
+// fresh time-ordered ids.
+func benchEvents(n int) []event.Input {
+	in := make([]event.Input, n)
+	for i := range in {
+		in[i] = event.Input{
+			ID:   event.NewID(),
+			Type: "bench.event",
+			Data: json.RawMessage(`{"customer":"c-000042","amount":1234,"currency":"EUR","note":"benchmark payload of about 100 b"}`),
+			Tags: []string{"customer:42"},
+		}
+	}
+	return in
+}
+
+// BenchmarkAppend reports append throughput: single-event appends from many
+// goroutines (what group commit is for) and sequential 100-event batches,
+// at two synchronous levels. Reporting only: no assertion on time.
+func BenchmarkAppend(b *testing.B) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		b.Run("single_parallel/sync="+sync, func(b *testing.B) {
+			s := setup(b, Config{Synchronous: sync})
+			if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
+				b.Fatal(err)
+			}
+			groups := s.groups.Load()
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Append(context.Background(), "bench", benchEvents(1), nil); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			if n := s.groups.Load() - groups; n > 0 {
+				b.ReportMetric(float64(b.N)/float64(n), "events/commit")
+			}
+		})
+		b.Run("batch100/sync="+sync, func(b *testing.B) {
+			s := setup(b, Config{Synchronous: sync})
+			if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := s.Append(context.Background(), "bench", benchEvents(100), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

@@ -1,0 +1,233 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+)
+
+// newEpoch returns a new boundary epoch: a time-ordered UUID, so epochs of
+// one database sort by creation.
+func newEpoch() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new epoch: %w", err)
+	}
+	return u.String(), nil
+}
+
+// Checkpoint returns the boundary's publish checkpoint (0: none saved).
+func (s *Store) Checkpoint(ctx context.Context, boundary string) (uint64, error) {
+	op := fmt.Sprintf("read checkpoint of %q", boundary)
+	if s.closed() {
+		return 0, errClosed(op)
+	}
+	var cp int64
+	err := s.rdb.QueryRowContext(ctx, sqlSelectCheckpoint, boundary).Scan(&cp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound(op, boundary)
+	}
+	if err != nil {
+		return 0, s.translate(op, err)
+	}
+	return uint64(cp), nil
+}
+
+// SaveCheckpoint moves the checkpoint to max(current, position), only while
+// l.Term is the boundary's current term held by l.Holder and only up to the
+// head (I3, I6). The fence is in the UPDATE itself, so no read-then-write
+// race can let a stale publisher through.
+func (s *Store) SaveCheckpoint(ctx context.Context, boundary string, l backend.Lease, position uint64) error {
+	op := fmt.Sprintf("save checkpoint %d of %q", position, boundary)
+	if s.closed() {
+		return errClosed(op)
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return s.translate(op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := tx.ExecContext(ctx, sqlSaveCheckpoint, int64(position), boundary, l.Holder, int64(l.Term))
+	if err != nil {
+		return s.translate(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return s.translate(op, err)
+	}
+	if n == 0 {
+		// Nothing changed: say why, from the same transaction.
+		var head int64
+		err := tx.QueryRowContext(ctx, sqlSelectHead, boundary).Scan(&head)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return notFound(op, boundary)
+		case err != nil:
+			return s.translate(op, err)
+		case position > uint64(head):
+			return fmt.Errorf("sqlite: %s: %w: checkpoint %d is beyond head %d", op, event.ErrInvalid, position, head)
+		}
+		cur, err := selectLease(ctx, tx, boundary)
+		if err != nil {
+			return s.translate(op, err)
+		}
+		return fmt.Errorf("sqlite: %s: %w: %s", op, event.ErrLeaseLost, describeLeaseLoss(l, cur))
+	}
+	if err := tx.Commit(); err != nil {
+		return s.translate(op+": commit", err)
+	}
+	return nil
+}
+
+func describeLeaseLoss(mine, cur backend.Lease) string {
+	if cur.Holder == "" {
+		return fmt.Sprintf("%q holds no lease term %d: the boundary has no lease", mine.Holder, mine.Term)
+	}
+	return fmt.Sprintf("%q holds no lease term %d: the current term is %d, held by %q", mine.Holder, mine.Term, cur.Term, cur.Holder)
+}
+
+// AcquireLease takes the boundary's lease for holder when it is free or
+// expired (the term grows by one), or renews it when holder has it unexpired
+// (same term). Another holder's unexpired lease is ErrLeaseHeld, returned
+// with that lease. The boundary must exist (ErrNotFound).
+func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (backend.Lease, error) {
+	op := fmt.Sprintf("acquire lease of %q for %q", boundary, holder)
+	if err := checkLeaseArgs(holder, ttl); err != nil {
+		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if s.closed() {
+		return backend.Lease{}, errClosed(op)
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return backend.Lease{}, s.translate(op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var head int64
+	if err := tx.QueryRowContext(ctx, sqlSelectHead, boundary).Scan(&head); errors.Is(err, sql.ErrNoRows) {
+		return backend.Lease{}, notFound(op, boundary)
+	} else if err != nil {
+		return backend.Lease{}, s.translate(op, err)
+	}
+	now := s.now().UnixMilli()
+	expires := now + ttl.Milliseconds()
+	cur, err := selectLease(ctx, tx, boundary)
+	if err != nil {
+		return backend.Lease{}, s.translate(op, err)
+	}
+	l := backend.Lease{Boundary: boundary, Holder: holder, Expires: time.UnixMilli(expires).UTC()}
+	switch {
+	case cur.Holder == "":
+		if _, err := tx.ExecContext(ctx, sqlInsertLease, boundary, holder, expires); err != nil {
+			return backend.Lease{}, s.translate(op, err)
+		}
+		l.Term = 1
+	case cur.Expires.UnixMilli() > now && cur.Holder == holder:
+		if _, err := tx.ExecContext(ctx, sqlExtendLease, expires, boundary, holder, int64(cur.Term)); err != nil {
+			return backend.Lease{}, s.translate(op, err)
+		}
+		l.Term = cur.Term
+	case cur.Expires.UnixMilli() > now:
+		return cur, fmt.Errorf("sqlite: %s: %w: %q holds term %d until %s",
+			op, event.ErrLeaseHeld, cur.Holder, cur.Term, cur.Expires.Format(time.RFC3339Nano))
+	default:
+		// Expired (or released): a new term, even for the same holder, so
+		// anything done under the old term is fenced off.
+		var term int64
+		if err := tx.QueryRowContext(ctx, sqlTakeLease, holder, expires, boundary, int64(cur.Term)).Scan(&term); err != nil {
+			return backend.Lease{}, s.translate(op, err)
+		}
+		l.Term = uint64(term)
+	}
+	if err := tx.Commit(); err != nil {
+		return backend.Lease{}, s.translate(op+": commit", err)
+	}
+	return l, nil
+}
+
+// RenewLease extends the holder's unexpired lease of that term.
+func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error) {
+	op := fmt.Sprintf("renew lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
+	if err := checkLeaseArgs(l.Holder, ttl); err != nil {
+		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if s.closed() {
+		return backend.Lease{}, errClosed(op)
+	}
+	now := s.now().UnixMilli()
+	expires := now + ttl.Milliseconds()
+	res, err := s.wdb.ExecContext(ctx, sqlRenewLease, expires, l.Boundary, l.Holder, int64(l.Term), now)
+	if err != nil {
+		return backend.Lease{}, s.translate(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return backend.Lease{}, s.translate(op, err)
+	}
+	if n == 0 {
+		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w: the lease expired or another term began; acquire it again",
+			op, event.ErrLeaseLost)
+	}
+	l.Expires = time.UnixMilli(expires).UTC()
+	return l, nil
+}
+
+// ReleaseLease ends the holder's term at once (it expires now), so another
+// holder can take the lease without waiting. Releasing a lease not held is
+// not an error.
+func (s *Store) ReleaseLease(ctx context.Context, l backend.Lease) error {
+	op := fmt.Sprintf("release lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
+	if s.closed() {
+		return errClosed(op)
+	}
+	if _, err := s.wdb.ExecContext(ctx, sqlReleaseLease, l.Boundary, l.Holder, int64(l.Term)); err != nil {
+		return s.translate(op, err)
+	}
+	return nil
+}
+
+// LeaseHolder returns the boundary's lease row (zero Lease when there has
+// never been one). An expired lease is returned as it is: its Expires says
+// so.
+func (s *Store) LeaseHolder(ctx context.Context, boundary string) (backend.Lease, error) {
+	op := fmt.Sprintf("read lease of %q", boundary)
+	if s.closed() {
+		return backend.Lease{}, errClosed(op)
+	}
+	l, err := selectLease(ctx, s.rdb, boundary)
+	if err != nil {
+		return backend.Lease{}, s.translate(op, err)
+	}
+	return l, nil
+}
+
+// selectLease reads the lease row; a zero Lease when there is none.
+func selectLease(ctx context.Context, q execer, boundary string) (backend.Lease, error) {
+	var holder string
+	var term, expires int64
+	err := q.QueryRowContext(ctx, sqlSelectLease, boundary).Scan(&holder, &term, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return backend.Lease{}, nil
+	}
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	return backend.Lease{Boundary: boundary, Holder: holder, Term: uint64(term), Expires: time.UnixMilli(expires).UTC()}, nil
+}
+
+func checkLeaseArgs(holder string, ttl time.Duration) error {
+	if holder == "" {
+		return fmt.Errorf("%w: holder is empty; name the node that takes the lease", event.ErrInvalid)
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: ttl is %s; it must be at least 1ms", event.ErrInvalid, ttl)
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// CreateBoundary creates the boundary with a new epoch, or returns the
+// existing one unchanged.
+func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary, bool, error) {
+	op := fmt.Sprintf("create boundary %q", name)
+	// Defence in depth: the API validates too, but a name that reaches the
+	// store is a NATS subject token and a stream name for ever.
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return event.Boundary{}, false, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if s.closed() {
+		return event.Boundary{}, false, errClosed(op)
+	}
+	epoch, err := newEpoch()
+	if err != nil {
+		return event.Boundary{}, false, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return event.Boundary{}, false, s.translate(op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := tx.ExecContext(ctx, sqlInsertBoundary, name, epoch, s.now().UnixNano())
+	if err != nil {
+		return event.Boundary{}, false, s.translate(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return event.Boundary{}, false, s.translate(op, err)
+	}
+	b, err := scanBoundary(tx.QueryRowContext(ctx, sqlSelectBoundary, name))
+	if err != nil {
+		return event.Boundary{}, false, s.translate(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return event.Boundary{}, false, s.translate(op+": commit", err)
+	}
+	if n > 0 {
+		s.log.Info("boundary created", "boundary", name, "epoch", b.Epoch)
+	}
+	return b, n > 0, nil
+}
+
+// Boundary returns one boundary with its current head.
+func (s *Store) Boundary(ctx context.Context, name string) (event.Boundary, error) {
+	op := fmt.Sprintf("read boundary %q", name)
+	if s.closed() {
+		return event.Boundary{}, errClosed(op)
+	}
+	b, err := scanBoundary(s.rdb.QueryRowContext(ctx, sqlSelectBoundary, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return event.Boundary{}, notFound(op, name)
+	}
+	if err != nil {
+		return event.Boundary{}, s.translate(op, err)
+	}
+	return b, nil
+}
+
+// Boundaries lists every boundary, by name.
+func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
+	const op = "list boundaries"
+	if s.closed() {
+		return nil, errClosed(op)
+	}
+	rows, err := s.rdb.QueryContext(ctx, sqlSelectBoundaries)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	out := []event.Boundary{}
+	for rows.Next() {
+		b, err := scanBoundary(rows)
+		if err != nil {
+			return nil, s.translate(op, err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanBoundary(sc scanner) (event.Boundary, error) {
+	var b event.Boundary
+	var head int64
+	if err := sc.Scan(&b.Name, &b.Epoch, &head); err != nil {
+		return event.Boundary{}, err
+	}
+	b.Head = uint64(head)
+	return b, nil
+}
+
+// Read returns up to limit events of boundary after position after, in
+// position order, matching q (nil: all), with the boundary's epoch read in the
+// same snapshot.
+func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
+	op := fmt.Sprintf("read %q after %d", boundary, after)
+	if limit < 1 {
+		return "", nil, fmt.Errorf("sqlite: %s: %w: limit is %d; it must be at least 1", op, event.ErrInvalid, limit)
+	}
+	if s.closed() {
+		return "", nil, errClosed(op)
+	}
+	// One read transaction: in WAL mode its snapshot starts with the first
+	// SELECT, so the epoch and the events are of one moment.
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return "", nil, s.translate(op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var epoch string
+	err = tx.QueryRowContext(ctx, sqlSelectEpoch, boundary).Scan(&epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil, notFound(op, boundary)
+	}
+	if err != nil {
+		return "", nil, s.translate(op, err)
+	}
+	filter, fargs := whereQuery(q)
+	args := make([]any, 0, 3+len(fargs))
+	args = append(args, boundary, int64(after))
+	args = append(args, fargs...)
+	args = append(args, limit)
+	rows, err := tx.QueryContext(ctx, sqlReadPrefix+filter+sqlReadSuffix, args...)
+	if err != nil {
+		return "", nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	events := make([]event.Event, 0, min(limit, 256))
+	for rows.Next() {
+		e := event.Event{Boundary: boundary, Epoch: epoch}
+		var pos, t int64
+		var tags string
+		var data, md []byte
+		if err := rows.Scan(&pos, &e.ID, &e.Type, &t, &tags, &data, &md); err != nil {
+			return "", nil, s.translate(op, err)
+		}
+		e.Position = uint64(pos)
+		e.Time = time.Unix(0, t).UTC()
+		e.Data = data
+		if md != nil {
+			e.Metadata = md
+		}
+		if e.Tags, err = decodeTags(tags); err != nil {
+			return "", nil, fmt.Errorf("sqlite: %s: position %d: %w", op, pos, err)
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return "", nil, s.translate(op, err)
+	}
+	return epoch, events, nil
+}

@@ -1,0 +1,635 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/backendtest"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/migrations"
+)
+
+// setup opens a store in a new temporary directory (or cfg.Dir) and closes
+// it at the end of the test.
+func setup(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) })
+}
+
+// TestConformanceSmallGroups runs the suite with groups of at most 3 events,
+// so requests are carried over from one group to the next all the time.
+func TestConformanceSmallGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite already ran with the default groups")
+	}
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3, Synchronous: "OFF"}) })
+}
+
+func prepared(t testing.TB, boundary string, n int) []event.Input {
+	t.Helper()
+	in := make([]event.Input, n)
+	for i := range in {
+		in[i] = event.Input{Type: "test.event", Data: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
+	}
+	out, err := event.Prepare(boundary, in, event.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestDirectoryLock(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Open(context.Background(), Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(context.Background(), Config{Dir: dir})
+	if err == nil {
+		t.Fatal("a second Open of a locked directory succeeded")
+	}
+	want := fmt.Sprintf("data directory %q is locked by another orisun process (pid %d)", dir, os.Getpid())
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("second Open: %q, want it to contain %q", err, want)
+	}
+	if !errors.Is(err, event.ErrUnavailable) {
+		t.Fatalf("second Open: errors.Is(err, ErrUnavailable) is false for %v", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(context.Background(), Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("Open after the owner closed: %v", err)
+	}
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenCreatesNestedDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a dir with ? and # and %20", "data")
+	s := setup(t, Config{Dir: dir})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, DBFile)); err != nil {
+		t.Fatalf("the database is not at %s: %v", filepath.Join(dir, DBFile), err)
+	}
+}
+
+func TestReopenKeepsDataAndMigrationsOnce(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(context.Background(), Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := s.CreateBoundary(t.Context(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Append(t.Context(), "orders", prepared(t, "orders", 5), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.AcquireLease(t.Context(), "orders", "n1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCheckpoint(t.Context(), "orders", l, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 2 {
+		s = setup(t, Config{Dir: dir})
+		got, err := s.Boundary(t.Context(), "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Epoch != b.Epoch || got.Head != res.Last {
+			t.Fatalf("after reopen: %+v, want epoch %s head %d", got, b.Epoch, res.Last)
+		}
+		if cp, err := s.Checkpoint(t.Context(), "orders"); err != nil || cp != 4 {
+			t.Fatalf("checkpoint after reopen = %d, %v; want 4", cp, err)
+		}
+		if cur, err := s.LeaseHolder(t.Context(), "orders"); err != nil || cur.Term != l.Term || cur.Holder != "n1" {
+			t.Fatalf("lease after reopen = %+v, %v; want %+v", cur, err, l)
+		}
+		ms, err := migrations.List(migrations.SQLite, migrations.SQLiteDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n, max int
+		if err := s.rdb.QueryRow(`SELECT count(*), max(version) FROM schema_migrations`).Scan(&n, &max); err != nil {
+			t.Fatal(err)
+		}
+		if n != len(ms) || max != ms[len(ms)-1].Version {
+			t.Fatalf("schema_migrations holds %d rows up to %d, want each of the %d versions once", n, max, len(ms))
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNewerSchemaIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := setup(t, Config{Dir: dir})
+	if _, err := s.wdb.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (9999, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), Config{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "version 9999, newer than this orisun knows") {
+		t.Fatalf("Open of a newer schema: %v, want a refusal naming version 9999", err)
+	}
+	// The refused Open released the directory lock: trying again fails
+	// for the same reason, not because of a stale lock.
+	_, err = Open(context.Background(), Config{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "newer than this orisun knows") {
+		t.Fatalf("second Open of a newer schema: %v, want the same refusal", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no dir", Config{}, "Dir is empty"},
+		{"bad synchronous", Config{Dir: t.TempDir(), Synchronous: "FAST"}, `Synchronous is "FAST"; use OFF, NORMAL, FULL or EXTRA`},
+		{"injected synchronous", Config{Dir: t.TempDir(), Synchronous: "FULL); DROP TABLE events; --"}, "Synchronous is"},
+		{"negative group", Config{Dir: t.TempDir(), GroupMaxEvents: -1}, "GroupMaxEvents is -1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(context.Background(), tt.cfg)
+			if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Open: %v, want ErrInvalid containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPragmas(t *testing.T) {
+	for level, want := range map[string]int{"off": 0, "NORMAL": 1, "": 2, "Full": 2, "EXTRA": 3} {
+		t.Run("synchronous "+level, func(t *testing.T) {
+			s := setup(t, Config{Synchronous: level})
+			var mode string
+			var sync int
+			if err := s.wdb.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.wdb.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil {
+				t.Fatal(err)
+			}
+			if mode != "wal" || sync != want {
+				t.Fatalf("journal_mode %s, synchronous %d; want wal, %d", mode, sync, want)
+			}
+			if _, err := s.rdb.Exec(`INSERT INTO leases VALUES ('x', 'y', 1, 0)`); err == nil {
+				t.Fatal("a reader connection could write; readers must be query_only")
+			}
+		})
+	}
+}
+
+func TestCloseTwiceAndUseAfterClose(t *testing.T) {
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	ctx := t.Context()
+	l := backend.Lease{Boundary: "orders", Holder: "n1", Term: 1}
+	checks := map[string]error{}
+	_, checks["Append"] = s.Append(ctx, "orders", prepared(t, "orders", 1), nil)
+	_, _, checks["Read"] = s.Read(ctx, "orders", 0, 10, nil)
+	_, _, checks["CreateBoundary"] = s.CreateBoundary(ctx, "other")
+	_, checks["Boundary"] = s.Boundary(ctx, "orders")
+	_, checks["Boundaries"] = s.Boundaries(ctx)
+	_, checks["Checkpoint"] = s.Checkpoint(ctx, "orders")
+	checks["SaveCheckpoint"] = s.SaveCheckpoint(ctx, "orders", l, 0)
+	_, checks["AcquireLease"] = s.AcquireLease(ctx, "orders", "n1", time.Second)
+	_, checks["RenewLease"] = s.RenewLease(ctx, l, time.Second)
+	checks["ReleaseLease"] = s.ReleaseLease(ctx, l)
+	_, checks["LeaseHolder"] = s.LeaseHolder(ctx, "orders")
+	for op, err := range checks {
+		if !errors.Is(err, event.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", op, err)
+		}
+	}
+}
+
+// stall takes the one write connection and sends one append of n events to
+// boundary, which the writer takes into a group and then stalls on, at
+// BEGIN. When stall returns, the writer is stuck there, so every further
+// append waits in the queue, deterministically. release gives the
+// connection back; first reports the stalled append's outcome.
+func stall(t *testing.T, s *Store, boundary string, n int) (release func(), first <-chan error) {
+	t.Helper()
+	conn, err := s.wdb.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = conn.Close() }) }
+	t.Cleanup(release)
+	before := s.groups.Load()
+	errs := make(chan error, 1)
+	in := prepared(t, boundary, n)
+	go func() {
+		_, err := s.Append(context.Background(), boundary, in, nil)
+		errs <- err
+	}()
+	waitFor(t, "the writer begins a group", func() bool { return s.groups.Load() == before+1 })
+	return release, errs
+}
+
+func TestCancelledWhileQueuedWritesNothing(t *testing.T) {
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	release, first := stall(t, s, "orders", 2)
+	const callers = 5
+	ctx, cancel := context.WithCancel(t.Context())
+	errs := make(chan error, callers)
+	for range callers {
+		in := prepared(t, "orders", 2)
+		go func() {
+			_, err := s.Append(ctx, "orders", in, nil)
+			errs <- err
+		}()
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	cancel()
+	for range callers {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Append cancelled while queued: %v, want context.Canceled", err)
+		}
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("the append in flight: %v", err)
+	}
+	res, err := s.Append(t.Context(), "orders", prepared(t, "orders", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.First != 3 {
+		t.Fatalf("the next append got position %d, want 3: a cancelled append wrote something", res.First)
+	}
+}
+
+// TestCloseWithQueuedAppends: the group in flight commits, the queued
+// appends get ErrClosed and are not written; every success is stored.
+func TestCloseWithQueuedAppends(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(context.Background(), Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	release, first := stall(t, s, "orders", 2)
+	const callers = 20
+	type outcome struct {
+		in  []event.Input
+		err error
+	}
+	out := make(chan outcome, callers)
+	for range callers {
+		in := prepared(t, "orders", 2)
+		go func() {
+			_, err := s.Append(context.Background(), "orders", in, nil)
+			out <- outcome{in, err}
+		}()
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	closed := make(chan error)
+	go func() { closed <- s.Close() }()
+	// Close waits for the writer, which waits for the connection; the
+	// queued callers are refused at once.
+	waitFor(t, "queued callers refused", func() bool { return s.closed() && s.waiting.Load() == 0 })
+	release()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the append in flight during Close: %v, want it committed", err)
+	}
+	var refused []string
+	for range callers {
+		o := <-out
+		if !errors.Is(o.err, event.ErrClosed) {
+			t.Fatalf("a queued Append during Close: %v, want ErrClosed", o.err)
+		}
+		refused = append(refused, o.in[0].ID, o.in[1].ID)
+	}
+	s = setup(t, Config{Dir: dir})
+	_, events, err := s.Read(t.Context(), "orders", 0, 1000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 2 {
+		t.Fatalf("%d events stored, want the 2 of the append in flight", len(events))
+	}
+	for _, e := range events {
+		for _, id := range refused {
+			if e.ID == id {
+				t.Fatalf("id %s was refused with ErrClosed but is stored", id)
+			}
+		}
+	}
+}
+
+// TestGroupCommit: appends that wait while a group is in flight commit
+// together in the next group, one transaction for all of them.
+func TestGroupCommit(t *testing.T) {
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	release, first := stall(t, s, "orders", 3)
+	const callers = 20
+	errs := make(chan error, callers)
+	for range callers {
+		in := prepared(t, "orders", 3)
+		go func() {
+			_, err := s.Append(context.Background(), "orders", in, nil)
+			errs <- err
+		}()
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	before := s.groups.Load()
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.groups.Load() - before; n != 1 {
+		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
+	}
+	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
+		t.Fatalf("head = %d, want %d", b.Head, 3*(callers+1))
+	}
+}
+
+// TestGroupMaxEvents: a group stops at GroupMaxEvents; the request that
+// does not fit starts the next group.
+func TestGroupMaxEvents(t *testing.T) {
+	s := setup(t, Config{GroupMaxEvents: 10})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	release, first := stall(t, s, "orders", 4)
+	const callers = 12
+	errs := make(chan error, callers)
+	for range callers {
+		in := prepared(t, "orders", 4)
+		go func() {
+			_, err := s.Append(context.Background(), "orders", in, nil)
+			errs <- err
+		}()
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	before := s.groups.Load()
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
+	if n := s.groups.Load() - before; n != 6 {
+		t.Fatalf("%d transactions, want 6", n)
+	}
+	_, events, err := s.Read(t.Context(), "orders", 0, 1000, nil)
+	if err != nil || len(events) != 4*(callers+1) {
+		t.Fatalf("Read: %d events, %v; want %d", len(events), err, 4*(callers+1))
+	}
+}
+
+// waitFor polls cond until it holds, failing after a deadline.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after 10s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestReadLimitMustBePositive(t *testing.T) {
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{0, -1} {
+		_, _, err := s.Read(t.Context(), "orders", 0, limit, nil)
+		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
+			t.Fatalf("Read with limit %d: %v, want ErrInvalid naming the limit", limit, err)
+		}
+	}
+	_, err := s.Append(t.Context(), "orders", nil, nil)
+	if !errors.Is(err, event.ErrInvalid) {
+		t.Fatalf("Append of no events: %v, want ErrInvalid", err)
+	}
+}
+
+func TestLargeAppendCrossesChunks(t *testing.T) {
+	// More events than one INSERT or one id lookup binds, and more than a
+	// group holds: the append still commits alone, and its retry is
+	// recognised across lookup chunks.
+	s := setup(t, Config{GroupMaxEvents: 100, Synchronous: "OFF"})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	in := prepared(t, "orders", 1234)
+	res, err := s.Append(t.Context(), "orders", in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.First != 1 || res.Last != 1234 {
+		t.Fatalf("Append = %d..%d, want 1..1234", res.First, res.Last)
+	}
+	again, err := s.Append(t.Context(), "orders", in, nil)
+	if err != nil || again != res {
+		t.Fatalf("retry = %+v, %v; want %+v", again, err, res)
+	}
+	in[1000].Data = []byte(`{"changed":true}`)
+	if _, err := s.Append(t.Context(), "orders", in, nil); !errors.Is(err, event.ErrConflict) ||
+		!strings.Contains(err.Error(), "events[1000].id "+in[1000].ID+" is already stored at position 1001 with other content") {
+		t.Fatalf("retry with event 1000 changed: %v, want a conflict naming events[1000] and position 1001", err)
+	}
+}
+
+func TestErrorTranslation(t *testing.T) {
+	s := setup(t, Config{})
+	// A constraint violation from the database: a duplicate (boundary, id).
+	_, err := s.wdb.Exec(`INSERT INTO events VALUES ('b', 1, 'x', 't', 0, '[]', '{}', NULL), ('b', 2, 'x', 't', 0, '[]', '{}', NULL)`)
+	if err == nil {
+		t.Fatal("duplicate id inserted")
+	}
+	terr := translate("insert", err)
+	if !errors.Is(terr, event.ErrConflict) {
+		t.Fatalf("translate(constraint) = %v, want ErrConflict", terr)
+	}
+	// The driver's type must not leak through the seam.
+	for e := terr; e != nil; e = errors.Unwrap(e) {
+		if strings.Contains(fmt.Sprintf("%T", e), "sqlite.Error") {
+			t.Fatalf("translated error still wraps %T", e)
+		}
+	}
+	// A busy database: another connection holds the write lock.
+	other, err := sql.Open("sqlite", dsn(filepath.Join(s.cfg.Dir, DBFile), url.Values{"_pragma": {"busy_timeout(1)"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := s.wdb.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	_, err = other.Exec(`INSERT INTO leases VALUES ('x', 'y', 1, 0)`)
+	if err == nil {
+		t.Fatal("a second writer got the lock")
+	}
+	if terr := translate("write", err); !errors.Is(terr, event.ErrUnavailable) {
+		t.Fatalf("translate(busy) = %v, want ErrUnavailable", terr)
+	}
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	// Not parallel: it counts the process's goroutines.
+	before := runtime.NumGoroutine()
+	for range 3 {
+		s, err := Open(context.Background(), Config{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.Append(context.Background(), "orders", prepared(t, "orders", 3), nil); err != nil {
+					t.Error(err)
+				}
+				if _, _, err := s.Read(context.Background(), "orders", 0, 100, nil); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// FuzzTagMatch: any valid tag is stored and matched as exactly itself, never
+// as a pattern or a fragment (tags become SQL values and JSON).
+func FuzzTagMatch(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"a", "b"}, {"%", "100%"}, {"_", "a_c"}, {`"`, `a"b`}, {"x", "x,y"}, {"z", "[z]"},
+		{`\`, `\\`}, {"'", "''"}, {"ü", "u"}, {"null", "[]"}, {"a", "a "},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	s := setup(f, Config{Synchronous: "OFF"})
+	if _, _, err := s.CreateBoundary(context.Background(), "fuzz"); err != nil {
+		f.Fatal(err)
+	}
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if event.ValidateTag(a) != nil || event.ValidateTag(b) != nil {
+			t.Skip()
+		}
+		in, err := event.Prepare("fuzz", []event.Input{{Type: "fuzz", Data: []byte(`{}`), Tags: []string{a}}}, event.Limits{})
+		if err != nil {
+			t.Skip()
+		}
+		res, err := s.Append(context.Background(), "fuzz", in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Add(1)
+		for _, tag := range []string{a, b} {
+			q := &event.Query{Items: []event.QueryItem{{Tags: []string{tag}}}}
+			_, events, err := s.Read(context.Background(), "fuzz", res.First-1, 1, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := len(events) == 1 && events[0].Position == res.First
+			if want := tag == a; found != want {
+				t.Fatalf("event tagged %q: query for tag %q found it = %v, want %v", a, tag, found, want)
+			}
+			if found && (len(events[0].Tags) != 1 || events[0].Tags[0] != a) {
+				t.Fatalf("tag %q read back as %q", a, events[0].Tags)
+			}
+		}
+	})
+}

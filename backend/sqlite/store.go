@@ -1,0 +1,342 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+)
+
+var _ backend.Store = (*Store)(nil)
+
+// DBFile is the name of the database file inside the data directory.
+const DBFile = "orisun.db"
+
+// Defaults of Config.
+const (
+	DefaultSynchronous    = "FULL"
+	DefaultGroupMaxEvents = 1000
+)
+
+// busyTimeout is how long a statement waits for a lock held by another
+// connection before failing with SQLITE_BUSY (reported as ErrUnavailable).
+// Only the WAL checkpoint and the readers compete with the one writer, so a
+// wait this long means something is wrong.
+const busyTimeout = 10 * time.Second
+
+// readerConns is the size of the reader pool. Readers never block the writer
+// in WAL mode; a few connections let the publisher, subscriptions and the
+// read API run side by side.
+const readerConns = 4
+
+// Config configures Open.
+type Config struct {
+	// Dir is the data directory; the database is Dir/orisun.db. It is
+	// created when missing and locked for this process until Close.
+	Dir string
+	// Synchronous is SQLite's synchronous level: OFF, NORMAL, FULL or
+	// EXTRA (default FULL: a committed append survives a power loss).
+	Synchronous string
+	// GroupMaxEvents is the most events one group commit gathers (default
+	// 1000). A single append larger than this still commits, alone.
+	GroupMaxEvents int
+	// Logger receives the store's logs (default: discarded).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Synchronous == "" {
+		c.Synchronous = DefaultSynchronous
+	}
+	c.Synchronous = strings.ToUpper(c.Synchronous)
+	if c.GroupMaxEvents == 0 {
+		c.GroupMaxEvents = DefaultGroupMaxEvents
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	if c.Dir == "" {
+		return fmt.Errorf("%w: sqlite: Dir is empty; set the data directory", event.ErrInvalid)
+	}
+	switch c.Synchronous {
+	case "OFF", "NORMAL", "FULL", "EXTRA":
+	default:
+		return fmt.Errorf("%w: sqlite: Synchronous is %q; use OFF, NORMAL, FULL or EXTRA", event.ErrInvalid, c.Synchronous)
+	}
+	if c.GroupMaxEvents < 0 {
+		return fmt.Errorf("%w: sqlite: GroupMaxEvents is %d; use a positive number (0 means %d)",
+			event.ErrInvalid, c.GroupMaxEvents, DefaultGroupMaxEvents)
+	}
+	return nil
+}
+
+// Store is the SQLite backend. It is safe for concurrent use.
+type Store struct {
+	cfg  Config
+	log  *slog.Logger
+	lock *dirLock
+
+	// wdb has exactly one connection: SQLite has one writer at a time, and
+	// keeping it in Go makes waits visible (a queue, not SQLITE_BUSY).
+	wdb *sql.DB
+	// rdb is the reader pool (query_only).
+	rdb *sql.DB
+	// stmts are the writer's prepared statements (see prepareWriter).
+	stmts map[string]*sql.Stmt
+
+	// requests carries appends to the writer goroutine. It is unbuffered
+	// so a request is either taken by the writer or never sent: nothing is
+	// left behind in a buffer when the writer stops.
+	requests chan *appendRequest
+	closing  chan struct{} // closed by Close
+	done     chan struct{} // closed when the writer goroutine has returned
+
+	closeOnce sync.Once
+	closeErr  error
+
+	cbMu      sync.Mutex
+	callbacks []func(boundary string)
+
+	// now is the store's clock (commit times, lease expiries).
+	now func() time.Time
+
+	// waiting counts appends waiting for the writer to take them; groups
+	// counts group transactions begun. Tests use them to see the queue
+	// instead of sleeping.
+	waiting atomic.Int64
+	groups  atomic.Int64
+}
+
+// Open opens (creating when needed) the store in cfg.Dir, takes the
+// directory's lock, applies pending migrations and starts the writer.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: data directory %q: %w", cfg.Dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: create data directory %q: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:      cfg,
+		log:      cfg.Logger.With("backend", "sqlite", "dir", dir),
+		lock:     lock,
+		requests: make(chan *appendRequest),
+		closing:  make(chan struct{}),
+		done:     make(chan struct{}),
+		now:      time.Now,
+	}
+	fail := func(err error) (*Store, error) {
+		s.closeStmts()
+		if s.rdb != nil {
+			_ = s.rdb.Close()
+		}
+		if s.wdb != nil {
+			_ = s.wdb.Close()
+		}
+		_ = lock.unlock()
+		return nil, err
+	}
+
+	path := filepath.Join(dir, DBFile)
+	s.wdb, err = sql.Open("sqlite", dsn(path, writerParams(cfg.Synchronous)))
+	if err != nil {
+		return fail(fmt.Errorf("sqlite: open %q: %w", path, err))
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	s.wdb.SetConnMaxIdleTime(0)
+	if err := s.wdb.PingContext(ctx); err != nil {
+		return fail(translate(fmt.Sprintf("open %q", path), err))
+	}
+	if err := s.migrate(ctx); err != nil {
+		return fail(err)
+	}
+	if err := s.prepareWriter(ctx); err != nil {
+		return fail(err)
+	}
+
+	s.rdb, err = sql.Open("sqlite", dsn(path, readerParams()))
+	if err != nil {
+		return fail(fmt.Errorf("sqlite: open %q for reading: %w", path, err))
+	}
+	s.rdb.SetMaxOpenConns(readerConns)
+	s.rdb.SetMaxIdleConns(readerConns)
+	s.rdb.SetConnMaxLifetime(0)
+	s.rdb.SetConnMaxIdleTime(0)
+	if err := s.rdb.PingContext(ctx); err != nil {
+		return fail(translate(fmt.Sprintf("open %q for reading", path), err))
+	}
+
+	go s.writer()
+	s.log.Info("sqlite store open", "synchronous", cfg.Synchronous, "group_max_events", cfg.GroupMaxEvents)
+	return s, nil
+}
+
+// dsn builds a modernc URI DSN. The path is escaped because SQLite decodes
+// %XX in URIs and a '?' or '#' in a directory name would otherwise end it.
+func dsn(path string, params url.Values) string {
+	return "file:" + (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath() + "?" + params.Encode()
+}
+
+func writerParams(synchronous string) url.Values {
+	return url.Values{
+		"_pragma": {
+			fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
+			"journal_mode(WAL)",
+			"synchronous(" + synchronous + ")",
+		},
+		// BEGIN IMMEDIATE: take the write lock at the start of a write
+		// transaction, never upgrade a read lock halfway (which can fail
+		// with SQLITE_BUSY without waiting).
+		"_txlock": {"immediate"},
+	}
+}
+
+func readerParams() url.Values {
+	return url.Values{
+		"_pragma": {
+			fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
+			"query_only(1)",
+		},
+	}
+}
+
+// Close stops the writer (appends still queued get event.ErrClosed; a group
+// already in its transaction finishes), closes the database and releases
+// the directory lock. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		<-s.done
+		var errs []error
+		s.closeStmts()
+		if err := s.rdb.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("sqlite: close readers: %w", err))
+		}
+		if err := s.wdb.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("sqlite: close writer: %w", err))
+		}
+		if err := s.lock.unlock(); err != nil {
+			errs = append(errs, err)
+		}
+		s.closeErr = errors.Join(errs...)
+		s.log.Info("sqlite store closed")
+	})
+	return s.closeErr
+}
+
+func (s *Store) closed() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// errClosed is returned by every operation after Close.
+func errClosed(op string) error {
+	return fmt.Errorf("sqlite: %s: %w: the store is closed", op, event.ErrClosed)
+}
+
+// OnAppend registers fn, called after every commit that added events, once
+// per boundary that got events. It is called from the writer goroutine, so it
+// must not block and must not append.
+func (s *Store) OnAppend(fn func(boundary string)) {
+	if fn == nil {
+		return
+	}
+	s.cbMu.Lock()
+	s.callbacks = append(s.callbacks, fn)
+	s.cbMu.Unlock()
+}
+
+func (s *Store) notify(boundaries []string) {
+	if len(boundaries) == 0 {
+		return
+	}
+	s.cbMu.Lock()
+	cbs := s.callbacks
+	s.cbMu.Unlock()
+	for _, b := range boundaries {
+		for _, fn := range cbs {
+			fn(b)
+		}
+	}
+}
+
+// translate turns a database error into an error of the core: a sentinel of
+// package event, wrapped with op. The driver's error survives only as text,
+// so no caller can depend on sqlite types (STYLE: the store seam).
+func (s *Store) translate(op string, err error) error {
+	if err != nil && s.closed() && !isDomain(err) {
+		return errClosed(op)
+	}
+	return translate(op, err)
+}
+
+func isDomain(err error) bool {
+	for _, target := range []error{
+		event.ErrInvalid, event.ErrTooLarge, event.ErrNotFound, event.ErrConflict, event.ErrUnavailable,
+		event.ErrLeaseLost, event.ErrLeaseHeld, event.ErrEpochChanged, event.ErrClosed,
+		context.Canceled, context.DeadlineExceeded,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isDomain(err) {
+		return fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if errors.Is(err, sql.ErrConnDone) || errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("sqlite: %s: %w: %v", op, event.ErrUnavailable, err)
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return fmt.Errorf("sqlite: %s: %v", op, err)
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
+		sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_INTERRUPT,
+		sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOLFS:
+		return fmt.Errorf("sqlite: %s: %w: %v", op, event.ErrUnavailable, se)
+	case sqlite3.SQLITE_CONSTRAINT:
+		return fmt.Errorf("sqlite: %s: %w: %v", op, event.ErrConflict, se)
+	}
+	// CORRUPT, ERROR, MISUSE, …: an internal error, not retryable.
+	return fmt.Errorf("sqlite: %s: %v", op, se)
+}
