@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +94,48 @@ func TestEncodedSizeIsAnUpperBound(t *testing.T) {
 	if est > actual+200 {
 		t.Fatalf("estimate %d far above the actual size %d", est, actual)
 	}
+}
+
+// TestBodyMatchesEncodingJSON: the hand-written body encoder produces the
+// same JSON value as encoding/json for the event, whatever its strings hold.
+func TestBodyMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	cases := []event.Event{
+		{ID: event.NewID(), Boundary: "b", Epoch: "e", Position: 1, Type: "t", Time: time.Now().UTC(), Tags: []string{},
+			Data: json.RawMessage(`{"a":[1,2,{"b":null}]}`)},
+		{ID: event.NewID(), Boundary: "b", Epoch: "e", Position: 18446744073709551615, Type: "a.b-c:d", Time: time.Unix(0, 1).UTC(),
+			Tags: []string{`quote"`, `back\slash`, "<html>&", "ünïcødé", "tab\there", "nl\n", "\u2028"},
+			Data: json.RawMessage(`"just a string"`), Metadata: json.RawMessage(`{"m":"\u00e9"}`)},
+		{ID: event.NewID(), Boundary: "b", Epoch: "e", Position: 7, Type: "t", Time: time.Now().UTC(), Tags: nil,
+			Data: json.RawMessage(`12.5e3`)},
+	}
+	for i, e := range cases {
+		got, err := stream.Body(&e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(&e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("case %d: body is not JSON: %v\n%s", i, err, got)
+		}
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(normalizeTags(g), normalizeTags(w)) {
+			t.Fatalf("case %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+// normalizeTags treats a null tag list as empty (the body always writes []).
+func normalizeTags(v any) any {
+	m := v.(map[string]any)
+	if m["tags"] == nil {
+		m["tags"] = []any{}
+	}
+	return m
 }
