@@ -540,9 +540,15 @@ func BenchmarkRelay(b *testing.B) {
 // released; the time until every event is acknowledged and checkpointed is
 // measured.
 func BenchmarkPublishBacklog(b *testing.B) {
+	for _, msgID := range []bool{true, false} {
+		b.Run(fmt.Sprintf("msgid=%v", msgID), func(b *testing.B) { benchPublishBacklog(b, msgID) })
+	}
+}
+
+func benchPublishBacklog(b *testing.B, msgID bool) {
 	hold := make(chan struct{})
 	var once sync.Once
-	n := setup(b, "", nil, orisun.WithAfterAckHook(func(string, uint64) {
+	n := setup(b, "", func(c *orisun.Config) { c.DisableMsgID = !msgID }, orisun.WithAfterAckHook(func(string, uint64) {
 		once.Do(func() { <-hold })
 	}))
 	ctx := context.Background()
