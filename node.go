@@ -67,8 +67,15 @@ type Node struct {
 	runCtx  context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	runners map[string]*boundaryRunner
 	subs    sync.WaitGroup
+
+	stopDone chan struct{}
+	stopErr  error
+
+	// rmu guards runners; wake takes only rmu, never mu, so the store's
+	// after-commit callback cannot wait for a Stop that waits for the store.
+	rmu     sync.RWMutex
+	runners map[string]*boundaryRunner
 }
 
 type boundaryRunner struct {
@@ -84,7 +91,7 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("orisun: configuration: %w", err)
 	}
-	n := &Node{cfg: cfg, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}}
+	n := &Node{cfg: cfg, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
 	for _, o := range opts {
 		o(n)
 	}
@@ -119,7 +126,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			n.stopLocked()
+			n.stopped = true
+			n.stopErr = n.teardown()
+			close(n.stopDone)
 		}
 	}()
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
@@ -184,6 +193,8 @@ func (n *Node) Start(ctx context.Context) (err error) {
 
 // startBoundaryLocked starts the lease loop and publisher of a boundary.
 func (n *Node) startBoundaryLocked(name string) {
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
 	if _, ok := n.runners[name]; ok {
 		return
 	}
@@ -225,12 +236,16 @@ func (n *Node) startBoundaryLocked(name string) {
 	}()
 }
 
+func (n *Node) runner(boundary string) *boundaryRunner {
+	n.rmu.RLock()
+	defer n.rmu.RUnlock()
+	return n.runners[boundary]
+}
+
 // wake is the store's after-commit callback: a non-blocking hint to the
 // boundary's publisher.
 func (n *Node) wake(boundary string) {
-	n.mu.Lock()
-	r := n.runners[boundary]
-	n.mu.Unlock()
+	r := n.runner(boundary)
 	if r == nil {
 		return
 	}
@@ -241,28 +256,31 @@ func (n *Node) wake(boundary string) {
 }
 
 // Stop stops the publishers (each finishes its batch and writes its
-// checkpoint), releases the leases, and closes NATS and the store. Safe to
-// call twice and before Start.
+// checkpoint), releases the leases, ends the subscriptions (ErrClosed), and
+// closes NATS and the store. Safe to call twice, concurrently, and before
+// Start; every call returns once the node is stopped.
 func (n *Node) Stop() error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.stopLocked()
-}
-
-func (n *Node) stopLocked() error {
 	if n.stopped {
-		return nil
+		n.mu.Unlock()
+		<-n.stopDone
+		return n.stopErr
 	}
 	n.stopped = true
+	n.mu.Unlock()
+	n.stopErr = n.teardown()
+	close(n.stopDone)
+	return n.stopErr
+}
+
+// teardown stops everything that was started. It never takes n.mu: the
+// store's after-commit callback (wake) may run until the store is closed.
+func (n *Node) teardown() error {
 	if n.cancel != nil {
 		n.cancel()
 	}
-	// Publishers take n.mu only through wake, which the store calls after
-	// commits: unlock while waiting so a last commit cannot deadlock.
-	n.mu.Unlock()
 	n.wg.Wait()
 	n.subs.Wait()
-	n.mu.Lock()
 	var errs []error
 	if n.nc != nil {
 		if err := n.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -382,7 +400,7 @@ func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h H
 		n.mu.Unlock()
 		return fmt.Errorf("orisun: node not running: %w", event.ErrClosed)
 	}
-	store, js, r, runCtx := n.store, n.js, n.runners[boundary], n.runCtx
+	store, js, r, runCtx := n.store, n.js, n.runner(boundary), n.runCtx
 	n.subs.Add(1)
 	n.mu.Unlock()
 	defer n.subs.Done()

@@ -89,9 +89,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		l, err := store.LeaseHolder(ctx, b.Name)
 		errs = append(errs, err)
 		bst.LeaseHolder, bst.LeaseTerm = l.Holder, l.Term
-		n.mu.Lock()
-		r := n.runners[b.Name]
-		n.mu.Unlock()
+		r := n.runner(b.Name)
 		if r != nil {
 			ps := r.pub.Status()
 			bst.State, bst.Reason, bst.Since = ps.State, ps.Reason, ps.Since

@@ -175,3 +175,48 @@ func TestStopBeforeStart(t *testing.T) {
 		t.Fatalf("append on a stopped node: %v", err)
 	}
 }
+
+// TestStopUnderAppendLoad: Stop while appends are in flight returns (the
+// store's after-commit wake-up must not wait for the stopping node) and
+// every append either succeeded or failed with ErrClosed; a concurrent
+// second Stop waits for the first.
+func TestStopUnderAppendLoad(t *testing.T) {
+	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			for {
+				if _, err := n.Append(ctx, "default", events(10, "load", 64), nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopped := make(chan error, 2)
+	go func() { stopped <- n.Stop() }()
+	go func() { stopped <- n.Stop() }()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Stop did not return under append load")
+		}
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; !errors.Is(err, event.ErrClosed) {
+			t.Fatalf("append during stop: %v, want ErrClosed", err)
+		}
+	}
+}
