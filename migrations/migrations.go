@@ -28,6 +28,14 @@ var SQLite embed.FS
 // SQLiteDir is the folder of SQLite inside its FS.
 const SQLiteDir = "sqlite"
 
+// Postgres is the PostgreSQL dialect: the files under postgres/.
+//
+//go:embed postgres/*.sql
+var Postgres embed.FS
+
+// PostgresDir is the folder of Postgres inside its FS.
+const PostgresDir = "postgres"
+
 // Migration is one schema version.
 type Migration struct {
 	Version int

@@ -56,3 +56,18 @@ func TestListIgnoresOtherFiles(t *testing.T) {
 		t.Fatalf("List = %+v, want 0001_a.sql and 0002_b.sql", ms)
 	}
 }
+
+func TestListPostgres(t *testing.T) {
+	ms, err := List(Postgres, PostgresDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].Version != 1 || ms[0].Name != "0001_init.sql" {
+		t.Fatalf("first migration = %d %s, want 1 0001_init.sql", ms[0].Version, ms[0].Name)
+	}
+	for _, m := range ms {
+		if strings.TrimSpace(m.SQL) == "" {
+			t.Errorf("%s is empty", m.Name)
+		}
+	}
+}

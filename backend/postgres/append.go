@@ -1,0 +1,716 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// The states of an append request. The caller and the worker race for the
+// transition out of queued with a compare-and-swap, so a request is either
+// abandoned (the caller returns ctx.Err() and nothing is written) or taken
+// (the caller waits for the outcome), never both.
+const (
+	stateQueued int32 = iota
+	stateTaken
+	stateAbandoned
+)
+
+type appendRequest struct {
+	ctx      context.Context
+	boundary string
+	events   []event.Input
+	cond     *event.Condition
+	state    atomic.Int32
+	// reply has room for the one answer, so a worker never waits for a
+	// caller that has gone.
+	reply chan appendReply
+}
+
+type appendReply struct {
+	res event.AppendResult
+	err error
+}
+
+// Append appends events to boundary atomically (all or none), under cond
+// when it is not nil. The events must be prepared (event.Prepare). The
+// request joins the next group commit of its boundary; see the package
+// documentation.
+//
+// A caller whose ctx ends while its request waits in the queue gets
+// ctx.Err() and nothing of the request is written. Once a group has taken
+// the request, Append waits for and returns its real outcome. An error
+// means "not written", with one exception that no network database can
+// avoid: when the connection breaks while the COMMIT is under way, the
+// outcome is unknown and the error is ErrUnavailable; appending the same
+// events again (same ids) then returns the stored positions if the commit
+// did happen (DESIGN §3).
+func (s *Store) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
+	op := fmt.Sprintf("append to %q", boundary)
+	if len(events) == 0 {
+		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w: events: the append holds no events; send at least one", op, event.ErrInvalid)
+	}
+	if s.isClosed() {
+		return event.AppendResult{}, errClosed(op)
+	}
+	if err := ctx.Err(); err != nil {
+		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	r := &appendRequest{ctx: ctx, boundary: boundary, events: events, cond: cond, reply: make(chan appendReply, 1)}
+	if !s.enqueue(r) {
+		return event.AppendResult{}, errClosed(op)
+	}
+	select {
+	case rep := <-r.reply:
+		return rep.res, rep.err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
+			s.waiting.Add(-1)
+			return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op, ctx.Err())
+		}
+		// A group has it: the outcome is a commit away.
+		rep := <-r.reply
+		return rep.res, rep.err
+	}
+}
+
+// enqueue adds r to its boundary's queue and makes the boundary ready for a
+// worker unless a worker has it already (that worker requeues it when its
+// group is done). false: the store is closing.
+func (s *Store) enqueue(r *appendRequest) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	q := s.queues[r.boundary]
+	s.queues[r.boundary] = append(q, r)
+	s.waiting.Add(1)
+	if len(q) == 0 && !s.active[r.boundary] {
+		s.ready = append(s.ready, r.boundary)
+		s.cond.Signal()
+	}
+	return true
+}
+
+// worker runs group transactions until the store closes. Each group belongs
+// to one boundary, and a boundary is in at most one worker's hands at a
+// time: its requests keep their order and run under one head-row lock, and a
+// boundary whose head row another client holds ties up one worker, never
+// the appends of other boundaries (unless every worker is so tied up).
+func (s *Store) worker() {
+	defer s.workers.Done()
+	s.mu.Lock()
+	for {
+		for len(s.ready) == 0 && !s.closing {
+			s.cond.Wait()
+		}
+		if s.closing {
+			s.mu.Unlock()
+			return
+		}
+		b := s.ready[0]
+		s.ready = s.ready[1:]
+		group := s.drain(b)
+		if len(group) == 0 {
+			continue // every request of the queue was abandoned
+		}
+		s.active[b] = true
+		s.mu.Unlock()
+
+		s.commitGroup(b, group)
+
+		s.mu.Lock()
+		delete(s.active, b)
+		if len(s.queues[b]) > 0 && !s.closing {
+			// More arrived meanwhile: back of the line, so a busy boundary
+			// cannot starve the others.
+			s.ready = append(s.ready, b)
+			s.cond.Signal()
+		}
+	}
+}
+
+// drain takes the requests for the next group of boundary b off its queue:
+// every request waiting right now (never sleeping to wait for more: a lone
+// append commits at once), up to GroupMaxEvents events; a request that does
+// not fit stays first in line. The caller holds s.mu.
+func (s *Store) drain(b string) []*appendRequest {
+	q := s.queues[b]
+	var group []*appendRequest
+	n, i := 0, 0
+	for ; i < len(q); i++ {
+		r := q[i]
+		if r.state.Load() != stateQueued {
+			continue // abandoned by its caller
+		}
+		if len(group) > 0 && n+len(r.events) > s.cfg.GroupMaxEvents {
+			break
+		}
+		group = append(group, r)
+		n += len(r.events)
+	}
+	if i == len(q) {
+		delete(s.queues, b)
+	} else {
+		s.queues[b] = q[i:]
+	}
+	return group
+}
+
+// The steps of a group transaction, sent to the database as pipelined
+// batches.
+type stepKind int
+
+const (
+	stepBegin      stepKind = iota
+	stepLock                // take and read the head row
+	stepSavepoint           // a request's savepoint
+	stepAppend              // a request's append statement
+	stepRelease             // release a request's savepoint
+	stepRollbackTo          // roll a failed request back to its savepoint (not batched)
+	stepFindIDs             // a request's stored ids (retry or conflict?)
+	stepFirstMatch          // a request's condition's first match
+)
+
+type step struct {
+	kind stepKind
+	req  int // index into the group's requests; -1 for group steps
+	sql  string
+	args []any
+}
+
+// groupRun is the state of one group transaction.
+type groupRun struct {
+	s        *Store
+	boundary string
+	conn     *pgxpool.Conn
+	reqs     []*appendRequest
+	replies  []appendReply
+	wrote    []bool
+	// decided is true once a request's reply is final (written, or failed
+	// with its own error).
+	decided []bool
+	// The head row as locked, then after each request that wrote.
+	head      int64
+	epoch     string
+	missing   bool // the boundary does not exist
+	committed bool // the COMMIT succeeded: the callbacks are due
+	// decisions of requests whose append statement wrote nothing.
+	decisions map[int]*decision
+}
+
+// decision is what the slow path of a request learns: the head it saw, its
+// stored ids, its condition's first match, and the error of its append
+// statement if it failed.
+type decision struct {
+	headAt    int64
+	stored    map[string]event.Event
+	match     int64
+	matched   bool
+	appendErr error
+}
+
+// commitGroup runs the requests of a group, all for boundary b, in one
+// transaction, each inside its own savepoint: a request that fails is
+// rolled back alone and gets its own error, the others commit together.
+// All requests are taken at once: their turn is the batch that sends them.
+//
+// The statements are pipelined: the first batch is BEGIN, the head-row
+// lock, and every request's SAVEPOINT, append statement and RELEASE, so a
+// group of requests that all write costs one round trip and the COMMIT.
+// An append statement that fails (a stored id: a retry or a conflict; a
+// value the database refuses) aborts its savepoint and makes the database
+// skip the rest of the batch; the next batch rolls that request back,
+// looks up what it needs to decide it, and sends the skipped requests
+// again. A request whose condition matched wrote nothing and needs the same
+// lookups. The lookups are bounded by the head the request saw, so they
+// judge it exactly as if it had run alone at its turn.
+func (s *Store) commitGroup(b string, group []*appendRequest) {
+	s.groups.Add(1)
+	// The transaction belongs to the group, not to any one caller: a
+	// caller that goes away must not abort the others' commit.
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+
+	g := &groupRun{s: s, boundary: b, decisions: map[int]*decision{}}
+	// Registered first, so it runs last, after the connection went back
+	// to the pool: the callers get their answers, then the callbacks run.
+	defer func() {
+		g.answer()
+		if g.committed {
+			s.notify(b)
+		}
+	}()
+	var todo []int
+	for _, r := range group {
+		if !r.state.CompareAndSwap(stateQueued, stateTaken) {
+			continue // its caller gave up before its turn
+		}
+		s.waiting.Add(-1)
+		i := len(g.reqs)
+		g.reqs = append(g.reqs, r)
+		g.replies = append(g.replies, appendReply{})
+		g.wrote = append(g.wrote, false)
+		g.decided = append(g.decided, false)
+		if err := r.ctx.Err(); err != nil {
+			// Its context ended before its turn: nothing of it is written.
+			g.replies[i].err = fmt.Errorf("postgres: append to %q: %w", b, err)
+			g.decided[i] = true
+			continue
+		}
+		todo = append(todo, i)
+	}
+	if len(todo) == 0 {
+		return
+	}
+
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		g.fail(g.groupErr("begin", err))
+		return
+	}
+	g.conn = conn
+	// Release destroys a connection left inside a transaction or broken,
+	// so a failed group never hands a dirty session to the next user.
+	defer conn.Release()
+
+	steps := []step{{kind: stepBegin, req: -1, sql: sqlBegin}, {kind: stepLock, req: -1, sql: sqlLockHead, args: []any{b}}}
+	for _, i := range todo {
+		steps = append(steps, g.requestSteps(i)...)
+	}
+	for len(steps) > 0 {
+		next, err := g.runBatch(ctx, steps)
+		if err != nil {
+			g.rollback()
+			g.fail(err)
+			return
+		}
+		if g.missing {
+			g.rollback()
+			for _, i := range todo {
+				if !g.decided[i] {
+					g.replies[i].err = notFound(fmt.Sprintf("append to %q", b), b)
+					g.decided[i] = true
+				}
+			}
+			return
+		}
+		steps = next
+	}
+
+	touched := false
+	for i := range g.reqs {
+		touched = touched || g.wrote[i]
+		if !g.wrote[i] && !g.decided[i] {
+			// Never answer "success at position 0": a request the steps
+			// left without an outcome is a bug, said as such.
+			g.replies[i].err = fmt.Errorf("postgres: append to %q: internal error: the group left the request without an outcome", b)
+			g.decided[i] = true
+		}
+	}
+	if !touched {
+		// Nothing written (all failed, retried or gone): no COMMIT, no
+		// WAL flush.
+		g.rollback()
+		return
+	}
+	// The notification is part of the transaction: PostgreSQL delivers it
+	// on commit, and only then.
+	if err := g.commit(ctx); err != nil {
+		g.fail(err)
+		return
+	}
+	for i := range g.reqs {
+		if g.wrote[i] {
+			g.decided[i] = true
+		}
+	}
+	g.committed = true
+}
+
+// requestSteps are the steps of request i: its savepoint, its append
+// statement, and the release of its savepoint.
+func (g *groupRun) requestSteps(i int) []step {
+	r := g.reqs[i]
+	n := len(r.events)
+	ids := make([]string, n)
+	types := make([]string, n)
+	tags := make([]string, n)
+	data := make([]string, n)
+	md := make([]pgtype.Text, n)
+	for k := range r.events {
+		in := &r.events[k]
+		ids[k], types[k], data[k] = in.ID, in.Type, string(in.Data)
+		tags[k] = encodeTags(in.Tags)
+		if len(in.Metadata) > 0 {
+			md[k] = pgtype.Text{String: string(in.Metadata), Valid: true}
+		}
+	}
+	sql, fargs := appendSQL(r.cond)
+	args := []any{r.boundary, int64(n), ids, types, tags, data, md}
+	if r.cond != nil {
+		args = append(args, clampPosition(r.cond.After))
+		args = append(args, fargs...)
+	}
+	return []step{
+		{kind: stepSavepoint, req: i, sql: sqlSavepoint},
+		{kind: stepAppend, req: i, sql: sql, args: args},
+		{kind: stepRelease, req: i, sql: sqlRelease},
+	}
+}
+
+// decisionSteps are the lookups that decide request i, whose append
+// statement wrote nothing.
+func (g *groupRun) decisionSteps(i int) []step {
+	r := g.reqs[i]
+	d := g.decisions[i]
+	ids := make([]string, len(r.events))
+	for k := range r.events {
+		ids[k] = r.events[k].ID
+	}
+	steps := []step{{kind: stepFindIDs, req: i, sql: sqlFindIDs, args: []any{r.boundary, ids, d.headAt}}}
+	if r.cond != nil {
+		sql, fargs := firstMatchSQL(r.cond)
+		args := append([]any{r.boundary, clampPosition(r.cond.After), d.headAt}, fargs...)
+		steps = append(steps, step{kind: stepFirstMatch, req: i, sql: sql, args: args})
+	}
+	return steps
+}
+
+// runBatch sends steps as one pipelined batch and reads their results in
+// order. It rolls back a request whose append statement failed and returns
+// the steps of the next batch: the lookups of requests that wrote nothing,
+// and the requests the database skipped after the failure. An
+// error fails the whole group (the transaction is lost).
+func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
+	batch := &pgx.Batch{}
+	for _, st := range steps {
+		batch.Queue(st.sql, st.args...)
+	}
+	br := g.conn.SendBatch(ctx, batch)
+	failed := -1
+	var failErr error
+	var needDecision []int
+	for k, st := range steps {
+		undecided, err := g.readStep(br, st)
+		if err != nil {
+			failed, failErr = k, err
+			break
+		}
+		if undecided {
+			needDecision = append(needDecision, st.req)
+		}
+		if g.missing {
+			_ = br.Close()
+			return nil, nil
+		}
+	}
+	closeErr := br.Close()
+	if failed < 0 && closeErr != nil {
+		return nil, g.groupErr("append", closeErr)
+	}
+
+	var next []step
+	if failed >= 0 {
+		st := steps[failed]
+		var pgErr *pgconn.PgError
+		if st.kind != stepAppend || !errors.As(failErr, &pgErr) {
+			// Not the request's own statement, or not a server error (the
+			// connection broke): the transaction is lost.
+			return nil, g.groupErr(stepName(st.kind), failErr)
+		}
+		// The database refused this request's statement and aborted its
+		// savepoint, nothing else: roll it back and go on. This is a
+		// round trip of its own: until it is done the transaction accepts
+		// nothing else, not even the parsing of the next batch's
+		// statements.
+		if _, err := g.conn.Exec(ctx, sqlRollbackToRelease); err != nil {
+			return nil, g.groupErr(stepName(stepRollbackTo), err)
+		}
+		if pgErr.Code == "23505" && pgErr.ConstraintName == uniqueIDKey {
+			// A stored id: a retry or a conflict, decided by a lookup.
+			g.decisions[st.req] = &decision{headAt: g.head, appendErr: failErr}
+			needDecision = append(needDecision, st.req)
+		} else {
+			g.replies[st.req].err = g.s.translate(fmt.Sprintf("append to %q", g.boundary), failErr)
+			g.decided[st.req] = true
+		}
+	}
+	for _, i := range needDecision {
+		next = append(next, g.decisionSteps(i)...)
+	}
+	if failed >= 0 {
+		// The database skipped everything after the failed statement:
+		// the other requests of the batch go again, in order.
+		for _, st := range steps[failed+1:] {
+			if st.kind == stepSavepoint {
+				next = append(next, g.requestSteps(st.req)...)
+			}
+		}
+	}
+	return next, nil
+}
+
+// readStep reads the result of one step. undecided is true for an append
+// statement that wrote nothing (the condition matched).
+func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err error) {
+	switch st.kind {
+	case stepLock:
+		err := br.QueryRow().Scan(&g.head, &g.epoch)
+		if isNoRows(err) {
+			g.missing = true
+			return false, nil
+		}
+		return false, err
+	case stepAppend:
+		var head int64
+		var epoch string
+		err := br.QueryRow().Scan(&head, &epoch)
+		if isNoRows(err) {
+			g.decisions[st.req] = &decision{headAt: g.head}
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		n := int64(len(g.reqs[st.req].events))
+		g.head = head
+		g.replies[st.req].res = event.AppendResult{Epoch: epoch, First: uint64(head - n + 1), Last: uint64(head)}
+		g.wrote[st.req] = true
+		return false, nil
+	case stepFindIDs:
+		rows, err := br.Query()
+		if err != nil {
+			return false, err
+		}
+		stored, err := scanStored(rows)
+		if err != nil {
+			return false, err
+		}
+		d := g.decisions[st.req]
+		d.stored = stored
+		if g.reqs[st.req].cond == nil {
+			g.decide(st.req)
+		}
+		return false, nil
+	case stepFirstMatch:
+		d := g.decisions[st.req]
+		err := br.QueryRow().Scan(&d.match)
+		switch {
+		case isNoRows(err):
+		case err != nil:
+			return false, err
+		default:
+			d.matched = true
+		}
+		g.decide(st.req)
+		return false, nil
+	default:
+		_, err := br.Exec()
+		return false, err
+	}
+}
+
+// decide answers request i from its lookups: a retry when its ids are
+// stored, else a condition failure, else the error of its append
+// statement.
+func (g *groupRun) decide(i int) {
+	r := g.reqs[i]
+	d := g.decisions[i]
+	op := fmt.Sprintf("append to %q", g.boundary)
+	rep := &g.replies[i]
+	g.decided[i] = true
+	switch {
+	case len(d.stored) > 0:
+		// Judged before the condition: a retry of an append that passed
+		// its condition is that append, whatever came after it.
+		rep.res, rep.err = retry(op, g.epoch, r.events, d.stored)
+	case d.appendErr != nil:
+		rep.err = g.s.translate(op, d.appendErr)
+	case r.cond != nil && d.matched:
+		rep.err = &event.ConflictError{Boundary: g.boundary, After: r.cond.After, Position: uint64(d.match)}
+	default:
+		// The append statement wrote nothing, yet nothing explains why.
+		rep.err = fmt.Errorf("postgres: %s: the append wrote nothing and no stored id or condition match explains it", op)
+	}
+}
+
+// retry decides a request some of whose ids are stored: when all are, with
+// the same content, at consecutive positions in the request's order, it is an
+// idempotent retry and gets the stored positions; anything else is a
+// conflict naming the first id that differs.
+func retry(op, epoch string, events []event.Input, stored map[string]event.Event) (event.AppendResult, error) {
+	var res event.AppendResult
+	firstStored := -1
+	for i := range events {
+		if _, ok := stored[events[i].ID]; ok {
+			firstStored = i
+			break
+		}
+	}
+	first := stored[events[firstStored].ID].Position
+	for i := range events {
+		in := &events[i]
+		e, ok := stored[in.ID]
+		if !ok {
+			fs := &events[firstStored]
+			return res, fmt.Errorf("postgres: %s: %w: events[%d].id %s is already stored at position %d but events[%d].id %s is not; "+
+				"a retry must resend exactly the events of the original append, new events need new ids",
+				op, event.ErrConflict, firstStored, fs.ID, stored[fs.ID].Position, i, in.ID)
+		}
+		if !in.Equal(&e) {
+			return res, fmt.Errorf("postgres: %s: %w: events[%d].id %s is already stored at position %d with other content",
+				op, event.ErrConflict, i, in.ID, e.Position)
+		}
+		if want := events[0].ID; i > 0 && e.Position != first+uint64(i) {
+			return res, fmt.Errorf("postgres: %s: %w: events[%d].id %s is stored at position %d, not right after events[0].id %s "+
+				"(position %d); a retry must resend the events in their original order",
+				op, event.ErrConflict, i, in.ID, e.Position, want, first)
+		}
+	}
+	return event.AppendResult{Epoch: epoch, First: first, Last: first + uint64(len(events)) - 1}, nil
+}
+
+func scanStored(rows pgx.Rows) (map[string]event.Event, error) {
+	defer rows.Close()
+	var found map[string]event.Event
+	for rows.Next() {
+		var e event.Event
+		var pos int64
+		var data, md []byte
+		if err := rows.Scan(&pos, &e.ID, &e.Type, &e.Tags, &data, &md); err != nil {
+			return nil, err
+		}
+		e.Position = uint64(pos)
+		e.Data, e.Metadata = data, md
+		if e.Tags == nil {
+			e.Tags = []string{}
+		}
+		if found == nil {
+			found = make(map[string]event.Event)
+		}
+		found[e.ID] = e
+	}
+	return found, rows.Err()
+}
+
+// commit sends the notification and the COMMIT in one round trip. A COMMIT
+// of a transaction that failed answers ROLLBACK, not an error: that is
+// checked, never assumed.
+func (g *groupRun) commit(ctx context.Context) error {
+	batch := &pgx.Batch{}
+	batch.Queue(sqlNotify, notifyChannel, g.boundary)
+	batch.Queue(sqlCommit)
+	br := g.conn.SendBatch(ctx, batch)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		g.rollback()
+		return g.groupErr("notify", err)
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// The outcome is unknown when the connection broke during the
+		// COMMIT: ErrUnavailable, and a retry with the same ids tells.
+		return g.groupErr("commit", err)
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("postgres: append to %q: commit: %w: the transaction was rolled back (%s)",
+			g.boundary, event.ErrUnavailable, tag.String())
+	}
+	return nil
+}
+
+// rollbackTimeout bounds the ROLLBACK of a failed group; a connection that
+// cannot roll back in this time is destroyed instead.
+const rollbackTimeout = 5 * time.Second
+
+// rollback ends the transaction; when it cannot, the connection is left
+// in it and Release destroys the connection.
+func (g *groupRun) rollback() {
+	if g.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	_, _ = g.conn.Exec(ctx, sqlRollback)
+}
+
+// fail answers every request not yet decided with err: nothing of the
+// group is written.
+func (g *groupRun) fail(err error) {
+	for i := range g.reqs {
+		if !g.decided[i] || g.wrote[i] {
+			g.replies[i] = appendReply{err: err}
+			g.wrote[i] = false
+			g.decided[i] = true
+		}
+	}
+}
+
+// answer sends every taken request its reply.
+func (g *groupRun) answer() {
+	for i, r := range g.reqs {
+		r.reply <- g.replies[i]
+	}
+}
+
+// groupErr translates an error that lost the group transaction. The
+// group's own deadline is the database's slowness, not a caller's choice:
+// ErrUnavailable.
+func (g *groupRun) groupErr(what string, err error) error {
+	op := fmt.Sprintf("append to %q: %s", g.boundary, what)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("postgres: %s: %w: the group transaction did not finish in %s", op, event.ErrUnavailable, groupTimeout)
+	}
+	return g.s.translate(op, err)
+}
+
+func stepName(k stepKind) string {
+	switch k {
+	case stepBegin:
+		return "begin"
+	case stepLock:
+		return "take the head row"
+	case stepSavepoint:
+		return "savepoint"
+	case stepAppend:
+		return "insert"
+	case stepRelease:
+		return "release savepoint"
+	case stepRollbackTo:
+		return "roll back to savepoint"
+	case stepFindIDs:
+		return "look up ids"
+	case stepFirstMatch:
+		return "check condition"
+	}
+	return "step"
+}
+
+// encodeTags encodes tags as a JSON array for the append statement, which
+// turns it back into text[] in order; no tags is "[]".
+func encodeTags(tags []string) string {
+	if len(tags) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(tags)
+	if err != nil {
+		// Marshalling a []string cannot fail.
+		panic(fmt.Sprintf("postgres: encode tags: %v", err))
+	}
+	return string(b)
+}

@@ -1,0 +1,126 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// translate turns a database error into an error of the core: a sentinel of
+// package event, wrapped with op (the shape of river's riverpgxv5
+// interpretError). The driver's error survives only as text, so no caller
+// can depend on pgx types (STYLE: the store seam).
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isDomain(err) {
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if sentinel := sentinelOf(pgErr.Code); sentinel != nil {
+			return fmt.Errorf("postgres: %s: %w: %s", op, sentinel, describe(pgErr))
+		}
+		// A bug, a missing migration, a corrupted database: internal, not
+		// retryable.
+		return fmt.Errorf("postgres: %s: %s", op, describe(pgErr))
+	}
+	if unreachable(err) {
+		return fmt.Errorf("postgres: %s: %w: %v", op, event.ErrUnavailable, err)
+	}
+	return fmt.Errorf("postgres: %s: %v", op, err)
+}
+
+// sentinelOf maps a SQLSTATE to a sentinel of the core; nil means an
+// internal error.
+func sentinelOf(code string) error {
+	switch code {
+	case "40001", // serialization_failure
+		"40P01", // deadlock_detected
+		"55P03", // lock_not_available (lock_timeout)
+		"55006", // object_in_use
+		"57014", // query_canceled (statement_timeout, a cancel request)
+		"25006", // read_only_sql_transaction: connected to a standby
+		"72000": // snapshot_too_old
+		// Nothing was written, and the same request may succeed now: an
+		// append retried with the same ids returns the stored positions
+		// if it did commit after all.
+		return event.ErrUnavailable
+	}
+	if len(code) != 5 {
+		return nil
+	}
+	switch code[:2] {
+	case "08", // connection exception
+		"53", // insufficient resources: disk full, out of memory, too many connections
+		"57", // operator intervention: admin shutdown (pg_terminate_backend), crash shutdown, cannot connect now
+		"58": // system error: I/O
+		return event.ErrUnavailable
+	case "23": // integrity constraint violation
+		return event.ErrConflict
+	case "22": // data exception: a value the database refuses (e.g. a JSON text it cannot store)
+		return event.ErrInvalid
+	case "54": // program limit exceeded
+		return event.ErrTooLarge
+	}
+	return nil
+}
+
+// describe is the text of a server error: its code and message, and the
+// constraint when there is one (the detail may quote a row's values; the
+// message and the constraint say enough).
+func describe(e *pgconn.PgError) string {
+	s := fmt.Sprintf("%s (SQLSTATE %s)", e.Message, e.Code)
+	if e.ConstraintName != "" {
+		s += " on " + e.ConstraintName
+	}
+	return s
+}
+
+// unreachable reports whether err says that the database could not be
+// reached or the connection broke: a retry may succeed.
+func unreachable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr),
+		errors.As(err, &netErr),
+		errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, syscall.EPIPE),
+		pgconn.Timeout(err),
+		pgconn.SafeToRetry(err):
+		return true
+	}
+	// pgconn reports a connection it closed after a failed read or write as
+	// plain text in a few places.
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}
+
+func isDomain(err error) bool {
+	for _, target := range []error{
+		event.ErrInvalid, event.ErrTooLarge, event.ErrNotFound, event.ErrConflict, event.ErrUnavailable,
+		event.ErrLeaseLost, event.ErrLeaseHeld, event.ErrEpochChanged, event.ErrClosed,
+		context.Canceled, context.DeadlineExceeded,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}

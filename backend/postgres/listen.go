@@ -1,0 +1,131 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// listen keeps a LISTEN connection open until ctx ends, calling the
+// OnAppend callbacks with the boundary of every notification: commits of
+// other stores (other nodes) wake this one without waiting for a poll. On a
+// lost connection it reconnects with exponential back-off between
+// ListenReconnectMin and ListenReconnectMax, and logs once per change of
+// state, not once per attempt. Notifications sent while it was away are
+// lost, so after a reconnect it wakes every boundary once: a hint too many
+// is harmless, one too few costs a poll interval.
+func (s *Store) listen(ctx context.Context) {
+	defer close(s.listenDone)
+	backoff := s.cfg.ListenReconnectMin
+	connectedOnce := false
+	down := false // a loss has been logged and not yet followed by a reconnect
+	for {
+		conn, err := s.listenConnect(ctx)
+		if ctx.Err() != nil {
+			if conn != nil {
+				closeQuietly(conn)
+			}
+			return
+		}
+		if err != nil {
+			if !down {
+				s.log.Warn("postgres LISTEN connection unavailable; reconnecting with back-off", "err", err)
+				down = true
+			}
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = nextBackoff(backoff, s.cfg.ListenReconnectMax)
+			continue
+		}
+		s.listens.Add(1)
+		connectedAt := time.Now()
+		if connectedOnce {
+			s.log.Info("postgres LISTEN connection restored")
+			s.wakeAll(ctx)
+		} else {
+			s.log.Debug("postgres LISTEN connection open", "channel", notifyChannel)
+		}
+		connectedOnce, down = true, false
+
+		err = s.receive(ctx, conn)
+		closeQuietly(conn)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("postgres LISTEN connection lost; reconnecting", "err", err)
+		down = true
+		// A connection that held for a while starts the back-off afresh;
+		// one that keeps failing right after connecting backs off further.
+		if time.Since(connectedAt) >= s.cfg.ListenReconnectMax {
+			backoff = s.cfg.ListenReconnectMin
+		}
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = nextBackoff(backoff, s.cfg.ListenReconnectMax)
+	}
+}
+
+// nextBackoff doubles d, up to limit.
+func nextBackoff(d, limit time.Duration) time.Duration {
+	return min(max(2*d, time.Millisecond), limit)
+}
+
+// listenConnect opens the LISTEN connection and subscribes it.
+func (s *Store) listenConnect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.listenCfg)
+	if err != nil {
+		return nil, translate("listen: connect", err)
+	}
+	if _, err := conn.Exec(ctx, sqlListen); err != nil {
+		closeQuietly(conn)
+		return nil, translate("listen", err)
+	}
+	return conn, nil
+}
+
+// receive delivers notifications until the connection fails or ctx ends.
+func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return translate("listen: wait for notification", err)
+		}
+		s.notifications.Add(1)
+		if n.Channel == notifyChannel && n.Payload != "" {
+			s.notify(n.Payload)
+		}
+	}
+}
+
+// wakeAll calls the callbacks once for every boundary.
+func (s *Store) wakeAll(ctx context.Context) {
+	bs, err := s.Boundaries(ctx)
+	if err != nil {
+		s.log.Debug("wake every boundary after a LISTEN reconnect", "err", err)
+		return
+	}
+	for _, b := range bs {
+		s.notify(b.Name)
+	}
+}
+
+func closeQuietly(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,94 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun/migrations"
+)
+
+// migrate applies the pending migrations, each version in its own
+// transaction together with its orisun_schema_migrations row (the shape of
+// river's rivermigrate). Every migration transaction first takes a
+// transaction-scoped advisory lock and only then looks at the versions, so
+// nodes that start at once apply each version exactly once: the others wait
+// for the lock and then find the version applied. The lock is released by
+// the transaction's end, whatever happens, so a crashed node never leaves it
+// held.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := migrations.List(migrations.Postgres, migrations.PostgresDir)
+	if err != nil {
+		return err
+	}
+	latest := ms[len(ms)-1].Version
+	var current int
+	err = s.inMigrationTx(ctx, "read schema version", func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, sqlMaxMigration).Scan(&current)
+	})
+	if err != nil {
+		return err
+	}
+	if current > latest {
+		return fmt.Errorf("postgres: the database schema is at version %d, newer than this orisun knows (%d); run a newer orisun",
+			current, latest)
+	}
+	for _, m := range ms {
+		if m.Version <= current {
+			continue
+		}
+		applied := false
+		err := s.inMigrationTx(ctx, "migration "+m.Name, func(tx pgx.Tx) error {
+			var done bool
+			if err := tx.QueryRow(ctx, sqlMigrationApplied, m.Version).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				return nil // another node applied it while this one waited for the lock
+			}
+			// No arguments: pgx sends the file with the simple protocol,
+			// which runs its several statements in this transaction.
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, sqlInsertMigrationRow, m.Version, m.Name); err != nil {
+				return err
+			}
+			applied = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if applied {
+			s.log.Info("applied migration", "version", m.Version, "name", m.Name)
+		}
+	}
+	return nil
+}
+
+// inMigrationTx runs fn in a transaction that holds the migrations' advisory
+// lock and in which orisun_schema_migrations exists. Creating the table
+// under the lock matters: two concurrent CREATE TABLE IF NOT EXISTS of one
+// table can fail with a unique violation in the catalog.
+func (s *Store) inMigrationTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return translate(op+": begin", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, sqlMigrationLock, migrationsLock); err != nil {
+		return translate(op+": take the migrations lock", err)
+	}
+	if _, err := tx.Exec(ctx, sqlCreateMigrationsTable); err != nil {
+		return translate(op+": create orisun_schema_migrations", err)
+	}
+	if err := fn(tx); err != nil {
+		return translate(op, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return translate(op+": commit", err)
+	}
+	return nil
+}

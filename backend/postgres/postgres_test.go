@@ -1,0 +1,1188 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/backendtest"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/migrations"
+)
+
+// setup opens a store on a fresh database (or on cfg.URL) and closes it at
+// the end of the test.
+func setup(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = pgtest.URL(t)
+	}
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) })
+}
+
+// TestConformanceSmallGroups runs the suite with groups of at most 3 events,
+// so requests are carried over from one group to the next all the time.
+func TestConformanceSmallGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite already ran with the default groups")
+	}
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) })
+}
+
+// --- helpers ---------------------------------------------------------------
+
+func prepared(t testing.TB, boundary string, n int) []event.Input {
+	t.Helper()
+	in := make([]event.Input, n)
+	for i := range in {
+		in[i] = event.Input{Type: "test.event", Data: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
+	}
+	out, err := event.Prepare(boundary, in, event.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func create(t testing.TB, s *Store, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if _, _, err := s.CreateBoundary(context.Background(), name); err != nil {
+			t.Fatalf("CreateBoundary(%q): %v", name, err)
+		}
+	}
+}
+
+// connect opens a raw connection to the store's database, closed at the end
+// of the test.
+func connect(t testing.TB, s *Store) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), s.cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// waitFor polls cond until it holds, failing after a deadline.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after 20s", what)
+		}
+		<-tick.C
+	}
+}
+
+// lockWaiters counts the backends of the store's database waiting for a
+// lock (a head row, here).
+func lockWaiters(t testing.TB, s *Store) int {
+	t.Helper()
+	var n int
+	err := s.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// holdHead is an appender that holds its transaction open: a raw
+// transaction that takes the boundary's head row the way the store does and,
+// when n > 0, draws n positions and inserts events there. It returns the
+// positions it drew and commit, which ends the transaction.
+func holdHead(t testing.TB, s *Store, boundary string, n int) (first, last int64, commit func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn := connect(t, s)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	commit = func() {
+		once.Do(func() {
+			if err := tx.Commit(ctx); err != nil {
+				t.Errorf("commit the held transaction: %v", err)
+			}
+		})
+	}
+	t.Cleanup(func() { once.Do(func() { _ = tx.Rollback(ctx) }) })
+	if _, err := tx.Exec(ctx, sqlLockHead, boundary); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		return 0, 0, commit
+	}
+	var epoch string
+	if err := tx.QueryRow(ctx, `UPDATE orisun_boundaries SET head = head + $1 WHERE name = $2 RETURNING head, epoch`,
+		n, boundary).Scan(&last, &epoch); err != nil {
+		t.Fatal(err)
+	}
+	first = last - int64(n) + 1
+	for p := first; p <= last; p++ {
+		if _, err := tx.Exec(ctx, `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
+VALUES ($1, $2, $3, 'held.event', now(), '{}', '{}')`, boundary, p, event.NewID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return first, last, commit
+}
+
+type appendOutcome struct {
+	res event.AppendResult
+	err error
+}
+
+// appendAsync appends in a goroutine; the outcome arrives on the channel.
+func appendAsync(s *Store, ctx context.Context, boundary string, in []event.Input, cond *event.Condition) <-chan appendOutcome {
+	out := make(chan appendOutcome, 1)
+	go func() {
+		res, err := s.Append(ctx, boundary, in, cond)
+		out <- appendOutcome{res, err}
+	}()
+	return out
+}
+
+// stall holds boundary's head row and sends one append of n events, which a
+// worker takes into a group and which then waits for the row. When stall
+// returns, every further append to boundary waits in the queue,
+// deterministically. release commits the holder; first reports the stalled
+// append's outcome.
+func stall(t *testing.T, s *Store, boundary string, n int) (release func(), first <-chan appendOutcome) {
+	t.Helper()
+	_, _, release = holdHead(t, s, boundary, 0)
+	before := s.groups.Load()
+	waitersBefore := lockWaiters(t, s)
+	first = appendAsync(s, context.Background(), boundary, prepared(t, boundary, n), nil)
+	waitFor(t, "the worker waits for the head row", func() bool {
+		return s.groups.Load() == before+1 && lockWaiters(t, s) > waitersBefore
+	})
+	return release, first
+}
+
+func mustRead(t testing.TB, s *Store, boundary string) []event.Event {
+	t.Helper()
+	var all []event.Event
+	after := uint64(0)
+	for {
+		_, page, err := s.Read(context.Background(), boundary, after, 1000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			return all
+		}
+		all = append(all, page...)
+		after = page[len(page)-1].Position
+	}
+}
+
+func checkDense(t testing.TB, events []event.Event) {
+	t.Helper()
+	for i, e := range events {
+		if e.Position != uint64(i+1) {
+			t.Fatalf("I1: event %d is at position %d, want %d", i, e.Position, i+1)
+		}
+	}
+}
+
+// --- I1: dense, commit-ordered positions -----------------------------------
+
+// TestNaiveSequenceSkips_I1NegativeControl is the negative control of
+// TestReverseCommitOrder_I1: with a bigserial position and no head row, a
+// cursor reader does skip an event when two transactions commit in reverse
+// order of their sequence numbers. If this test ever fails, the interleaving
+// below no longer bites and the positive test proves nothing.
+func TestNaiveSequenceSkips_I1NegativeControl(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	open := func() *pgx.Conn {
+		conn, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close(ctx) })
+		return conn
+	}
+	reader, tx1c, tx2c := open(), open(), open()
+	if _, err := reader.Exec(ctx, `CREATE TABLE naive (seq bigserial PRIMARY KEY, note text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(conn *pgx.Conn, note string) (pgx.Tx, int64) {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq int64
+		if err := tx.QueryRow(ctx, `INSERT INTO naive (note) VALUES ($1) RETURNING seq`, note).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		return tx, seq
+	}
+	cursor := int64(0)
+	var seen []int64
+	read := func() {
+		rows, err := reader.Query(ctx, `SELECT seq FROM naive WHERE seq > $1 ORDER BY seq`, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, seq := range got {
+			seen = append(seen, seq)
+			cursor = seq
+		}
+	}
+
+	tx1, seq1 := insert(tx1c, "first")  // draws 1
+	tx2, seq2 := insert(tx2c, "second") // draws 2
+	if seq1 != 1 || seq2 != 2 {
+		t.Fatalf("sequence drew %d, %d; want 1, 2", seq1, seq2)
+	}
+	if err := tx2.Commit(ctx); err != nil { // 2 commits first
+		t.Fatal(err)
+	}
+	read() // sees {2}, moves its cursor to 2
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	read() // 1 is committed now, but below the cursor
+	if len(seen) != 1 || seen[0] != 2 {
+		t.Fatalf("the naive reader saw %v; the control expects it to see only [2] and skip 1", seen)
+	}
+	var stored int
+	if err := reader.QueryRow(ctx, `SELECT count(*) FROM naive`).Scan(&stored); err != nil || stored != 2 {
+		t.Fatalf("naive table holds %d rows (%v), want 2", stored, err)
+	}
+}
+
+// TestReverseCommitOrder_I1 runs the interleaving of the negative control
+// against the store: an appender draws position p and holds its transaction
+// open, a second append starts meanwhile. The second cannot draw p+1 (nor
+// commit) before the first commits, so commit order is position order, and a
+// cursor reader following the boundary never sees p+1 without p.
+func TestReverseCommitOrder_I1(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	ctx := context.Background()
+
+	// A reader that follows the boundary with a cursor the whole time and
+	// fails on any gap.
+	stop := make(chan struct{})
+	readerErr := make(chan error, 1)
+	var seenMu sync.Mutex
+	var seen []uint64
+	go func() {
+		cursor := uint64(0)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, page, err := s.Read(ctx, "orders", cursor, 100, nil)
+			if err != nil {
+				readerErr <- err
+				return
+			}
+			for _, e := range page {
+				if e.Position != cursor+1 {
+					readerErr <- fmt.Errorf("I1: the reader saw position %d right after %d", e.Position, cursor)
+					return
+				}
+				cursor = e.Position
+				seenMu.Lock()
+				seen = append(seen, cursor)
+				seenMu.Unlock()
+			}
+			select {
+			case <-stop:
+				readerErr <- nil
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	for round := range 5 {
+		p, _, commit := holdHead(t, s, "orders", 1) // transaction A draws p
+		waiters := lockWaiters(t, s)
+		second := appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil) // B starts
+		waitFor(t, "the second append waits for the head row", func() bool { return lockWaiters(t, s) > waiters })
+		select {
+		case o := <-second:
+			t.Fatalf("round %d: the second append finished (%+v, %v) while position %d was uncommitted", round, o.res, o.err, p)
+		default:
+		}
+		// Neither p nor anything after it is visible yet.
+		_, page, err := s.Read(ctx, "orders", uint64(p-1), 10, nil)
+		if err != nil || len(page) != 0 {
+			t.Fatalf("round %d: read after %d = %v, %v; want nothing while both are uncommitted", round, p-1, page, err)
+		}
+		commit()
+		o := <-second
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if o.res.First != uint64(p)+1 {
+			t.Fatalf("round %d: the second append got position %d, want %d", round, o.res.First, p+1)
+		}
+	}
+	close(stop)
+	if err := <-readerErr; err != nil {
+		t.Fatal(err)
+	}
+	events := mustRead(t, s, "orders")
+	checkDense(t, events)
+	if len(events) != 10 {
+		t.Fatalf("%d events stored, want 10", len(events))
+	}
+	// The raw draw: a second transaction cannot take the head row either.
+	_, _, commitA := holdHead(t, s, "orders", 1)
+	conn := connect(t, s)
+	lockCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := conn.Exec(lockCtx, `UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'orders'`)
+	if err == nil {
+		t.Fatal("a second transaction drew a position while another held the head row")
+	}
+	commitA()
+}
+
+// TestSlowAppender: a client that holds a boundary's head row in an open
+// transaction makes the appends of that boundary wait (none skips a
+// position), while appends to another boundary go through at once (I1,
+// DESIGN §2: appenders of different boundaries never wait on each other).
+func TestSlowAppender(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "slow", "fast")
+	ctx := context.Background()
+	mustAppendN(t, s, "slow", 2)
+
+	p, _, commit := holdHead(t, s, "slow", 1)
+	if p != 3 {
+		t.Fatalf("the slow appender drew %d, want 3", p)
+	}
+	waiters := lockWaiters(t, s)
+	var waiting []<-chan appendOutcome
+	for range 5 {
+		waiting = append(waiting, appendAsync(s, ctx, "slow", prepared(t, "slow", 2), nil))
+	}
+	waitFor(t, "an append to the slow boundary waits for its head row", func() bool { return lockWaiters(t, s) > waiters })
+
+	// Another boundary: several appends, each finishing while the slow one
+	// is held (a deadline, not a timing assertion: waiting for the held
+	// row would never finish).
+	for i := range 3 {
+		done := appendAsync(s, ctx, "fast", prepared(t, "fast", 3), nil)
+		select {
+		case o := <-done:
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			if o.res.First != uint64(3*i+1) {
+				t.Fatalf("fast append %d at %d, want %d", i, o.res.First, 3*i+1)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("an append to another boundary waited for the slow boundary's head row")
+		}
+	}
+	for i, w := range waiting {
+		select {
+		case o := <-w:
+			t.Fatalf("slow append %d finished (%+v, %v) while the head row was held", i, o.res, o.err)
+		default:
+		}
+	}
+
+	commit()
+	positions := map[uint64]bool{}
+	for _, w := range waiting {
+		o := <-w
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		for p := o.res.First; p <= o.res.Last; p++ {
+			positions[p] = true
+		}
+	}
+	for p := uint64(4); p < 14; p++ {
+		if !positions[p] {
+			t.Fatalf("the waiting appends got positions %v; want 4..13 without a gap", positions)
+		}
+	}
+	events := mustRead(t, s, "slow")
+	checkDense(t, events)
+	if len(events) != 13 || events[2].Type != "held.event" {
+		t.Fatalf("slow holds %d events (position 3 %q), want 13 with the held one at 3", len(events), events[2].Type)
+	}
+}
+
+func mustAppendN(t testing.TB, s *Store, boundary string, n int) event.AppendResult {
+	t.Helper()
+	res, err := s.Append(context.Background(), boundary, prepared(t, boundary, n), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// --- group commit ------------------------------------------------------------
+
+// TestGroupCommit: appends that wait while a group is in flight commit
+// together in the next group, one transaction for all of them.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	release, first := stall(t, s, "orders", 3)
+	const callers = 20
+	var outs []<-chan appendOutcome
+	for range callers {
+		outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 3), nil))
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	before := s.groups.Load()
+	release()
+	if o := <-first; o.err != nil {
+		t.Fatal(o.err)
+	}
+	for _, out := range outs {
+		if o := <-out; o.err != nil {
+			t.Fatal(o.err)
+		}
+	}
+	if n := s.groups.Load() - before; n != 1 {
+		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
+	}
+	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
+		t.Fatalf("head = %d, want %d", b.Head, 3*(callers+1))
+	}
+}
+
+// TestGroupMaxEvents: a group stops at GroupMaxEvents; the request that
+// does not fit starts the next group.
+func TestGroupMaxEvents(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{GroupMaxEvents: 10})
+	create(t, s, "orders")
+	release, first := stall(t, s, "orders", 4)
+	const callers = 12
+	var outs []<-chan appendOutcome
+	for range callers {
+		outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 4), nil))
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	before := s.groups.Load()
+	release()
+	if o := <-first; o.err != nil {
+		t.Fatal(o.err)
+	}
+	for _, out := range outs {
+		if o := <-out; o.err != nil {
+			t.Fatal(o.err)
+		}
+	}
+	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
+	if n := s.groups.Load() - before; n != 6 {
+		t.Fatalf("%d transactions, want 6", n)
+	}
+	checkDense(t, mustRead(t, s, "orders"))
+}
+
+// TestFailuresIsolatedInOneGroup puts requests that fail in every way the
+// pipelined group knows into one group, between valid ones: a value the
+// database refuses (invalid UTF-8 in data, which Go's JSON check lets
+// through), a stored id with other content, a failed condition, a retry of
+// a stored append and a retry of a request earlier in the same group. Each
+// gets its own answer; the valid ones commit together, densely.
+func TestFailuresIsolatedInOneGroup(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	seedIn := prepared(t, "orders", 2)
+	seedIn[0].Tags = []string{"seed"}
+	seed, err := s.Append(t.Context(), "orders", seedIn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, first := stall(t, s, "orders", 1) // position 3
+
+	valid1 := prepared(t, "orders", 2)
+	bad := prepared(t, "orders", 1)
+	bad[0].Data = []byte("{\"name\":\"\xff\xfe\"}")
+	clash := prepared(t, "orders", 1)
+	clash = append(clash, event.Input{ID: seedIn[1].ID, Type: "other.type", Data: []byte(`{}`), Tags: []string{}})
+	condFails := prepared(t, "orders", 1)
+	cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
+	retryStored := seedIn
+	valid2 := prepared(t, "orders", 3)
+	retrySame := valid2
+
+	type req struct {
+		name string
+		in   []event.Input
+		cond *event.Condition
+	}
+	reqs := []req{
+		{"valid 1", valid1, nil},
+		{"refused by the database", bad, nil},
+		{"stored id, other content", clash, nil},
+		{"failed condition", condFails, cond},
+		{"retry of a stored append", retryStored, nil},
+		{"valid 2", valid2, nil},
+		{"retry in the same group", retrySame, nil},
+	}
+	outs := make([]<-chan appendOutcome, len(reqs))
+	for i, r := range reqs {
+		outs[i] = appendAsync(s, context.Background(), "orders", r.in, r.cond)
+		// One at a time, so the queue (and the group) keeps this order.
+		waitFor(t, "request queued", func() bool { return s.waiting.Load() == int64(i+1) })
+	}
+	before := s.groups.Load()
+	release()
+	if o := <-first; o.err != nil || o.res.First != 3 {
+		t.Fatalf("stalled append: %+v, %v; want position 3", o.res, o.err)
+	}
+	got := make([]appendOutcome, len(reqs))
+	for i := range outs {
+		got[i] = <-outs[i]
+	}
+	if n := s.groups.Load() - before; n != 1 {
+		t.Fatalf("the requests took %d transactions, want 1", n)
+	}
+	want := func(i int, first, last uint64) {
+		t.Helper()
+		if got[i].err != nil || got[i].res.First != first || got[i].res.Last != last {
+			t.Fatalf("%s: %+v, %v; want %d..%d", reqs[i].name, got[i].res, got[i].err, first, last)
+		}
+	}
+	want(0, 4, 5)
+	if !errors.Is(got[1].err, event.ErrInvalid) {
+		t.Fatalf("%s: %v, want ErrInvalid", reqs[1].name, got[1].err)
+	}
+	if !errors.Is(got[2].err, event.ErrConflict) || !strings.Contains(got[2].err.Error(), "already stored at position 2") {
+		t.Fatalf("%s: %v, want a conflict naming position 2", reqs[2].name, got[2].err)
+	}
+	var ce *event.ConflictError
+	if !errors.As(got[3].err, &ce) || ce.Position != 1 {
+		t.Fatalf("%s: %v, want a condition conflict at position 1", reqs[3].name, got[3].err)
+	}
+	if got[4].err != nil || got[4].res != seed {
+		t.Fatalf("%s: %+v, %v; want the stored %+v", reqs[4].name, got[4].res, got[4].err, seed)
+	}
+	want(5, 6, 8)
+	want(6, 6, 8)
+	events := mustRead(t, s, "orders")
+	checkDense(t, events)
+	if len(events) != 8 {
+		t.Fatalf("%d events stored, want 8", len(events))
+	}
+}
+
+// TestCancelledWhileQueuedWritesNothing: a caller that gives up while its
+// request waits gets ctx.Err() and nothing of it is written.
+func TestCancelledWhileQueuedWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	release, first := stall(t, s, "orders", 2)
+	const callers = 5
+	ctx, cancel := context.WithCancel(t.Context())
+	var outs []<-chan appendOutcome
+	for range callers {
+		outs = append(outs, appendAsync(s, ctx, "orders", prepared(t, "orders", 2), nil))
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	cancel()
+	for _, out := range outs {
+		if o := <-out; !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("Append cancelled while queued: %v, want context.Canceled", o.err)
+		}
+	}
+	release()
+	if o := <-first; o.err != nil {
+		t.Fatal(o.err)
+	}
+	if res := mustAppendN(t, s, "orders", 1); res.First != 3 {
+		t.Fatalf("the next append got position %d, want 3: a cancelled append wrote something", res.First)
+	}
+}
+
+// TestCloseWithQueuedAppends: the group in flight commits, the queued
+// appends get ErrClosed and are not written.
+func TestCloseWithQueuedAppends(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	s, err := Open(context.Background(), Config{URL: dbURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, s, "orders")
+	release, first := stall(t, s, "orders", 2)
+	const callers = 20
+	type queued struct {
+		in  []event.Input
+		out <-chan appendOutcome
+	}
+	var qs []queued
+	for range callers {
+		in := prepared(t, "orders", 2)
+		qs = append(qs, queued{in, appendAsync(s, context.Background(), "orders", in, nil)})
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	// Close waits for the group in flight, which waits for the row; the
+	// queued callers are refused at once.
+	waitFor(t, "queued callers refused", func() bool { return s.isClosed() && s.waiting.Load() == 0 })
+	release()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if o := <-first; o.err != nil {
+		t.Fatalf("the append in flight during Close: %v, want it committed", o.err)
+	}
+	refused := map[string]bool{}
+	for _, q := range qs {
+		o := <-q.out
+		if !errors.Is(o.err, event.ErrClosed) {
+			t.Fatalf("a queued Append during Close: %v, want ErrClosed", o.err)
+		}
+		refused[q.in[0].ID], refused[q.in[1].ID] = true, true
+	}
+	s = setup(t, Config{URL: dbURL})
+	events := mustRead(t, s, "orders")
+	if len(events) != 2 {
+		t.Fatalf("%d events stored, want the 2 of the append in flight", len(events))
+	}
+	for _, e := range events {
+		if refused[e.ID] {
+			t.Fatalf("id %s was refused with ErrClosed but is stored", e.ID)
+		}
+	}
+}
+
+// --- data ----------------------------------------------------------------------
+
+// TestJSONBytesKept: data and metadata come back byte for byte as appended
+// (after event.Prepare's compaction): key order, duplicate keys and number
+// spelling, which jsonb would change. Retries compare these bytes.
+func TestJSONBytesKept(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	in, err := event.Prepare("orders", []event.Input{{
+		Type:     "order.placed",
+		Data:     json.RawMessage(`{"z": 1, "a": 2, "a": 3, "n": 1.50e+2, "s": "\u00e9\u0000", "u": "é"}`),
+		Metadata: json.RawMessage(`{"b":[true,null],"a":{}}`),
+		Tags:     []string{"b", "a", "b2"},
+	}}, event.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Append(t.Context(), "orders", in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mustRead(t, s, "orders")
+	if string(got[0].Data) != string(in[0].Data) || string(got[0].Metadata) != string(in[0].Metadata) {
+		t.Fatalf("read back data %s metadata %s, want %s and %s", got[0].Data, got[0].Metadata, in[0].Data, in[0].Metadata)
+	}
+	if strings.Join(got[0].Tags, ",") != "b,a,b2" {
+		t.Fatalf("tags read back as %q, want them in their order", got[0].Tags)
+	}
+	again, err := s.Append(t.Context(), "orders", in, nil)
+	if err != nil || again != res {
+		t.Fatalf("retry = %+v, %v; want %+v", again, err, res)
+	}
+}
+
+// TestLargeAppendCrossesGroups: an append larger than a group still
+// commits, alone, and its retry is recognised.
+func TestLargeAppendCrossesGroups(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{GroupMaxEvents: 100})
+	create(t, s, "orders")
+	in := prepared(t, "orders", 1234)
+	res, err := s.Append(t.Context(), "orders", in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.First != 1 || res.Last != 1234 {
+		t.Fatalf("Append = %d..%d, want 1..1234", res.First, res.Last)
+	}
+	again, err := s.Append(t.Context(), "orders", in, nil)
+	if err != nil || again != res {
+		t.Fatalf("retry = %+v, %v; want %+v", again, err, res)
+	}
+	in[1000].Data = []byte(`{"changed":true}`)
+	if _, err := s.Append(t.Context(), "orders", in, nil); !errors.Is(err, event.ErrConflict) ||
+		!strings.Contains(err.Error(), "events[1000].id "+in[1000].ID+" is already stored at position 1001 with other content") {
+		t.Fatalf("retry with event 1000 changed: %v, want a conflict naming events[1000] and position 1001", err)
+	}
+}
+
+// --- opening, migrations, configuration -------------------------------------
+
+// TestConcurrentOpenMigratesOnce: stores opening one fresh database at once
+// all succeed, and each migration is applied exactly once.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	const stores = 6
+	opened := make([]*Store, stores)
+	errs := make([]error, stores)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			opened[i], errs[i] = Open(context.Background(), Config{URL: dbURL})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, s := range opened {
+		if errs[i] != nil {
+			t.Fatalf("Open %d: %v", i, errs[i])
+		}
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	ms, err := migrations.List(migrations.Postgres, migrations.PostgresDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, maxVersion int
+	if err := opened[0].pool.QueryRow(t.Context(), `SELECT count(*), max(version) FROM orisun_schema_migrations`).Scan(&n, &maxVersion); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(ms) || maxVersion != ms[len(ms)-1].Version {
+		t.Fatalf("orisun_schema_migrations holds %d rows up to %d, want each of the %d versions once", n, maxVersion, len(ms))
+	}
+	// They share the data.
+	create(t, opened[0], "orders")
+	mustAppendN(t, opened[1], "orders", 2)
+	if b, err := opened[stores-1].Boundary(t.Context(), "orders"); err != nil || b.Head != 2 {
+		t.Fatalf("Boundary through another store = %+v, %v; want head 2", b, err)
+	}
+}
+
+func TestNewerSchemaIsRefused(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	s := setup(t, Config{URL: dbURL})
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO orisun_schema_migrations (version, name) VALUES (9999, 'future.sql')`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), Config{URL: dbURL})
+	if err == nil || !strings.Contains(err.Error(), "version 9999, newer than this orisun knows") {
+		t.Fatalf("Open of a newer schema: %v, want a refusal naming version 9999", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no URL", Config{}, "URL is empty"},
+		{"negative conns", Config{URL: "postgres://x@127.0.0.1/db", MaxConns: -1}, "MaxConns is -1"},
+		{"negative group", Config{URL: "postgres://x@127.0.0.1/db", GroupMaxEvents: -1}, "GroupMaxEvents is -1"},
+		{"reconnect min above max", Config{URL: "postgres://x@127.0.0.1/db", ListenReconnectMin: time.Minute, ListenReconnectMax: time.Second},
+			"ListenReconnectMin (1m0s) is above ListenReconnectMax (1s)"},
+		{"unparsable URL", Config{URL: "postgres://user:s3cret@127.0.0.1:notaport/db"}, "URL is not a valid PostgreSQL connection string"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(context.Background(), tt.cfg)
+			if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Open: %v, want ErrInvalid containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("the error repeats the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestOpenUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: the URL of the test server with port 1.
+	u, err := url.Parse(pgtest.ServerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = u.Hostname() + ":1"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = Open(ctx, Config{URL: u.String()})
+	if !errors.Is(err, event.ErrUnavailable) {
+		t.Fatalf("Open of an unreachable server: %v, want ErrUnavailable", err)
+	}
+}
+
+// --- errors --------------------------------------------------------------------
+
+func TestErrorTranslation(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "b")
+	// A real constraint violation: a duplicate (boundary, id).
+	id := event.NewID()
+	_, err := s.pool.Exec(t.Context(), `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
+VALUES ('b', 1, $1, 't', now(), '{}', '{}'), ('b', 2, $1, 't', now(), '{}', '{}')`, id)
+	if err == nil {
+		t.Fatal("duplicate id inserted")
+	}
+	terr := translate("insert", err)
+	if !errors.Is(terr, event.ErrConflict) || !strings.Contains(terr.Error(), uniqueIDKey) {
+		t.Fatalf("translate(unique violation) = %v, want ErrConflict naming %s", terr, uniqueIDKey)
+	}
+	// The driver's types must not leak through the seam.
+	for e := terr; e != nil; e = errors.Unwrap(e) {
+		if strings.Contains(fmt.Sprintf("%T", e), "pgconn") || strings.Contains(fmt.Sprintf("%T", e), "pgx") {
+			t.Fatalf("translated error still wraps %T", e)
+		}
+	}
+	for code, want := range map[string]error{
+		"40001": event.ErrUnavailable, "40P01": event.ErrUnavailable, "57P01": event.ErrUnavailable,
+		"08006": event.ErrUnavailable, "53300": event.ErrUnavailable, "55P03": event.ErrUnavailable,
+		"23505": event.ErrConflict, "23514": event.ErrConflict, "22021": event.ErrInvalid, "54000": event.ErrTooLarge,
+	} {
+		if got := sentinelOf(code); got != want {
+			t.Errorf("sentinelOf(%s) = %v, want %v", code, got, want)
+		}
+	}
+	for _, code := range []string{"42P01", "XX000", "25P02", ""} {
+		if got := sentinelOf(code); got != nil {
+			t.Errorf("sentinelOf(%q) = %v, want an internal error", code, got)
+		}
+	}
+}
+
+// --- notifications ---------------------------------------------------------------
+
+// TestNotifyAcrossStores: a commit in one store wakes the callbacks of
+// another store on the same database, through LISTEN/NOTIFY; when the
+// listener's connection is killed it reconnects by itself and the wake-ups
+// resume.
+func TestNotifyAcrossStores(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	a := setup(t, Config{URL: dbURL})
+	b := setup(t, Config{URL: withAppName(t, dbURL, "store_b"), ListenReconnectMin: 10 * time.Millisecond, ListenReconnectMax: 100 * time.Millisecond})
+	create(t, a, "orders")
+	woken := make(chan string, 1024)
+	b.OnAppend(func(boundary string) {
+		select {
+		case woken <- boundary:
+		default:
+		}
+	})
+	waitFor(t, "b listens", func() bool { return b.listens.Load() == 1 && listenerPID(t, b) != 0 })
+
+	expectWake := func(what string) {
+		t.Helper()
+		before := b.notifications.Load()
+		mustAppendN(t, a, "orders", 1)
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case got := <-woken:
+				if got == "orders" && b.notifications.Load() > before {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s: store b was not woken by store a's commit", what)
+			}
+		}
+	}
+	expectWake("before the kill")
+
+	pid := listenerPID(t, b)
+	pgtest.Exec(t, `SELECT pg_terminate_backend($1)`, pid)
+	waitFor(t, "b's listener reconnects", func() bool {
+		cur := listenerPID(t, b)
+		return b.listens.Load() >= 2 && cur != 0 && cur != pid
+	})
+	expectWake("after the reconnect")
+}
+
+// withAppName sets application_name in a URL, so a test can tell a store's
+// connections apart in pg_stat_activity.
+func withAppName(t testing.TB, raw, name string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// listenerPID is the backend of the store's LISTEN connection (0: none).
+func listenerPID(t testing.TB, s *Store) int32 {
+	t.Helper()
+	var pid int32
+	err := s.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = $1`, s.listenCfg.RuntimeParams["application_name"]).Scan(&pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// --- faults ----------------------------------------------------------------------
+
+// TestTerminatedConnectionsDuringAppends kills the pool's connections
+// (pg_terminate_backend) again and again while appenders run. An append
+// either succeeds or fails with ErrUnavailable; the store recovers by
+// itself; every acknowledged event is stored at the position it was given,
+// and positions stay dense (I1).
+func TestTerminatedConnectionsDuringAppends(t *testing.T) {
+	t.Parallel()
+	dbURL := withAppName(t, pgtest.URL(t), "killed_store")
+	s := setup(t, Config{URL: dbURL})
+	create(t, s, "orders")
+	ctx := context.Background()
+
+	const appenders, perAppender, kills = 6, 40, 8
+	type acked struct {
+		id  string
+		pos uint64
+	}
+	var mu sync.Mutex
+	var ok []acked
+	var refused [][]event.Input
+	var wg sync.WaitGroup
+	errs := make(chan error, appenders)
+	progress := make(chan struct{}, appenders*perAppender)
+	for range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perAppender {
+				in := prepared(t, "orders", 2)
+				res, err := s.Append(ctx, "orders", in, nil)
+				progress <- struct{}{}
+				if err != nil {
+					if !errors.Is(err, event.ErrUnavailable) {
+						errs <- fmt.Errorf("append during kills: %w, want success or ErrUnavailable", err)
+						return
+					}
+					mu.Lock()
+					refused = append(refused, in)
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				ok = append(ok, acked{in[0].ID, res.First}, acked{in[1].ID, res.Last})
+				mu.Unlock()
+			}
+		}()
+	}
+	// Kill every connection of the pool after every few appends, a
+	// bounded number of times, until the appenders are done.
+	appendersDone := make(chan struct{})
+	killerDone := make(chan error, 1)
+	go func() {
+		admin, err := pgx.Connect(ctx, pgtest.ServerURL(t))
+		if err != nil {
+			killerDone <- err
+			return
+		}
+		defer admin.Close(ctx)
+		count, killed := 0, 0
+		for killed < kills {
+			select {
+			case <-appendersDone:
+				killerDone <- nil
+				return
+			case <-progress:
+			}
+			if count++; count%10 != 0 {
+				continue
+			}
+			if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = $1 AND application_name = 'killed_store'`, pgtest.DatabaseName(t, dbURL)); err != nil {
+				killerDone <- err
+				return
+			}
+			killed++
+		}
+		killerDone <- nil
+	}()
+	wg.Wait()
+	close(appendersDone)
+	if err := <-killerDone; err != nil {
+		t.Fatalf("kill the pool's connections: %v", err)
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d appends acknowledged, %d refused with ErrUnavailable", len(ok)/2, len(refused))
+
+	// The store recovers by itself.
+	waitFor(t, "appends succeed again", func() bool {
+		_, err := s.Append(ctx, "orders", prepared(t, "orders", 1), nil)
+		return err == nil
+	})
+	// A refused append may have committed (the connection can die after
+	// the commit, before its answer): sent again with the same ids, it
+	// gets its stored positions or new ones, never a duplicate.
+	for _, in := range refused {
+		res, err := s.Append(ctx, "orders", in, nil)
+		if err != nil {
+			t.Fatalf("retry of a refused append: %v", err)
+		}
+		ok = append(ok, acked{in[0].ID, res.First}, acked{in[1].ID, res.Last})
+	}
+	events := mustRead(t, s, "orders")
+	checkDense(t, events)
+	at := map[string]uint64{}
+	for _, e := range events {
+		if _, dup := at[e.ID]; dup {
+			t.Fatalf("id %s is stored twice", e.ID)
+		}
+		at[e.ID] = e.Position
+	}
+	for _, a := range ok {
+		if at[a.id] != a.pos {
+			t.Fatalf("acknowledged id %s at position %d is stored at %d (0: lost)", a.id, a.pos, at[a.id])
+		}
+	}
+}
+
+// --- lifecycle -------------------------------------------------------------------
+
+func TestCloseTwiceAndUseAfterClose(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	ctx := t.Context()
+	l := backend.Lease{Boundary: "orders", Holder: "n1", Term: 1}
+	checks := map[string]error{}
+	_, checks["Append"] = s.Append(ctx, "orders", prepared(t, "orders", 1), nil)
+	_, _, checks["Read"] = s.Read(ctx, "orders", 0, 10, nil)
+	_, _, checks["CreateBoundary"] = s.CreateBoundary(ctx, "other")
+	_, checks["Boundary"] = s.Boundary(ctx, "orders")
+	_, checks["Boundaries"] = s.Boundaries(ctx)
+	_, checks["Checkpoint"] = s.Checkpoint(ctx, "orders")
+	checks["SaveCheckpoint"] = s.SaveCheckpoint(ctx, "orders", l, 0)
+	_, checks["AcquireLease"] = s.AcquireLease(ctx, "orders", "n1", time.Second)
+	_, checks["RenewLease"] = s.RenewLease(ctx, l, time.Second)
+	checks["ReleaseLease"] = s.ReleaseLease(ctx, l)
+	_, checks["LeaseHolder"] = s.LeaseHolder(ctx, "orders")
+	for op, err := range checks {
+		if !errors.Is(err, event.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", op, err)
+		}
+	}
+}
+
+func TestReadLimitMustBePositive(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	for _, limit := range []int{0, -1} {
+		_, _, err := s.Read(t.Context(), "orders", 0, limit, nil)
+		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
+			t.Fatalf("Read with limit %d: %v, want ErrInvalid naming the limit", limit, err)
+		}
+	}
+	if _, err := s.Append(t.Context(), "orders", nil, nil); !errors.Is(err, event.ErrInvalid) {
+		t.Fatalf("Append of no events: %v, want ErrInvalid", err)
+	}
+}
+
+// TestNoGoroutineLeak: after Close nothing of the store runs: not the
+// workers, not the listener, not the pool's health check. Not parallel: it
+// counts the process's goroutines.
+func TestNoGoroutineLeak(t *testing.T) {
+	dbURL := pgtest.URL(t)
+	before := runtime.NumGoroutine()
+	for range 3 {
+		s, err := Open(context.Background(), Config{URL: dbURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		create(t, s, "orders")
+		s.OnAppend(func(string) {})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.Append(context.Background(), "orders", prepared(t, "orders", 3), nil); err != nil {
+					t.Error(err)
+				}
+				if _, _, err := s.Read(context.Background(), "orders", 0, 100, nil); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		waitFor(t, "the listener is up", func() bool { return s.listens.Load() == 1 })
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,172 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// newEpoch returns a new boundary epoch: a time-ordered UUID, so epochs of
+// one database sort by creation.
+func newEpoch() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new epoch: %w", err)
+	}
+	return u.String(), nil
+}
+
+// CreateBoundary creates the boundary with a new epoch, or returns the
+// existing one unchanged.
+func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary, bool, error) {
+	op := fmt.Sprintf("create boundary %q", name)
+	// Defence in depth: the API validates too, but a name that reaches the
+	// store is a NATS subject token and a stream name for ever.
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return event.Boundary{}, false, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if s.isClosed() {
+		return event.Boundary{}, false, errClosed(op)
+	}
+	epoch, err := newEpoch()
+	if err != nil {
+		return event.Boundary{}, false, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	b, err := scanBoundary(s.pool.QueryRow(ctx, sqlInsertBoundary, name, epoch))
+	if err == nil {
+		s.log.Info("boundary created", "boundary", name, "epoch", b.Epoch)
+		return b, true, nil
+	}
+	if !isNoRows(err) {
+		return event.Boundary{}, false, s.translate(op, err)
+	}
+	// It exists (perhaps created a moment ago by another node): a new
+	// statement, so a new snapshot that sees it.
+	b, err = scanBoundary(s.pool.QueryRow(ctx, sqlSelectBoundary, name))
+	if err != nil {
+		return event.Boundary{}, false, s.translate(op, err)
+	}
+	return b, false, nil
+}
+
+// Boundary returns one boundary with its current head.
+func (s *Store) Boundary(ctx context.Context, name string) (event.Boundary, error) {
+	op := fmt.Sprintf("read boundary %q", name)
+	if s.isClosed() {
+		return event.Boundary{}, errClosed(op)
+	}
+	b, err := scanBoundary(s.pool.QueryRow(ctx, sqlSelectBoundary, name))
+	if isNoRows(err) {
+		return event.Boundary{}, notFound(op, name)
+	}
+	if err != nil {
+		return event.Boundary{}, s.translate(op, err)
+	}
+	return b, nil
+}
+
+// Boundaries lists every boundary, by name.
+func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
+	const op = "list boundaries"
+	if s.isClosed() {
+		return nil, errClosed(op)
+	}
+	rows, err := s.pool.Query(ctx, sqlSelectBoundaries)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	out := []event.Boundary{}
+	for rows.Next() {
+		b, err := scanBoundary(rows)
+		if err != nil {
+			return nil, s.translate(op, err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
+}
+
+func scanBoundary(row pgx.Row) (event.Boundary, error) {
+	var b event.Boundary
+	var head int64
+	if err := row.Scan(&b.Name, &b.Epoch, &head); err != nil {
+		return event.Boundary{}, err
+	}
+	b.Head = uint64(head)
+	return b, nil
+}
+
+// Read returns up to limit events of boundary after position after, in
+// position order, matching q (nil: all), with the boundary's epoch read in the
+// same snapshot: one statement gives both.
+func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
+	op := fmt.Sprintf("read %q after %d", boundary, after)
+	if limit < 1 {
+		return "", nil, fmt.Errorf("postgres: %s: %w: limit is %d; it must be at least 1", op, event.ErrInvalid, limit)
+	}
+	if s.isClosed() {
+		return "", nil, errClosed(op)
+	}
+	sql, fargs := readSQL(q)
+	args := make([]any, 0, 3+len(fargs))
+	args = append(args, boundary, clampPosition(after), limit)
+	args = append(args, fargs...)
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return "", nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	var epoch string
+	found := false
+	events := make([]event.Event, 0, min(limit, 256))
+	for rows.Next() {
+		found = true
+		var (
+			pos      *int64
+			id, typ  *string
+			t        *time.Time
+			tags     []string
+			data, md []byte
+		)
+		if err := rows.Scan(&epoch, &pos, &id, &typ, &t, &tags, &data, &md); err != nil {
+			return "", nil, s.translate(op, err)
+		}
+		if pos == nil {
+			continue // the boundary's row without events
+		}
+		e := event.Event{ID: *id, Boundary: boundary, Epoch: epoch, Position: uint64(*pos), Type: *typ,
+			Time: t.UTC(), Tags: tags, Data: data}
+		if e.Tags == nil {
+			e.Tags = []string{}
+		}
+		if md != nil {
+			e.Metadata = md
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return "", nil, s.translate(op, err)
+	}
+	if !found {
+		return "", nil, notFound(op, boundary)
+	}
+	return epoch, events, nil
+}
+
+// clampPosition turns a position into a bigint value; positions never
+// exceed the int64 range, so anything beyond it means "after everything".
+func clampPosition(p uint64) int64 {
+	if p > 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return int64(p)
+}

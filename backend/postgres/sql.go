@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// The SQL of the PostgreSQL backend. Every value is a bind parameter:
+// boundary names, ids, types and tags never become part of a statement's
+// text. The few statements built at run time (a condition's or a read's
+// query filter) only add placeholders, and their shape depends only on how
+// many query items there are and which of them have types and tags, so
+// pgx's per-connection statement cache keeps a handful of them prepared.
+
+const (
+	// Migrations. The advisory lock is taken at the start of every
+	// migration transaction and released by its end, so two nodes starting
+	// at once apply each version exactly once: the second waits, then
+	// finds the version row.
+	sqlMigrationLock         = `SELECT pg_advisory_xact_lock($1)`
+	sqlCreateMigrationsTable = `CREATE TABLE IF NOT EXISTS orisun_schema_migrations (
+    version    bigint      NOT NULL PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+	sqlMaxMigration       = `SELECT coalesce(max(version), 0) FROM orisun_schema_migrations`
+	sqlMigrationApplied   = `SELECT EXISTS (SELECT 1 FROM orisun_schema_migrations WHERE version = $1)`
+	sqlInsertMigrationRow = `INSERT INTO orisun_schema_migrations (version, name) VALUES ($1, $2)`
+
+	// Boundaries. The insert and the select are two statements on purpose:
+	// a concurrent CreateBoundary of the same name makes ON CONFLICT wait
+	// for the other insert, and a select in the same statement would still
+	// use the snapshot from before that wait and see no row.
+	sqlInsertBoundary = `INSERT INTO orisun_boundaries (name, epoch) VALUES ($1, $2)
+ON CONFLICT (name) DO NOTHING
+RETURNING name, epoch::text, head`
+	sqlSelectBoundary   = `SELECT name, epoch::text, head FROM orisun_boundaries WHERE name = $1`
+	sqlSelectBoundaries = `SELECT name, epoch::text, head FROM orisun_boundaries ORDER BY name`
+
+	// The group transaction. READ COMMITTED is what the write path is
+	// reasoned in (see the package documentation), so it is explicit
+	// rather than left to the database's default.
+	sqlBegin    = `BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE`
+	sqlCommit   = `COMMIT`
+	sqlRollback = `ROLLBACK`
+	sqlNotify   = `SELECT pg_notify($1, $2)`
+
+	// sqlLockHead takes the boundary's head row for the group transaction
+	// (the lock an UPDATE of the row takes) and reads it. Every statement
+	// after it starts after the lock was granted, so its READ COMMITTED
+	// snapshot holds every event committed by the previous holder: this is
+	// what makes a condition authoritative (DESIGN §4).
+	sqlLockHead = `SELECT head, epoch::text FROM orisun_boundaries WHERE name = $1 FOR NO KEY UPDATE`
+
+	// sqlAppend* build the statement that appends one request: it draws
+	// the positions from the head row and inserts the events, unless the
+	// request's condition matches an event (then it changes nothing and
+	// returns no row). $1 boundary, $2 the number of events, $3…$7 the
+	// events as parallel arrays (ids, types, tags as JSON arrays, data,
+	// metadata or NULL), $8 the condition's position and $9… its query.
+	// One text for every batch size: the events are arrays, not rows of
+	// placeholders.
+	sqlAppendHead = `WITH h AS (
+    UPDATE orisun_boundaries SET head = head + $2
+    WHERE name = $1`
+	sqlAppendCondition = `
+      AND NOT EXISTS (SELECT 1 FROM orisun_events ev WHERE ev.boundary = $1 AND ev.position > $8`
+	sqlAppendConditionEnd = `)`
+	sqlAppendTail         = `
+    RETURNING head, epoch
+), ins AS (
+    INSERT INTO orisun_events (boundary, position, id, type, time, tags, data, metadata)
+    SELECT $1, h.head - $2 + u.ord, u.id, u.type, statement_timestamp(),
+           ARRAY(SELECT t.tag FROM json_array_elements_text(u.tags::json) WITH ORDINALITY AS t(tag, i) ORDER BY t.i),
+           u.data::json, u.metadata::json
+    FROM h, unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[])
+            WITH ORDINALITY AS u(id, type, tags, data, metadata, ord)
+)
+SELECT head, epoch::text FROM h`
+
+	// sqlFindIDs returns the stored events among a request's ids, up to the
+	// head the request saw (events of later requests of the same group are
+	// not its business).
+	sqlFindIDs = `SELECT position, id::text, type, tags, data, metadata FROM orisun_events
+WHERE boundary = $1 AND id = ANY($2::uuid[]) AND position <= $3`
+	// sqlFirstMatch* find the first event after the condition's position,
+	// up to the head the request saw, that matches its query.
+	sqlFirstMatchPrefix = `SELECT ev.position FROM orisun_events ev
+WHERE ev.boundary = $1 AND ev.position > $2 AND ev.position <= $3`
+	sqlFirstMatchSuffix = `
+ORDER BY ev.position LIMIT 1`
+
+	// sqlRead* read a page of events with the boundary's epoch in one
+	// statement, so both come from one snapshot; a boundary without events
+	// after the position still gives one row (the epoch, NULL events).
+	// $1 boundary, $2 after, $3 limit, $4… the query.
+	sqlReadPrefix = `SELECT b.epoch::text, e.position, e.id::text, e.type, e.time, e.tags, e.data, e.metadata
+FROM orisun_boundaries b
+LEFT JOIN LATERAL (
+    SELECT ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata
+    FROM orisun_events ev
+    WHERE ev.boundary = b.name AND ev.position > $2`
+	sqlReadSuffix = `
+    ORDER BY ev.position
+    LIMIT $3
+) e ON true
+WHERE b.name = $1
+ORDER BY e.position`
+
+	// Checkpoints. The checkpoint only moves forward (greatest), never past
+	// the head, and only for the holder of the current term (I3, I6). FOR
+	// SHARE makes the term test current: a lease change that committed
+	// after this statement's snapshot is waited for and seen, and a lease
+	// change cannot commit between the test and this update.
+	sqlSelectCheckpoint = `SELECT checkpoint FROM orisun_boundaries WHERE name = $1`
+	sqlSaveCheckpoint   = `UPDATE orisun_boundaries SET checkpoint = greatest(checkpoint, $1)
+WHERE name = $2 AND $1 <= head
+  AND EXISTS (SELECT 1 FROM orisun_leases WHERE boundary = $2 AND holder = $3 AND term = $4 FOR SHARE)
+RETURNING checkpoint`
+	// sqlCheckpointRefusal says why a save changed nothing.
+	sqlCheckpointRefusal = `SELECT b.head, l.holder, l.term
+FROM orisun_boundaries b LEFT JOIN orisun_leases l ON l.boundary = b.name
+WHERE b.name = $1`
+
+	// Leases, in the database's clock (clock_timestamp(): the time the
+	// expression is evaluated, also after a lock wait). $3 is the time to
+	// live in microseconds.
+	//
+	// sqlAcquireLease inserts term 1 for a boundary without a lease row, or
+	// updates the row when the holder already has it (an unexpired lease
+	// keeps its term; an expired one begins the next) or when it has
+	// expired (the next term for the new holder). Another holder's
+	// unexpired lease makes it return no row. A missing boundary also
+	// gives no row (nothing to insert from).
+	sqlAcquireLease = `INSERT INTO orisun_leases AS l (boundary, holder, term, expires_at)
+SELECT b.name, $2, 1, clock_timestamp() + $3::bigint * interval '1 microsecond'
+FROM orisun_boundaries b WHERE b.name = $1
+ON CONFLICT (boundary) DO UPDATE
+SET holder = excluded.holder,
+    term = CASE WHEN l.holder = excluded.holder AND l.expires_at > clock_timestamp() THEN l.term ELSE l.term + 1 END,
+    expires_at = excluded.expires_at
+WHERE l.holder = excluded.holder OR l.expires_at <= clock_timestamp()
+RETURNING l.term, l.expires_at`
+	// sqlLeaseState is what AcquireLease reports when it took nothing: does
+	// the boundary exist, and who holds its lease until when.
+	sqlLeaseState = `SELECT l.holder, l.term, l.expires_at, coalesce(l.expires_at > clock_timestamp(), false)
+FROM orisun_boundaries b LEFT JOIN orisun_leases l ON l.boundary = b.name
+WHERE b.name = $1`
+	sqlRenewLease = `UPDATE orisun_leases SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
+WHERE boundary = $1 AND holder = $2 AND term = $3 AND expires_at > clock_timestamp()
+RETURNING expires_at`
+	// A released lease expires at the Unix epoch: expired, not deleted, so
+	// the next acquisition begins the next term.
+	sqlReleaseLease = `UPDATE orisun_leases SET expires_at = to_timestamp(0) WHERE boundary = $1 AND holder = $2 AND term = $3`
+	sqlSelectLease  = `SELECT holder, term, expires_at FROM orisun_leases WHERE boundary = $1`
+)
+
+// Savepoint statements of the group transaction.
+const (
+	savepoint    = "orisun_append"
+	sqlSavepoint = "SAVEPOINT " + savepoint
+	sqlRelease   = "RELEASE SAVEPOINT " + savepoint
+	// Sent without arguments, so pgx uses the simple protocol and runs
+	// both statements in one round trip.
+	sqlRollbackToRelease = "ROLLBACK TO SAVEPOINT " + savepoint + "; RELEASE SAVEPOINT " + savepoint
+	notifyChannel        = "orisun_events"
+	sqlListen            = "LISTEN " + notifyChannel
+	uniqueIDKey          = "orisun_events_boundary_id_key"
+	migrationsLock       = int64(0x6f72697375_6e01) // "orisun" 0x01: the migrations' advisory lock key
+)
+
+// appendSQL returns the append statement of a request with cond (nil: none)
+// and the bind values of its query, which follow $8.
+func appendSQL(cond *event.Condition) (string, []any) {
+	if cond == nil {
+		return sqlAppendHead + sqlAppendTail, nil
+	}
+	filter, args := whereQuery(&cond.Query, "ev", 9)
+	return sqlAppendHead + sqlAppendCondition + filter + sqlAppendConditionEnd + sqlAppendTail, args
+}
+
+// firstMatchSQL returns the statement finding a condition's first match and
+// the bind values of its query, which follow $3.
+func firstMatchSQL(cond *event.Condition) (string, []any) {
+	filter, args := whereQuery(&cond.Query, "ev", 4)
+	return sqlFirstMatchPrefix + filter + sqlFirstMatchSuffix, args
+}
+
+// readSQL returns the read statement for q and its query's bind values,
+// which follow $3.
+func readSQL(q *event.Query) (string, []any) {
+	filter, args := whereQuery(q, "ev", 4)
+	return sqlReadPrefix + filter + sqlReadSuffix, args
+}
+
+// whereQuery turns a query into " AND (item OR item …)" over the events of
+// alias, with placeholders from $first on, and its bind values; an empty
+// query is no filter at all. An item is "type = ANY($n::text[])" (any of its
+// types) and "tags @> $m::text[]" (all of its tags, answered by the GIN
+// index); an item with neither matches every event. Tags are compared as
+// whole values: no pattern, no quoting, no splitting.
+func whereQuery(q *event.Query, alias string, first int) (string, []any) {
+	if q == nil || len(q.Items) == 0 {
+		return "", nil
+	}
+	var sb strings.Builder
+	var args []any
+	n := first
+	param := func(v any, cast string) string {
+		args = append(args, v)
+		p := "$" + strconv.Itoa(n) + cast
+		n++
+		return p
+	}
+	sb.WriteString("\n      AND (")
+	for i, it := range q.Items {
+		if i > 0 {
+			sb.WriteString(" OR ")
+		}
+		sb.WriteString("(")
+		parts := 0
+		if len(it.Types) > 0 {
+			sb.WriteString(alias + ".type = ANY(" + param(it.Types, "::text[]") + ")")
+			parts++
+		}
+		if len(it.Tags) > 0 {
+			if parts > 0 {
+				sb.WriteString(" AND ")
+			}
+			sb.WriteString(alias + ".tags @> " + param(it.Tags, "::text[]"))
+			parts++
+		}
+		if parts == 0 {
+			sb.WriteString("true")
+		}
+		sb.WriteString(")")
+	}
+	sb.WriteString(")")
+	return sb.String(), args
+}

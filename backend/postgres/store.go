@@ -1,0 +1,293 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+)
+
+var _ backend.Store = (*Store)(nil)
+
+// Defaults of Config.
+const (
+	DefaultMaxConns           = 8
+	DefaultGroupMaxEvents     = 1000
+	DefaultListenReconnectMin = 100 * time.Millisecond
+	DefaultListenReconnectMax = 5 * time.Second
+)
+
+// groupTimeout bounds one group transaction, lock waits included. A group
+// that cannot finish in this time (the database is unreachable without the
+// connection breaking, or another client holds a boundary's head row in a
+// stuck transaction) fails with ErrUnavailable instead of holding its
+// boundary, and Close, for ever.
+const groupTimeout = time.Minute
+
+// applicationName tells the store's connections apart in pg_stat_activity,
+// unless the URL names one.
+const (
+	applicationName = "orisun"
+	listenSuffix    = "-listener"
+)
+
+// Config configures Open.
+type Config struct {
+	// URL is the PostgreSQL connection string (a postgres:// URL or
+	// keyword/value pairs, as libpq takes them).
+	URL string
+	// MaxConns is the most connections of the store's pool (default 8).
+	// Half of them (at least one) can be group transactions at once; the
+	// listener has one more connection of its own.
+	MaxConns int32
+	// GroupMaxEvents is the most events one group commit gathers (default
+	// 1000). A single append larger than this still commits, alone.
+	GroupMaxEvents int
+	// Logger receives the store's logs (default: discarded).
+	Logger *slog.Logger
+	// ListenReconnectMin and ListenReconnectMax bound the exponential
+	// back-off of the LISTEN connection's reconnects (defaults 100ms, 5s).
+	ListenReconnectMin time.Duration
+	ListenReconnectMax time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.GroupMaxEvents == 0 {
+		c.GroupMaxEvents = DefaultGroupMaxEvents
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ListenReconnectMin == 0 {
+		c.ListenReconnectMin = DefaultListenReconnectMin
+	}
+	if c.ListenReconnectMax == 0 {
+		c.ListenReconnectMax = DefaultListenReconnectMax
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.URL == "":
+		return fmt.Errorf("%w: postgres: URL is empty; set the PostgreSQL connection URL", event.ErrInvalid)
+	case c.MaxConns < 1:
+		return fmt.Errorf("%w: postgres: MaxConns is %d; use a positive number (0 means %d)", event.ErrInvalid, c.MaxConns, DefaultMaxConns)
+	case c.GroupMaxEvents < 1:
+		return fmt.Errorf("%w: postgres: GroupMaxEvents is %d; use a positive number (0 means %d)",
+			event.ErrInvalid, c.GroupMaxEvents, DefaultGroupMaxEvents)
+	case c.ListenReconnectMin < 0 || c.ListenReconnectMax < 0:
+		return fmt.Errorf("%w: postgres: ListenReconnectMin (%s) and ListenReconnectMax (%s) must not be negative",
+			event.ErrInvalid, c.ListenReconnectMin, c.ListenReconnectMax)
+	case c.ListenReconnectMin > c.ListenReconnectMax:
+		return fmt.Errorf("%w: postgres: ListenReconnectMin (%s) is above ListenReconnectMax (%s)",
+			event.ErrInvalid, c.ListenReconnectMin, c.ListenReconnectMax)
+	}
+	return nil
+}
+
+// Store is the PostgreSQL backend. It is safe for concurrent use, and any
+// number of stores (in one process or on many nodes) may share a database.
+type Store struct {
+	cfg  Config
+	log  *slog.Logger
+	pool *pgxpool.Pool
+	// listenCfg is the configuration of the LISTEN connection, which is
+	// not from the pool: a pooled connection would be handed to others
+	// between waits, and LISTEN belongs to a session.
+	listenCfg *pgx.ConnConfig
+
+	// The append queue (see append.go). mu guards queues, ready, active
+	// and closing; workers wait on cond.
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queues  map[string][]*appendRequest
+	ready   []string
+	active  map[string]bool
+	closing bool
+	workers sync.WaitGroup
+
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
+	closeErr  error
+
+	listenCancel context.CancelFunc
+	listenDone   chan struct{}
+
+	cbMu      sync.Mutex
+	callbacks []func(boundary string)
+
+	// waiting counts appends queued and not yet taken by a group; groups
+	// counts group transactions begun; listens counts LISTEN connections
+	// established, notifications the notifications they received. Tests use them to see the queue and the listener
+	// instead of sleeping.
+	waiting       atomic.Int64
+	groups        atomic.Int64
+	listens       atomic.Int64
+	notifications atomic.Int64
+}
+
+// Open connects to the database of cfg.URL, applies pending migrations,
+// starts the append workers and the LISTEN connection.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// Never repeat the URL: it may hold a password.
+		return nil, fmt.Errorf("%w: postgres: URL is not a valid PostgreSQL connection string "+
+			"(postgres://user@host:port/database?… or keyword=value pairs)", event.ErrInvalid)
+	}
+	poolCfg.MaxConns = cfg.MaxConns
+	if _, ok := poolCfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		poolCfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	}
+	// The listener's application name is the pool's with a suffix, so
+	// operators (and tests) can tell it apart in pg_stat_activity.
+	listenCfg := poolCfg.ConnConfig.Copy()
+	listenCfg.RuntimeParams["application_name"] = poolCfg.ConnConfig.RuntimeParams["application_name"] + listenSuffix
+
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, translate("open pool", err)
+	}
+	s := &Store{
+		cfg:        cfg,
+		log:        cfg.Logger.With("backend", "postgres", "database", poolCfg.ConnConfig.Database),
+		pool:       pool,
+		listenCfg:  listenCfg,
+		queues:     make(map[string][]*appendRequest),
+		active:     make(map[string]bool),
+		closed:     make(chan struct{}),
+		listenDone: make(chan struct{}),
+	}
+	s.cond = sync.NewCond(&s.mu)
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, translate(fmt.Sprintf("connect to %s:%d", poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port), err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+
+	n := writers(cfg.MaxConns)
+	s.workers.Add(n)
+	for range n {
+		go s.worker()
+	}
+	listenCtx, cancel := context.WithCancel(context.Background())
+	s.listenCancel = cancel
+	go s.listen(listenCtx)
+	s.log.Info("postgres store open", "max_conns", cfg.MaxConns, "writers", n, "group_max_events", cfg.GroupMaxEvents)
+	return s, nil
+}
+
+// writers is how many group transactions may run at once: half the pool,
+// so reads, checkpoints and leases always find connections too.
+func writers(maxConns int32) int {
+	return max(1, int(maxConns)/2)
+}
+
+// Close stops the append workers (appends still queued get
+// event.ErrClosed; groups already in their transaction finish), the
+// listener, and closes the pool. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		close(s.closed)
+		for b, q := range s.queues {
+			for _, r := range q {
+				if r.state.CompareAndSwap(stateQueued, stateTaken) {
+					s.waiting.Add(-1)
+					r.reply <- appendReply{err: errClosed(fmt.Sprintf("append to %q", b))}
+				}
+			}
+		}
+		s.queues = map[string][]*appendRequest{}
+		s.ready = nil
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		s.workers.Wait()
+
+		s.listenCancel()
+		<-s.listenDone
+		s.pool.Close()
+		s.log.Info("postgres store closed")
+	})
+	return s.closeErr
+}
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// errClosed is returned by every operation after Close.
+func errClosed(op string) error {
+	return fmt.Errorf("postgres: %s: %w: the store is closed", op, event.ErrClosed)
+}
+
+// OnAppend registers fn, called once per boundary that got events: at once
+// after a commit of this store (from its append worker), and when another
+// store's commit is announced on the LISTEN connection (from the listener
+// goroutine). A commit of this store is usually announced both ways: a
+// callback is a hint, and fn must not block and must not append.
+func (s *Store) OnAppend(fn func(boundary string)) {
+	if fn == nil {
+		return
+	}
+	s.cbMu.Lock()
+	s.callbacks = append(s.callbacks, fn)
+	s.cbMu.Unlock()
+}
+
+func (s *Store) notify(boundaries ...string) {
+	if len(boundaries) == 0 {
+		return
+	}
+	s.cbMu.Lock()
+	cbs := s.callbacks
+	s.cbMu.Unlock()
+	for _, b := range boundaries {
+		for _, fn := range cbs {
+			fn(b)
+		}
+	}
+}
+
+// translate is the package's translate, with ErrClosed for the errors of
+// an operation the store's Close cut short.
+func (s *Store) translate(op string, err error) error {
+	if err != nil && s.isClosed() && !isDomain(err) {
+		return errClosed(op)
+	}
+	return translate(op, err)
+}
+
+// notFound is the error of an operation on a boundary that does not exist.
+func notFound(op, boundary string) error {
+	return fmt.Errorf("postgres: %s: %w: boundary %q does not exist; create it first", op, event.ErrNotFound, boundary)
+}
+
+var errNoRows = pgx.ErrNoRows
+
+func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
