@@ -35,8 +35,8 @@ type Config struct {
 	// NATSMaxPayload is the largest NATS message; it bounds one event.
 	NATSMaxPayload int32 `envconfig:"NATS_MAX_PAYLOAD" default:"1048576"`
 	// EventStreamMaxBytes, MaxMsgs and MaxAge bound each boundary's memory
-	// stream (-1: unlimited; in Go, a zero MaxBytes or MaxAge takes the
-	// default, a zero MaxMsgs is unlimited). Old messages are discarded; they stay
+	// stream. A negative value (-1, -1s) means unlimited; zero MaxBytes or
+	// MaxAge takes the default; zero MaxMsgs is unlimited. Old messages are discarded; they stay
 	// readable from the store.
 	EventStreamMaxBytes int64         `envconfig:"NATS_EVENT_STREAM_MAX_BYTES" default:"536870912"`
 	EventStreamMaxMsgs  int64         `envconfig:"NATS_EVENT_STREAM_MAX_MSGS" default:"-1"`
@@ -190,9 +190,6 @@ func (c Config) Validate() error {
 	}
 	if c.NATSMaxPayload < 1024 || c.NATSMaxPayload > 64<<20 {
 		bad("NATS_MAX_PAYLOAD", "%d is outside 1024–67108864 bytes", c.NATSMaxPayload)
-	}
-	if c.EventStreamMaxAge < 0 {
-		bad("NATS_EVENT_STREAM_MAX_AGE", "%s is negative", c.EventStreamMaxAge)
 	}
 	if c.StreamReplicas != 1 {
 		bad("NATS_STREAM_REPLICAS", "%d: only 1 is possible with a single embedded server", c.StreamReplicas)

@@ -176,18 +176,24 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)
 	for _, name := range n.cfg.Boundaries {
-		b, created, err := n.store.CreateBoundary(ctx, name)
-		if err != nil {
+		if _, _, err := n.store.CreateBoundary(ctx, name); err != nil {
 			return fmt.Errorf("orisun: create boundary %q: %w", name, err)
 		}
-		if created {
-			n.log.Info("boundary created", "boundary", b.Name, "epoch", b.Epoch)
-		}
-		n.startBoundaryLocked(name)
+	}
+	// Every stored boundary gets a publisher, also those created through
+	// the API on an earlier run and not in the configuration.
+	all, err := n.store.Boundaries(ctx)
+	if err != nil {
+		return fmt.Errorf("orisun: list boundaries: %w", err)
+	}
+	names := make([]string, 0, len(all))
+	for _, b := range all {
+		n.startBoundaryLocked(b.Name)
+		names = append(names, b.Name)
 	}
 	n.started = true
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "data_dir", n.cfg.DataDir,
-		"nats_url", n.ns.ClientURL(), "boundaries", n.cfg.Boundaries)
+		"nats_url", n.ns.ClientURL(), "boundaries", names)
 	return nil
 }
 
@@ -210,7 +216,7 @@ func (n *Node) startBoundaryLocked(name string) {
 		Limits: stream.Limits{
 			MaxBytes: n.cfg.EventStreamMaxBytes,
 			MaxMsgs:  n.cfg.EventStreamMaxMsgs,
-			MaxAge:   n.cfg.EventStreamMaxAge,
+			MaxAge:   max(n.cfg.EventStreamMaxAge, 0),
 			Replicas: n.cfg.StreamReplicas,
 		},
 		BatchSize:    n.cfg.PublishBatch,
@@ -325,12 +331,9 @@ func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error
 	if err != nil {
 		return Boundary{}, err
 	}
-	b, created, err := store.CreateBoundary(ctx, name)
+	b, _, err := store.CreateBoundary(ctx, name)
 	if err != nil {
 		return Boundary{}, fmt.Errorf("create boundary %q: %w", name, err)
-	}
-	if created {
-		n.log.Info("boundary created", "boundary", b.Name, "epoch", b.Epoch)
 	}
 	n.mu.Lock()
 	if !n.stopped {

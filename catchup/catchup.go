@@ -100,9 +100,22 @@ type sub struct {
 }
 
 func (s *sub) run(ctx context.Context) error {
+	if err := s.checkStart(ctx); err != nil {
+		return err
+	}
+	fellBack := false
 	for {
+		before := s.next
 		if err := s.catchUp(ctx); err != nil {
 			return err
+		}
+		if fellBack && s.next == before {
+			// The stream could not continue and the store had nothing
+			// new: wait before trying the stream again, so a stream that
+			// keeps failing is not hammered.
+			if !wait(ctx, s.cfg.RetryInterval) {
+				return ctx.Err()
+			}
 		}
 		live, err := s.canGoLive(ctx)
 		if err != nil {
@@ -121,10 +134,44 @@ func (s *sub) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		fellBack = true
 		s.log.Debug("subscription fell behind", "next", s.next, "reason", reason)
 		if s.opts.OnFellBehind != nil {
 			s.opts.OnFellBehind(s.next, reason)
 		}
+	}
+}
+
+// checkStart refuses a start position beyond the head: in the same epoch
+// that means the store went back in time (a restore), and the positions the
+// consumer already processed would be filled with other events.
+func (s *sub) checkStart(ctx context.Context) error {
+	if s.next == 1 {
+		return nil
+	}
+	for {
+		epoch, events, err := s.cfg.Store.Read(ctx, s.boundary, s.next-2, 1, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) {
+				return fmt.Errorf("read boundary %q after %d: %w", s.boundary, s.next-2, err)
+			}
+			if !wait(ctx, s.cfg.RetryInterval) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if s.epoch != "" && epoch != s.epoch {
+			return fmt.Errorf("boundary %q is in epoch %s, the subscription's position %d is of epoch %s: %w",
+				s.boundary, epoch, s.next-1, s.epoch, event.ErrEpochChanged)
+		}
+		if len(events) == 0 {
+			return fmt.Errorf("%w: boundary %q has no position %d to resume after: the start position is beyond the head "+
+				"(was the store restored from an older backup?)", event.ErrInvalid, s.boundary, s.next-1)
+		}
+		return nil
 	}
 }
 
@@ -229,6 +276,17 @@ func (s *sub) live(ctx context.Context) (string, error) {
 			return "live consumer failed: " + err.Error(), nil
 		}
 		h := msg.Headers()
+		md, _ := msg.Metadata()
+		if h.Get(stream.HeaderPosition) == "" || h.Get(stream.HeaderEpoch) == "" {
+			// Not a message of orisun's publisher (someone published
+			// into the stream): never deliver it, read the store instead.
+			seq := uint64(0)
+			if md != nil {
+				seq = md.Sequence.Stream
+			}
+			return "foreign message without orisun headers at stream sequence " + strconv.FormatUint(seq, 10) +
+				" on " + msg.Subject(), nil
+		}
 		if ep := h.Get(stream.HeaderEpoch); ep != s.epoch {
 			return "", fmt.Errorf("boundary %q: stream message of epoch %s, the subscription is in epoch %s: %w",
 				s.boundary, ep, s.epoch, event.ErrEpochChanged)

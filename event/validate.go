@@ -237,6 +237,11 @@ func compactJSON(field string, raw json.RawMessage, required bool) (json.RawMess
 	if !json.Valid(trimmed) {
 		return nil, fmt.Errorf("%w: %s is not valid JSON", ErrInvalid, field)
 	}
+	if !utf8.Valid(trimmed) {
+		// encoding/json accepts invalid UTF-8 in strings; RFC 8259 and
+		// consumers in other languages do not.
+		return nil, fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, field)
+	}
 	var buf bytes.Buffer
 	buf.Grow(len(trimmed))
 	if err := json.Compact(&buf, trimmed); err != nil {

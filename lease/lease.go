@@ -71,8 +71,10 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, lead func(ctx contex
 	done := make(chan error, 1)
 	go func() { done <- lead(lctx, l) }()
 
-	// The local deadline is measured from before the acquire returned, so
-	// it never trusts the lease longer than the store does.
+	// The local deadline counts from when the acquire returned, so it can
+	// trust the lease slightly longer than the store does; safety never
+	// depends on it (the checkpoint is fenced by the term, publishes by
+	// the expected last sequence).
 	deadline := time.Now().Add(r.TTL)
 	tick := time.NewTicker(max(r.TTL/3, 10*time.Millisecond))
 	defer tick.Stop()

@@ -87,20 +87,30 @@ func (s *Server) Start() error {
 		StoreDir:   s.cfg.StoreDir,
 		NoSigs:     true,
 		MaxPayload: s.cfg.MaxPayload,
-		// The embedded server's own logging stays off; orisun logs what
-		// matters through slog.
-		NoLog: true,
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("natsembed: configure server: %w", err)
 	}
+	// The server's warnings and errors go to slog; a fatal error (the port
+	// is taken) ends Start at once instead of waiting for readiness.
+	fatal := make(chan string, 1)
+	ns.SetLogger(&logger{log: s.log, fatal: fatal}, false, false)
 	go ns.Start()
-	if !ns.ReadyForConnections(s.cfg.ReadyTimeout) {
+	deadline := time.Now().Add(s.cfg.ReadyTimeout)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		var reason string
+		select {
+		case reason = <-fatal:
+		default:
+			if time.Now().Before(deadline) {
+				continue
+			}
+			reason = fmt.Sprintf("not ready for connections within %s", s.cfg.ReadyTimeout)
+		}
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		return fmt.Errorf("natsembed: server not ready for connections on %s:%d within %s (is the port in use?)",
-			s.cfg.Host, s.cfg.Port, s.cfg.ReadyTimeout)
+		return fmt.Errorf("natsembed: server on %s:%d: %s", s.cfg.Host, s.cfg.Port, reason)
 	}
 	s.ns = ns
 	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir)
@@ -155,5 +165,27 @@ func (s *Server) Stop() {
 	if ns != nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
+	}
+}
+
+// logger forwards the server's log to slog: notices at debug (they are many
+// and routine), warnings and errors as such. A fatal error is reported to
+// Start and never exits the process.
+type logger struct {
+	log   *slog.Logger
+	fatal chan string
+}
+
+func (l *logger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *logger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l *logger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *logger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *logger) Tracef(format string, v ...any)  {}
+func (l *logger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error(msg)
+	select {
+	case l.fatal <- msg:
+	default:
 	}
 }

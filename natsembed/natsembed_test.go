@@ -44,10 +44,18 @@ func TestPortInUse(t *testing.T) {
 	}
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
-	s, _ := natsembed.New(natsembed.Config{Port: port, StoreDir: t.TempDir(), ReadyTimeout: time.Second})
-	if err := s.Start(); err == nil {
+	s, _ := natsembed.New(natsembed.Config{Port: port, StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second})
+	start := time.Now()
+	err = s.Start()
+	if err == nil {
 		s.Stop()
 		t.Fatal("started on a port in use")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("error does not say the port is in use: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("took %s to report a taken port", took)
 	}
 }
 

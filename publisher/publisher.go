@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
@@ -111,6 +113,9 @@ func (r *run) loop(ctx context.Context) error {
 	defer r.finalCheckpoint()
 	for ctx.Err() == nil {
 		next, err := r.sync(ctx)
+		if errors.Is(err, event.ErrLeaseLost) {
+			return err
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -143,10 +148,20 @@ func (r *run) loop(ctx context.Context) error {
 
 // sync compares the stream with the store (DESIGN §5 step 1) and returns the
 // next position to publish. It creates the stream when missing, recreates it
-// when its epoch is not the boundary's, and refuses to guess when the stream
-// is ahead of the store.
+// when its epoch is not the boundary's, refuses to guess when the stream is
+// ahead of the store, and verifies the stream's last message against the
+// store before resuming after it: a message placed there by anyone but
+// orisun stops the publisher with that reason instead of shifting every
+// later position (I2, I4).
 func (r *run) sync(ctx context.Context) (uint64, error) {
 	p := r.p
+	name := stream.Name(p.cfg.Boundary)
+	// The stream is read before the store: the head only grows, so a stream
+	// beyond the head read after it really is ahead of the store.
+	s, streamErr := p.cfg.JS.Stream(ctx, name)
+	if streamErr != nil && !errors.Is(streamErr, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("stream %s: %w", name, streamErr)
+	}
 	b, err := p.cfg.Store.Boundary(ctx, p.cfg.Boundary)
 	if err != nil {
 		return 0, fmt.Errorf("read boundary: %w", err)
@@ -155,21 +170,19 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read checkpoint: %w", err)
 	}
+	if b.Epoch != r.epoch {
+		r.acked, r.saved = 0, 0
+	}
 	r.epoch = b.Epoch
 	r.saved = max(r.saved, cp)
-	name := stream.Name(p.cfg.Boundary)
 	want := stream.Config(p.cfg.Boundary, b.Epoch, p.cfg.Limits, cp+1)
 
-	s, err := p.cfg.JS.Stream(ctx, name)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
+	if streamErr != nil { // not found
 		if _, err := p.cfg.JS.CreateStream(ctx, want); err != nil {
 			return 0, fmt.Errorf("create stream %s: %w", name, err)
 		}
 		p.log.Info("stream created", "stream", name, "first_seq", cp+1, "epoch", b.Epoch)
 		return cp + 1, nil
-	case err != nil:
-		return 0, fmt.Errorf("stream %s: %w", name, err)
 	}
 	info := s.CachedInfo()
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
@@ -199,7 +212,17 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 			"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", name, last, b.Head)
 	}
 	if last >= cp {
-		// The stream holds (or held) this epoch's messages up to last.
+		if err := r.verify(ctx, cp, last); err != nil {
+			return 0, err
+		}
+		// The stream holds (or held) this epoch's messages up to last:
+		// they were acknowledged, so the checkpoint may move there.
+		if last > r.saved {
+			r.acked = max(r.acked, last)
+			if err := r.checkpoint(ctx, last); err != nil {
+				return 0, err
+			}
+		}
 		return last + 1, nil
 	}
 	// The stream is behind the checkpoint (purged or lost): make its next
@@ -209,6 +232,74 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	}
 	p.log.Info("stream purged to the checkpoint", "stream", name, "next", cp+1)
 	return cp + 1, nil
+}
+
+// verify checks that every message the stream holds after the checkpoint,
+// up to last, is the store's event at that position (sequence = position,
+// same epoch, same event id). Something else publishing into the stream
+// takes a sequence; a pipelined message after it may then be accepted in
+// place, so the last message alone proves nothing. Normally the range is at
+// most one batch: the checkpoint follows every batch. Messages already gone
+// from the stream (age or size limits) cannot be checked and are trusted.
+func (r *run) verify(ctx context.Context, cp, last uint64) error {
+	if last <= cp {
+		return nil
+	}
+	p := r.p
+	name := stream.Name(p.cfg.Boundary)
+	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cons, err := p.cfg.JS.OrderedConsumer(vctx, name, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   cp + 1,
+		HeadersOnly:   true,
+	})
+	if err != nil {
+		return fmt.Errorf("verify stream %s after %d: %w", name, cp, err)
+	}
+	after := cp
+	var page []event.Event
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
+			return nil // the rest left the stream meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("verify stream %s after %d: %w", name, after, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("verify stream %s: %w", name, err)
+		}
+		seq := md.Sequence.Stream
+		if seq > last {
+			return nil
+		}
+		for len(page) == 0 || page[len(page)-1].Position < seq {
+			_, page, err = p.cfg.Store.Read(vctx, p.cfg.Boundary, seq-1, 1000, nil)
+			if err != nil {
+				return fmt.Errorf("read position %d: %w", seq, err)
+			}
+			if len(page) == 0 {
+				break
+			}
+		}
+		var id string
+		if len(page) > 0 && page[0].Position <= seq {
+			id = page[seq-page[0].Position].ID
+		}
+		h := msg.Headers()
+		if h.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) || h.Get(stream.HeaderEpoch) != r.epoch ||
+			h.Get(stream.HeaderEventID) != id {
+			return fmt.Errorf("stream %s sequence %d on subject %s holds a message orisun did not publish there "+
+				"(position header %q, event %q): something else publishes to orisun.events.%s.>; "+
+				"not publishing until an operator resolves it (stop that publisher, then delete the stream to republish from the checkpoint)",
+				name, seq, msg.Subject(), h.Get(stream.HeaderPosition), h.Get(stream.HeaderEventID), p.cfg.Boundary)
+		}
+		if seq == last {
+			return nil
+		}
+	}
 }
 
 func limitsDiffer(have, want *jetstream.StreamConfig) bool {

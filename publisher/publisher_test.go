@@ -309,3 +309,82 @@ func TestCleanStopCheckpoints_I3(t *testing.T) {
 	}
 	e.checkStream(t)
 }
+
+// TestForeignMessageStallsNeverSkips_I2_I4: a message published into the
+// stream by someone else takes a sequence; the publisher must not resume
+// after it as if it were an event (that would shift every later position
+// and skip one). It stalls with a reason that names the foreign message.
+func TestForeignMessageStallsNeverSkips_I2_I4(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	wake := make(chan struct{}, 1)
+	p := e.publisher(e.js, wake)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	e.append(t, 3)
+	waitFor(t, "the checkpoint at 3", 10*time.Second, func() bool {
+		cp, _ := e.store.Checkpoint(ctx, "b")
+		return cp == 3
+	})
+	if _, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	e.append(t, 2)
+	wake <- struct{}{}
+	waitFor(t, "the stalled state naming the foreign message", 10*time.Second, func() bool {
+		st := p.Status()
+		return st.State == publisher.StateStalled && strings.Contains(st.Reason, "did not publish")
+	})
+	cancel()
+	<-done
+	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 3 {
+		t.Fatalf("checkpoint %d, want 3: it moved past a foreign message", cp)
+	}
+	// Position 5 may have been accepted at sequence 5 (its expected last
+	// sequence, 4, was the foreign message's): in place, but position 4 is
+	// not in the stream, so the publisher must not move on.
+	s, _ := e.js.Stream(ctx, stream.Name("b"))
+	if last := s.CachedInfo().State.LastSeq; last > 5 {
+		t.Fatalf("stream last %d: the publisher went on past the foreign message", last)
+	}
+}
+
+// failFirstSave is a real store whose first checkpoint write fails, as a
+// store briefly unreachable would.
+type failFirstSave struct {
+	*sqlite.Store
+	failed bool
+}
+
+func (f *failFirstSave) SaveCheckpoint(ctx context.Context, b string, l backend.Lease, pos uint64) error {
+	if !f.failed {
+		f.failed = true
+		return event.ErrUnavailable
+	}
+	return f.Store.SaveCheckpoint(ctx, b, l, pos)
+}
+
+// TestCheckpointCatchesUpAfterFailedWrite_I3_I7: when a checkpoint write
+// fails after JetStream acknowledged the batch, the resync writes the
+// checkpoint of what the stream holds even if no new event comes, so the
+// status does not report a lag that does not exist.
+func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.append(t, 10)
+	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: &failFirstSave{Store: e.store}, JS: e.js,
+		BatchSize: 50, PollInterval: 20 * time.Millisecond})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	waitFor(t, "the checkpoint at 10 with no new event", 10*time.Second, func() bool {
+		cp, _ := e.store.Checkpoint(ctx, "b")
+		return cp == 10
+	})
+	cancel()
+	<-done
+	e.checkStream(t)
+}

@@ -18,9 +18,10 @@ const (
 
 // Status is a snapshot of a publisher's state, measured, never assumed (I7).
 type Status struct {
-	State  State     `json:"state"`
-	Reason string    `json:"reason"`
-	Since  time.Time `json:"since"`
+	State  State  `json:"state"`
+	Reason string `json:"reason"`
+	// Since is when the publisher entered State.
+	Since time.Time `json:"since"`
 }
 
 // Status returns the current state.
@@ -34,20 +35,27 @@ func (p *Publisher) Status() Status {
 // loop while this node waits).
 func (p *Publisher) SetStandby(reason string) { p.setState(StateStandby, reason, nil) }
 
-// setState changes the state and logs each change once, with its reason:
-// a retry in the same state with the same reason is not logged again.
+// setState changes the state. A change of state is logged once, with its
+// reason, at info (warn for paused and stalled); a new reason within the
+// same state (publishing ↔ caught up, another error while stalled) only at
+// debug, so a retry loop or a busy boundary does not flood the log.
 func (p *Publisher) setState(s State, reason string, err error) {
 	p.mu.Lock()
-	changed := p.state.State != s || p.state.Reason != reason
+	stateChanged := p.state.State != s
+	changed := stateChanged || p.state.Reason != reason
 	if changed {
-		p.state = Status{State: s, Reason: reason, Since: time.Now().UTC()}
+		since := p.state.Since
+		if stateChanged {
+			since = time.Now().UTC()
+		}
+		p.state = Status{State: s, Reason: reason, Since: since}
 	}
 	p.mu.Unlock()
-	if !changed {
-		return
-	}
-	switch s {
-	case StateStalled, StatePaused:
+	switch {
+	case !changed:
+	case !stateChanged:
+		p.log.Debug("publisher "+string(s), "reason", reason, "err", err)
+	case s == StateStalled || s == StatePaused:
 		p.log.Warn("publisher "+string(s), "reason", reason, "err", err)
 	default:
 		p.log.Info("publisher "+string(s), "reason", reason)

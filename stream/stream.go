@@ -218,5 +218,10 @@ func Decode(subject string, h nats.Header, data []byte) (event.Event, error) {
 	if e.Tags == nil {
 		e.Tags = []string{}
 	}
+	if string(e.Metadata) == "null" {
+		// The same event read from the store has no metadata: keep the
+		// two paths identical.
+		e.Metadata = nil
+	}
 	return e, nil
 }

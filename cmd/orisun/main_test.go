@@ -127,7 +127,9 @@ func start(t *testing.T, dir string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, lines: make(chan string, 1000), done: make(chan struct{})}
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		defer close(p.lines)
 		s := bufio.NewScanner(stderr)
 		for s.Scan() {
@@ -136,7 +138,9 @@ func start(t *testing.T, dir string) *proc {
 		io.Copy(io.Discard, stderr)
 	}()
 	t.Cleanup(func() { cmd.Process.Kill(); <-p.done })
-	go func() { cmd.Wait(); close(p.done) }()
+	// Wait closes the pipe: call it only once every line has been read,
+	// or the last lines can be lost.
+	go func() { <-read; cmd.Wait(); close(p.done) }()
 	return p
 }
 
