@@ -46,8 +46,10 @@ type Config struct {
 	// keyword/value pairs, as libpq takes them).
 	URL string
 	// MaxConns is the most connections of the store's pool (default 8).
-	// Half of them (at least one) can be group transactions at once; the
-	// listener has one more connection of its own.
+	// Half of them (at least one) can be group transactions at once, so
+	// reads, checkpoints and leases always find one too (with MaxConns 1
+	// they share it with the one group). The listener has one more
+	// connection of its own.
 	MaxConns int32
 	// GroupMaxEvents is the most events one group commit gathers (default
 	// 1000). A single append larger than this still commits, alone.
