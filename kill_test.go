@@ -139,6 +139,10 @@ func TestKilledBetweenAckAndCheckpoint_I3_I4_I5(t *testing.T) {
 	}
 	t.Logf("killed with batch up to %d acknowledged and not checkpointed; subscriber at %d", hungAt, delivered)
 
+	cp := checkpointOf(t, dir, "default")
+	if cp >= hungAt {
+		t.Fatalf("checkpoint %d at or past the batch %d whose checkpoint was never written", cp, hungAt)
+	}
 	n := setup(t, dir, nil)
 	st := waitSettled(t, n, 60*time.Second)
 	b := st.Boundaries[0]
@@ -146,9 +150,9 @@ func TestKilledBetweenAckAndCheckpoint_I3_I4_I5(t *testing.T) {
 		t.Fatalf("head %d below the acknowledged position %d: acknowledged appends were lost", b.Head, hungAt)
 	}
 	first, last := checkStream(t, n, "default")
-	if first > hungAt || last != b.Head {
-		t.Fatalf("stream after restart holds %d..%d; it must republish from the checkpoint (≤ %d) to the head %d",
-			first, last, hungAt, b.Head)
+	if first != cp+1 || last != b.Head {
+		t.Fatalf("stream after restart holds %d..%d; it must republish from checkpoint+1 (%d) to the head %d",
+			first, last, cp+1, b.Head)
 	}
 	r := newRecorder(delivered)
 	stop := subscribe(t, n, "default", delivered, r, orisun.SubscribeOptions{})

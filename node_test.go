@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -259,11 +260,12 @@ func TestEndToEnd_I2_I5(t *testing.T) {
 	const total, appenders = 10000, 8
 	ctx := context.Background()
 
+	phases := newPhaseLog()
 	fromZero := map[string]*recorder{}
 	stops := map[string]func() error{}
 	for _, b := range boundaries {
 		fromZero[b] = newRecorder(0)
-		stops[b+"/0"] = subscribe(t, n, b, 0, fromZero[b], orisun.SubscribeOptions{})
+		stops[b+"/0"] = subscribe(t, n, b, 0, fromZero[b], phases.options(b+"/0"))
 	}
 
 	var wg sync.WaitGroup
@@ -303,7 +305,7 @@ func TestEndToEnd_I2_I5(t *testing.T) {
 			for _, b := range bs {
 				midFrom[b.Name] = b.Head / 2
 				midway[b.Name] = newRecorder(b.Head / 2)
-				stops[b.Name+"/mid"] = subscribe(t, n, b.Name, b.Head/2, midway[b.Name], orisun.SubscribeOptions{})
+				stops[b.Name+"/mid"] = subscribe(t, n, b.Name, b.Head/2, midway[b.Name], phases.options(b.Name+"/mid"))
 			}
 			break
 		}
@@ -324,6 +326,19 @@ func TestEndToEnd_I2_I5(t *testing.T) {
 	if sum != total {
 		t.Fatalf("heads add up to %d, appended %d", sum, total)
 	}
+	// The handover really happened: every subscription went live, none
+	// fell behind (the stream limits are large), and the status counts them
+	// live. Without this the test would pass on store polling alone.
+	st, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range st.Boundaries {
+		if b.SubsLive != 2 || b.SubsCatchingUp != 0 || b.SubsFallBacks != 0 {
+			t.Fatalf("%s: %d live, %d catching up, %d fall-backs; want 2 live and no fall-back", b.Name, b.SubsLive, b.SubsCatchingUp, b.SubsFallBacks)
+		}
+	}
+	phases.check(t, 6)
 	for name, stop := range stops {
 		if err := stop(); err != nil {
 			t.Fatalf("subscription %s: %v", name, err)
@@ -377,7 +392,8 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 		t.Fatalf("subscription ended with %v, want ErrClosed", err)
 	}
 	saved := r.delivered()
-	t.Logf("stopped with the subscriber at %d", saved)
+	cp := checkpointOf(t, dir, "default")
+	t.Logf("stopped with the subscriber at %d, the checkpoint at %d", saved, cp)
 
 	n2 := setup(t, dir, nil)
 	st := waitSettled(t, n2, 60*time.Second)
@@ -386,8 +402,8 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	}
 	first, last := checkStream(t, n2, "default")
 	t.Logf("after restart the stream holds %d..%d", first, last)
-	if first < 2 || last != 20000 {
-		t.Fatalf("stream after restart holds %d..%d: want to resume after the checkpoint (>1) up to 20000", first, last)
+	if cp == 0 || cp == 20000 || first != cp+1 || last != 20000 {
+		t.Fatalf("stream after restart holds %d..%d, checkpoint %d: want checkpoint+1..20000 with the stop mid-publishing", first, last, cp)
 	}
 	r2 := newRecorder(saved)
 	stop2 := subscribe(t, n2, "default", saved, r2, orisun.SubscribeOptions{})
@@ -565,4 +581,60 @@ func benchPublishBacklog(b *testing.B, msgID bool) {
 	waitSettled(b, n, 10*time.Minute)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// phaseLog records the caught-up and fell-behind signals of subscriptions.
+type phaseLog struct {
+	mu         sync.Mutex
+	caughtUp   map[string]int
+	fellBehind map[string][]string
+}
+
+func newPhaseLog() *phaseLog {
+	return &phaseLog{caughtUp: map[string]int{}, fellBehind: map[string][]string{}}
+}
+
+func (p *phaseLog) options(name string) orisun.SubscribeOptions {
+	return orisun.SubscribeOptions{
+		OnCaughtUp: func(uint64) { p.mu.Lock(); p.caughtUp[name]++; p.mu.Unlock() },
+		OnFellBehind: func(next uint64, reason string) {
+			p.mu.Lock()
+			p.fellBehind[name] = append(p.fellBehind[name], fmt.Sprintf("at %d: %s", next, reason))
+			p.mu.Unlock()
+		},
+	}
+}
+
+// check asserts that each of want subscriptions went live exactly once and
+// never fell behind.
+func (p *phaseLog) check(t testing.TB, want int) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.caughtUp) != want {
+		t.Fatalf("%d of %d subscriptions went live: %v", len(p.caughtUp), want, p.caughtUp)
+	}
+	for name, n := range p.caughtUp {
+		if n != 1 {
+			t.Errorf("%s went live %d times", name, n)
+		}
+	}
+	for name, reasons := range p.fellBehind {
+		t.Errorf("%s fell behind: %v", name, reasons)
+	}
+}
+
+// checkpointOf reads a stopped node's checkpoint straight from its store.
+func checkpointOf(t testing.TB, dir, boundary string) uint64 {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cp, err := s.Checkpoint(context.Background(), boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp
 }

@@ -220,3 +220,53 @@ func TestStopUnderAppendLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestRuntimeBoundaryPublishedAfterRestart: a boundary created through the
+// API, not in the configuration, gets its publisher again after a restart.
+func TestRuntimeBoundaryPublishedAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	n1 := setup(t, dir, nil)
+	if _, err := n1.CreateBoundary(ctx, "late"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.Append(ctx, "late", events(3, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n1, 10*time.Second)
+	if err := n1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := setup(t, dir, nil)
+	if _, err := n2.Append(ctx, "late", events(2, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	st := waitSettled(t, n2, 10*time.Second)
+	for _, b := range st.Boundaries {
+		if b.Name == "late" && (b.Head != 5 || b.State != "leading") {
+			t.Fatalf("%+v", b)
+		}
+	}
+}
+
+// TestSubscribeBeyondHead: resuming after a position the boundary does not
+// have (a restored store) is refused, never a silent wait.
+func TestSubscribeBeyondHead(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := n.Append(ctx, "default", events(3, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	noop := func(context.Context, orisun.Event) error { return nil }
+	err := n.Subscribe(ctx, "default", 7, noop, orisun.SubscribeOptions{})
+	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "beyond the head") {
+		t.Fatalf("got %v", err)
+	}
+	// At the head is fine: it waits for position 4.
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer scancel()
+	if err := n.Subscribe(sctx, "default", 3, noop, orisun.SubscribeOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("subscribing at the head: %v", err)
+	}
+}

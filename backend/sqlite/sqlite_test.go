@@ -633,3 +633,90 @@ func FuzzTagMatch(f *testing.F) {
 		}
 	})
 }
+
+// TestFailureAfterHeadTakenIsIsolated_I1: a request that fails after its
+// head row update and part of its inserts (here a trigger refuses its 150th
+// event, in the second insert chunk) is rolled back to its savepoint alone:
+// the head never counts events that were not stored, the other requests of
+// the group commit, and positions stay dense. Without the savepoint the head
+// would run ahead of the stored events: a gap.
+func TestFailureAfterHeadTakenIsIsolated_I1(t *testing.T) {
+	s := setup(t, Config{})
+	ctx := t.Context()
+	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.wdb.ExecContext(ctx, `CREATE TRIGGER poison BEFORE INSERT ON events
+WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err != nil {
+		t.Fatal(err)
+	}
+	release, first := stall(t, s, "orders", 1)
+	const callers = 10
+	type result struct {
+		ids    []string
+		res    event.AppendResult
+		err    error
+		poison bool
+	}
+	results := make(chan result, callers)
+	for i := range callers {
+		in := prepared(t, "orders", 150)
+		poison := i%3 == 0
+		if poison {
+			in[149].Type = "poison"
+		}
+		ids := make([]string, len(in))
+		for j := range in {
+			ids[j] = in[j].ID
+		}
+		go func() {
+			res, err := s.Append(context.Background(), "orders", in, nil)
+			results <- result{ids: ids, res: res, err: err, poison: poison}
+		}()
+	}
+	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	stored := uint64(1)
+	var ok []result
+	for range callers {
+		r := <-results
+		switch {
+		case r.poison && r.err == nil:
+			t.Fatal("a poisoned append succeeded")
+		case !r.poison && r.err != nil:
+			t.Fatalf("an append in the same group as a poisoned one failed: %v", r.err)
+		case r.err == nil:
+			stored += 150
+			ok = append(ok, r)
+		}
+	}
+	b, err := s.Boundary(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Head != stored {
+		t.Fatalf("head %d, stored %d events: the head counts events that were rolled back", b.Head, stored)
+	}
+	_, evs, err := s.Read(ctx, "orders", 0, 10000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Position != uint64(i+1) {
+			t.Fatalf("position %d at index %d: a gap", e.Position, i)
+		}
+	}
+	if uint64(len(evs)) != stored {
+		t.Fatalf("read %d events, head %d", len(evs), stored)
+	}
+	for _, r := range ok {
+		for j, id := range r.ids {
+			if evs[r.res.First-1+uint64(j)].ID != id {
+				t.Fatalf("position %d does not hold the append's event %d", r.res.First+uint64(j), j)
+			}
+		}
+	}
+}
