@@ -16,8 +16,13 @@ import (
 type Config struct {
 	// DataDir holds the SQLite database and JetStream's store directory.
 	DataDir string `envconfig:"DATA_DIR" default:"./data"`
-	// Backend is the store: sqlite.
+	// Backend is the store: sqlite or postgres.
 	Backend string `envconfig:"BACKEND" default:"sqlite"`
+	// PGURL is the PostgreSQL connection URL (backend postgres).
+	PGURL string `envconfig:"PG_URL"`
+	// PGMaxConns is the most connections of the PostgreSQL pool (the
+	// LISTEN connection comes on top).
+	PGMaxConns int32 `envconfig:"PG_MAX_CONNS" default:"8"`
 	// Boundaries are created at start-up (comma-separated in the environment).
 	Boundaries []string `envconfig:"BOUNDARIES" default:"default"`
 	// NodeID names this node as a lease holder; default host name plus a
@@ -75,6 +80,7 @@ func Defaults() Config {
 	return Config{
 		DataDir:             "./data",
 		Backend:             "sqlite",
+		PGMaxConns:          8,
 		Boundaries:          []string{"default"},
 		SQLiteSynchronous:   "FULL",
 		NATSHost:            "127.0.0.1",
@@ -104,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Backend == "" {
 		c.Backend = d.Backend
+	}
+	if c.PGMaxConns == 0 {
+		c.PGMaxConns = d.PGMaxConns
 	}
 	if c.Boundaries == nil {
 		c.Boundaries = d.Boundaries
@@ -169,8 +178,17 @@ func (c Config) Validate() error {
 	bad := func(variable, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("ORISUN_%s: "+format, append([]any{variable}, args...)...))
 	}
-	if c.Backend != "sqlite" {
-		bad("BACKEND", "%q is not a backend of this build; use sqlite", c.Backend)
+	switch c.Backend {
+	case "sqlite":
+	case "postgres":
+		if c.PGURL == "" {
+			bad("PG_URL", "is required with ORISUN_BACKEND=postgres (e.g. postgres://user:pass@host:5432/db)")
+		}
+		if c.PGMaxConns < 2 || c.PGMaxConns > 1000 {
+			bad("PG_MAX_CONNS", "%d is outside 2–1000", c.PGMaxConns)
+		}
+	default:
+		bad("BACKEND", "%q is not a backend; use sqlite or postgres", c.Backend)
 	}
 	if len(c.Boundaries) == 0 {
 		bad("BOUNDARIES", "at least one boundary is required")

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
@@ -134,12 +135,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("orisun: data directory: %w", err)
 	}
-	store, err := sqlite.Open(ctx, sqlite.Config{
-		Dir:            n.cfg.DataDir,
-		Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
-		GroupMaxEvents: n.cfg.AppendGroupMax,
-		Logger:         n.log.With("component", "sqlite"),
-	})
+	store, err := n.openStore(ctx)
 	if err != nil {
 		return fmt.Errorf("orisun: open store: %w", err)
 	}
@@ -197,6 +193,34 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	return nil
 }
 
+// openStore opens the configured backend.
+func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
+	switch n.cfg.Backend {
+	case "postgres":
+		s, err := postgres.Open(ctx, postgres.Config{
+			URL:            n.cfg.PGURL,
+			MaxConns:       n.cfg.PGMaxConns,
+			GroupMaxEvents: n.cfg.AppendGroupMax,
+			Logger:         n.log.With("component", "postgres"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	default:
+		s, err := sqlite.Open(ctx, sqlite.Config{
+			Dir:            n.cfg.DataDir,
+			Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
+			GroupMaxEvents: n.cfg.AppendGroupMax,
+			Logger:         n.log.With("component", "sqlite"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
+
 // startBoundaryLocked starts the lease loop and publisher of a boundary.
 func (n *Node) startBoundaryLocked(name string) {
 	n.rmu.Lock()
@@ -242,6 +266,26 @@ func (n *Node) startBoundaryLocked(name string) {
 	}()
 }
 
+// adopt starts the publisher of a boundary that exists in the store but not
+// on this node.
+func (n *Node) adopt(boundary string) {
+	if event.ValidateBoundaryName(boundary) != nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.started || n.stopped || n.runner(boundary) != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.runCtx, 10*time.Second)
+	defer cancel()
+	if _, err := n.store.Boundary(ctx, boundary); err != nil {
+		return
+	}
+	n.log.Info("boundary created by another node: starting its publisher", "boundary", boundary)
+	n.startBoundaryLocked(boundary)
+}
+
 func (n *Node) runner(boundary string) *boundaryRunner {
 	n.rmu.RLock()
 	defer n.rmu.RUnlock()
@@ -253,6 +297,9 @@ func (n *Node) runner(boundary string) *boundaryRunner {
 func (n *Node) wake(boundary string) {
 	r := n.runner(boundary)
 	if r == nil {
+		// A boundary this node does not run yet: created by another node
+		// after this one started. Adopt it off the store's callback.
+		go n.adopt(boundary)
 		return
 	}
 	select {
