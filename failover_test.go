@@ -1,0 +1,497 @@
+package orisun_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/postgres"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// The tests of this file run real orisun processes (the binary of
+// cmd/orisun) on one PostgreSQL database, and fault them with signals.
+
+var buildOrisun = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "orisun-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "orisun")
+	out, err := exec.Command("go", "build", "-o", bin, "./cmd/orisun").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// relay is one orisun process.
+type relay struct {
+	id   string
+	port int
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  []string
+	done chan struct{}
+}
+
+func startRelay(t *testing.T, id, pgURL string, ttl time.Duration) *relay {
+	t.Helper()
+	bin, err := buildOrisun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{id: id, port: freePort(t), done: make(chan struct{})}
+	r.cmd = exec.Command(bin)
+	r.cmd.Env = append(os.Environ(),
+		"ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
+		"ORISUN_DATA_DIR="+t.TempDir(), "ORISUN_NATS_PORT="+strconv.Itoa(r.port),
+		"ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_PUBLISH_BATCH=100",
+		"ORISUN_LOG_LEVEL=debug")
+	stderr, err := r.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		s := bufio.NewScanner(stderr)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			r.mu.Lock()
+			r.log = append(r.log, s.Text())
+			r.mu.Unlock()
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	go func() { <-read; r.cmd.Wait(); close(r.done) }()
+	t.Cleanup(func() {
+		r.cmd.Process.Signal(syscall.SIGCONT)
+		r.cmd.Process.Kill()
+		<-r.done
+		if t.Failed() {
+			r.mu.Lock()
+			t.Logf("log of %s:\n%s", id, strings.Join(r.log, "\n"))
+			r.mu.Unlock()
+		}
+	})
+	return r
+}
+
+// logged reports whether a log line contains all of the words.
+func (r *relay) logged(words ...string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.log {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(l, w)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+func eventually(t *testing.T, what string, timeout time.Duration, ok func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !ok() {
+		if time.Since(start) > timeout {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// appender appends 10-event batches through its own store connection until
+// stopped, and records every acknowledged position and id.
+type appender struct {
+	store  *postgres.Store
+	mu     sync.Mutex
+	acked  map[uint64]string
+	failed int
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func startAppender(t *testing.T, store *postgres.Store) *appender {
+	a := &appender{store: store, acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		for i := 0; ; i++ {
+			select {
+			case <-a.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			in := make([]event.Input, 10)
+			for j := range in {
+				in[j] = event.Input{Type: "failover.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
+			}
+			prepared, err := event.Prepare("default", in, event.Limits{})
+			if err != nil {
+				panic(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			res, err := store.Append(ctx, "default", prepared, nil)
+			cancel()
+			a.mu.Lock()
+			if err != nil {
+				a.failed++
+			} else {
+				for j := range prepared {
+					a.acked[res.First+uint64(j)] = prepared[j].ID
+				}
+			}
+			a.mu.Unlock()
+		}
+	}()
+	t.Cleanup(a.halt)
+	return a
+}
+
+func (a *appender) halt() {
+	select {
+	case <-a.stop:
+	default:
+		close(a.stop)
+	}
+	<-a.done
+}
+
+// checkpointMonitor samples the checkpoint and fails on any decrease (I3).
+func checkpointMonitor(t *testing.T, store *postgres.Store) (stop func() uint64) {
+	done := make(chan struct{})
+	var last uint64
+	var decreased string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			cp, err := store.Checkpoint(context.Background(), "default")
+			if err != nil {
+				continue
+			}
+			if cp < last && decreased == "" {
+				decreased = fmt.Sprintf("checkpoint went from %d back to %d", last, cp)
+			}
+			last = max(last, cp)
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		wg.Wait()
+		if decreased != "" {
+			t.Fatalf("I3: %s", decreased)
+		}
+		return last
+	}
+}
+
+// streamOf reads every message of a relay's stream and checks sequence =
+// position = the store's event (I2); it returns the first and last sequence.
+func streamOf(t *testing.T, r *relay, store *postgres.Store) (first, last uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", r.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatalf("stream of %s: %v", r.id, err)
+	}
+	info := s.CachedInfo()
+	if info.State.Msgs == 0 {
+		return info.State.FirstSeq, info.State.LastSeq
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[uint64]string{}
+	after := info.State.FirstSeq - 1
+	for after < info.State.LastSeq {
+		_, evs, err := store.Read(ctx, "default", after, 1000, nil)
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("store read after %d: %v", after, err)
+		}
+		for _, e := range evs {
+			ids[e.Position] = e.ID
+		}
+		after = evs[len(evs)-1].Position
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("%s stream sequence %d: %v", r.id, seq, err)
+		}
+		md, _ := msg.Metadata()
+		pos := msg.Headers().Get(stream.HeaderPosition)
+		if md.Sequence.Stream != seq || pos != strconv.FormatUint(seq, 10) || msg.Headers().Get(stream.HeaderEventID) != ids[seq] {
+			t.Fatalf("I2: %s stream sequence %d (read %d) carries position %s, event %s; the store has %s",
+				r.id, seq, md.Sequence.Stream, pos, msg.Headers().Get(stream.HeaderEventID), ids[seq])
+		}
+	}
+	return info.State.FirstSeq, info.State.LastSeq
+}
+
+func openPG(t *testing.T, url string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func holder(store *postgres.Store) backend.Lease {
+	l, _ := store.LeaseHolder(context.Background(), "default")
+	return l
+}
+
+func settledOn(store *postgres.Store) bool {
+	ctx := context.Background()
+	cp, err1 := store.Checkpoint(ctx, "default")
+	b, err2 := store.Boundary(ctx, "default")
+	return err1 == nil && err2 == nil && cp == b.Head
+}
+
+// checkAcked asserts that every acknowledged append is in the store at its
+// position (nothing acknowledged is lost).
+func (a *appender) checkAcked(t *testing.T, store *postgres.Store) int {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ctx := context.Background()
+	after := uint64(0)
+	stored := map[uint64]string{}
+	for {
+		_, evs, err := store.Read(ctx, "default", after, 1000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			stored[e.Position] = e.ID
+		}
+		after = evs[len(evs)-1].Position
+	}
+	for pos, id := range a.acked {
+		if stored[pos] != id {
+			t.Fatalf("acknowledged append lost: position %d should hold %s, holds %q", pos, id, stored[pos])
+		}
+	}
+	return len(a.acked)
+}
+
+// TestFailoverAfterSIGKILL_I2_I4_I6: two orisun processes on one database;
+// the leader is killed with SIGKILL during a steady append load; the standby
+// takes over after the lease expires and publishes from the checkpoint on:
+// no position skipped or out of place. The takeover time is reported.
+func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
+	url := pgtest.URL(t)
+	store := openPG(t, url)
+	ttl := 2 * time.Second
+	a := startRelay(t, "node-a", url, ttl)
+	eventually(t, "node-a to lead", 30*time.Second, func() bool { return holder(store).Holder == "node-a" })
+	b := startRelay(t, "node-b", url, ttl)
+	eventually(t, "node-b to stand by", 30*time.Second, func() bool { return b.logged("lease held by node-a") || b.logged("orisun started") })
+
+	monitor := checkpointMonitor(t, store)
+	app := startAppender(t, store)
+	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 300 })
+	before := holder(store)
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-a.done
+	cpAtKill, _ := store.Checkpoint(context.Background(), "default")
+	took := eventually(t, "node-b to take the lease", 30*time.Second, func() bool {
+		l := holder(store)
+		return l.Holder == "node-b" && l.Term > before.Term
+	})
+	eventually(t, "node-b to publish past the old checkpoint", 30*time.Second, func() bool {
+		cp, _ := store.Checkpoint(context.Background(), "default")
+		return cp > cpAtKill
+	})
+	published := time.Since(killed)
+	t.Logf("takeover: node-b held the lease %s after the SIGKILL (TTL %s) and checkpointed new events %s after it; took over from checkpoint %d",
+		took.Round(time.Millisecond), ttl, published.Round(time.Millisecond), cpAtKill)
+	time.Sleep(500 * time.Millisecond)
+	app.halt()
+	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	monitor()
+	n := app.checkAcked(t, store)
+	first, last := streamOf(t, b, store)
+	head, _ := store.Boundary(context.Background(), "default")
+	// node-a published and checkpointed 1..cpAtKill (the checkpoint only
+	// follows acknowledged publishes); node-b's stream must continue from
+	// there without a hole and reach the head.
+	if first > cpAtKill+1 || last != head.Head {
+		t.Fatalf("I4: node-b's stream holds %d..%d; node-a's checkpoint was %d, the head is %d", first, last, cpAtKill, head.Head)
+	}
+	t.Logf("%d events acknowledged (%d appends failed), head %d, node-b stream %d..%d", n, app.failed, head.Head, first, last)
+}
+
+// TestStoppedLeaderStepsDown_I3_I6: the leader is stopped with SIGSTOP past
+// its lease; the standby takes over with a newer term; the old leader,
+// continued, has its checkpoint writes refused (the checkpoint never moves
+// back) and steps down.
+func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
+	url := pgtest.URL(t)
+	store := openPG(t, url)
+	ttl := 2 * time.Second
+	a := startRelay(t, "node-a", url, ttl)
+	eventually(t, "node-a to lead", 30*time.Second, func() bool { return holder(store).Holder == "node-a" })
+	b := startRelay(t, "node-b", url, ttl)
+	monitor := checkpointMonitor(t, store)
+	app := startAppender(t, store)
+	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 200 })
+	before := holder(store)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node-b to take the lease", 30*time.Second, func() bool {
+		l := holder(store)
+		return l.Holder == "node-b" && l.Term > before.Term
+	})
+	cpB := uint64(0)
+	eventually(t, "node-b to publish", 30*time.Second, func() bool {
+		cpB, _ = store.Checkpoint(context.Background(), "default")
+		return b.logged("lease acquired") && cpB > 0
+	})
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node-a to step down", 30*time.Second, func() bool {
+		return a.logged("lease lost")
+	})
+	time.Sleep(time.Second)
+	if l := holder(store); l.Holder != "node-b" {
+		t.Fatalf("lease moved to %s after node-a continued", l.Holder)
+	}
+	app.halt()
+	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	monitor()
+	app.checkAcked(t, store)
+	// Whatever node-a published before it stepped down is in place (I2).
+	streamOf(t, a, store)
+	streamOf(t, b, store)
+}
+
+// TestRelayRecoversFromConnectionLoss_I4: the relay's database connections
+// are terminated with pg_terminate_backend, then PostgreSQL is crash-
+// restarted, under append load; the relay recovers by itself and every
+// acknowledged append is published.
+func TestRelayRecoversFromConnectionLoss_I4(t *testing.T) {
+	url := pgtest.URL(t)
+	store := openPG(t, url)
+	a := startRelay(t, "node-a", url, 2*time.Second)
+	eventually(t, "node-a to lead", 30*time.Second, func() bool { return holder(store).Holder == "node-a" })
+	monitor := checkpointMonitor(t, store)
+	app := startAppender(t, store)
+	eventually(t, "publishing", 30*time.Second, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 200 })
+
+	db := pgtest.DatabaseName(t, url)
+	for i := 0; i < 3; i++ {
+		pgtest.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun%'`, db)
+		time.Sleep(300 * time.Millisecond)
+	}
+	cp1, _ := store.Checkpoint(context.Background(), "default")
+	eventually(t, "publishing after pg_terminate_backend", 30*time.Second, func() bool {
+		cp, _ := store.Checkpoint(context.Background(), "default")
+		return cp > cp1
+	})
+
+	restartPostgres(t)
+	cp2, _ := store.Checkpoint(context.Background(), "default")
+	eventually(t, "publishing after the PostgreSQL restart", 60*time.Second, func() bool {
+		cp, err := store.Checkpoint(context.Background(), "default")
+		return err == nil && cp > cp2
+	})
+	app.halt()
+	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	monitor()
+	n := app.checkAcked(t, store)
+	first, last := streamOf(t, a, store)
+	head, _ := store.Boundary(context.Background(), "default")
+	if first != 1 || last != head.Head {
+		t.Fatalf("I4: the stream holds %d..%d, the head is %d", first, last, head.Head)
+	}
+	t.Logf("%d events acknowledged, %d appends failed during the faults", n, app.failed)
+}
+
+// restartPostgres crash-restarts the throwaway server of scripts/test
+// (pg_ctl restart -m immediate).
+func restartPostgres(t *testing.T) {
+	t.Helper()
+	bin, data := os.Getenv(pgtest.EnvBin), os.Getenv(pgtest.EnvData)
+	if bin == "" || data == "" {
+		t.Fatalf("%s and %s are not set: run the tests with scripts/test, which starts the server it can restart",
+			pgtest.EnvBin, pgtest.EnvData)
+	}
+	// -l: without a log file the server would write to our pipe, and
+	// CombinedOutput would wait for the server to exit.
+	args := []string{filepath.Join(bin, "pg_ctl"), "restart", "-m", "immediate", "-w", "-t", "60", "-D", data,
+		"-l", filepath.Join(data, "restart.log")}
+	var cmd *exec.Cmd
+	if u := os.Getenv(pgtest.EnvOSUser); u != "" {
+		cmd = exec.Command("runuser", append([]string{"-u", u, "--"}, args...)...)
+	} else {
+		cmd = exec.Command(args[0], args[1:]...)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("pg_ctl restart: %v\n%s", err, out)
+	}
+}
