@@ -102,11 +102,14 @@
 //
 // # Checkpoints and leases, in the database's time
 //
-// The checkpoint is a column of the head row, written by one conditional
-// UPDATE: greatest(checkpoint, p), only where p <= head, and only while the
-// lease row names the caller's holder and term, read FOR SHARE so that a
-// lease change committed after the statement's snapshot is waited for and
-// seen. When it changes nothing a second statement says why: the boundary is
+// The checkpoint is a column of the lease row, not of the head row: an
+// append transaction held open (a slow appender) holds the head row, and the
+// publisher's checkpoint must not wait behind it. It is written by one
+// conditional UPDATE of the lease row: greatest(checkpoint, p), only where
+// p <= head and only where the row names the caller's holder and term; the
+// UPDATE locks the row, so a takeover committed meanwhile is re-checked
+// against the new row version and a stale term changes nothing. When it
+// changes nothing a second statement says why: the boundary is
 // missing (ErrNotFound), p is beyond the head (ErrInvalid) or the term is not
 // current (ErrLeaseLost), as in the SQLite backend.
 //

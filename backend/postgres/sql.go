@@ -109,15 +109,19 @@ LEFT JOIN LATERAL (
 WHERE b.name = $1
 ORDER BY e.position`
 
-	// Checkpoints. The checkpoint only moves forward (greatest), never past
-	// the head, and only for the holder of the current term (I3, I6). FOR
-	// SHARE makes the term test current: a lease change that committed
-	// after this statement's snapshot is waited for and seen, and a lease
-	// change cannot commit between the test and this update.
-	sqlSelectCheckpoint = `SELECT checkpoint FROM orisun_boundaries WHERE name = $1`
-	sqlSaveCheckpoint   = `UPDATE orisun_boundaries SET checkpoint = greatest(checkpoint, $1)
-WHERE name = $2 AND $1 <= head
-  AND EXISTS (SELECT 1 FROM orisun_leases WHERE boundary = $2 AND holder = $3 AND term = $4 FOR SHARE)
+	// Checkpoints. The checkpoint lives on the lease row, not the head row:
+	// an append transaction held open holds the head row, and the
+	// checkpoint write must not wait for it. It only moves forward
+	// (greatest), never past the head (read from this statement's snapshot:
+	// the head only grows, so the test is never too lax), and only for the
+	// holder of the current term (I3, I6): the update locks the lease row,
+	// and a takeover that committed meanwhile is re-checked against the new
+	// row version (READ COMMITTED), so a stale term changes nothing.
+	sqlSelectCheckpoint = `SELECT coalesce((SELECT checkpoint FROM orisun_leases WHERE boundary = $1), 0)
+FROM orisun_boundaries WHERE name = $1`
+	sqlSaveCheckpoint = `UPDATE orisun_leases SET checkpoint = greatest(checkpoint, $1)
+WHERE boundary = $2 AND holder = $3 AND term = $4
+  AND $1 <= (SELECT head FROM orisun_boundaries WHERE name = $2)
 RETURNING checkpoint`
 	// sqlCheckpointRefusal says why a save changed nothing.
 	sqlCheckpointRefusal = `SELECT b.head, l.holder, l.term

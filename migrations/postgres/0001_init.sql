@@ -9,20 +9,19 @@
 -- transaction takes this row (SELECT … FOR NO KEY UPDATE, then UPDATE … SET
 -- head = head + n … RETURNING), which serialises the appenders of one
 -- boundary from the position draw to the commit and so makes positions dense
--- and commit-ordered (I1). checkpoint is the publisher's last acknowledged
--- position (I3): never negative, never beyond the head. The name check
+-- and commit-ordered (I1). The checkpoint is not here but on the lease row:
+-- an append transaction held open (a slow appender) holds this row, and the
+-- publisher's checkpoint write must not wait for it. The name check
 -- repeats the validation of the application (event.ValidateBoundaryName) as
 -- a last line of defence: a name is also a NATS subject token for ever.
 CREATE TABLE orisun_boundaries (
     name       text        NOT NULL,
     epoch      uuid        NOT NULL,
     head       bigint      NOT NULL DEFAULT 0,
-    checkpoint bigint      NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT orisun_boundaries_pkey PRIMARY KEY (name),
     CONSTRAINT orisun_boundaries_name_check CHECK (name ~ '^[a-z][a-z0-9_]{0,62}$'),
-    CONSTRAINT orisun_boundaries_head_check CHECK (head >= 0),
-    CONSTRAINT orisun_boundaries_checkpoint_check CHECK (checkpoint >= 0 AND checkpoint <= head)
+    CONSTRAINT orisun_boundaries_head_check CHECK (head >= 0)
 );
 
 -- The log, clustered in practice by (boundary, position): a read "after P"
@@ -62,12 +61,20 @@ CREATE INDEX orisun_events_boundary_type_position ON orisun_events (boundary, ty
 -- The per-boundary lease of DESIGN §9, in the database's clock. term grows
 -- by one on every change of holder or expiry; a released lease is expired,
 -- not deleted, so the next acquisition starts the next term.
+--
+-- checkpoint is the publisher's last acknowledged position (I3): it only
+-- moves forward, never beyond the head, and only by the row's current
+-- holder and term. Keeping it on the lease row makes the fence part of the
+-- row the write locks: a takeover committed meanwhile is re-checked by the
+-- update itself. 0 (no row) means nothing was published yet.
 CREATE TABLE orisun_leases (
     boundary   text        NOT NULL,
     holder     text        NOT NULL,
     term       bigint      NOT NULL,
     expires_at timestamptz NOT NULL,
+    checkpoint bigint      NOT NULL DEFAULT 0,
     CONSTRAINT orisun_leases_pkey PRIMARY KEY (boundary),
     CONSTRAINT orisun_leases_boundary_fkey FOREIGN KEY (boundary) REFERENCES orisun_boundaries (name),
-    CONSTRAINT orisun_leases_term_check CHECK (term > 0)
+    CONSTRAINT orisun_leases_term_check CHECK (term > 0),
+    CONSTRAINT orisun_leases_checkpoint_check CHECK (checkpoint >= 0)
 );
