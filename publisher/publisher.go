@@ -25,6 +25,13 @@ type Store interface {
 	SaveCheckpoint(ctx context.Context, boundary string, lease backend.Lease, position uint64) error
 }
 
+// HeadProber is implemented by stores where an append transaction can hold
+// a boundary's head row open (PostgreSQL): it lets the status say that the
+// publisher waits for an uncommitted append instead of calling it idle.
+type HeadProber interface {
+	HeadLocked(ctx context.Context, boundary string) (bool, error)
+}
+
 // Config of one boundary's publisher.
 type Config struct {
 	Boundary string
@@ -105,6 +112,9 @@ type run struct {
 	// acked is the last position JetStream acknowledged; saved the last
 	// checkpoint written.
 	acked, saved uint64
+	// heldSince is when the head row was first seen held by an append
+	// transaction while there was nothing to publish.
+	heldSince time.Time
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -325,7 +335,7 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 			return fmt.Errorf("boundary epoch changed from %s to %s: resyncing the stream", r.epoch, epoch)
 		}
 		if len(events) == 0 {
-			p.setState(StateLeading, "caught up: every committed event is published", nil)
+			p.setState(StateLeading, r.idleReason(ctx), nil)
 			poll.Reset(p.cfg.PollInterval)
 			select {
 			case <-ctx.Done():
@@ -359,6 +369,32 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 		next = last + 1
 	}
 	return nil
+}
+
+// idleReason says why there is nothing to publish. An append transaction
+// that holds the head row across two looks (a poll interval or more apart)
+// is reported with the time it was first seen: its events get positions
+// only when it commits, so the publisher waits and skips nothing.
+func (r *run) idleReason(ctx context.Context) string {
+	const caughtUp = "caught up: every committed event is published"
+	prober, ok := r.p.cfg.Store.(HeadProber)
+	if !ok {
+		return caughtUp
+	}
+	held, err := prober.HeadLocked(ctx, r.p.cfg.Boundary)
+	if err != nil || !held {
+		r.heldSince = time.Time{}
+		return caughtUp
+	}
+	now := time.Now().UTC()
+	if r.heldSince.IsZero() {
+		r.heldSince = now
+	}
+	if now.Sub(r.heldSince) < r.p.cfg.PollInterval {
+		return caughtUp
+	}
+	return "waiting: an append transaction has held the boundary's head row since " +
+		r.heldSince.Format(time.RFC3339) + "; its events get positions when it commits, nothing is skipped meanwhile"
 }
 
 // publish sends the batch pipelined, at most Window in flight, each message

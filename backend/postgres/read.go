@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/orisun-io/orisun/event"
 )
@@ -169,4 +171,33 @@ func clampPosition(p uint64) int64 {
 		return 1<<63 - 1
 	}
 	return int64(p)
+}
+
+// HeadLocked reports whether a transaction holds the boundary's head row at
+// this moment: an append in flight, or one held open by a slow appender. The
+// publisher asks it when it finds nothing new to publish, to say in its
+// status that it waits for an uncommitted append rather than that it is
+// idle. The probe (FOR SHARE NOWAIT, then rollback) never waits.
+func (s *Store) HeadLocked(ctx context.Context, boundary string) (bool, error) {
+	op := fmt.Sprintf("probe the head row of %q", boundary)
+	if s.isClosed() {
+		return false, errClosed(op)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, s.translate(op, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var one int
+	err = tx.QueryRow(ctx, sqlProbeHead, boundary).Scan(&one)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+		return true, nil
+	case isNoRows(err):
+		return false, notFound(op, boundary)
+	case err != nil:
+		return false, s.translate(op, err)
+	}
+	return false, nil
 }

@@ -123,6 +123,9 @@ FROM orisun_boundaries WHERE name = $1`
 WHERE boundary = $2 AND holder = $3 AND term = $4
   AND $1 <= (SELECT head FROM orisun_boundaries WHERE name = $2)
 RETURNING checkpoint`
+	// sqlProbeHead conflicts with the head row's FOR NO KEY UPDATE lock of
+	// an append transaction and never waits for it.
+	sqlProbeHead = `SELECT 1 FROM orisun_boundaries WHERE name = $1 FOR SHARE NOWAIT`
 	// sqlCheckpointRefusal says why a save changed nothing.
 	sqlCheckpointRefusal = `SELECT b.head, l.holder, l.term
 FROM orisun_boundaries b LEFT JOIN orisun_leases l ON l.boundary = b.name

@@ -1,0 +1,86 @@
+package orisun_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// TestSlowAppenderMakesPublisherWait_I1_I4_I7: on PostgreSQL a transaction
+// that holds a boundary's head row open (an appender that takes its time)
+// makes the other appends and the publisher wait: nothing is skipped, the
+// status says it is waiting, and once the transaction ends everything is
+// published, densely.
+func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
+	url := pgtest.URL(t)
+	n := setup(t, "", func(c *orisun.Config) {
+		c.Backend, c.PGURL = "postgres", url
+		c.PollInterval = 100 * time.Millisecond
+	})
+	ctx := context.Background()
+	if _, err := n.Append(ctx, "default", events(5, "before", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 10*time.Second)
+
+	// The slow appender: takes the head row as an append does, and holds it.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default'`); err != nil {
+		t.Fatal(err)
+	}
+	appended := make(chan error, 1)
+	go func() {
+		_, err := n.Append(ctx, "default", events(3, "after", 16), nil)
+		appended <- err
+	}()
+	var reason string
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(reason, "waiting") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the status never said it waits; last reason %q", reason)
+		}
+		time.Sleep(50 * time.Millisecond)
+		st, err := n.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reason = st.Boundaries[0].Reason
+		if st.Boundaries[0].Head != 5 || st.Boundaries[0].Published != 5 {
+			t.Fatalf("head %d published %d while the slow appender holds the row: want 5, 5",
+				st.Boundaries[0].Head, st.Boundaries[0].Published)
+		}
+	}
+	t.Logf("status while held: %s", reason)
+	select {
+	case err := <-appended:
+		t.Fatalf("an append went through while the head row was held: %v", err)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	st := waitSettled(t, n, 10*time.Second)
+	if st.Boundaries[0].Head != 8 || strings.HasPrefix(st.Boundaries[0].Reason, "waiting") {
+		t.Fatalf("after the slow appender: %+v", st.Boundaries[0])
+	}
+	if first, last := checkStream(t, n, "default"); first != 1 || last != 8 {
+		t.Fatalf("stream %d..%d, want 1..8", first, last)
+	}
+}
