@@ -1,0 +1,170 @@
+package orisun_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// The benchmarks of this file run on each backend: SQLite always,
+// PostgreSQL when ORISUN_TEST_PG_URL is set (scripts/test sets it):
+//
+//	scripts/test -run '^$' -bench 'BenchmarkBackend' -benchtime 20000x .
+//
+// They report; they assert nothing about time.
+
+func benchBackends(b *testing.B, run func(b *testing.B, mutate func(*orisun.Config))) {
+	b.Run("sqlite", func(b *testing.B) { run(b, nil) })
+	if os.Getenv(pgtest.EnvURL) == "" {
+		b.Log("ORISUN_TEST_PG_URL not set: PostgreSQL benchmarks not run (use scripts/test)")
+		return
+	}
+	b.Run("postgres", func(b *testing.B) {
+		url := pgtest.URL(b)
+		run(b, func(c *orisun.Config) { c.Backend, c.PGURL = "postgres", url })
+	})
+}
+
+// BenchmarkBackendAppend: single-event appends from 1, 16 and 64 concurrent
+// callers, and 100-event batches, through the node (validation, group
+// commit, wake-ups). events/s is the figure to read.
+func BenchmarkBackendAppend(b *testing.B) {
+	benchBackends(b, func(b *testing.B, mutate func(*orisun.Config)) {
+		for _, callers := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("single/callers=%d", callers), func(b *testing.B) {
+				n := setup(b, "", mutate)
+				ev := events(1, "bench.single", 128)
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for range callers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(b.N) {
+							if _, err := n.Append(context.Background(), "default", ev, nil); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+			})
+		}
+		b.Run("batch=100", func(b *testing.B) {
+			n := setup(b, "", mutate)
+			batch := events(100, "bench.batch", 128)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i += 100 {
+				if _, err := n.Append(context.Background(), "default", batch[:min(100, b.N-i)], nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		})
+	})
+}
+
+// BenchmarkBackendRelay: 1 KB events appended in batches of 1,000 while the
+// publisher runs; the time until every event is acknowledged by JetStream
+// and checkpointed.
+func BenchmarkBackendRelay(b *testing.B) {
+	benchBackends(b, func(b *testing.B, mutate func(*orisun.Config)) {
+		n := setup(b, "", mutate)
+		batch := events(1000, "bench.relay", 1024)
+		b.SetBytes(1024)
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i += 1000 {
+			if _, err := n.Append(context.Background(), "default", batch[:min(1000, b.N-i)], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		waitSettled(b, n, 10*time.Minute)
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+	})
+}
+
+// BenchmarkBackendLatency: single-event appends at a fixed rate of 5,000
+// events/s (paced in 1 ms ticks, from 16 callers); a live subscriber
+// records the time from the start of each Append call to its delivery.
+// Reports p50, p99 and the rate reached.
+func BenchmarkBackendLatency(b *testing.B) {
+	benchBackends(b, func(b *testing.B, mutate func(*orisun.Config)) {
+		const rate = 5000
+		n := setup(b, "", mutate)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var sent sync.Map // event id → time its Append began
+		lat := make([]time.Duration, 0, b.N)
+		got := make(chan struct{})
+		live := make(chan struct{})
+		var liveOnce sync.Once
+		go n.Subscribe(ctx, "default", 0, func(_ context.Context, e orisun.Event) error {
+			if t0, ok := sent.Load(e.ID); ok {
+				lat = append(lat, time.Since(t0.(time.Time)))
+			}
+			if int(e.Position) == b.N {
+				close(got)
+			}
+			return nil
+		}, orisun.SubscribeOptions{OnCaughtUp: func(uint64) { liveOnce.Do(func() { close(live) }) }})
+		<-live
+		work := make(chan int64, rate)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ev := events(1, "bench.latency", 128)
+				for range work {
+					ev[0].ID = event.NewID()
+					sent.Store(ev[0].ID, time.Now())
+					if _, err := n.Append(ctx, "default", ev, nil); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		b.ResetTimer()
+		start := time.Now()
+		tick := time.NewTicker(time.Millisecond)
+		perTick := rate / 1000
+		for i := 0; i < b.N; {
+			<-tick.C
+			for j := 0; j < perTick && i < b.N; j++ {
+				work <- 0
+				i++
+			}
+		}
+		tick.Stop()
+		close(work)
+		wg.Wait()
+		<-got
+		elapsed := time.Since(start)
+		b.StopTimer()
+		slices.Sort(lat)
+		if len(lat) == 0 {
+			b.Fatal("no latency measured")
+		}
+		pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+		b.ReportMetric(pct(0.50), "p50-ms")
+		b.ReportMetric(pct(0.99), "p99-ms")
+		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(len(lat))/float64(b.N)*100, "measured-%")
+	})
+}
