@@ -483,8 +483,14 @@ func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h H
 		}
 	}
 	err := catchup.Subscribe(ctx, catchup.Config{
-		Store:  store,
-		JS:     js,
+		Store: store,
+		JS:    js,
+		// The stream of this node is fed only while this node's publisher
+		// leads; otherwise (a standby, or a stalled publisher) the
+		// subscription reads the store.
+		Live: func() bool {
+			return r != nil && r.pub.Status().State == publisher.StateLeading
+		},
 		Logger: n.log.With("component", "subscription"),
 	}, boundary, after, h, opts)
 	if runCtx.Err() != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {

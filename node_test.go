@@ -360,13 +360,15 @@ func TestEndToEnd_I2_I5(t *testing.T) {
 func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	var n1 *orisun.Node
-	acked := make(chan uint64, 1000)
-	n1 = setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 100; c.PublishWindow = 16 },
+	// The publisher is held right after JetStream acknowledged the batch
+	// ending at 2,000 and before its checkpoint: Stop begins there, so the
+	// stop is mid-publishing by construction.
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	n1 := setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 100; c.PublishWindow = 16 },
 		orisun.WithAfterAckHook(func(_ string, last uint64) {
-			select {
-			case acked <- last:
-			default:
+			if last >= 2000 {
+				once.Do(func() { close(reached); <-release })
 			}
 		}))
 	for i := 0; i < 40; i++ {
@@ -378,13 +380,12 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	r.delay = 200 * time.Microsecond
 	stopSub := subscribe(t, n1, "default", 0, r, orisun.SubscribeOptions{})
 	waitDelivered(t, r, 500, 30*time.Second)
-	// Stop once publishing is under way but not finished.
-	for last := range acked {
-		if last >= 2000 {
-			break
-		}
-	}
-	if err := n1.Stop(); err != nil {
+	<-reached
+	stopped := make(chan error, 1)
+	go func() { stopped <- n1.Stop() }()
+	time.Sleep(100 * time.Millisecond) // Stop has cancelled the publishers
+	close(release)
+	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 	err := stopSub()
@@ -402,7 +403,7 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	}
 	first, last := checkStream(t, n2, "default")
 	t.Logf("after restart the stream holds %d..%d", first, last)
-	if cp == 0 || cp == 20000 || first != cp+1 || last != 20000 {
+	if cp != 2000 || first != cp+1 || last != 20000 {
 		t.Fatalf("stream after restart holds %d..%d, checkpoint %d: want checkpoint+1..20000 with the stop mid-publishing", first, last, cp)
 	}
 	r2 := newRecorder(saved)
@@ -492,6 +493,7 @@ func TestBadInput(t *testing.T) {
 		{"type NUL", "default", []orisun.EventIn{{Type: "a\x00", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
 		{"data not JSON", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`{nope`)}}, event.ErrInvalid, "data"},
 		{"data missing", "default", []orisun.EventIn{{Type: "a"}}, event.ErrInvalid, "data"},
+		{"data invalid UTF-8", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage("\"\xff\"")}}, event.ErrInvalid, "UTF-8"},
 		{"metadata not JSON", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`1`), Metadata: json.RawMessage(`x`)}}, event.ErrInvalid, "metadata"},
 		{"id not uuid", "default", []orisun.EventIn{{ID: "42", Type: "a", Data: json.RawMessage(`1`)}}, event.ErrInvalid, "id"},
 		{"duplicate ids", "default", []orisun.EventIn{

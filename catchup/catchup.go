@@ -53,7 +53,12 @@ type Config struct {
 	// RetryInterval is the wait before trying the stream again when it
 	// cannot serve yet (missing, other epoch, or the live consumer failed).
 	RetryInterval time.Duration
-	Logger        *slog.Logger
+	// Live reports whether the stream is being fed: the boundary's
+	// publisher leads and is not stalled. When it returns false the
+	// subscription reads the store instead of waiting on a stream nobody
+	// publishes to. Nil means always.
+	Live   func() bool
+	Logger *slog.Logger
 }
 
 // Options of one subscription.
@@ -103,19 +108,20 @@ func (s *sub) run(ctx context.Context) error {
 	if err := s.checkStart(ctx); err != nil {
 		return err
 	}
-	fellBack := false
+	// pause grows while the stream keeps failing and the store has nothing
+	// new, so a stream that cannot serve is not hammered; any delivery from
+	// the store resets it.
+	pause := time.Duration(0)
 	for {
 		before := s.next
 		if err := s.catchUp(ctx); err != nil {
 			return err
 		}
-		if fellBack && s.next == before {
-			// The stream could not continue and the store had nothing
-			// new: wait before trying the stream again, so a stream that
-			// keeps failing is not hammered.
-			if !wait(ctx, s.cfg.RetryInterval) {
-				return ctx.Err()
-			}
+		if s.next != before {
+			pause = 0
+		}
+		if pause > 0 && !wait(ctx, pause) {
+			return ctx.Err()
 		}
 		live, err := s.canGoLive(ctx)
 		if err != nil {
@@ -134,7 +140,7 @@ func (s *sub) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		fellBack = true
+		pause = min(max(2*pause, s.cfg.RetryInterval), 5*time.Second)
 		s.log.Debug("subscription fell behind", "next", s.next, "reason", reason)
 		if s.opts.OnFellBehind != nil {
 			s.opts.OnFellBehind(s.next, reason)
@@ -163,7 +169,10 @@ func (s *sub) checkStart(ctx context.Context) error {
 			}
 			continue
 		}
-		if s.epoch != "" && epoch != s.epoch {
+		if s.epoch == "" {
+			s.epoch = epoch
+		}
+		if epoch != s.epoch {
 			return fmt.Errorf("boundary %q is in epoch %s, the subscription's position %d is of epoch %s: %w",
 				s.boundary, epoch, s.next-1, s.epoch, event.ErrEpochChanged)
 		}
@@ -225,7 +234,7 @@ func (s *sub) deliver(ctx context.Context, e *event.Event) error {
 // canGoLive reports whether the stream holds next in the subscription's
 // epoch (first ≤ next).
 func (s *sub) canGoLive(ctx context.Context) (bool, error) {
-	if s.cfg.JS == nil {
+	if s.cfg.JS == nil || s.cfg.Live != nil && !s.cfg.Live() {
 		return false, nil
 	}
 	st, err := s.cfg.JS.Stream(ctx, stream.Name(s.boundary))
@@ -268,10 +277,21 @@ func (s *sub) live(ctx context.Context) (string, error) {
 	}
 	defer it.Stop()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		// Wake at least every second to ask whether the stream is still
+		// fed: a publisher that stalled or lost its lease leaves this
+		// stream behind the store, and the store must take over.
+		nctx, cancel := context.WithTimeout(ctx, time.Second)
+		msg, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				if s.cfg.Live != nil && !s.cfg.Live() {
+					return "the boundary's publisher is not leading here: reading the store", nil
+				}
+				continue
 			}
 			return "live consumer failed: " + err.Error(), nil
 		}
@@ -288,12 +308,13 @@ func (s *sub) live(ctx context.Context) (string, error) {
 				" on " + msg.Subject(), nil
 		}
 		if ep := h.Get(stream.HeaderEpoch); ep != s.epoch {
-			return "", fmt.Errorf("boundary %q: stream message of epoch %s, the subscription is in epoch %s: %w",
-				s.boundary, ep, s.epoch, event.ErrEpochChanged)
+			// The store decides: a changed epoch ends the subscription
+			// there (ErrEpochChanged); a stray message is just skipped.
+			return "stream message of epoch " + ep + ", not the subscription's: reading the store", nil
 		}
 		pos, err := strconv.ParseUint(h.Get(stream.HeaderPosition), 10, 64)
-		if err != nil {
-			return "", fmt.Errorf("boundary %q: stream message on %s without a valid %s header", s.boundary, msg.Subject(), stream.HeaderPosition)
+		if err != nil || md == nil || md.Sequence.Stream != pos {
+			return "stream message on " + msg.Subject() + " is not at the sequence of its position: reading the store", nil
 		}
 		switch {
 		case pos < s.next:

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
@@ -130,7 +129,12 @@ func (r *run) loop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			p.setState(StateStalled, err.Error(), err)
+			if isPaused(err) {
+				p.setState(StatePaused, err.Error()+" (JetStream's memory must hold every boundary's stream: "+
+					"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more memory)", err)
+			} else {
+				p.setState(StateStalled, err.Error(), err)
+			}
 			if !backoff.wait(ctx) {
 				return nil
 			}
@@ -218,15 +222,24 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	}
 	last := info.State.LastSeq
 	if last > b.Head {
-		return 0, fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
-			"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", name, last, b.Head)
+		if r.ownMessage(ctx, s, last) {
+			return 0, fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
+				"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", name, last, b.Head)
+		}
+		// The last message is not one of orisun's: foreign messages took
+		// the sequences. The store is the truth: start the stream again.
+		return r.recreate(ctx, want, cp, fmt.Sprintf("sequence %d is not an orisun event (foreign messages in the stream)", last))
 	}
 	if last >= cp {
-		if err := r.verify(ctx, cp, last); err != nil {
+		proven, why, err := r.verify(ctx, info, cp, last)
+		if err != nil {
 			return 0, err
 		}
-		// The stream holds (or held) this epoch's messages up to last:
-		// they were acknowledged, so the checkpoint may move there.
+		if !proven {
+			return r.recreate(ctx, want, cp, why)
+		}
+		// Every message after the checkpoint is this epoch's event at its
+		// position: they were acknowledged, so the checkpoint may move there.
 		if last > r.saved {
 			r.acked = max(r.acked, last)
 			if err := r.checkpoint(ctx, last); err != nil {
@@ -244,16 +257,47 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	return cp + 1, nil
 }
 
-// verify checks that every message the stream holds after the checkpoint,
-// up to last, is the store's event at that position (sequence = position,
-// same epoch, same event id). Something else publishing into the stream
-// takes a sequence; a pipelined message after it may then be accepted in
-// place, so the last message alone proves nothing. Normally the range is at
-// most one batch: the checkpoint follows every batch. Messages already gone
-// from the stream (age or size limits) cannot be checked and are trusted.
-func (r *run) verify(ctx context.Context, cp, last uint64) error {
+// recreate deletes the stream and creates it again with its next sequence at
+// checkpoint+1, so publishing resumes from what the store says was
+// acknowledged. Subscribers meet the change as a gap or a restart and read
+// the store; nothing is skipped.
+func (r *run) recreate(ctx context.Context, want jetstream.StreamConfig, cp uint64, why string) (uint64, error) {
+	name := want.Name
+	r.p.log.Warn("stream cannot be trusted after the checkpoint: recreating it from the checkpoint",
+		"stream", name, "checkpoint", cp, "why", why)
+	if err := r.p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("delete stream %s (%s): %w", name, why, err)
+	}
+	if _, err := r.p.cfg.JS.CreateStream(ctx, want); err != nil {
+		return 0, fmt.Errorf("create stream %s: %w", name, err)
+	}
+	return cp + 1, nil
+}
+
+// ownMessage reports whether the stream's message at seq carries orisun's
+// headers for that position in this epoch.
+func (r *run) ownMessage(ctx context.Context, s jetstream.Stream, seq uint64) bool {
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return true // cannot tell: keep the safer, louder stall
+	}
+	return m.Header.Get(stream.HeaderPosition) == strconv.FormatUint(seq, 10) && m.Header.Get(stream.HeaderEpoch) == r.epoch
+}
+
+// verify proves that the stream holds, at every sequence from cp+1 to last,
+// this epoch's event at that position with the store's event id. Anything
+// else publishing into the stream takes a sequence, and a pipelined message
+// after it may then be accepted in place, so the last message alone proves
+// nothing. Normally the range is at most one batch (the checkpoint follows
+// every batch). A range it cannot see whole (messages gone by age or size,
+// a deleted message, a read that times out) is not proven: the caller then
+// recreates the stream from the checkpoint rather than trust it.
+func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last uint64) (proven bool, why string, err error) {
 	if last <= cp {
-		return nil
+		return true, "", nil
+	}
+	if info.State.Msgs == 0 || info.State.FirstSeq > cp+1 {
+		return false, fmt.Sprintf("sequences from %d on after the checkpoint have left the stream and cannot be checked", cp+1), nil
 	}
 	p := r.p
 	name := stream.Name(p.cfg.Boundary)
@@ -265,51 +309,46 @@ func (r *run) verify(ctx context.Context, cp, last uint64) error {
 		HeadersOnly:   true,
 	})
 	if err != nil {
-		return fmt.Errorf("verify stream %s after %d: %w", name, cp, err)
+		return false, "", fmt.Errorf("verify stream %s after %d: %w", name, cp, err)
 	}
-	after := cp
-	var page []event.Event
-	for {
-		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
-		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
-			return nil // the rest left the stream meanwhile
-		}
+	want := cp + 1
+	for want <= last {
+		epoch, page, err := p.cfg.Store.Read(vctx, p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
 		if err != nil {
-			return fmt.Errorf("verify stream %s after %d: %w", name, after, err)
+			return false, "", fmt.Errorf("read position %d: %w", want, err)
 		}
-		md, err := msg.Metadata()
+		if epoch != r.epoch || len(page) == 0 {
+			return false, "", fmt.Errorf("read position %d: the boundary changed under the verification", want)
+		}
+		batch, err := cons.Fetch(len(page), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return fmt.Errorf("verify stream %s: %w", name, err)
+			return false, "", fmt.Errorf("verify stream %s after %d: %w", name, want-1, err)
 		}
-		seq := md.Sequence.Stream
-		if seq > last {
-			return nil
-		}
-		for len(page) == 0 || page[len(page)-1].Position < seq {
-			_, page, err = p.cfg.Store.Read(vctx, p.cfg.Boundary, seq-1, 1000, nil)
+		i := 0
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
 			if err != nil {
-				return fmt.Errorf("read position %d: %w", seq, err)
+				return false, "", fmt.Errorf("verify stream %s: %w", name, err)
 			}
-			if len(page) == 0 {
-				break
+			seq := md.Sequence.Stream
+			if seq != want || i >= len(page) || page[i].Position != seq {
+				return false, fmt.Sprintf("sequence %d is missing from the stream (the next message is at %d)", want, seq), nil
 			}
+			h := msg.Headers()
+			if h.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) || h.Get(stream.HeaderEpoch) != r.epoch ||
+				h.Get(stream.HeaderEventID) != page[i].ID {
+				return false, fmt.Sprintf("sequence %d on subject %s is not orisun's event at that position "+
+					"(position header %q, event %q): something else publishes to orisun.events.%s.>",
+					seq, msg.Subject(), h.Get(stream.HeaderPosition), h.Get(stream.HeaderEventID), p.cfg.Boundary), nil
+			}
+			want++
+			i++
 		}
-		var id string
-		if len(page) > 0 && page[0].Position <= seq {
-			id = page[seq-page[0].Position].ID
-		}
-		h := msg.Headers()
-		if h.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) || h.Get(stream.HeaderEpoch) != r.epoch ||
-			h.Get(stream.HeaderEventID) != id {
-			return fmt.Errorf("stream %s sequence %d on subject %s holds a message orisun did not publish there "+
-				"(position header %q, event %q): something else publishes to orisun.events.%s.>; "+
-				"not publishing until an operator resolves it (stop that publisher, then delete the stream to republish from the checkpoint)",
-				name, seq, msg.Subject(), h.Get(stream.HeaderPosition), h.Get(stream.HeaderEventID), p.cfg.Boundary)
-		}
-		if seq == last {
-			return nil
+		if i == 0 {
+			return false, fmt.Sprintf("sequence %d could not be read back from the stream", want), nil
 		}
 	}
+	return true, "", nil
 }
 
 func limitsDiffer(have, want *jetstream.StreamConfig) bool {

@@ -214,8 +214,12 @@ func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
 	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 5; i++ {
-		if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
+	// Positions 1..5 of this epoch, as a store that later lost 4 and 5
+	// (restored from a backup) would have had them published.
+	for i := uint64(1); i <= 5; i++ {
+		m, _ := stream.Message(&event.Event{ID: event.NewID(), Boundary: "b", Epoch: b.Epoch, Position: i, Type: "t",
+			Time: time.Now(), Data: json.RawMessage(`{}`)}, false)
+		if _, err := e.js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -310,44 +314,69 @@ func TestCleanStopCheckpoints_I3(t *testing.T) {
 	e.checkStream(t)
 }
 
-// TestForeignMessageStallsNeverSkips_I2_I4: a message published into the
-// stream by someone else takes a sequence; the publisher must not resume
-// after it as if it were an event (that would shift every later position
-// and skip one). It stalls with a reason that names the foreign message.
-func TestForeignMessageStallsNeverSkips_I2_I4(t *testing.T) {
+// foreignMessage publishes a message into the boundary's stream behind the
+// publisher's back (anyone can, until NATS has authentication), appends
+// more events, and returns once the publisher has published them all.
+func foreignMessage(t *testing.T, lim stream.Limits, after int) (*env, *publisher.Publisher) {
+	t.Helper()
 	e := setup(t)
 	ctx := context.Background()
 	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
 	wake := make(chan struct{}, 1)
-	p := e.publisher(e.js, wake)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 8,
+		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: lim})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
 	e.append(t, 3)
-	waitFor(t, "the checkpoint at 3", 10*time.Second, func() bool {
-		cp, _ := e.store.Checkpoint(ctx, "b")
-		return cp == 3
-	})
+	waitFor(t, "the checkpoint at 3", 10*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 3 })
 	if _, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
-	e.append(t, 2)
+	e.append(t, after)
 	wake <- struct{}{}
-	waitFor(t, "the stalled state naming the foreign message", 10*time.Second, func() bool {
-		st := p.Status()
-		return st.State == publisher.StateStalled && strings.Contains(st.Reason, "did not publish")
-	})
-	cancel()
-	<-done
-	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 3 {
-		t.Fatalf("checkpoint %d, want 3: it moved past a foreign message", cp)
+	head := uint64(3 + after)
+	waitFor(t, "the checkpoint at the head", 20*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == head })
+	return e, p
+}
+
+// TestForeignMessageNeverSkips_I2_I4: a message published into the stream by
+// someone else takes sequence 4, and pipelined events after it may be
+// accepted in place; position 4 must not be skipped. The publisher proves
+// the stream after its checkpoint, finds the foreign message and recreates
+// the stream from the checkpoint, so 4.. are published at their sequences.
+func TestForeignMessageNeverSkips_I2_I4(t *testing.T) {
+	e, _ := foreignMessage(t, stream.Limits{}, 20)
+	s, _ := e.js.Stream(context.Background(), stream.Name("b"))
+	if first := s.CachedInfo().Config.FirstSeq; first != 4 {
+		t.Fatalf("stream recreated with first sequence %d, want 4 (checkpoint 3 + 1)", first)
 	}
-	// Position 5 may have been accepted at sequence 5 (its expected last
-	// sequence, 4, was the foreign message's): in place, but position 4 is
-	// not in the stream, so the publisher must not move on.
-	s, _ := e.js.Stream(ctx, stream.Name("b"))
-	if last := s.CachedInfo().State.LastSeq; last > 5 {
-		t.Fatalf("stream last %d: the publisher went on past the foreign message", last)
+	if last := e.checkStream(t); last != 23 {
+		t.Fatalf("stream last %d, want 23", last)
+	}
+}
+
+// TestForeignMessageEvictedNeverSkips_I2_I4: the same, with the foreign
+// message pushed out of the stream by its size limit before the publisher
+// looks: the range after the checkpoint cannot be proven, so the stream is
+// recreated from the checkpoint rather than trusted.
+func TestForeignMessageEvictedNeverSkips_I2_I4(t *testing.T) {
+	e, _ := foreignMessage(t, stream.Limits{MaxMsgs: 3}, 20)
+	s, _ := e.js.Stream(context.Background(), stream.Name("b"))
+	if first := s.CachedInfo().Config.FirstSeq; first != 4 {
+		t.Fatalf("stream recreated with first sequence %d, want 4 (checkpoint 3 + 1)", first)
+	}
+	e.checkStream(t)
+}
+
+// TestForeignMessageAgedOutNeverSkips_I2_I4: the same, with the foreign
+// message gone by age while the publisher retried.
+func TestForeignMessageAgedOutNeverSkips_I2_I4(t *testing.T) {
+	e, _ := foreignMessage(t, stream.Limits{MaxAge: 300 * time.Millisecond}, 2)
+	s, _ := e.js.Stream(context.Background(), stream.Name("b"))
+	if first := s.CachedInfo().Config.FirstSeq; first != 4 {
+		t.Fatalf("stream recreated with first sequence %d, want 4 (checkpoint 3 + 1)", first)
 	}
 }
 

@@ -139,3 +139,18 @@ func normalizeTags(v any) any {
 	}
 	return m
 }
+
+// TestDecodeNullMetadata: an event without metadata decodes with nil
+// metadata, as the store returns it, so both paths deliver the same event.
+func TestDecodeNullMetadata(t *testing.T) {
+	e := event.Event{ID: event.NewID(), Boundary: "b", Epoch: "ep", Position: 1, Type: "t", Time: time.Now().UTC(),
+		Tags: []string{}, Data: json.RawMessage(`{}`)}
+	m, _ := stream.Message(&e, false)
+	back, err := stream.Decode(m.Subject, m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Metadata != nil {
+		t.Fatalf("metadata %q, want nil", back.Metadata)
+	}
+}
