@@ -52,6 +52,7 @@ type (
 // Node is one orisun process's relay: store, NATS, publishers, subscriptions.
 type Node struct {
 	cfg    Config
+	holder string
 	log    *slog.Logger
 	limits event.Limits
 
@@ -92,7 +93,10 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("orisun: configuration: %w", err)
 	}
-	n := &Node{cfg: cfg, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
+	// The lease holder is the node id plus a part of this process's own:
+	// two processes given the same ORISUN_NODE_ID (or a restarted one and
+	// the zombie of the old) must never share a (holder, term).
+	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
 	for _, o := range opts {
 		o(n)
 	}
@@ -188,7 +192,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		names = append(names, b.Name)
 	}
 	n.started = true
-	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "data_dir", n.cfg.DataDir,
+	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
 		"nats_url", n.ns.ClientURL(), "boundaries", names)
 	return nil
 }
@@ -252,7 +256,7 @@ func (n *Node) startBoundaryLocked(name string) {
 		AfterAck:     afterAck,
 	})
 	n.runners[name] = r
-	lr := &lease.Runner{Store: n.store, Holder: n.cfg.NodeID, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
+	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
@@ -273,13 +277,24 @@ func (n *Node) adopt(boundary string) {
 		return
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.started || n.stopped || n.runner(boundary) != nil {
+	store, runCtx, ok := n.store, n.runCtx, n.started && !n.stopped
+	n.mu.Unlock()
+	if !ok || n.runner(boundary) != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(n.runCtx, 10*time.Second)
+	// The lookup runs outside the node lock: appends and Stop must not
+	// wait behind a slow database.
+	ctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
 	defer cancel()
-	if _, err := n.store.Boundary(ctx, boundary); err != nil {
+	if _, err := store.Boundary(ctx, boundary); err != nil {
+		if runCtx.Err() == nil {
+			n.log.Warn("a wake-up named a boundary this node cannot read; it is adopted on the next one", "boundary", boundary, "err", err)
+		}
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped || n.runner(boundary) != nil {
 		return
 	}
 	n.log.Info("boundary created by another node: starting its publisher", "boundary", boundary)

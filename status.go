@@ -13,9 +13,12 @@ import (
 
 // Status is what a node reports (DESIGN §8): measured, never assumed (I7).
 type Status struct {
-	NodeID     string           `json:"node_id"`
-	Settled    bool             `json:"settled"`
-	Boundaries []BoundaryStatus `json:"boundaries"`
+	NodeID string `json:"node_id"`
+	// LeaseHolder is this process's name as a lease holder: the node id
+	// and a part unique to the process.
+	LeaseHolder string           `json:"lease_holder"`
+	Settled     bool             `json:"settled"`
+	Boundaries  []BoundaryStatus `json:"boundaries"`
 }
 
 // BoundaryStatus is one boundary's relay state.
@@ -56,7 +59,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{NodeID: n.cfg.NodeID, Settled: true}
+	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Settled: true}
 	bs, err := store.Boundaries(ctx)
 	if err != nil {
 		return Status{}, err

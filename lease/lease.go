@@ -43,7 +43,9 @@ type Observer func(holder backend.Lease, err error)
 func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context.Context, l backend.Lease) error, standby Observer) {
 	log := r.logger().With("boundary", boundary, "holder", r.Holder)
 	retry := max(r.TTL/3, 50*time.Millisecond)
+	failing := false // log a failing acquisition once, not every retry
 	for ctx.Err() == nil {
+		acquired := time.Now()
 		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, r.TTL)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -52,30 +54,36 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 			if standby != nil {
 				standby(l, err)
 			}
-			if !errors.Is(err, event.ErrLeaseHeld) {
-				log.Warn("lease acquisition failed", "err", err)
+			held := errors.Is(err, event.ErrLeaseHeld)
+			if !held && !failing {
+				log.Warn("lease acquisition failing; retrying", "err", err)
 			}
+			failing = !held
 			if !sleep(ctx, retry) {
 				return
 			}
 			continue
 		}
+		if failing {
+			log.Info("lease acquisition works again")
+			failing = false
+		}
 		log.Info("lease acquired", "term", l.Term)
-		r.hold(ctx, l, lead, log)
+		r.hold(ctx, l, acquired, lead, log)
 	}
 }
 
 // hold runs lead while renewing l.
-func (r *Runner) hold(ctx context.Context, l backend.Lease, lead func(ctx context.Context, l backend.Lease) error, log *slog.Logger) {
+func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, lead func(ctx context.Context, l backend.Lease) error, log *slog.Logger) {
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- lead(lctx, l) }()
 
-	// The local deadline counts from when the acquire returned, so it can
-	// trust the lease slightly longer than the store does; safety never
-	// depends on it (the checkpoint is fenced by the term, publishes by
-	// the expected last sequence).
-	deadline := time.Now().Add(r.TTL)
+	// The local deadline: acquired is taken before the acquisition call,
+	// so the node never trusts the lease longer than the store does.
+	// Safety never depends on it (the checkpoint is fenced by the term,
+	// publishes by the expected last sequence).
+	deadline := acquired.Add(r.TTL)
 	tick := time.NewTicker(max(r.TTL/3, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -86,14 +94,18 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, lead func(ctx contex
 				log.Warn("leader work ended with an error", "term", l.Term, "err", err)
 			}
 			if errors.Is(err, event.ErrLeaseLost) {
-				log.Warn("lease lost: a newer term exists", "term", l.Term)
+				log.Warn("lease lost: a newer term exists; stepping down", "term", l.Term, "err", err)
 				return
 			}
 			r.release(l, log)
 			return
 		case <-tick.C:
 			start := time.Now()
-			nl, err := r.Store.RenewLease(lctx, l, r.TTL)
+			// Bounded by the local deadline: a database that stops
+			// answering must not keep this node leading past its lease.
+			rctx, rcancel := context.WithDeadline(lctx, deadline)
+			nl, err := r.Store.RenewLease(rctx, l, r.TTL)
+			rcancel()
 			switch {
 			case err == nil:
 				l, deadline = nl, start.Add(r.TTL)
