@@ -464,6 +464,10 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 // restarted, under append load; the relay recovers by itself and every
 // acknowledged append is published.
 func TestRelayRecoversFromConnectionLoss_I4(t *testing.T) {
+	// A server of this test's own: it is crash-restarted below, and the
+	// other test packages share scripts/test's server meanwhile.
+	srv := pgtest.StartServer(t)
+	t.Setenv(pgtest.EnvURL, srv.URL)
 	url := pgtest.URL(t)
 	store := openPG(t, url)
 	a := startRelay(t, "node-a", url, 2*time.Second)
@@ -484,7 +488,7 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 		return cp > cp1
 	})
 
-	restartPostgres(t)
+	srv.CrashRestart(t)
 	cp2, _ := store.Checkpoint(context.Background(), "default")
 	eventually(t, "publishing after the PostgreSQL restart", 60*time.Second, func() bool {
 		cp, err := store.Checkpoint(context.Background(), "default")
@@ -500,29 +504,4 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 		t.Fatalf("I4: the stream holds %d..%d, the head is %d", first, last, head.Head)
 	}
 	t.Logf("%d events acknowledged, %d appends failed during the faults", n, app.failed)
-}
-
-// restartPostgres crash-restarts the throwaway server of scripts/test
-// (pg_ctl restart -m immediate).
-func restartPostgres(t *testing.T) {
-	t.Helper()
-	bin, data := os.Getenv(pgtest.EnvBin), os.Getenv(pgtest.EnvData)
-	if bin == "" || data == "" {
-		t.Fatalf("%s and %s are not set: run the tests with scripts/test, which starts the server it can restart",
-			pgtest.EnvBin, pgtest.EnvData)
-	}
-	// -l: without a log file the server would write to our pipe, and
-	// CombinedOutput would wait for the server to exit.
-	args := []string{filepath.Join(bin, "pg_ctl"), "restart", "-m", "immediate", "-w", "-t", "60", "-D", data,
-		"-l", filepath.Join(data, "restart.log")}
-	var cmd *exec.Cmd
-	if u := os.Getenv(pgtest.EnvOSUser); u != "" {
-		cmd = exec.Command("runuser", append([]string{"-u", u, "--"}, args...)...)
-	} else {
-		cmd = exec.Command(args[0], args[1:]...)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatalf("pg_ctl restart: %v\n%s", err, out)
-	}
 }

@@ -1,0 +1,81 @@
+package pgtest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// Server is a PostgreSQL server of one test's own, for tests that crash or
+// restart the server: they must not disturb the shared server that other
+// test packages use at the same time.
+type Server struct {
+	URL  string
+	bin  string
+	data string
+	user string
+}
+
+// StartServer starts a throwaway PostgreSQL on a free loopback port with
+// the binaries scripts/test found (ORISUN_TEST_PG_BIN, run as
+// ORISUN_TEST_PG_OSUSER), and stops and removes it when the test ends. It
+// fails the test when those variables are not set.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	bin := os.Getenv(EnvBin)
+	if bin == "" {
+		t.Fatalf("%s is not set: this test starts a PostgreSQL server of its own with the binaries "+
+			"scripts/test finds; run the tests with scripts/test", EnvBin)
+	}
+	s := &Server{bin: bin, user: os.Getenv(EnvOSUser)}
+	dir, err := os.MkdirTemp("", "orisun-pg-own-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if s.user != "" {
+		if out, err := exec.Command("chown", "-R", s.user, dir).CombinedOutput(); err != nil {
+			t.Fatalf("chown %s: %v\n%s", dir, err, out)
+		}
+	}
+	s.data = filepath.Join(dir, "data")
+	s.run(t, "initdb", "-D", s.data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s.run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.data, "server.log"), "-w", "-t", "60",
+		"-o", fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s", port, dir), "start")
+	t.Cleanup(func() {
+		_ = s.command("pg_ctl", "-D", s.data, "-m", "immediate", "-w", "-t", "30", "stop").Run()
+	})
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return s
+}
+
+// CrashRestart stops the server at once, without a checkpoint (as a crash
+// would), and starts it again.
+func (s *Server) CrashRestart(t testing.TB) {
+	t.Helper()
+	s.run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.data, "server.log"), "-m", "immediate", "-w", "-t", "60", "restart")
+}
+
+func (s *Server) command(name string, args ...string) *exec.Cmd {
+	path := filepath.Join(s.bin, name)
+	if s.user != "" {
+		return exec.Command("runuser", append([]string{"-u", s.user, "--", path}, args...)...)
+	}
+	return exec.Command(path, args...)
+}
+
+func (s *Server) run(t testing.TB, name string, args ...string) {
+	t.Helper()
+	if out, err := s.command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, out)
+	}
+}
