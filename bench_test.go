@@ -18,7 +18,7 @@ import (
 // The benchmarks of this file run on each backend: SQLite always,
 // PostgreSQL when ORISUN_TEST_PG_URL is set (scripts/test sets it):
 //
-//	scripts/test -run '^$' -bench 'BenchmarkBackend' -benchtime 20000x .
+//	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench 'BenchmarkBackend' -benchtime 20000x .
 //
 // They report; they assert nothing about time.
 
