@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -1184,5 +1185,37 @@ func TestNoGoroutineLeak(t *testing.T) {
 			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestOpenUnresponsiveServerTimesOut: a server that accepts the TCP
+// connection and never answers fails Open after the default connect
+// timeout, not the OS's TCP timeout.
+func TestOpenUnresponsiveServerTimesOut(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accept, never answer
+		}
+	}()
+	start := time.Now()
+	_, err = Open(context.Background(), Config{URL: "postgres://nobody@" + l.Addr().String() + "/db?sslmode=disable"})
+	if err == nil {
+		t.Fatal("Open succeeded against a server that never answers")
+	}
+	if took := time.Since(start); took > 3*defaultConnectTimeout {
+		t.Fatalf("Open took %s to fail", took)
+	}
+	if !errors.Is(err, event.ErrUnavailable) {
+		t.Fatalf("error %v is not ErrUnavailable", err)
 	}
 }

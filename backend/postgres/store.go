@@ -140,6 +140,10 @@ type Store struct {
 	notifications atomic.Int64
 }
 
+// defaultConnectTimeout bounds a connection attempt when the URL sets no
+// connect_timeout.
+const defaultConnectTimeout = 10 * time.Second
+
 // Open connects to the database of cfg.URL, applies pending migrations,
 // starts the append workers and the LISTEN connection.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
@@ -154,6 +158,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			"(postgres://user@host:port/database?… or keyword=value pairs)", event.ErrInvalid)
 	}
 	poolCfg.MaxConns = cfg.MaxConns
+	if poolCfg.ConnConfig.ConnectTimeout == 0 {
+		// Without a connect_timeout in the URL, an unreachable host would
+		// hold start-up (and every reconnect) for the OS's TCP timeout,
+		// about two minutes on Linux.
+		poolCfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
 	if _, ok := poolCfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		poolCfg.ConnConfig.RuntimeParams["application_name"] = applicationName
 	}
@@ -179,7 +189,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.cond = sync.NewCond(&s.mu)
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, translate(fmt.Sprintf("connect to %s:%d", poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port), err)
+		op := fmt.Sprintf("connect to %s:%d", poolCfg.ConnConfig.Host, poolCfg.ConnConfig.Port)
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// The connect timeout, not the caller's context.
+			return nil, fmt.Errorf("postgres: %s: %w: no answer within the connect timeout (%s): %v",
+				op, event.ErrUnavailable, poolCfg.ConnConfig.ConnectTimeout, err)
+		}
+		return nil, translate(op, err)
 	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
