@@ -177,19 +177,18 @@ func clampPosition(p uint64) int64 {
 // this moment: an append in flight, or one held open by a slow appender. The
 // publisher asks it when it finds nothing new to publish, to say in its
 // status that it waits for an uncommitted append rather than that it is
-// idle. The probe (FOR SHARE NOWAIT, then rollback) never waits.
+// idle. The probe is one statement in its own implicit transaction (FOR
+// SHARE NOWAIT): it never waits, and its lock ends with the statement on the
+// server, even if this process is frozen right after sending it. (An
+// explicit BEGIN … ROLLBACK around it held the lock for as long as a
+// SIGSTOPped node slept, and every append of the boundary waited.)
 func (s *Store) HeadLocked(ctx context.Context, boundary string) (bool, error) {
 	op := fmt.Sprintf("probe the head row of %q", boundary)
 	if s.isClosed() {
 		return false, errClosed(op)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return false, s.translate(op, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
 	var one int
-	err = tx.QueryRow(ctx, sqlProbeHead, boundary).Scan(&one)
+	err := s.pool.QueryRow(ctx, sqlProbeHead, boundary).Scan(&one)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available

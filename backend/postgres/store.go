@@ -164,6 +164,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// about two minutes on Linux.
 		poolCfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
+	if _, ok := poolCfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		// A node frozen (SIGSTOP, a VM pause) inside a group transaction
+		// holds its boundary's head row; the server ends such a session
+		// after this long idle, so the other nodes' appends go on. A group
+		// is never idle this long while it works: its statements are
+		// pipelined.
+		poolCfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
+	}
 	if _, ok := poolCfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		poolCfg.ConnConfig.RuntimeParams["application_name"] = applicationName
 	}
