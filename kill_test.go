@@ -84,9 +84,6 @@ func childMain() int {
 // a subscriber resuming from the last position the killed process delivered
 // gets every later position exactly once.
 func TestKilledBetweenAckAndCheckpoint_I3_I4_I5(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a child process")
-	}
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "ORISUN_TEST_CHILD=1", "ORISUN_DATA_DIR="+dir, "ORISUN_TEST_HANG_AT=15")

@@ -49,9 +49,6 @@ func TestConformance(t *testing.T) {
 // TestConformanceSmallGroups runs the suite with groups of at most 3 events,
 // so requests are carried over from one group to the next all the time.
 func TestConformanceSmallGroups(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the suite already ran with the default groups")
-	}
 	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) })
 }
 
