@@ -26,9 +26,9 @@ ON CONFLICT (name) DO NOTHING`
 	// boundary and makes positions dense and commit-ordered (DESIGN §2).
 	sqlTakeHead = `UPDATE boundaries SET head = head + ? WHERE name = ? RETURNING head, epoch`
 	// sqlFindIDsPrefix is completed with "?, ?, …)" for one chunk of ids.
-	// INDEXED BY: without statistics the planner prefers the primary key
-	// for "boundary = ?" and scans the whole boundary for every append
-	// (measured: most of an append's time at a few thousand events).
+	// INDEXED BY pins the (boundary, id) index for this lookup, so the
+	// planner can never choose a scan of the boundary's primary-key range
+	// (every event of the boundary) for it instead.
 	sqlFindIDsPrefix = `SELECT position, id, type, tags, data, metadata FROM events INDEXED BY events_boundary_id
 WHERE boundary = ? AND id IN (`
 	// sqlInsertEventsPrefix is completed with one "(?, ?, ?, ?, ?, ?, ?, ?)"
