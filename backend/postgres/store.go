@@ -127,8 +127,7 @@ type Store struct {
 	listenCancel context.CancelFunc
 	listenDone   chan struct{}
 
-	cbMu      sync.Mutex
-	callbacks []func(boundary string)
+	callbacks backend.Callbacks
 
 	// waiting counts appends queued and not yet taken by a group; groups
 	// counts group transactions begun; listens counts LISTEN connections
@@ -278,26 +277,11 @@ func errClosed(op string) error {
 // goroutine). A commit of this store is usually announced both ways: a
 // callback is a hint, and fn must not block and must not append.
 func (s *Store) OnAppend(fn func(boundary string)) {
-	if fn == nil {
-		return
-	}
-	s.cbMu.Lock()
-	s.callbacks = append(s.callbacks, fn)
-	s.cbMu.Unlock()
+	s.callbacks.Add(fn)
 }
 
 func (s *Store) notify(boundaries ...string) {
-	if len(boundaries) == 0 {
-		return
-	}
-	s.cbMu.Lock()
-	cbs := s.callbacks
-	s.cbMu.Unlock()
-	for _, b := range boundaries {
-		for _, fn := range cbs {
-			fn(b)
-		}
-	}
+	s.callbacks.Notify(boundaries...)
 }
 
 // translate is the package's translate, with ErrClosed for the errors of

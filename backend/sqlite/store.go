@@ -111,8 +111,7 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	cbMu      sync.Mutex
-	callbacks []func(boundary string)
+	callbacks backend.Callbacks
 
 	// now is the store's clock (commit times, lease expiries).
 	now func() time.Time
@@ -270,26 +269,11 @@ func errClosed(op string) error {
 // per boundary that got events. It is called from the writer goroutine, so it
 // must not block and must not append.
 func (s *Store) OnAppend(fn func(boundary string)) {
-	if fn == nil {
-		return
-	}
-	s.cbMu.Lock()
-	s.callbacks = append(s.callbacks, fn)
-	s.cbMu.Unlock()
+	s.callbacks.Add(fn)
 }
 
 func (s *Store) notify(boundaries []string) {
-	if len(boundaries) == 0 {
-		return
-	}
-	s.cbMu.Lock()
-	cbs := s.callbacks
-	s.cbMu.Unlock()
-	for _, b := range boundaries {
-		for _, fn := range cbs {
-			fn(b)
-		}
-	}
+	s.callbacks.Notify(boundaries...)
 }
 
 // translate turns a database error into an error of the core: a sentinel of
