@@ -84,3 +84,64 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 		t.Fatalf("stream %d..%d, want 1..8", first, last)
 	}
 }
+
+// TestSubscriberOnDemotedNodeReadsStore_I5: a live subscription on a node
+// that loses the lease to another node (each has its own NATS until the
+// cluster issue, so nobody feeds the demoted node's stream any more) goes
+// back to the store and delivers everything the new leader publishes,
+// exactly once, instead of waiting on a dead stream.
+func TestSubscriberOnDemotedNodeReadsStore_I5(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	pg := func(id string) func(*orisun.Config) {
+		return func(c *orisun.Config) { c.Backend, c.PGURL, c.NodeID = "postgres", url, id }
+	}
+	a := setup(t, "", pg("node-a"))
+	if _, err := a.Append(ctx, "default", events(10, "x", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, a, 10*time.Second)
+	r := newRecorder(0)
+	live := make(chan uint64, 4)
+	stop := subscribe(t, a, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: func(n uint64) { live <- n }})
+	select {
+	case <-live:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription on node-a never went live")
+	}
+	b := setup(t, "", pg("node-b"))
+	stB, err := b.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// node-b takes the lease, as after node-a was paused past it.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `UPDATE orisun_leases SET holder = $1, term = term + 1,
+expires_at = clock_timestamp() + interval '1 hour' WHERE boundary = 'default'`, stB.LeaseHolder); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, _ := a.Status(ctx)
+		if len(st.Boundaries) == 1 && st.Boundaries[0].State == "standby" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-a never stepped down: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := b.Append(ctx, "default", events(10, "y", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, b, 10*time.Second)
+	waitDelivered(t, r, 20, 10*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainstStore(t, a, "default", 0, r)
+}
