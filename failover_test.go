@@ -447,9 +447,9 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 	if l := holder(store); l.Holder != leaseB.Holder || l.Term != leaseB.Term {
 		t.Fatalf("the lease row changed from %+v to %+v while node-b was frozen within its lease", leaseB, l)
 	}
-	if !a.logged("publisher standby") {
-		t.Fatal("node-a's publisher did not go to standby")
-	}
+	// The publisher goes to standby once its run returns, a moment after
+	// the lease loop logs the step-down.
+	eventually(t, "node-a's publisher to go to standby", 10*time.Second, func() bool { return a.logged("publisher standby") })
 	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
