@@ -3,7 +3,9 @@ package orisun
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +72,16 @@ type Config struct {
 	MaxAppendEvents int `envconfig:"MAX_APPEND_EVENTS" default:"10000"`
 	MaxAppendBytes  int `envconfig:"MAX_APPEND_BYTES" default:"33554432"`
 
+	// HTTPAddr is where the status listener (/status, /healthz, /readyz,
+	// /metrics) listens, host:port. Empty or "off" turns it off. The
+	// binary's default is loopback; a Node embedded in Go gets no listener
+	// unless this is set (withDefaults leaves it alone), so that programs
+	// and tests embedding several nodes do not fight over one port.
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:"127.0.0.1:8990"`
+	// StallThreshold is how long a publisher may stay stalled before
+	// /readyz reports the node not ready.
+	StallThreshold time.Duration `envconfig:"STALL_THRESHOLD" default:"30s"`
+
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat string `envconfig:"LOG_FORMAT" default:"text"`
@@ -97,6 +109,8 @@ func Defaults() Config {
 		AppendGroupMax:      1000,
 		MaxAppendEvents:     10000,
 		MaxAppendBytes:      32 << 20,
+		HTTPAddr:            "127.0.0.1:8990",
+		StallThreshold:      30 * time.Second,
 		LogLevel:            "info",
 		LogFormat:           "text",
 	}
@@ -161,6 +175,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAppendBytes == 0 {
 		c.MaxAppendBytes = d.MaxAppendBytes
+	}
+	if c.StallThreshold == 0 {
+		c.StallThreshold = d.StallThreshold
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = d.LogLevel
@@ -233,6 +250,17 @@ func (c Config) Validate() error {
 	if c.MaxAppendBytes < 1024 || c.MaxAppendBytes > 1<<30 {
 		bad("MAX_APPEND_BYTES", "%d is outside 1024–1073741824", c.MaxAppendBytes)
 	}
+	if c.HTTPEnabled() {
+		host, port, err := net.SplitHostPort(c.HTTPAddr)
+		if p, perr := strconv.Atoi(port); err != nil || perr != nil || p < 0 || p > 65535 {
+			bad("HTTP_ADDR", "%q is not host:port (e.g. 127.0.0.1:8990, :8990 for every interface, or off)", c.HTTPAddr)
+		} else if host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /") {
+			bad("HTTP_ADDR", "%q: %q is not a host name or address", c.HTTPAddr, host)
+		}
+	}
+	if c.StallThreshold < 100*time.Millisecond || c.StallThreshold > 24*time.Hour {
+		bad("STALL_THRESHOLD", "%s is outside 100ms–24h", c.StallThreshold)
+	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
 	default:
@@ -244,6 +272,11 @@ func (c Config) Validate() error {
 		bad("LOG_FORMAT", "%q is not one of text, json", c.LogFormat)
 	}
 	return errors.Join(errs...)
+}
+
+// HTTPEnabled reports whether the status listener is on.
+func (c Config) HTTPEnabled() bool {
+	return c.HTTPAddr != "" && !strings.EqualFold(c.HTTPAddr, "off")
 }
 
 func defaultNodeID() string {

@@ -32,6 +32,7 @@ import (
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -55,6 +56,9 @@ type Node struct {
 	holder string
 	log    *slog.Logger
 	limits event.Limits
+
+	version string
+	http    *status.Server
 
 	// Hooks for tests (fault points); nil in production.
 	afterAck func(boundary string, last uint64)
@@ -108,6 +112,9 @@ type Option func(*Node)
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }
+
+// WithVersion sets the version the status reports.
+func WithVersion(v string) Option { return func(n *Node) { n.version = v } }
 
 // WithAfterAckHook sets a function called after each fully acknowledged
 // batch and before its checkpoint: a fault point for tests.
@@ -190,6 +197,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	for _, b := range all {
 		n.startBoundaryLocked(b.Name)
 		names = append(names, b.Name)
+	}
+	if n.cfg.HTTPEnabled() {
+		n.http = status.NewServer(n, status.Options{
+			Addr:           n.cfg.HTTPAddr,
+			StallThreshold: n.cfg.StallThreshold,
+			Logger:         n.log.With("component", "http"),
+		})
+		if err := n.http.Start(); err != nil {
+			return fmt.Errorf("orisun: %w", err)
+		}
 	}
 	n.started = true
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
@@ -344,12 +361,18 @@ func (n *Node) Stop() error {
 // teardown stops everything that was started. It never takes n.mu: the
 // store's after-commit callback (wake) may run until the store is closed.
 func (n *Node) teardown() error {
+	var errs []error
+	if n.http != nil {
+		// First: load balancers see not ready while the publishers finish.
+		if err := n.http.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop status listener: %w", err))
+		}
+	}
 	if n.cancel != nil {
 		n.cancel()
 	}
 	n.wg.Wait()
 	n.subs.Wait()
-	var errs []error
 	if n.nc != nil {
 		if err := n.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			n.nc.Close()
@@ -512,6 +535,17 @@ func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h H
 		return fmt.Errorf("orisun: subscription ended: %w", event.ErrClosed)
 	}
 	return err
+}
+
+// HTTPAddr is the address of the status listener ("" when off or not
+// started).
+func (n *Node) HTTPAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.http == nil {
+		return ""
+	}
+	return n.http.Addr()
 }
 
 // NATSURL is the client URL of the embedded NATS server.

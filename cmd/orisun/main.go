@@ -35,6 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		return serve(stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "orisun", version)
 		return 0
@@ -53,6 +55,7 @@ func usage(w io.Writer) {
 
 Commands:
   serve     run the relay (the default)
+  status    print a running node's status (--json, --wait-settled[=timeout])
   version   print the version
   help      show this help
 
@@ -98,7 +101,7 @@ func serve(stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	n, err := orisun.New(cfg, orisun.WithLogger(log))
+	n, err := orisun.New(cfg, orisun.WithLogger(log), orisun.WithVersion(version))
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/status"
+)
+
+// waitFlag is --wait-settled, with an optional timeout: bare, it waits the
+// default; --wait-settled=30s waits 30 seconds.
+type waitFlag struct {
+	on      bool
+	timeout time.Duration
+}
+
+func (w *waitFlag) String() string {
+	if w == nil || !w.on {
+		return ""
+	}
+	return w.timeout.String()
+}
+
+func (w *waitFlag) Set(s string) error {
+	switch s {
+	case "true":
+		w.on = true
+		return nil
+	case "false":
+		w.on = false
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q is not a timeout (e.g. 30s, 2m)", s)
+	}
+	w.on, w.timeout = true, d
+	return nil
+}
+
+// IsBoolFlag lets --wait-settled stand alone.
+func (w *waitFlag) IsBoolFlag() bool { return true }
+
+// statusCmd is `orisun status`: the status of a running node, from its HTTP
+// listener, for people (a table) or scripts (--json, --wait-settled).
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", "127.0.0.1:8990"), "address of the node's status listener (ORISUN_HTTP_ADDR)")
+	asJSON := fs.Bool("json", false, "print the status document as JSON")
+	wait := &waitFlag{timeout: time.Minute}
+	fs.Var(wait, "wait-settled", "wait until every boundary's published position equals its head; `=timeout` (default 1m); exit 1 with the reason on timeout")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: orisun status [--http host:port] [--json] [--wait-settled[=timeout]]
+
+Prints the status of a running orisun node: per boundary its head, what is
+published, the lag, the publisher's state and why. Exit status: 0 when the
+status was read (with --wait-settled: once settled), 1 when it could not be
+read (with --wait-settled: not settled before the timeout; the reason is
+printed), 2 for bad flags.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "orisun status: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	url := statusURL(*addr)
+	client := &http.Client{Timeout: 10 * time.Second}
+	if !wait.on {
+		st, err := fetchStatus(client, url)
+		if err != nil {
+			fmt.Fprintf(stderr, "orisun status: %v\n", err)
+			return 1
+		}
+		printStatus(stdout, st, *asJSON)
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait.timeout)
+	defer cancel()
+	var (
+		st      orisun.Status
+		lastErr error
+	)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, lastErr = fetchStatus(client, url)
+		if lastErr == nil && st.Settled {
+			printStatus(stdout, st, *asJSON)
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(stderr, "orisun status: not settled after %s: %s\n", wait.timeout, unsettledReason(st, lastErr))
+			if lastErr == nil {
+				printStatus(stdout, st, *asJSON)
+			}
+			return 1
+		case <-tick.C:
+		}
+	}
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// statusURL turns host:port (or a URL) into the /status URL.
+func statusURL(addr string) string {
+	if !strings.Contains(addr, "://") {
+		if strings.HasPrefix(addr, ":") {
+			addr = "127.0.0.1" + addr
+		}
+		addr = "http://" + addr
+	}
+	return strings.TrimSuffix(addr, "/") + "/status"
+}
+
+func fetchStatus(c *http.Client, url string) (orisun.Status, error) {
+	var st orisun.Status
+	resp, err := c.Get(url)
+	if err != nil {
+		return st, fmt.Errorf("read %s: %w (is orisun running, with ORISUN_HTTP_ADDR on this address?)", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return st, fmt.Errorf("read %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, fmt.Errorf("%s: not a status document: %w", url, err)
+	}
+	return st, nil
+}
+
+// unsettledReason says why a status is not settled, boundary by boundary.
+func unsettledReason(st orisun.Status, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	if !st.Store.OK {
+		parts = append(parts, "store unreachable: "+st.Store.Error)
+	}
+	if !st.NATS.OK {
+		parts = append(parts, "NATS unreachable: "+st.NATS.Error)
+	}
+	for _, b := range st.Boundaries {
+		switch {
+		case b.Error != "":
+			parts = append(parts, fmt.Sprintf("boundary %s: %s", b.Name, b.Error))
+		case b.Published != b.Head:
+			parts = append(parts, fmt.Sprintf("boundary %s: published %d of head %d (%d behind, oldest %.1fs old); publisher on this node %s: %s",
+				b.Name, b.Published, b.Head, b.LagEvents, b.LagSeconds, b.State, b.Reason))
+		}
+	}
+	if len(parts) == 0 {
+		return "unknown"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(st)
+		return
+	}
+	settled := "no"
+	if st.Settled {
+		settled = "yes"
+	}
+	fmt.Fprintf(w, "node %s (%s), version %s, at %s\n", st.NodeID, st.LeaseHolder, st.Version, st.Time.Format(time.RFC3339))
+	fmt.Fprintf(w, "store: %s   nats: %s   settled: %s\n\n", healthText(st.Store), healthText(st.NATS), settled)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BOUNDARY\tSTATE\tFOR\tHEAD\tPUBLISHED\tLAG\tLAG AGE\tSTREAM\tLEASE\tREASON")
+	for _, b := range st.Boundaries {
+		stream := "-"
+		if b.StreamLast > 0 || b.StreamFirst > 0 {
+			stream = fmt.Sprintf("%d..%d", b.StreamFirst, b.StreamLast)
+		}
+		lease := "-"
+		if b.LeaseHolder != "" {
+			lease = fmt.Sprintf("%s (term %d)", b.LeaseHolder, b.LeaseTerm)
+		}
+		reason := b.Reason
+		if b.Error != "" {
+			reason += " [" + b.Error + "]"
+		}
+		since := "-"
+		if !b.Since.IsZero() {
+			since = st.Time.Sub(b.Since).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%.1fs\t%s\t%s\t%s\n",
+			b.Name, b.State, since, b.Head, b.Published, b.LagEvents, b.LagSeconds, stream, lease, reason)
+	}
+	_ = tw.Flush()
+}
+
+func healthText(h status.Health) string {
+	if h.OK {
+		return h.Kind + " ok"
+	}
+	return h.Kind + " DOWN: " + h.Error
+}

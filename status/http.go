@@ -1,0 +1,208 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options of the HTTP listener.
+type Options struct {
+	// Addr is host:port to listen on (port 0: a free one).
+	Addr string
+	// StallThreshold is how long a publisher may be stalled before /readyz
+	// says not ready.
+	StallThreshold time.Duration
+	// Timeout bounds one measurement (a store that does not answer makes
+	// the measurement report it, not hang the request).
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Server is the HTTP listener of a node.
+type Server struct {
+	src  Source
+	opts Options
+	log  *slog.Logger
+	reg  *prometheus.Registry
+
+	mu       sync.Mutex
+	srv      *http.Server
+	ln       net.Listener
+	done     chan struct{}
+	stopping bool
+}
+
+// NewServer returns a server of src's status; Start listens.
+func NewServer(src Source, opts Options) *Server {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.StallThreshold <= 0 {
+		opts.StallThreshold = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{src: src, opts: opts, log: opts.Logger}
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&collector{src: src, timeout: opts.Timeout},
+	)
+	return s
+}
+
+// Handler serves /status, /healthz, /readyz and /metrics.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	return mux
+}
+
+// Start listens on Options.Addr and serves in the background. A taken
+// address is an error at once, naming it.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("status HTTP listener on %s (ORISUN_HTTP_ADDR): %w", s.opts.Addr, err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("status HTTP listener failed", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	s.log.Info("status HTTP listener ready", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr is the address it listens on (after Start).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Stopping makes /readyz say not ready from now on: the node is shutting
+// down and load balancers should move away before the listener closes.
+func (s *Server) Stopping() {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+}
+
+// Stop closes the listener, waiting up to a few seconds for requests in
+// flight. Safe to call twice and before Start.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.stopping = true
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		err = srv.Close()
+	}
+	<-done
+	return err
+}
+
+func (s *Server) measure(r *http.Request) (Status, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.Timeout)
+	defer cancel()
+	return s.src.Status(ctx)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	st, err := s.measure(r)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// Readiness is the body of /readyz.
+type Readiness struct {
+	Ready   bool     `json:"ready"`
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+// Ready judges a status: the store and NATS answered and no publisher has
+// been stalled for longer than threshold.
+func Ready(st Status, threshold time.Duration, now time.Time) Readiness {
+	var reasons []string
+	if !st.Store.OK {
+		reasons = append(reasons, "store unreachable: "+st.Store.Error)
+	}
+	if !st.NATS.OK {
+		reasons = append(reasons, "NATS unreachable: "+st.NATS.Error)
+	}
+	for _, b := range st.Stalled(threshold, now) {
+		reasons = append(reasons, fmt.Sprintf("boundary %s: publisher stalled since %s (longer than %s): %s",
+			b.Name, b.Since.Format(time.RFC3339), threshold, b.Reason))
+	}
+	return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	if stopping {
+		writeJSON(w, http.StatusServiceUnavailable, Readiness{Reasons: []string{"shutting down"}})
+		return
+	}
+	st, err := s.measure(r)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Readiness{Reasons: []string{err.Error()}})
+		return
+	}
+	rd := Ready(st, s.opts.StallThreshold, time.Now())
+	code := http.StatusOK
+	if !rd.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, rd)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,92 @@
+package status
+
+import (
+	"context"
+	"time"
+
+	"github.com/orisun-io/orisun/publisher"
+)
+
+// Status is what a node reports (DESIGN §8): measured, never assumed (I7).
+type Status struct {
+	NodeID string `json:"node_id"`
+	// LeaseHolder is this process's name as a lease holder: the node id
+	// and a part unique to the process.
+	LeaseHolder string `json:"lease_holder"`
+	Version     string `json:"version"`
+	// Time is when the measurement was taken, in the node's clock.
+	Time time.Time `json:"time"`
+	// Settled is true when every boundary's published position equals its
+	// head, both read during this measurement, and nothing failed to be
+	// measured.
+	Settled    bool             `json:"settled"`
+	Store      Health           `json:"store"`
+	NATS       Health           `json:"nats"`
+	Boundaries []BoundaryStatus `json:"boundaries"`
+}
+
+// Health is whether a dependency answered during the measurement.
+type Health struct {
+	OK bool `json:"ok"`
+	// Kind names it: the backend (sqlite, postgres) or the NATS mode.
+	Kind string `json:"kind,omitempty"`
+	// Error is why it did not answer.
+	Error string `json:"error,omitempty"`
+}
+
+// BoundaryStatus is one boundary's relay state.
+type BoundaryStatus struct {
+	Name  string `json:"name"`
+	Epoch string `json:"epoch"`
+	// Head is the last committed position; Published the publisher's
+	// checkpoint (every position up to it is in the stream or was).
+	Head      uint64 `json:"head"`
+	Published uint64 `json:"published"`
+	// StreamFirst and StreamLast are the stream's first and last sequence
+	// (0 when the stream is missing); StreamMsgs and StreamBytes what it
+	// holds.
+	StreamFirst uint64 `json:"stream_first"`
+	StreamLast  uint64 `json:"stream_last"`
+	StreamMsgs  uint64 `json:"stream_msgs"`
+	StreamBytes uint64 `json:"stream_bytes"`
+	// LagEvents is head - published.
+	LagEvents uint64 `json:"lag_events"`
+	// LagSeconds is the age of the oldest unpublished event (0 when none),
+	// from its commit time in the store to this node's clock.
+	LagSeconds float64 `json:"lag_seconds"`
+	// State, Reason and Since are this node's publisher's: leading,
+	// standby, paused or stalled, why, and since when.
+	State  publisher.State `json:"state"`
+	Reason string          `json:"reason"`
+	Since  time.Time       `json:"since"`
+	// LeaseHolder and LeaseTerm describe the current lease (any node's);
+	// LeaseExpires is its expiry in the store's clock.
+	LeaseHolder  string    `json:"lease_holder"`
+	LeaseTerm    uint64    `json:"lease_term"`
+	LeaseExpires time.Time `json:"lease_expires"`
+	// Subscriptions of this node by phase, and how often a live one went
+	// back to the store.
+	SubsCatchingUp int64 `json:"subscriptions_catching_up"`
+	SubsLive       int64 `json:"subscriptions_live"`
+	SubsFallBacks  int64 `json:"subscription_fall_backs"`
+	// Error is set when a part of this status could not be measured; the
+	// figures it concerns are then zero, not guessed.
+	Error string `json:"error,omitempty"`
+}
+
+// Source measures a status.
+type Source interface {
+	Status(ctx context.Context) (Status, error)
+}
+
+// Stalled reports the boundaries whose publisher has been stalled for longer
+// than threshold at now.
+func (s Status) Stalled(threshold time.Duration, now time.Time) []BoundaryStatus {
+	var out []BoundaryStatus
+	for _, b := range s.Boundaries {
+		if b.State == publisher.StateStalled && now.Sub(b.Since) > threshold {
+			out = append(out, b)
+		}
+	}
+	return out
+}
