@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
@@ -459,6 +460,11 @@ func (r *run) publish(ctx context.Context, events []event.Event) error {
 		}
 		f, err := p.cfg.JS.PublishMsgAsync(msg, jetstream.WithExpectLastSequence(e.Position-1),
 			jetstream.WithStallWait(p.cfg.AckTimeout))
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return fmt.Errorf("publish position %d (event %s): the message is %d bytes, more than the NATS max payload: "+
+				"it was not written through orisun's append (which checks the limit); raise ORISUN_NATS_MAX_PAYLOAD or repair the row: %w",
+				e.Position, e.ID, len(msg.Data)+headerSize(msg.Header), err)
+		}
 		if err != nil {
 			return fmt.Errorf("publish position %d: %w", e.Position, err)
 		}
@@ -563,4 +569,15 @@ func (b *backoff) wait(ctx context.Context) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// headerSize is roughly what the headers add to a message on the wire.
+func headerSize(h nats.Header) int {
+	n := 12
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }

@@ -17,6 +17,7 @@ type Server struct {
 	bin  string
 	data string
 	user string
+	opts string
 }
 
 // StartServer starts a throwaway PostgreSQL on a free loopback port with
@@ -49,8 +50,8 @@ func StartServer(t testing.TB) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s.run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.data, "server.log"), "-w", "-t", "60",
-		"-o", fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s", port, dir), "start")
+	s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s", port, dir)
+	s.Start(t)
 	t.Cleanup(func() {
 		_ = s.command("pg_ctl", "-D", s.data, "-m", "immediate", "-w", "-t", "30", "stop").Run()
 	})
@@ -63,6 +64,19 @@ func StartServer(t testing.TB) *Server {
 func (s *Server) CrashRestart(t testing.TB) {
 	t.Helper()
 	s.run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.data, "server.log"), "-m", "immediate", "-w", "-t", "60", "restart")
+}
+
+// Stop shuts the server down (fast mode: sessions are ended, committed data
+// stays), so that tests can see the store unreachable.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.run(t, "pg_ctl", "-D", s.data, "-m", "fast", "-w", "-t", "60", "stop")
+}
+
+// Start starts the server (again) on its port.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	s.run(t, "pg_ctl", "-D", s.data, "-l", filepath.Join(s.data, "server.log"), "-w", "-t", "60", "-o", s.opts, "start")
 }
 
 func (s *Server) command(name string, args ...string) *exec.Cmd {
