@@ -76,7 +76,7 @@ func startRelay(t *testing.T, id, pgURL string, ttl time.Duration) *relay {
 		"ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
 		"ORISUN_DATA_DIR="+t.TempDir(), "ORISUN_NATS_PORT="+strconv.Itoa(r.port),
 		"ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_PUBLISH_BATCH=100",
-		"ORISUN_LOG_LEVEL=debug")
+		"ORISUN_LOG_LEVEL=debug", "ORISUN_HTTP_ADDR=127.0.0.1:0")
 	stderr, err := r.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

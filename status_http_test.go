@@ -226,6 +226,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	if !strings.Contains(p.Reason, "maximum messages") || p.Head != 8 || p.Published != 5 || p.LagEvents != 3 || p.Since.IsZero() {
 		t.Fatalf("paused status: %+v", p)
 	}
+	t.Logf("paused: %q", p.Reason)
 	_, m := httpGet(t, n, "/metrics")
 	wantMetric(t, m, "orisun_publisher_state", `boundary="default",state="paused"`, 1)
 	wantMetric(t, m, "orisun_publisher_state", `boundary="default",state="leading"`, 0)
@@ -289,6 +290,9 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 		t.Fatalf("stalled without a reason or a measurement error: %+v", s)
 	}
 	st := httpStatus(t, n)
+	if js, err := json.MarshalIndent(st, "", "  "); err == nil {
+		t.Logf("status with the store down:\n%s", js)
+	}
 	if st.Store.OK || st.Store.Error == "" || st.Settled {
 		t.Fatalf("store down but the status says %+v", st)
 	}

@@ -131,8 +131,7 @@ func (r *run) loop(ctx context.Context) error {
 				return nil
 			}
 			if isPaused(err) {
-				p.setState(StatePaused, err.Error()+" (JetStream's memory must hold every boundary's stream: "+
-					"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more memory)", err)
+				p.setState(StatePaused, pausedReason(err), err)
 			} else {
 				p.setState(StateStalled, err.Error(), err)
 			}
@@ -147,7 +146,7 @@ func (r *run) loop(ctx context.Context) error {
 		}
 		if err != nil && ctx.Err() == nil {
 			if isPaused(err) {
-				p.setState(StatePaused, err.Error(), err)
+				p.setState(StatePaused, pausedReason(err), err)
 			} else {
 				p.setState(StateStalled, err.Error(), err)
 			}
@@ -534,6 +533,13 @@ func (r *run) finalCheckpoint() {
 // isPaused reports whether JetStream refuses for a reason of its own limits
 // (a full stream with discard-new, or the server's memory or storage is
 // exhausted), as opposed to a failure of orisun or the store.
+// pausedReason says what JetStream refused and what an operator can do.
+func pausedReason(err error) string {
+	return err.Error() + " (JetStream refuses to store more: it needs memory for every boundary's stream, and orisun's " +
+		"streams discard old messages at their limits, so check that nobody changed the stream's discard policy, lower " +
+		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more memory; nothing is skipped, the publisher retries)"
+}
+
 func isPaused(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {

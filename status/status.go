@@ -58,12 +58,12 @@ type BoundaryStatus struct {
 	// standby, paused or stalled, why, and since when.
 	State  publisher.State `json:"state"`
 	Reason string          `json:"reason"`
-	Since  time.Time       `json:"since"`
+	Since  time.Time       `json:"since,omitzero"`
 	// LeaseHolder and LeaseTerm describe the current lease (any node's);
 	// LeaseExpires is its expiry in the store's clock.
 	LeaseHolder  string    `json:"lease_holder"`
 	LeaseTerm    uint64    `json:"lease_term"`
-	LeaseExpires time.Time `json:"lease_expires"`
+	LeaseExpires time.Time `json:"lease_expires,omitzero"`
 	// Subscriptions of this node by phase, and how often a live one went
 	// back to the store.
 	SubsCatchingUp int64 `json:"subscriptions_catching_up"`

@@ -47,6 +47,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"ORISUN_LOG_FORMAT":           "xml",
 		"ORISUN_NATS_MAX_PAYLOAD":     "10",
 		"ORISUN_NATS_STREAM_REPLICAS": "3",
+		"ORISUN_HTTP_ADDR":            "localhost",
+		"ORISUN_STALL_THRESHOLD":      "1ns",
 	}
 	for variable, value := range cases {
 		t.Run(variable, func(t *testing.T) {
@@ -111,14 +113,17 @@ type proc struct {
 	done  chan struct{}
 }
 
-func start(t *testing.T, dir string) *proc {
+// start runs `orisun serve` on dir with a random NATS port and status
+// listener; env adds or overrides variables.
+func start(t *testing.T, dir string, env ...string) *proc {
 	t.Helper()
 	bin, err := build()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "ORISUN_DATA_DIR="+dir, "ORISUN_NATS_PORT=-1", "ORISUN_LOG_FORMAT=text")
+	cmd.Env = append(os.Environ(), "ORISUN_DATA_DIR="+dir, "ORISUN_NATS_PORT=-1", "ORISUN_LOG_FORMAT=text", "ORISUN_HTTP_ADDR=127.0.0.1:0")
+	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/backend/postgres"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// httpAddrOf waits for the process's status listener and returns its address.
+func (p *proc) httpAddrOf(t *testing.T) string {
+	t.Helper()
+	line := p.waitLine(t, "status HTTP listener ready")
+	m := regexp.MustCompile(`addr=(\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no address in %q", line)
+	}
+	return m[1]
+}
+
+// runBin runs the built binary with args and returns its exit code, stdout
+// and stderr.
+func runBin(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	bin, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// TestStatusWaitSettled uses `orisun status` as a user's script would:
+// append, `orisun status --wait-settled` exits 0 once everything is
+// published; with an event that cannot be published it exits 1 on timeout
+// and says which boundary is behind and why.
+func TestStatusWaitSettled(t *testing.T) {
+	url := pgtest.URL(t)
+	p := start(t, t.TempDir(), "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+url, "ORISUN_NATS_MAX_PAYLOAD=4096",
+		"ORISUN_POLL_INTERVAL=100ms", "ORISUN_NODE_ID=status-node")
+	addr := p.httpAddrOf(t)
+	p.waitLine(t, "publisher leading")
+
+	ctx := context.Background()
+	store, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	evs := make([]orisun.EventIn, 50)
+	for i := range evs {
+		evs[i] = orisun.EventIn{Type: "script.step", Data: json.RawMessage(`{"n":1}`)}
+	}
+	evs, err = event.Prepare("default", evs, event.Limits{MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, MaxEventBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, "default", evs, nil); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runBin(t, "status", "--http", addr, "--wait-settled=60s")
+	if code != 0 || !strings.Contains(out, "settled: yes") || !strings.Contains(out, "default") {
+		t.Fatalf("status --wait-settled: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	t.Logf("orisun status --wait-settled:\n%s", out)
+
+	code, out, errs = runBin(t, "status", "--http", addr, "--json")
+	var st orisun.Status
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, out, errs)
+	}
+	if !st.Settled || st.NodeID != "status-node" || len(st.Boundaries) != 1 || st.Boundaries[0].Head != 50 || st.Boundaries[0].Published != 50 {
+		t.Fatalf("status --json: %+v", st)
+	}
+
+	// An event larger than the NATS max payload, committed behind the
+	// API's back: the boundary cannot settle.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default' RETURNING head)
+		INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
+		SELECT 'default', h.head, gen_random_uuid(), 'raw.big', now(), '{}', json_build_object('p', repeat('x', 8000)) FROM h`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, _, errs = runBin(t, "status", "--http", addr, "--wait-settled=3s")
+	if code != 1 || !strings.Contains(errs, "not settled after 3s") || !strings.Contains(errs, "published 50 of head 51") ||
+		!strings.Contains(errs, "max payload") {
+		t.Fatalf("status --wait-settled with an unpublishable event: exit %d, stderr:\n%s", code, errs)
+	}
+	if time.Since(start) < 3*time.Second {
+		t.Fatalf("gave up after %s, before its timeout", time.Since(start))
+	}
+	t.Logf("orisun status --wait-settled=3s: %s", errs)
+
+	// No node there: exit 1 and say where it looked.
+	code, _, errs = runBin(t, "status", "--http", "127.0.0.1:1")
+	if code != 1 || !strings.Contains(errs, "127.0.0.1:1") {
+		t.Fatalf("status against nothing: exit %d, %s", code, errs)
+	}
+}
+
+func TestStatusFlags(t *testing.T) {
+	var out, errw strings.Builder
+	if code := run([]string{"status", "--wait-settled=soon"}, &out, &errw); code != 2 || !strings.Contains(errw.String(), "wait-settled") {
+		t.Fatalf("bad timeout: code %d, %q", code, errw.String())
+	}
+	w := &waitFlag{timeout: time.Minute}
+	if err := w.Set("true"); err != nil || !w.on || w.timeout != time.Minute {
+		t.Fatalf("bare --wait-settled: %+v %v", w, err)
+	}
+	if err := w.Set("90s"); err != nil || !w.on || w.timeout != 90*time.Second {
+		t.Fatalf("--wait-settled=90s: %+v %v", w, err)
+	}
+	for in, want := range map[string]string{"127.0.0.1:8990": "http://127.0.0.1:8990/status", ":9000": "http://127.0.0.1:9000/status", "https://h:1/": "https://h:1/status"} {
+		if got := statusURL(in); got != want {
+			t.Fatalf("statusURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package status_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
+)
+
+type fixed struct {
+	st  status.Status
+	err error
+}
+
+func (f *fixed) Status(context.Context) (status.Status, error) { return f.st, f.err }
+
+func TestReady(t *testing.T) {
+	now := time.Now()
+	ok := status.Status{Store: status.Health{OK: true}, NATS: status.Health{OK: true}, Boundaries: []status.BoundaryStatus{
+		{Name: "a", State: publisher.StateLeading, Since: now.Add(-time.Hour)},
+		{Name: "b", State: publisher.StateStalled, Since: now.Add(-10 * time.Second), Reason: "read boundary: boom"},
+		{Name: "c", State: publisher.StatePaused, Since: now.Add(-time.Hour)},
+	}}
+	if r := status.Ready(ok, 30*time.Second, now); !r.Ready {
+		t.Fatalf("a stall younger than the threshold is still ready: %+v", r)
+	}
+	r := status.Ready(ok, 5*time.Second, now)
+	if r.Ready || len(r.Reasons) != 1 || !strings.Contains(r.Reasons[0], "boundary b") || !strings.Contains(r.Reasons[0], "boom") {
+		t.Fatalf("a stall past the threshold: %+v", r)
+	}
+	down := ok
+	down.Store = status.Health{Error: "dial tcp: refused"}
+	down.NATS = status.Health{Error: "timeout"}
+	r = status.Ready(down, time.Hour, now)
+	if r.Ready || len(r.Reasons) != 2 || !strings.Contains(r.Reasons[0], "refused") || !strings.Contains(r.Reasons[1], "timeout") {
+		t.Fatalf("store and NATS down: %+v", r)
+	}
+}
+
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServerLifecycle: a taken address fails Start with the variable's
+// name; a measurement error is a 503, never a 200; Stopping turns /readyz
+// to 503 while /healthz stays up; Stop is safe twice and before Start.
+func TestServerLifecycle(t *testing.T) {
+	if err := status.NewServer(&fixed{}, status.Options{}).Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := status.NewServer(&fixed{}, status.Options{Addr: ln.Addr().String()}).Start(); err == nil || !strings.Contains(err.Error(), "ORISUN_HTTP_ADDR") {
+		t.Fatalf("taken address: %v", err)
+	}
+
+	src := &fixed{st: status.Status{Store: status.Health{OK: true}, NATS: status.Health{OK: true}, Settled: true}}
+	s := status.NewServer(src, status.Options{Addr: "127.0.0.1:0"})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, s.Addr(), "/readyz"); code != 200 || !strings.Contains(body, `"ready": true`) {
+		t.Fatalf("/readyz: %d %s", code, body)
+	}
+	src.err = errors.New("node not running")
+	if code, body := get(t, s.Addr(), "/status"); code != 503 || !strings.Contains(body, "node not running") {
+		t.Fatalf("/status with a failed measurement: %d %s", code, body)
+	}
+	if code, body := get(t, s.Addr(), "/metrics"); code != 200 || !strings.Contains(body, "orisun_status_scrape_error 1") {
+		t.Fatalf("/metrics with a failed measurement: %d %s", code, body)
+	}
+	src.err = nil
+	s.Stopping()
+	if code, body := get(t, s.Addr(), "/readyz"); code != 503 || !strings.Contains(body, "shutting down") {
+		t.Fatalf("/readyz while stopping: %d %s", code, body)
+	}
+	if code, _ := get(t, s.Addr(), "/healthz"); code != 200 {
+		t.Fatalf("/healthz while stopping: %d", code)
+	}
+	addr := s.Addr()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("still listening after Stop")
+	}
+}
