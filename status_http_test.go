@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -203,7 +204,8 @@ func TestStatusLeadingAndStandby_I7(t *testing.T) {
 // paused with JetStream's reason, nothing is skipped, and once JetStream
 // accepts again it is leading with the reason cleared.
 func TestStatusPausedAndRecovers_I7(t *testing.T) {
-	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.EventStreamMaxMsgs = 5 })
+	logs := &logCounter{}
+	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.EventStreamMaxMsgs = 5 }, orisun.WithLogger(slog.New(logs)))
 	ctx := context.Background()
 	if _, err := n.Append(ctx, "default", events(5, "fill", 32), nil); err != nil {
 		t.Fatal(err)
@@ -227,6 +229,12 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		t.Fatalf("paused status: %+v", p)
 	}
 	t.Logf("paused: %q", p.Reason)
+	// The publisher retries with backoff (0.1s, 0.2s, 0.4s, …) while
+	// paused; the state change is logged once, not once per retry.
+	time.Sleep(1500 * time.Millisecond)
+	if got := logs.count("publisher paused"); got != 1 {
+		t.Fatalf("\"publisher paused\" logged %d times at info or above, want once", got)
+	}
 	_, m := httpGet(t, n, "/metrics")
 	wantMetric(t, m, "orisun_publisher_state", `boundary="default",state="paused"`, 1)
 	wantMetric(t, m, "orisun_publisher_state", `boundary="default",state="leading"`, 0)
@@ -247,6 +255,9 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	_, m = httpGet(t, n, "/metrics")
 	wantMetric(t, m, "orisun_publisher_state", `boundary="default",state="paused"`, 0)
 	wantMetric(t, m, "orisun_publisher_state", `boundary="default",state="leading"`, 1)
+	if got := logs.count("publisher leading"); got != 2 {
+		t.Fatalf("\"publisher leading\" logged %d times at info or above, want twice (start, recovery)", got)
+	}
 	// Nothing was skipped: the stream's last sequence is the head.
 	if _, last := checkStream(t, n, "default"); last != 8 {
 		t.Fatalf("stream ends at %d, want 8", last)
@@ -520,4 +531,32 @@ func connect(t testing.TB, n *orisun.Node) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// logCounter is a slog handler that counts messages at info and above.
+type logCounter struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logCounter) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelInfo }
+func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.msgs = append(l.msgs, r.Message)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logCounter) WithGroup(string) slog.Handler      { return l }
+
+func (l *logCounter) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if m == msg {
+			n++
+		}
+	}
+	return n
 }

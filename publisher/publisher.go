@@ -384,7 +384,12 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 			}
 			continue
 		}
-		p.setState(StateLeading, "publishing", nil)
+		// After a pause or a stall the state turns back to leading only once
+		// a batch is acknowledged: a retry that fails again must not flap
+		// the state (and the log) between leading and paused.
+		if !p.troubled() {
+			p.setState(StateLeading, "publishing", nil)
+		}
 		if events[0].Position != next {
 			// The store broke I1: never publish around a hole.
 			return fmt.Errorf("store returned position %d after %d: a gap in the store", events[0].Position, next-1)
@@ -399,6 +404,7 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 		}
 		last := events[len(events)-1].Position
 		r.acked = last
+		p.setState(StateLeading, "publishing", nil)
 		if p.cfg.AfterAck != nil {
 			p.cfg.AfterAck(last)
 		}

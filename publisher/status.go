@@ -61,3 +61,10 @@ func (p *Publisher) setState(s State, reason string, err error) {
 		p.log.Info("publisher "+string(s), "reason", reason)
 	}
 }
+
+// troubled reports whether the publisher is paused or stalled.
+func (p *Publisher) troubled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.State == StatePaused || p.state.State == StateStalled
+}
