@@ -45,6 +45,7 @@ type (
 	QueryItem        = event.QueryItem
 	Condition        = event.Condition
 	AppendResult     = event.AppendResult
+	Latest           = event.Latest
 	Handler          = catchup.Handler
 	SubscribeOptions = catchup.Options
 )
@@ -453,6 +454,26 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 		return "", nil, err
 	}
 	return store.Read(ctx, boundary, after, limit, q)
+}
+
+// ReadLatest returns the last event of the boundary matching q (nil: any
+// event; Latest.Event is nil when none matches) and the boundary's head,
+// read in one snapshot: the context of a decision. Append the decision's
+// events under Condition{Query: *q, After: latest.Head} and the append fails
+// with a *event.ConflictError if an event matching q arrived meanwhile
+// (DESIGN §4); read again and decide again.
+func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Latest, error) {
+	store, _, err := n.ready()
+	if err != nil {
+		return Latest{}, err
+	}
+	if err := event.ValidateBoundaryName(boundary); err != nil {
+		return Latest{}, err
+	}
+	if err := event.ValidateQuery(q); err != nil {
+		return Latest{}, err
+	}
+	return store.Latest(ctx, boundary, q)
 }
 
 // Subscribe delivers the boundary's events after position after to h,

@@ -54,6 +54,19 @@ type Reader interface {
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 }
 
+// LatestReader reads the context of a decision (DESIGN §4): the last event
+// matching a query, with the head to put in the condition of the append
+// that follows. A key-value backend answers it with a reverse range scan
+// (of an index by type or tag, or of the log) bounded by the head it read.
+type LatestReader interface {
+	// Latest returns the boundary's epoch and head and the event matching q
+	// (nil: every event) with the highest position, or a nil Event when none
+	// matches, all read in one snapshot: no event after Head was seen, and
+	// every event up to Head was. ErrNotFound if the boundary does not
+	// exist.
+	Latest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error)
+}
+
 // Checkpoints stores each boundary's publish checkpoint.
 type Checkpoints interface {
 	// Checkpoint returns the last position the publisher saved (0: none).
@@ -105,6 +118,7 @@ type Store interface {
 	Boundaries
 	Appender
 	Reader
+	LatestReader
 	Checkpoints
 	Leases
 	Notifier

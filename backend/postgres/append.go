@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,7 +97,7 @@ func (s *Store) enqueue(r *appendRequest) bool {
 	q := s.queues[r.boundary]
 	s.queues[r.boundary] = append(q, r)
 	s.waiting.Add(1)
-	if len(q) == 0 && !s.active[r.boundary] {
+	if len(q) == 0 && !s.active[r.boundary] && !s.held[r.boundary] {
 		s.ready = append(s.ready, r.boundary)
 		s.cond.Signal()
 	}
@@ -121,6 +122,19 @@ func (s *Store) worker() {
 		}
 		b := s.ready[0]
 		s.ready = s.ready[1:]
+		if d := s.cfg.GroupDelay; d > 0 {
+			// Let more requests join: the boundary is this worker's (active)
+			// while it waits, so no other worker takes it.
+			s.active[b] = true
+			s.mu.Unlock()
+			s.waitDelay(d)
+			s.mu.Lock()
+			delete(s.active, b)
+			if s.closing {
+				s.mu.Unlock()
+				return
+			}
+		}
 		group := s.drain(b)
 		if len(group) == 0 {
 			continue // every request of the queue was abandoned
@@ -132,13 +146,68 @@ func (s *Store) worker() {
 
 		s.mu.Lock()
 		delete(s.active, b)
-		if len(s.queues[b]) > 0 && !s.closing {
+		if len(s.queues[b]) > 0 && !s.closing && !s.held[b] {
 			// More arrived meanwhile: back of the line, so a busy boundary
 			// cannot starve the others.
 			s.ready = append(s.ready, b)
 			s.cond.Signal()
 		}
 	}
+}
+
+// waitDelay waits d, or less when the store closes.
+func (s *Store) waitDelay(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closed:
+	}
+}
+
+// holdGroups makes the workers begin no group of boundary b until release
+// is called; queued reports how many requests of b wait meanwhile. The
+// requests waiting at release go in the next group (up to GroupMaxEvents),
+// in their order of arrival. For tests: it puts requests in one group
+// deterministically, without timing. A group of b already running is not
+// held.
+func (s *Store) holdGroups(b string) (queued func() int, release func()) {
+	s.mu.Lock()
+	s.held[b] = true
+	s.mu.Unlock()
+	var once sync.Once
+	queued = func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for _, r := range s.queues[b] {
+			if r.state.Load() == stateQueued {
+				n++
+			}
+		}
+		return n
+	}
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.held, b)
+			if len(s.queues[b]) > 0 && !s.active[b] && !s.closing && !contains(s.ready, b) {
+				s.ready = append(s.ready, b)
+				s.cond.Signal()
+			}
+		})
+	}
+	return queued, release
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // drain takes the requests for the next group of boundary b off its queue:

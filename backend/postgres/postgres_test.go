@@ -43,13 +43,13 @@ func setup(t testing.TB, cfg Config) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) }, features)
 }
 
 // TestConformanceSmallGroups runs the suite with groups of at most 3 events,
 // so requests are carried over from one group to the next all the time.
 func TestConformanceSmallGroups(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) }, features)
 }
 
 // --- helpers ---------------------------------------------------------------
@@ -1215,4 +1215,10 @@ func TestOpenUnresponsiveServerTimesOut(t *testing.T) {
 	if !errors.Is(err, event.ErrUnavailable) {
 		t.Fatalf("error %v is not ErrUnavailable", err)
 	}
+}
+
+// features are the PostgreSQL store's test hooks for the conformance suite.
+var features = backendtest.Features{
+	HoldGroups: func(s backend.Store, b string) (func() int, func()) { return s.(*Store).holdGroups(b) },
+	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
 }

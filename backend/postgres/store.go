@@ -54,6 +54,11 @@ type Config struct {
 	// GroupMaxEvents is the most events one group commit gathers (default
 	// 1000). A single append larger than this still commits, alone.
 	GroupMaxEvents int
+	// GroupDelay is how long a worker waits, once a boundary has a request
+	// and before it takes the boundary's group, for more requests to join
+	// (default 0: a group takes what waits and commits at once; while it
+	// commits the next group of the boundary gathers anyway).
+	GroupDelay time.Duration
 	// Logger receives the store's logs (default: discarded).
 	Logger *slog.Logger
 	// ListenReconnectMin and ListenReconnectMax bound the exponential
@@ -89,6 +94,8 @@ func (c *Config) validate() error {
 	case c.GroupMaxEvents < 1:
 		return fmt.Errorf("%w: postgres: GroupMaxEvents is %d; use a positive number (0 means %d)",
 			event.ErrInvalid, c.GroupMaxEvents, DefaultGroupMaxEvents)
+	case c.GroupDelay < 0:
+		return fmt.Errorf("%w: postgres: GroupDelay is %s; it must not be negative", event.ErrInvalid, c.GroupDelay)
 	case c.ListenReconnectMin < 0 || c.ListenReconnectMax < 0:
 		return fmt.Errorf("%w: postgres: ListenReconnectMin (%s) and ListenReconnectMax (%s) must not be negative",
 			event.ErrInvalid, c.ListenReconnectMin, c.ListenReconnectMax)
@@ -119,6 +126,8 @@ type Store struct {
 	active  map[string]bool
 	closing bool
 	workers sync.WaitGroup
+	// held are the boundaries whose groups a test holds open (holdGroups).
+	held map[string]bool
 
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -190,6 +199,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		listenCfg:  listenCfg,
 		queues:     make(map[string][]*appendRequest),
 		active:     make(map[string]bool),
+		held:       make(map[string]bool),
 		closed:     make(chan struct{}),
 		listenDone: make(chan struct{}),
 	}
@@ -217,7 +227,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	listenCtx, cancel := context.WithCancel(context.Background())
 	s.listenCancel = cancel
 	go s.listen(listenCtx)
-	s.log.Info("postgres store open", "max_conns", cfg.MaxConns, "writers", n, "group_max_events", cfg.GroupMaxEvents)
+	s.log.Info("postgres store open", "max_conns", cfg.MaxConns, "writers", n, "group_max_events", cfg.GroupMaxEvents,
+		"group_delay", cfg.GroupDelay)
 	return s, nil
 }
 

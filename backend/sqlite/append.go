@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -121,6 +122,11 @@ func (s *Store) writer() {
 		}
 		group := []*appendRequest{first}
 		n := len(first.events)
+		if h := s.hold.Load(); h != nil {
+			group = s.gatherHeld(h, group)
+			s.commitGroup(group)
+			continue
+		}
 	drain:
 		for n < s.cfg.GroupMaxEvents {
 			select {
@@ -135,7 +141,66 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
+		if s.cfg.GroupDelay > 0 && carry == nil && n < s.cfg.GroupMaxEvents {
+			group, carry = s.gatherFor(s.cfg.GroupDelay, group, n)
+		}
 		s.commitGroup(group)
+	}
+}
+
+// gatherFor waits up to d for more requests to join group (of n events),
+// up to the group size; a request that does not fit is returned as carry.
+func (s *Store) gatherFor(d time.Duration, group []*appendRequest, n int) ([]*appendRequest, *appendRequest) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for n < s.cfg.GroupMaxEvents {
+		select {
+		case r := <-s.requests:
+			if n+len(r.events) > s.cfg.GroupMaxEvents {
+				return group, r
+			}
+			group = append(group, r)
+			n += len(r.events)
+		case <-timer.C:
+			return group, nil
+		case <-s.closing:
+			return group, nil
+		}
+	}
+	return group, nil
+}
+
+// groupHold is the test hook that holds a group open: the writer takes
+// every request that arrives into the group until release is closed.
+type groupHold struct {
+	release chan struct{}
+	queued  atomic.Int64
+}
+
+// holdGroups makes the next group wait for release, gathering every request
+// that arrives meanwhile (whatever the group size), in order of arrival.
+// queued reports how many the writer holds. For tests: it puts requests in
+// one group deterministically, without timing.
+func (s *Store) holdGroups() (queued func() int, release func()) {
+	h := &groupHold{release: make(chan struct{})}
+	s.hold.Store(h)
+	var once sync.Once
+	return func() int { return int(h.queued.Load()) }, func() { once.Do(func() { close(h.release) }) }
+}
+
+func (s *Store) gatherHeld(h *groupHold, group []*appendRequest) []*appendRequest {
+	defer s.hold.CompareAndSwap(h, nil)
+	h.queued.Store(int64(len(group)))
+	for {
+		select {
+		case r := <-s.requests:
+			group = append(group, r)
+			h.queued.Add(1)
+		case <-h.release:
+			return group
+		case <-s.closing:
+			return group
+		}
 	}
 }
 

@@ -45,6 +45,12 @@ WHERE boundary = ? AND id IN (`
 	sqlReadPrefix = `SELECT position, id, type, time, tags, data, metadata FROM events WHERE boundary = ? AND position > ?`
 	sqlReadSuffix = ` ORDER BY position LIMIT ?`
 
+	// Read-latest: the head and epoch, then the matching event with the
+	// highest position up to that head, in one read transaction.
+	sqlSelectEpochHead = `SELECT epoch, head FROM boundaries WHERE name = ?`
+	sqlLatestPrefix    = `SELECT position, id, type, time, tags, data, metadata FROM events WHERE boundary = ? AND position <= ?`
+	sqlLatestSuffix    = ` ORDER BY position DESC LIMIT 1`
+
 	// A query item's tag test: the event's JSON array of tags holds the
 	// value. Correct first; a tag index can come later without changing
 	// the contract.

@@ -42,13 +42,13 @@ func setup(t testing.TB, cfg Config) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) }, features)
 }
 
 // TestConformanceSmallGroups runs the suite with groups of at most 3 events,
 // so requests are carried over from one group to the next all the time.
 func TestConformanceSmallGroups(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3, Synchronous: "OFF"}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3, Synchronous: "OFF"}) }, features)
 }
 
 func prepared(t testing.TB, boundary string, n int) []event.Input {
@@ -716,4 +716,10 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 			}
 		}
 	}
+}
+
+// features are the SQLite store's test hooks for the conformance suite.
+var features = backendtest.Features{
+	HoldGroups: func(s backend.Store, _ string) (func() int, func()) { return s.(*Store).holdGroups() },
+	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
 }
