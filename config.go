@@ -66,6 +66,10 @@ type Config struct {
 
 	// AppendGroupMax is the most events one group commit transaction holds.
 	AppendGroupMax int `envconfig:"APPEND_GROUP_MAX" default:"1000"`
+	// AppendGroupDelay is how long a group commit waits for more appends to
+	// join before it begins (0: it takes what waits and begins at once;
+	// the next group gathers while one commits anyway).
+	AppendGroupDelay time.Duration `envconfig:"APPEND_GROUP_DELAY" default:"0s"`
 	// MaxAppendEvents and MaxAppendBytes bound one append request.
 	MaxAppendEvents int `envconfig:"MAX_APPEND_EVENTS" default:"10000"`
 	MaxAppendBytes  int `envconfig:"MAX_APPEND_BYTES" default:"33554432"`
@@ -226,6 +230,9 @@ func (c Config) Validate() error {
 	}
 	if c.AppendGroupMax < 1 || c.AppendGroupMax > 100000 {
 		bad("APPEND_GROUP_MAX", "%d is outside 1–100000", c.AppendGroupMax)
+	}
+	if c.AppendGroupDelay < 0 || c.AppendGroupDelay > 100*time.Millisecond {
+		bad("APPEND_GROUP_DELAY", "%s is outside 0–100ms", c.AppendGroupDelay)
 	}
 	if c.MaxAppendEvents < 1 || c.MaxAppendEvents > 100000 {
 		bad("MAX_APPEND_EVENTS", "%d is outside 1–100000", c.MaxAppendEvents)

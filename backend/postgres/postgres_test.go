@@ -48,6 +48,12 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceSmallGroups runs the suite with groups of at most 3 events,
 // so requests are carried over from one group to the next all the time.
+// TestConformanceGroupDelay runs the suite with a group delay, so groups
+// wait for requests to join them.
+func TestConformanceGroupDelay(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupDelay: 200 * time.Microsecond}) }, features)
+}
+
 func TestConformanceSmallGroups(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) }, features)
 }
@@ -824,6 +830,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no URL", Config{}, "URL is empty"},
 		{"negative conns", Config{URL: "postgres://x@127.0.0.1/db", MaxConns: -1}, "MaxConns is -1"},
 		{"negative group", Config{URL: "postgres://x@127.0.0.1/db", GroupMaxEvents: -1}, "GroupMaxEvents is -1"},
+		{"negative delay", Config{URL: "postgres://x@127.0.0.1/db", GroupDelay: -time.Millisecond}, "GroupDelay is -1ms"},
 		{"reconnect min above max", Config{URL: "postgres://x@127.0.0.1/db", ListenReconnectMin: time.Minute, ListenReconnectMax: time.Second},
 			"ListenReconnectMin (1m0s) is above ListenReconnectMax (1s)"},
 		{"unparsable URL", Config{URL: "postgres://user:s3cret@127.0.0.1:notaport/db"}, "URL is not a valid PostgreSQL connection string"},

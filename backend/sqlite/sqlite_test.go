@@ -47,6 +47,12 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceSmallGroups runs the suite with groups of at most 3 events,
 // so requests are carried over from one group to the next all the time.
+// TestConformanceGroupDelay runs the suite with a group delay, so groups
+// wait for requests to join them.
+func TestConformanceGroupDelay(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupDelay: 200 * time.Microsecond}) }, features)
+}
+
 func TestConformanceSmallGroups(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3, Synchronous: "OFF"}) }, features)
 }
@@ -192,6 +198,7 @@ func TestConfigValidation(t *testing.T) {
 		{"bad synchronous", Config{Dir: t.TempDir(), Synchronous: "FAST"}, `Synchronous is "FAST"; use OFF, NORMAL, FULL or EXTRA`},
 		{"injected synchronous", Config{Dir: t.TempDir(), Synchronous: "FULL); DROP TABLE events; --"}, "Synchronous is"},
 		{"negative group", Config{Dir: t.TempDir(), GroupMaxEvents: -1}, "GroupMaxEvents is -1"},
+		{"negative delay", Config{Dir: t.TempDir(), GroupDelay: -time.Millisecond}, "GroupDelay is -1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

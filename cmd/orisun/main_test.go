@@ -47,6 +47,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"ORISUN_LOG_FORMAT":           "xml",
 		"ORISUN_NATS_MAX_PAYLOAD":     "10",
 		"ORISUN_NATS_STREAM_REPLICAS": "3",
+		"ORISUN_APPEND_GROUP_DELAY":   "1s",
+		"ORISUN_APPEND_GROUP_MAX":     "0",
 	}
 	for variable, value := range cases {
 		t.Run(variable, func(t *testing.T) {
