@@ -206,7 +206,7 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 			URL:            n.cfg.PGURL,
 			MaxConns:       n.cfg.PGMaxConns,
 			GroupMaxEvents: n.cfg.AppendGroupMax,
-			GroupDelay:     n.cfg.AppendGroupDelay,
+			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
 			Logger:         n.log.With("component", "postgres"),
 		})
 		if err != nil {
@@ -218,7 +218,7 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 			Dir:            n.cfg.DataDir,
 			Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
 			GroupMaxEvents: n.cfg.AppendGroupMax,
-			GroupDelay:     n.cfg.AppendGroupDelay,
+			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
 			Logger:         n.log.With("component", "sqlite"),
 		})
 		if err != nil {

@@ -101,6 +101,10 @@ func (s *Store) enqueue(r *appendRequest) bool {
 		s.ready = append(s.ready, r.boundary)
 		s.cond.Signal()
 	}
+	if ch := s.gathered[r.boundary]; ch != nil && len(q)+1 >= s.expect[r.boundary] {
+		close(ch)
+		delete(s.gathered, r.boundary)
+	}
 	return true
 }
 
@@ -122,13 +126,21 @@ func (s *Store) worker() {
 		}
 		b := s.ready[0]
 		s.ready = s.ready[1:]
-		if d := s.cfg.GroupDelay; d > 0 {
-			// Let more requests join: the boundary is this worker's (active)
-			// while it waits, so no other worker takes it.
+		if d := s.cfg.GroupDelay; d > 0 && len(s.queues[b]) < s.expect[b] {
+			// Let more requests join, up to as many as the last group had
+			// and left waiting: the callers of the last group usually come
+			// back at once, and a lone caller (expecting one) never waits.
+			// The boundary is this worker's (active) while it waits, so no
+			// other worker takes it.
 			s.active[b] = true
+			ch := make(chan struct{})
+			s.gathered[b] = ch
 			s.mu.Unlock()
-			s.waitDelay(d)
+			s.waitDelay(d, ch)
 			s.mu.Lock()
+			if s.gathered[b] == ch {
+				delete(s.gathered, b)
+			}
 			delete(s.active, b)
 			if s.closing {
 				s.mu.Unlock()
@@ -136,6 +148,7 @@ func (s *Store) worker() {
 			}
 		}
 		group := s.drain(b)
+		s.expect[b] = len(group) + len(s.queues[b])
 		if len(group) == 0 {
 			continue // every request of the queue was abandoned
 		}
@@ -155,12 +168,14 @@ func (s *Store) worker() {
 	}
 }
 
-// waitDelay waits d, or less when the store closes.
-func (s *Store) waitDelay(d time.Duration) {
+// waitDelay waits d, or less when enough requests gathered or the store
+// closes.
+func (s *Store) waitDelay(d time.Duration, gathered <-chan struct{}) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-gathered:
 	case <-s.closed:
 	}
 }
@@ -368,7 +383,7 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 		for end < len(todo) && g.reqs[todo[end]].cond == nil {
 			end++
 		}
-		if end-k >= 2 {
+		if end-k >= 2 && !g.s.perRequest {
 			steps = append(steps, g.runSteps(todo[k:end])...)
 			k = end
 			continue

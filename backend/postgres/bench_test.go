@@ -81,11 +81,25 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(b.N)/float64(n), "events/commit")
 		}
 	})
-	for _, delay := range []time.Duration{0, 500 * time.Microsecond, 2 * time.Millisecond} {
-		b.Run("single_64_callers/delay="+delay.String(), func(b *testing.B) {
-			benchSingle64(b, Config{GroupDelay: delay})
+	b.Run("single_64_callers/statement_per_request/delay=0s", func(b *testing.B) {
+		benchSingle64(b, Config{}, true)
+	})
+	for _, delay := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond} {
+		b.Run("single_64_callers/merged/delay="+delay.String(), func(b *testing.B) {
+			benchSingle64(b, Config{GroupDelay: delay}, false)
 		})
 	}
+	b.Run("single_1_caller/delay=1ms", func(b *testing.B) {
+		s := setup(b, Config{GroupDelay: time.Millisecond})
+		create(b, s, "bench")
+		b.ResetTimer()
+		runCallers(b, 1, func() error {
+			_, err := s.Append(context.Background(), "bench", benchEvents(1), nil)
+			return err
+		})
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
 	// raw_insert_8_conns is the reference the append path is measured
 	// against: the same rows (100 per statement) inserted by 8 connections
 	// into a copy of the events table (same columns, keys and indexes), as
@@ -164,8 +178,9 @@ func firstTags(tags [][]string) []string {
 }
 
 // benchSingle64: single-event appends from 64 callers to one boundary.
-func benchSingle64(b *testing.B, cfg Config) {
+func benchSingle64(b *testing.B, cfg Config, perRequest bool) {
 	s := setup(b, cfg)
+	s.perRequest = perRequest
 	create(b, s, "bench")
 	groups := s.groups.Load()
 	b.ResetTimer()

@@ -101,6 +101,10 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 func (s *Store) writer() {
 	defer close(s.done)
 	var carry *appendRequest // taken from the channel but over the last group's limit
+	// lastGroup is how many requests the last group held: their callers
+	// usually come back at once, so a group waits (GroupDelay at most)
+	// for that many, and a lone caller never waits.
+	lastGroup := 0
 	for {
 		var first *appendRequest
 		select {
@@ -141,19 +145,21 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
-		if s.cfg.GroupDelay > 0 && carry == nil && n < s.cfg.GroupMaxEvents {
-			group, carry = s.gatherFor(s.cfg.GroupDelay, group, n)
+		if s.cfg.GroupDelay > 0 && carry == nil && n < s.cfg.GroupMaxEvents && len(group) < lastGroup {
+			group, carry = s.gatherFor(s.cfg.GroupDelay, group, n, lastGroup)
 		}
+		lastGroup = len(group)
 		s.commitGroup(group)
 	}
 }
 
 // gatherFor waits up to d for more requests to join group (of n events),
-// up to the group size; a request that does not fit is returned as carry.
-func (s *Store) gatherFor(d time.Duration, group []*appendRequest, n int) ([]*appendRequest, *appendRequest) {
+// until it holds expect requests or the group size; a request that does
+// not fit is returned as carry.
+func (s *Store) gatherFor(d time.Duration, group []*appendRequest, n, expect int) ([]*appendRequest, *appendRequest) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	for n < s.cfg.GroupMaxEvents {
+	for n < s.cfg.GroupMaxEvents && len(group) < expect {
 		select {
 		case r := <-s.requests:
 			if n+len(r.events) > s.cfg.GroupMaxEvents {

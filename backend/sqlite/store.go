@@ -54,10 +54,12 @@ type Config struct {
 	// GroupMaxEvents is the most events one group commit gathers (default
 	// 1000). A single append larger than this still commits, alone.
 	GroupMaxEvents int
-	// GroupDelay is how long the writer waits, after the first request of
-	// a group and the ones already waiting, for more requests to join
-	// (default 0: a group takes what waits and commits at once; while it
-	// commits the next group gathers anyway). See the package doc.
+	// GroupDelay is the longest the writer waits, after the first request
+	// of a group and the ones already waiting, for more requests to join.
+	// It stops as soon as the group holds as many requests as the last one
+	// did (their callers usually come back at once), so a lone caller
+	// never waits. Default 0: a group takes what waits and commits at
+	// once (the next group gathers while one commits anyway).
 	GroupDelay time.Duration
 	// Logger receives the store's logs (default: discarded).
 	Logger *slog.Logger
