@@ -460,7 +460,7 @@ func findIDs(ctx context.Context, q execer, boundary string, events []event.Inpu
 
 // firstMatch finds the first event after cond.After that matches cond.Query.
 func firstMatch(ctx context.Context, q execer, boundary string, cond *event.Condition) (uint64, bool, error) {
-	filter, fargs := whereQuery(&cond.Query)
+	filter, fargs := whereQuery(&cond.Query, boundAfter)
 	args := append([]any{boundary, int64(cond.After)}, fargs...)
 	var pos int64
 	err := q.QueryRowContext(ctx, sqlFirstMatchPrefix+filter+sqlFirstMatchSuffix, args...).Scan(&pos)
@@ -531,10 +531,21 @@ func decodeTags(s string) ([]string, error) {
 	return tags, nil
 }
 
+// Position bounds of a query filter: ?2 is the position of every statement
+// a filter goes into, "after" it (read, condition) or "up to" it (latest).
+const (
+	boundAfter = "> ?2"
+	boundUpTo  = "<= ?2"
+)
+
 // whereQuery turns a query into " AND (item OR item …)" with its bind
-// values; an empty query is no filter at all. An item is "type IN (…)" and
-// one EXISTS per tag; an item with neither matches every event.
-func whereQuery(q *event.Query) (string, []any) {
+// values; an empty query is no filter at all. An item's types and each of
+// its tags are an IN list of the positions that match them, read from an
+// index (events_boundary_type_position, event_tags) and bounded by the
+// statement's position, so the planner drives the scan from the index
+// instead of reading every event past the position; an item with neither
+// matches every event.
+func whereQuery(q *event.Query, bound string) (string, []any) {
 	if q == nil || len(q.Items) == 0 {
 		return "", nil
 	}
@@ -548,7 +559,7 @@ func whereQuery(q *event.Query) (string, []any) {
 		sb.WriteString("(")
 		parts := 0
 		if len(it.Types) > 0 {
-			sb.WriteString("type IN (" + placeholders(len(it.Types)) + ")")
+			sb.WriteString(sqlTypeFilterPrefix + bound + sqlTypeFilterTypes + placeholders(len(it.Types)) + "))")
 			for _, t := range it.Types {
 				args = append(args, t)
 			}
@@ -558,7 +569,7 @@ func whereQuery(q *event.Query) (string, []any) {
 			if parts > 0 {
 				sb.WriteString(" AND ")
 			}
-			sb.WriteString(sqlTagFilter)
+			sb.WriteString(sqlTagFilterPrefix + bound + sqlTagFilterTag)
 			args = append(args, tag)
 			parts++
 		}

@@ -131,7 +131,7 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
-	filter, fargs := whereQuery(q)
+	filter, fargs := whereQuery(q, boundAfter)
 	args := make([]any, 0, 3+len(fargs))
 	args = append(args, boundary, int64(after))
 	args = append(args, fargs...)
@@ -189,7 +189,7 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 		return event.Latest{}, s.translate(op, err)
 	}
 	l.Head = uint64(head)
-	filter, fargs := whereQuery(q)
+	filter, fargs := whereQuery(q, boundUpTo)
 	args := append([]any{boundary, head}, fargs...)
 	e := event.Event{Boundary: boundary, Epoch: l.Epoch}
 	var pos, t int64
