@@ -10,7 +10,11 @@
 //     (I1). Appending an id already stored with the same content returns the
 //     stored positions and writes nothing; other content is ErrConflict.
 //     Concurrent appends may share one transaction (group commit), but one
-//     request's failure never fails another's.
+//     request's failure never fails another's, and a request's condition
+//     sees the events of the requests before it in the group (and never
+//     those of a request that failed).
+//   - Queries: nil, no items, or an item without types and tags match
+//     every event (see event.Query and docs/queries.md).
 //   - The checkpoint only moves forward, never past the head, and a write
 //     with a stale lease term changes nothing (ErrLeaseLost) (I3, I6).
 //   - Lease terms grow by one on every change of holder or expiry.
