@@ -68,6 +68,12 @@ type Config struct {
 
 	// AppendGroupMax is the most events one group commit transaction holds.
 	AppendGroupMax int `envconfig:"APPEND_GROUP_MAX" default:"1000"`
+	// AppendGroupDelay is the longest a group commit waits for more appends
+	// to join before it begins. It stops waiting as soon as as many appends
+	// wait as its boundary's last group held (their callers usually come
+	// back at once), so a lone caller never waits. Zero takes the default
+	// (200µs); a negative value (-1s) turns waiting off.
+	AppendGroupDelay time.Duration `envconfig:"APPEND_GROUP_DELAY" default:"200us"`
 	// MaxAppendEvents and MaxAppendBytes bound one append request.
 	MaxAppendEvents int `envconfig:"MAX_APPEND_EVENTS" default:"10000"`
 	MaxAppendBytes  int `envconfig:"MAX_APPEND_BYTES" default:"33554432"`
@@ -107,6 +113,7 @@ func Defaults() Config {
 		PollInterval:        time.Second,
 		LeaseTTL:            10 * time.Second,
 		AppendGroupMax:      1000,
+		AppendGroupDelay:    200 * time.Microsecond,
 		MaxAppendEvents:     10000,
 		MaxAppendBytes:      32 << 20,
 		HTTPAddr:            "127.0.0.1:8990",
@@ -169,6 +176,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AppendGroupMax == 0 {
 		c.AppendGroupMax = d.AppendGroupMax
+	}
+	if c.AppendGroupDelay == 0 {
+		c.AppendGroupDelay = d.AppendGroupDelay
 	}
 	if c.MaxAppendEvents == 0 {
 		c.MaxAppendEvents = d.MaxAppendEvents
@@ -243,6 +253,9 @@ func (c Config) Validate() error {
 	}
 	if c.AppendGroupMax < 1 || c.AppendGroupMax > 100000 {
 		bad("APPEND_GROUP_MAX", "%d is outside 1–100000", c.AppendGroupMax)
+	}
+	if c.AppendGroupDelay > 100*time.Millisecond {
+		bad("APPEND_GROUP_DELAY", "%s is above 100ms (a negative value turns the wait off)", c.AppendGroupDelay)
 	}
 	if c.MaxAppendEvents < 1 || c.MaxAppendEvents > 100000 {
 		bad("MAX_APPEND_EVENTS", "%d is outside 1–100000", c.MaxAppendEvents)

@@ -46,6 +46,7 @@ type (
 	QueryItem        = event.QueryItem
 	Condition        = event.Condition
 	AppendResult     = event.AppendResult
+	Latest           = event.Latest
 	Handler          = catchup.Handler
 	SubscribeOptions = catchup.Options
 )
@@ -222,6 +223,7 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 			URL:            n.cfg.PGURL,
 			MaxConns:       n.cfg.PGMaxConns,
 			GroupMaxEvents: n.cfg.AppendGroupMax,
+			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
 			Logger:         n.log.With("component", "postgres"),
 		})
 		if err != nil {
@@ -233,6 +235,7 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 			Dir:            n.cfg.DataDir,
 			Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
 			GroupMaxEvents: n.cfg.AppendGroupMax,
+			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
 			Logger:         n.log.With("component", "sqlite"),
 		})
 		if err != nil {
@@ -476,6 +479,26 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 		return "", nil, err
 	}
 	return store.Read(ctx, boundary, after, limit, q)
+}
+
+// ReadLatest returns the last event of the boundary matching q (nil: any
+// event; Latest.Event is nil when none matches) and the boundary's head,
+// read in one snapshot: the context of a decision. Append the decision's
+// events under Condition{Query: *q, After: latest.Head} and the append fails
+// with a *event.ConflictError if an event matching q arrived meanwhile
+// (DESIGN §4); read again and decide again.
+func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Latest, error) {
+	store, _, err := n.ready()
+	if err != nil {
+		return Latest{}, err
+	}
+	if err := event.ValidateBoundaryName(boundary); err != nil {
+		return Latest{}, err
+	}
+	if err := event.ValidateQuery(q); err != nil {
+		return Latest{}, err
+	}
+	return store.Latest(ctx, boundary, q)
 }
 
 // Subscribe delivers the boundary's events after position after to h,

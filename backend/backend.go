@@ -10,7 +10,11 @@
 //     (I1). Appending an id already stored with the same content returns the
 //     stored positions and writes nothing; other content is ErrConflict.
 //     Concurrent appends may share one transaction (group commit), but one
-//     request's failure never fails another's.
+//     request's failure never fails another's, and a request's condition
+//     sees the events of the requests before it in the group (and never
+//     those of a request that failed).
+//   - Queries: nil, no items, or an item without types and tags match
+//     every event (see event.Query and docs/queries.md).
 //   - The checkpoint only moves forward, never past the head, and a write
 //     with a stale lease term changes nothing (ErrLeaseLost) (I3, I6).
 //   - Lease terms grow by one on every change of holder or expiry.
@@ -52,6 +56,19 @@ type Reader interface {
 	// in position order, matching q (nil: all). The epoch is returned with
 	// them, read in the same snapshot.
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+}
+
+// LatestReader reads the context of a decision (DESIGN §4): the last event
+// matching a query, with the head to put in the condition of the append
+// that follows. A key-value backend answers it with a reverse range scan
+// (of an index by type or tag, or of the log) bounded by the head it read.
+type LatestReader interface {
+	// Latest returns the boundary's epoch and head and the event matching q
+	// (nil: every event) with the highest position, or a nil Event when none
+	// matches, all read in one snapshot: no event after Head was seen, and
+	// every event up to Head was. ErrNotFound if the boundary does not
+	// exist.
+	Latest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error)
 }
 
 // Checkpoints stores each boundary's publish checkpoint.
@@ -105,6 +122,7 @@ type Store interface {
 	Boundaries
 	Appender
 	Reader
+	LatestReader
 	Checkpoints
 	Leases
 	Notifier

@@ -45,8 +45,16 @@ type Boundary struct {
 	Head uint64 `json:"head"`
 }
 
-// Query selects events: an event matches when it matches any item. An empty
-// query (no items) matches every event.
+// Query selects events: an event matches when it matches any item.
+//
+// The empty query: a nil *Query and a Query with no items both match every
+// event, and so does an item with neither types nor tags (it constrains
+// nothing). Read with it is a plain read; a condition with it fails on any
+// event after its position, which is the optimistic "expected head" check
+// of a whole boundary. (An OR of no items could also mean "matches
+// nothing", but a condition that silently never fails is the worse
+// surprise: a user who sends no items gets the strictest check, not none.)
+// See docs/queries.md.
 type Query struct {
 	Items []QueryItem `json:"items"`
 }
@@ -104,6 +112,19 @@ func (it QueryItem) matches(e *Event) bool {
 type Condition struct {
 	Query Query  `json:"query"`
 	After uint64 `json:"after"`
+}
+
+// Latest is the answer of a read-latest: the last event matching a query
+// and the boundary's head, read in one snapshot. It is the context of a
+// decision: the application decides from Event (nil when nothing matches)
+// and appends under Condition{Query: q, After: Head}, which fails if any
+// event matching q was appended since (DESIGN §4).
+type Latest struct {
+	Epoch string `json:"epoch"`
+	// Head is the boundary's last committed position when Event was read.
+	Head uint64 `json:"head"`
+	// Event is the matching event with the highest position; nil: none.
+	Event *Event `json:"event"`
 }
 
 // AppendResult says where an append landed. First and Last are equal for a

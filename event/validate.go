@@ -21,6 +21,12 @@ const (
 	MaxTags = 64
 	// MaxTagLen is the longest tag, in bytes.
 	MaxTagLen = 255
+	// MaxQueryItems is the most items of one query; MaxQueryTypes and
+	// MaxQueryTags the most types and tags of one item. They bound the size
+	// of the statement a query becomes.
+	MaxQueryItems = 64
+	MaxQueryTypes = 64
+	MaxQueryTags  = MaxTags
 )
 
 // Limits are the configurable limits of an append.
@@ -108,12 +114,22 @@ func ValidateTag(tag string) error {
 	return nil
 }
 
-// ValidateQuery checks a query's types and tags.
+// ValidateQuery checks a query's types and tags, and its size. A nil query
+// and a query without items are valid: they match every event (see Query).
 func ValidateQuery(q *Query) error {
 	if q == nil {
 		return nil
 	}
+	if len(q.Items) > MaxQueryItems {
+		return fmt.Errorf("%w: query has %d items, the limit is %d", ErrTooLarge, len(q.Items), MaxQueryItems)
+	}
 	for i, it := range q.Items {
+		if len(it.Types) > MaxQueryTypes {
+			return fmt.Errorf("%w: query item %d has %d types, the limit is %d", ErrTooLarge, i, len(it.Types), MaxQueryTypes)
+		}
+		if len(it.Tags) > MaxQueryTags {
+			return fmt.Errorf("%w: query item %d has %d tags, the limit is %d", ErrTooLarge, i, len(it.Tags), MaxQueryTags)
+		}
 		for _, t := range it.Types {
 			if err := ValidateType(t); err != nil {
 				return fmt.Errorf("query item %d: %w", i, err)

@@ -128,3 +128,48 @@ func FuzzPrepare(f *testing.F) {
 		}
 	})
 }
+
+// TestValidateQuery: the empty query (nil, no items, an item without types
+// and tags) is valid and matches every event; bad values and oversized
+// queries are refused with the item named.
+func TestValidateQuery(t *testing.T) {
+	t.Parallel()
+	e := &event.Event{Type: "order.placed", Tags: []string{"order:1"}}
+	for name, q := range map[string]*event.Query{
+		"nil":         nil,
+		"no items":    {},
+		"empty items": {Items: []event.QueryItem{}},
+		"empty item":  {Items: []event.QueryItem{{}}},
+	} {
+		if err := event.ValidateQuery(q); err != nil {
+			t.Errorf("%s: %v, want valid", name, err)
+		}
+		if !q.Matches(e) {
+			t.Errorf("%s: does not match an event; the empty query matches every event", name)
+		}
+	}
+	many := func(n int, s string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = s + strings.Repeat("x", i%10) + string(rune('a'+i%26))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name   string
+		q      event.Query
+		target error
+		says   string
+	}{
+		{"bad type", event.Query{Items: []event.QueryItem{{}, {Types: []string{"a.*"}}}}, event.ErrInvalid, "query item 1"},
+		{"empty tag", event.Query{Items: []event.QueryItem{{Tags: []string{""}}}}, event.ErrInvalid, "query item 0"},
+		{"too many items", event.Query{Items: make([]event.QueryItem, event.MaxQueryItems+1)}, event.ErrTooLarge, "items"},
+		{"too many types", event.Query{Items: []event.QueryItem{{Types: many(event.MaxQueryTypes+1, "t")}}}, event.ErrTooLarge, "types"},
+		{"too many tags", event.Query{Items: []event.QueryItem{{Tags: many(event.MaxQueryTags+1, "t")}}}, event.ErrTooLarge, "tags"},
+	} {
+		err := event.ValidateQuery(&c.q)
+		if !errors.Is(err, c.target) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: got %v, want %v naming %q", c.name, err, c.target, c.says)
+		}
+	}
+}

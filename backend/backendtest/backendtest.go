@@ -20,17 +20,37 @@ import (
 	"github.com/orisun-io/orisun/event"
 )
 
+// Features are the test hooks a backend gives the suite besides its stores:
+// what the seam cannot show from outside. Every one is required.
+type Features struct {
+	// HoldGroups makes s begin no group commit of boundary until release
+	// is called; queued reports how many append requests wait meanwhile.
+	// The requests waiting at release commit in one group transaction (the
+	// suite keeps them within the store's group size), in their order of
+	// arrival. It lets the suite put requests into one group without
+	// hoping for the timing.
+	HoldGroups func(s backend.Store, boundary string) (queued func() int, release func())
+	// Groups counts the group transactions s has begun.
+	Groups func(s backend.Store) int64
+}
+
 // Run runs the whole suite. open must return a new, empty store of the
 // backend under test and register its Close with t.Cleanup; every subtest
 // opens its own store, so subtests run in parallel. Closing a store twice
 // must be safe: a subtest may close it early.
-func Run(t *testing.T, open func(t *testing.T) backend.Store) {
+func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Helper()
+	if f.HoldGroups == nil || f.Groups == nil {
+		t.Fatal("backendtest.Run: Features.HoldGroups and Features.Groups are required")
+	}
 	t.Run("Boundaries", func(t *testing.T) { t.Parallel(); testBoundaries(t, open) })
 	t.Run("Append", func(t *testing.T) { t.Parallel(); testAppend(t, open) })
 	t.Run("Idempotency", func(t *testing.T) { t.Parallel(); testIdempotency(t, open) })
 	t.Run("GroupCommit", func(t *testing.T) { t.Parallel(); testGroupCommit(t, open) })
 	t.Run("Conditions", func(t *testing.T) { t.Parallel(); testConditions(t, open) })
+	t.Run("SameGroup", func(t *testing.T) { t.Parallel(); testSameGroup(t, open, f) })
+	t.Run("Latest", func(t *testing.T) { t.Parallel(); testLatest(t, open) })
+	t.Run("Decisions", func(t *testing.T) { t.Parallel(); testDecisions(t, open) })
 	t.Run("Read", func(t *testing.T) { t.Parallel(); testRead(t, open) })
 	t.Run("Checkpoints", func(t *testing.T) { t.Parallel(); testCheckpoints(t, open) })
 	t.Run("Leases", func(t *testing.T) { t.Parallel(); testLeases(t, open) })

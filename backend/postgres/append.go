@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,9 +97,13 @@ func (s *Store) enqueue(r *appendRequest) bool {
 	q := s.queues[r.boundary]
 	s.queues[r.boundary] = append(q, r)
 	s.waiting.Add(1)
-	if len(q) == 0 && !s.active[r.boundary] {
+	if len(q) == 0 && !s.active[r.boundary] && !s.held[r.boundary] {
 		s.ready = append(s.ready, r.boundary)
 		s.cond.Signal()
+	}
+	if ch := s.gathered[r.boundary]; ch != nil && len(q)+1 >= s.expect[r.boundary] {
+		close(ch)
+		delete(s.gathered, r.boundary)
 	}
 	return true
 }
@@ -121,7 +126,29 @@ func (s *Store) worker() {
 		}
 		b := s.ready[0]
 		s.ready = s.ready[1:]
+		if d := s.cfg.GroupDelay; d > 0 && len(s.queues[b]) < s.expect[b] {
+			// Let more requests join, up to as many as the last group had
+			// and left waiting: the callers of the last group usually come
+			// back at once, and a lone caller (expecting one) never waits.
+			// The boundary is this worker's (active) while it waits, so no
+			// other worker takes it.
+			s.active[b] = true
+			ch := make(chan struct{})
+			s.gathered[b] = ch
+			s.mu.Unlock()
+			s.waitDelay(d, ch)
+			s.mu.Lock()
+			if s.gathered[b] == ch {
+				delete(s.gathered, b)
+			}
+			delete(s.active, b)
+			if s.closing {
+				s.mu.Unlock()
+				return
+			}
+		}
 		group := s.drain(b)
+		s.expect[b] = len(group) + len(s.queues[b])
 		if len(group) == 0 {
 			continue // every request of the queue was abandoned
 		}
@@ -132,13 +159,70 @@ func (s *Store) worker() {
 
 		s.mu.Lock()
 		delete(s.active, b)
-		if len(s.queues[b]) > 0 && !s.closing {
+		if len(s.queues[b]) > 0 && !s.closing && !s.held[b] {
 			// More arrived meanwhile: back of the line, so a busy boundary
 			// cannot starve the others.
 			s.ready = append(s.ready, b)
 			s.cond.Signal()
 		}
 	}
+}
+
+// waitDelay waits d, or less when enough requests gathered or the store
+// closes.
+func (s *Store) waitDelay(d time.Duration, gathered <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-gathered:
+	case <-s.closed:
+	}
+}
+
+// holdGroups makes the workers begin no group of boundary b until release
+// is called; queued reports how many requests of b wait meanwhile. The
+// requests waiting at release go in the next group (up to GroupMaxEvents),
+// in their order of arrival. For tests: it puts requests in one group
+// deterministically, without timing. A group of b already running is not
+// held.
+func (s *Store) holdGroups(b string) (queued func() int, release func()) {
+	s.mu.Lock()
+	s.held[b] = true
+	s.mu.Unlock()
+	var once sync.Once
+	queued = func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for _, r := range s.queues[b] {
+			if r.state.Load() == stateQueued {
+				n++
+			}
+		}
+		return n
+	}
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.held, b)
+			if len(s.queues[b]) > 0 && !s.active[b] && !s.closing && !contains(s.ready, b) {
+				s.ready = append(s.ready, b)
+				s.cond.Signal()
+			}
+		})
+	}
+	return queued, release
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // drain takes the requests for the next group of boundary b off its queue:
@@ -181,11 +265,15 @@ const (
 	stepRollbackTo          // roll a failed request back to its savepoint (not batched)
 	stepFindIDs             // a request's stored ids (retry or conflict?)
 	stepFirstMatch          // a request's condition's first match
+	stepAppendRun           // one append statement for a run of requests without conditions
 )
 
 type step struct {
 	kind stepKind
 	req  int // index into the group's requests; -1 for group steps
+	// run is the requests of a merged append (stepAppendRun, and the
+	// savepoint and release around it).
+	run  []int
 	sql  string
 	args []any
 }
@@ -286,8 +374,22 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 	defer conn.Release()
 
 	steps := []step{{kind: stepBegin, req: -1, sql: sqlBegin}, {kind: stepLock, req: -1, sql: sqlLockHead, args: []any{b}}}
-	for _, i := range todo {
-		steps = append(steps, g.requestSteps(i)...)
+	// Consecutive requests without a condition append in one statement:
+	// nothing they do depends on each other, and a statement per request
+	// (with its savepoint) was most of a group's work on the server. A
+	// run that fails (a stored id) goes again one request at a time.
+	for k := 0; k < len(todo); {
+		end := k
+		for end < len(todo) && g.reqs[todo[end]].cond == nil {
+			end++
+		}
+		if end-k >= 2 && !g.s.perRequest {
+			steps = append(steps, g.runSteps(todo[k:end])...)
+			k = end
+			continue
+		}
+		steps = append(steps, g.requestSteps(todo[k])...)
+		k++
 	}
 	for len(steps) > 0 {
 		next, err := g.runBatch(ctx, steps)
@@ -370,6 +472,42 @@ func (g *groupRun) requestSteps(i int) []step {
 	}
 }
 
+// runSteps are the steps of a run of requests without conditions: one
+// savepoint, one append statement for all their events in order, one
+// release.
+func (g *groupRun) runSteps(run []int) []step {
+	total := 0
+	for _, i := range run {
+		total += len(g.reqs[i].events)
+	}
+	ids := make([]string, 0, total)
+	types := make([]string, 0, total)
+	tags := make([]string, 0, total)
+	data := make([]string, 0, total)
+	md := make([]pgtype.Text, 0, total)
+	for _, i := range run {
+		for k := range g.reqs[i].events {
+			in := &g.reqs[i].events[k]
+			ids = append(ids, in.ID)
+			types = append(types, in.Type)
+			tags = append(tags, encodeTags(in.Tags))
+			data = append(data, string(in.Data))
+			if len(in.Metadata) > 0 {
+				md = append(md, pgtype.Text{String: string(in.Metadata), Valid: true})
+			} else {
+				md = append(md, pgtype.Text{})
+			}
+		}
+	}
+	sql, _ := appendSQL(nil)
+	run = append([]int(nil), run...)
+	return []step{
+		{kind: stepSavepoint, req: -1, run: run, sql: sqlSavepoint},
+		{kind: stepAppendRun, req: -1, run: run, sql: sql, args: []any{g.boundary, int64(total), ids, types, tags, data, md}},
+		{kind: stepRelease, req: -1, run: run, sql: sqlRelease},
+	}
+}
+
 // decisionSteps are the lookups that decide request i, whose append
 // statement wrote nothing.
 func (g *groupRun) decisionSteps(i int) []step {
@@ -422,10 +560,11 @@ func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
 	}
 
 	var next []step
+	var rerun []int
 	if failed >= 0 {
 		st := steps[failed]
 		var pgErr *pgconn.PgError
-		if st.kind != stepAppend || !errors.As(failErr, &pgErr) {
+		if st.kind != stepAppend && st.kind != stepAppendRun || !errors.As(failErr, &pgErr) {
 			// Not the request's own statement, or not a server error (the
 			// connection broke): the transaction is lost.
 			return nil, g.groupErr(stepName(st.kind), failErr)
@@ -438,7 +577,13 @@ func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
 		if _, err := g.conn.Exec(ctx, sqlRollbackToRelease); err != nil {
 			return nil, g.groupErr(stepName(stepRollbackTo), err)
 		}
-		if pgErr.Code == "23505" && pgErr.ConstraintName == uniqueIDKey {
+		if st.kind == stepAppendRun {
+			// One of the run's requests was refused: each goes again
+			// alone, before the skipped ones, so the order of the group is
+			// kept (after the lookups: a lookup never fails, so none is
+			// ever skipped and lost).
+			rerun = st.run
+		} else if pgErr.Code == "23505" && pgErr.ConstraintName == uniqueIDKey {
 			// A stored id: a retry or a conflict, decided by a lookup.
 			g.decisions[st.req] = &decision{headAt: g.head, appendErr: failErr}
 			needDecision = append(needDecision, st.req)
@@ -450,11 +595,17 @@ func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
 	for _, i := range needDecision {
 		next = append(next, g.decisionSteps(i)...)
 	}
+	for _, i := range rerun {
+		next = append(next, g.requestSteps(i)...)
+	}
 	if failed >= 0 {
 		// The database skipped everything after the failed statement:
 		// the other requests of the batch go again, in order.
 		for _, st := range steps[failed+1:] {
-			if st.kind == stepSavepoint {
+			switch {
+			case st.kind == stepSavepoint && st.run != nil:
+				next = append(next, g.runSteps(st.run)...)
+			case st.kind == stepSavepoint:
 				next = append(next, g.requestSteps(st.req)...)
 			}
 		}
@@ -488,6 +639,24 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 		g.head = head
 		g.replies[st.req].res = event.AppendResult{Epoch: epoch, First: uint64(head - n + 1), Last: uint64(head)}
 		g.wrote[st.req] = true
+		return false, nil
+	case stepAppendRun:
+		var head int64
+		var epoch string
+		if err := br.QueryRow().Scan(&head, &epoch); err != nil {
+			return false, err
+		}
+		g.head = head
+		first := uint64(head)
+		for _, i := range st.run {
+			first -= uint64(len(g.reqs[i].events))
+		}
+		for _, i := range st.run {
+			n := uint64(len(g.reqs[i].events))
+			g.replies[i].res = event.AppendResult{Epoch: epoch, First: first + 1, Last: first + n}
+			g.wrote[i] = true
+			first += n
+		}
 		return false, nil
 	case stepFindIDs:
 		rows, err := br.Query()
@@ -687,7 +856,7 @@ func stepName(k stepKind) string {
 		return "take the head row"
 	case stepSavepoint:
 		return "savepoint"
-	case stepAppend:
+	case stepAppend, stepAppendRun:
 		return "insert"
 	case stepRelease:
 		return "release savepoint"

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/orisun-io/orisun/event"
 )
@@ -79,16 +81,116 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(b.N)/float64(n), "events/commit")
 		}
 	})
+	b.Run("single_64_callers/statement_per_request/delay=0s", func(b *testing.B) {
+		benchSingle64(b, Config{}, true)
+	})
+	for _, delay := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond} {
+		b.Run("single_64_callers/merged/delay="+delay.String(), func(b *testing.B) {
+			benchSingle64(b, Config{GroupDelay: delay}, false)
+		})
+	}
+	b.Run("single_1_caller/delay=1ms", func(b *testing.B) {
+		s := setup(b, Config{GroupDelay: time.Millisecond})
+		create(b, s, "bench")
+		b.ResetTimer()
+		runCallers(b, 1, func() error {
+			_, err := s.Append(context.Background(), "bench", benchEvents(1), nil)
+			return err
+		})
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	// raw_insert_8_conns is the reference the append path is measured
+	// against: the same rows (100 per statement) inserted by 8 connections
+	// into a copy of the events table (same columns, keys and indexes), as
+	// plain multi-row INSERTs in autocommit, with no head row, no group
+	// commit and no condition.
+	b.Run("raw_insert_8_conns", func(b *testing.B) {
+		s := setup(b, Config{})
+		ctx := context.Background()
+		if _, err := s.pool.Exec(ctx, `CREATE TABLE raw_events (LIKE orisun_events INCLUDING ALL)`); err != nil {
+			b.Fatal(err)
+		}
+		var next atomic.Int64
+		b.ResetTimer()
+		runCallers(b, 8, func() error {
+			in := benchEvents(100)
+			first := next.Add(100) - 99
+			ids := make([]string, len(in))
+			tags := make([][]string, len(in))
+			data := make([]string, len(in))
+			for i := range in {
+				ids[i], tags[i], data[i] = in[i].ID, in[i].Tags, string(in[i].Data)
+			}
+			_, err := s.pool.Exec(ctx, `INSERT INTO raw_events (boundary, position, id, type, time, tags, data, metadata)
+SELECT 'bench', $1::bigint + u.ord - 1, u.id, 'bench.event', statement_timestamp(), ARRAY[u.tag], u.data::json, NULL
+FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS u(id, tag, data, ord)`,
+				first, ids, firstTags(tags), data)
+			return err
+		}, 100)
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
 	b.Run("batch100", func(b *testing.B) {
 		s := setup(b, Config{})
 		create(b, s, "bench")
 		b.ResetTimer()
-		for range b.N {
-			if _, err := s.Append(context.Background(), "bench", benchEvents(100), nil); err != nil {
-				b.Fatal(err)
-			}
-		}
+		// b.N is events, as in the other cases: b.N/100 batches.
+		runCallers(b, 1, func() error {
+			_, err := s.Append(context.Background(), "bench", benchEvents(100), nil)
+			return err
+		}, 100)
 		b.StopTimer()
-		b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
+}
+
+// runCallers runs do from callers goroutines until b.N events are done,
+// each call doing per events (default 1).
+func runCallers(b *testing.B, callers int, do func() error, per ...int) {
+	step := int64(1)
+	if len(per) > 0 {
+		step = int64(per[0])
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(step) <= int64(b.N)+step-1 {
+				if err := do(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func firstTags(tags [][]string) []string {
+	out := make([]string, len(tags))
+	for i, t := range tags {
+		out[i] = t[0]
+	}
+	return out
+}
+
+// benchSingle64: single-event appends from 64 callers to one boundary.
+func benchSingle64(b *testing.B, cfg Config, perRequest bool) {
+	s := setup(b, cfg)
+	s.perRequest = perRequest
+	create(b, s, "bench")
+	groups := s.groups.Load()
+	b.ResetTimer()
+	runCallers(b, 64, func() error {
+		_, err := s.Append(context.Background(), "bench", benchEvents(1), nil)
+		return err
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if n := s.groups.Load() - groups; n > 0 {
+		b.ReportMetric(float64(b.N)/float64(n), "events/commit")
+	}
 }

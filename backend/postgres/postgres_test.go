@@ -43,13 +43,19 @@ func setup(t testing.TB, cfg Config) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) }, features)
 }
 
 // TestConformanceSmallGroups runs the suite with groups of at most 3 events,
 // so requests are carried over from one group to the next all the time.
+// TestConformanceGroupDelay runs the suite with a group delay, so groups
+// wait for requests to join them.
+func TestConformanceGroupDelay(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupDelay: 200 * time.Microsecond}) }, features)
+}
+
 func TestConformanceSmallGroups(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) }, features)
 }
 
 // --- helpers ---------------------------------------------------------------
@@ -824,6 +830,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no URL", Config{}, "URL is empty"},
 		{"negative conns", Config{URL: "postgres://x@127.0.0.1/db", MaxConns: -1}, "MaxConns is -1"},
 		{"negative group", Config{URL: "postgres://x@127.0.0.1/db", GroupMaxEvents: -1}, "GroupMaxEvents is -1"},
+		{"negative delay", Config{URL: "postgres://x@127.0.0.1/db", GroupDelay: -time.Millisecond}, "GroupDelay is -1ms"},
 		{"reconnect min above max", Config{URL: "postgres://x@127.0.0.1/db", ListenReconnectMin: time.Minute, ListenReconnectMax: time.Second},
 			"ListenReconnectMin (1m0s) is above ListenReconnectMax (1s)"},
 		{"unparsable URL", Config{URL: "postgres://user:s3cret@127.0.0.1:notaport/db"}, "URL is not a valid PostgreSQL connection string"},
@@ -1215,4 +1222,10 @@ func TestOpenUnresponsiveServerTimesOut(t *testing.T) {
 	if !errors.Is(err, event.ErrUnavailable) {
 		t.Fatalf("error %v is not ErrUnavailable", err)
 	}
+}
+
+// features are the PostgreSQL store's test hooks for the conformance suite.
+var features = backendtest.Features{
+	HoldGroups: func(s backend.Store, b string) (func() int, func()) { return s.(*Store).holdGroups(b) },
+	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
 }

@@ -164,6 +164,47 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	return epoch, events, nil
 }
 
+// Latest returns the epoch, the head and the last event matching q (nil:
+// none), from one statement (one snapshot).
+func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error) {
+	op := fmt.Sprintf("read the latest of %q", boundary)
+	if s.isClosed() {
+		return event.Latest{}, errClosed(op)
+	}
+	sql, fargs := latestSQL(q)
+	args := append([]any{boundary}, fargs...)
+	var (
+		l        event.Latest
+		head     int64
+		pos      *int64
+		id, typ  *string
+		t        *time.Time
+		tags     []string
+		data, md []byte
+	)
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&l.Epoch, &head, &pos, &id, &typ, &t, &tags, &data, &md)
+	if isNoRows(err) {
+		return event.Latest{}, notFound(op, boundary)
+	}
+	if err != nil {
+		return event.Latest{}, s.translate(op, err)
+	}
+	l.Head = uint64(head)
+	if pos == nil {
+		return l, nil // nothing matches
+	}
+	e := event.Event{ID: *id, Boundary: boundary, Epoch: l.Epoch, Position: uint64(*pos), Type: *typ,
+		Time: t.UTC(), Tags: tags, Data: data}
+	if e.Tags == nil {
+		e.Tags = []string{}
+	}
+	if md != nil {
+		e.Metadata = md
+	}
+	l.Event = &e
+	return l, nil
+}
+
 // clampPosition turns a position into a bigint value; positions never
 // exceed the int64 range, so anything beyond it means "after everything".
 func clampPosition(p uint64) int64 {

@@ -109,6 +109,21 @@ LEFT JOIN LATERAL (
 WHERE b.name = $1
 ORDER BY e.position`
 
+	// sqlLatest* read the epoch, the head and the last event matching a
+	// query up to that head in one statement, so all three come from one
+	// snapshot. $1 boundary, $2… the query.
+	sqlLatestPrefix = `SELECT b.epoch::text, b.head, e.position, e.id::text, e.type, e.time, e.tags, e.data, e.metadata
+FROM orisun_boundaries b
+LEFT JOIN LATERAL (
+    SELECT ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata
+    FROM orisun_events ev
+    WHERE ev.boundary = b.name AND ev.position <= b.head`
+	sqlLatestSuffix = `
+    ORDER BY ev.position DESC
+    LIMIT 1
+) e ON true
+WHERE b.name = $1`
+
 	// Checkpoints. The checkpoint lives on the lease row, not the head row:
 	// an append transaction held open holds the head row, and the
 	// checkpoint write must not wait for it. It only moves forward
@@ -200,6 +215,13 @@ func firstMatchSQL(cond *event.Condition) (string, []any) {
 func readSQL(q *event.Query) (string, []any) {
 	filter, args := whereQuery(q, "ev", 4)
 	return sqlReadPrefix + filter + sqlReadSuffix, args
+}
+
+// latestSQL returns the read-latest statement for q and its query's bind
+// values, which follow $1.
+func latestSQL(q *event.Query) (string, []any) {
+	filter, args := whereQuery(q, "ev", 2)
+	return sqlLatestPrefix + filter + sqlLatestSuffix, args
 }
 
 // whereQuery turns a query into " AND (item OR item …)" over the events of

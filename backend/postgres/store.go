@@ -54,6 +54,14 @@ type Config struct {
 	// GroupMaxEvents is the most events one group commit gathers (default
 	// 1000). A single append larger than this still commits, alone.
 	GroupMaxEvents int
+	// GroupDelay is the longest a worker waits, once a boundary has a
+	// request and before it takes the boundary's group, for more requests
+	// to join. It stops as soon as as many wait as the boundary's last
+	// group held plus those it left waiting (their callers usually come
+	// back at once), so a lone caller never waits. Default 0: a group takes
+	// what waits and commits at once (the next group of the boundary
+	// gathers while one commits anyway).
+	GroupDelay time.Duration
 	// Logger receives the store's logs (default: discarded).
 	Logger *slog.Logger
 	// ListenReconnectMin and ListenReconnectMax bound the exponential
@@ -89,6 +97,8 @@ func (c *Config) validate() error {
 	case c.GroupMaxEvents < 1:
 		return fmt.Errorf("%w: postgres: GroupMaxEvents is %d; use a positive number (0 means %d)",
 			event.ErrInvalid, c.GroupMaxEvents, DefaultGroupMaxEvents)
+	case c.GroupDelay < 0:
+		return fmt.Errorf("%w: postgres: GroupDelay is %s; it must not be negative", event.ErrInvalid, c.GroupDelay)
 	case c.ListenReconnectMin < 0 || c.ListenReconnectMax < 0:
 		return fmt.Errorf("%w: postgres: ListenReconnectMin (%s) and ListenReconnectMax (%s) must not be negative",
 			event.ErrInvalid, c.ListenReconnectMin, c.ListenReconnectMax)
@@ -119,6 +129,17 @@ type Store struct {
 	active  map[string]bool
 	closing bool
 	workers sync.WaitGroup
+	// held are the boundaries whose groups a test holds open (holdGroups).
+	held map[string]bool
+	// expect is, per boundary, how many requests its next group expects:
+	// the requests of its last group (their callers are likely to come
+	// back at once) and those left waiting. A worker waiting GroupDelay for
+	// a boundary stops as soon as that many are queued (gathered closes).
+	expect   map[string]int
+	gathered map[string]chan struct{}
+	// perRequest turns off merging the requests of a run into one append
+	// statement (benchmarks compare both in one run).
+	perRequest bool
 
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -190,6 +211,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		listenCfg:  listenCfg,
 		queues:     make(map[string][]*appendRequest),
 		active:     make(map[string]bool),
+		held:       make(map[string]bool),
+		expect:     make(map[string]int),
+		gathered:   make(map[string]chan struct{}),
 		closed:     make(chan struct{}),
 		listenDone: make(chan struct{}),
 	}
@@ -217,7 +241,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	listenCtx, cancel := context.WithCancel(context.Background())
 	s.listenCancel = cancel
 	go s.listen(listenCtx)
-	s.log.Info("postgres store open", "max_conns", cfg.MaxConns, "writers", n, "group_max_events", cfg.GroupMaxEvents)
+	s.log.Info("postgres store open", "max_conns", cfg.MaxConns, "writers", n, "group_max_events", cfg.GroupMaxEvents,
+		"group_delay", cfg.GroupDelay)
 	return s, nil
 }
 

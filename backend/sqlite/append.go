@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,6 +101,10 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 func (s *Store) writer() {
 	defer close(s.done)
 	var carry *appendRequest // taken from the channel but over the last group's limit
+	// lastGroup is how many requests the last group held: their callers
+	// usually come back at once, so a group waits (GroupDelay at most)
+	// for that many, and a lone caller never waits.
+	lastGroup := 0
 	for {
 		var first *appendRequest
 		select {
@@ -121,6 +126,11 @@ func (s *Store) writer() {
 		}
 		group := []*appendRequest{first}
 		n := len(first.events)
+		if h := s.hold.Load(); h != nil {
+			group = s.gatherHeld(h, group)
+			s.commitGroup(group)
+			continue
+		}
 	drain:
 		for n < s.cfg.GroupMaxEvents {
 			select {
@@ -135,7 +145,68 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
+		if s.cfg.GroupDelay > 0 && carry == nil && n < s.cfg.GroupMaxEvents && len(group) < lastGroup {
+			group, carry = s.gatherFor(s.cfg.GroupDelay, group, n, lastGroup)
+		}
+		lastGroup = len(group)
 		s.commitGroup(group)
+	}
+}
+
+// gatherFor waits up to d for more requests to join group (of n events),
+// until it holds expect requests or the group size; a request that does
+// not fit is returned as carry.
+func (s *Store) gatherFor(d time.Duration, group []*appendRequest, n, expect int) ([]*appendRequest, *appendRequest) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for n < s.cfg.GroupMaxEvents && len(group) < expect {
+		select {
+		case r := <-s.requests:
+			if n+len(r.events) > s.cfg.GroupMaxEvents {
+				return group, r
+			}
+			group = append(group, r)
+			n += len(r.events)
+		case <-timer.C:
+			return group, nil
+		case <-s.closing:
+			return group, nil
+		}
+	}
+	return group, nil
+}
+
+// groupHold is the test hook that holds a group open: the writer takes
+// every request that arrives into the group until release is closed.
+type groupHold struct {
+	release chan struct{}
+	queued  atomic.Int64
+}
+
+// holdGroups makes the next group wait for release, gathering every request
+// that arrives meanwhile (whatever the group size), in order of arrival.
+// queued reports how many the writer holds. For tests: it puts requests in
+// one group deterministically, without timing.
+func (s *Store) holdGroups() (queued func() int, release func()) {
+	h := &groupHold{release: make(chan struct{})}
+	s.hold.Store(h)
+	var once sync.Once
+	return func() int { return int(h.queued.Load()) }, func() { once.Do(func() { close(h.release) }) }
+}
+
+func (s *Store) gatherHeld(h *groupHold, group []*appendRequest) []*appendRequest {
+	defer s.hold.CompareAndSwap(h, nil)
+	h.queued.Store(int64(len(group)))
+	for {
+		select {
+		case r := <-s.requests:
+			group = append(group, r)
+			h.queued.Add(1)
+		case <-h.release:
+			return group
+		case <-s.closing:
+			return group
+		}
 	}
 }
 
@@ -389,7 +460,7 @@ func findIDs(ctx context.Context, q execer, boundary string, events []event.Inpu
 
 // firstMatch finds the first event after cond.After that matches cond.Query.
 func firstMatch(ctx context.Context, q execer, boundary string, cond *event.Condition) (uint64, bool, error) {
-	filter, fargs := whereQuery(&cond.Query)
+	filter, fargs := whereQuery(&cond.Query, boundAfter)
 	args := append([]any{boundary, int64(cond.After)}, fargs...)
 	var pos int64
 	err := q.QueryRowContext(ctx, sqlFirstMatchPrefix+filter+sqlFirstMatchSuffix, args...).Scan(&pos)
@@ -460,10 +531,21 @@ func decodeTags(s string) ([]string, error) {
 	return tags, nil
 }
 
+// Position bounds of a query filter: ?2 is the position of every statement
+// a filter goes into, "after" it (read, condition) or "up to" it (latest).
+const (
+	boundAfter = "> ?2"
+	boundUpTo  = "<= ?2"
+)
+
 // whereQuery turns a query into " AND (item OR item …)" with its bind
-// values; an empty query is no filter at all. An item is "type IN (…)" and
-// one EXISTS per tag; an item with neither matches every event.
-func whereQuery(q *event.Query) (string, []any) {
+// values; an empty query is no filter at all. An item's types and each of
+// its tags are an IN list of the positions that match them, read from an
+// index (events_boundary_type_position, event_tags) and bounded by the
+// statement's position, so the planner drives the scan from the index
+// instead of reading every event past the position; an item with neither
+// matches every event.
+func whereQuery(q *event.Query, bound string) (string, []any) {
 	if q == nil || len(q.Items) == 0 {
 		return "", nil
 	}
@@ -477,7 +559,7 @@ func whereQuery(q *event.Query) (string, []any) {
 		sb.WriteString("(")
 		parts := 0
 		if len(it.Types) > 0 {
-			sb.WriteString("type IN (" + placeholders(len(it.Types)) + ")")
+			sb.WriteString(sqlTypeFilterPrefix + bound + sqlTypeFilterTypes + placeholders(len(it.Types)) + "))")
 			for _, t := range it.Types {
 				args = append(args, t)
 			}
@@ -487,7 +569,7 @@ func whereQuery(q *event.Query) (string, []any) {
 			if parts > 0 {
 				sb.WriteString(" AND ")
 			}
-			sb.WriteString(sqlTagFilter)
+			sb.WriteString(sqlTagFilterPrefix + bound + sqlTagFilterTag)
 			args = append(args, tag)
 			parts++
 		}

@@ -131,7 +131,7 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
-	filter, fargs := whereQuery(q)
+	filter, fargs := whereQuery(q, boundAfter)
 	args := make([]any, 0, 3+len(fargs))
 	args = append(args, boundary, int64(after))
 	args = append(args, fargs...)
@@ -165,4 +165,52 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 		return "", nil, s.translate(op, err)
 	}
 	return epoch, events, nil
+}
+
+// Latest returns the epoch, the head and the last event matching q (nil:
+// none), from one read transaction (one WAL snapshot).
+func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error) {
+	op := fmt.Sprintf("read the latest of %q", boundary)
+	if s.closed() {
+		return event.Latest{}, errClosed(op)
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return event.Latest{}, s.translate(op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var l event.Latest
+	var head int64
+	err = tx.QueryRowContext(ctx, sqlSelectEpochHead, boundary).Scan(&l.Epoch, &head)
+	if errors.Is(err, sql.ErrNoRows) {
+		return event.Latest{}, notFound(op, boundary)
+	}
+	if err != nil {
+		return event.Latest{}, s.translate(op, err)
+	}
+	l.Head = uint64(head)
+	filter, fargs := whereQuery(q, boundUpTo)
+	args := append([]any{boundary, head}, fargs...)
+	e := event.Event{Boundary: boundary, Epoch: l.Epoch}
+	var pos, t int64
+	var tags string
+	var data, md []byte
+	err = tx.QueryRowContext(ctx, sqlLatestPrefix+filter+sqlLatestSuffix, args...).Scan(&pos, &e.ID, &e.Type, &t, &tags, &data, &md)
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, nil
+	}
+	if err != nil {
+		return event.Latest{}, s.translate(op, err)
+	}
+	e.Position = uint64(pos)
+	e.Time = time.Unix(0, t).UTC()
+	e.Data = data
+	if md != nil {
+		e.Metadata = md
+	}
+	if e.Tags, err = decodeTags(tags); err != nil {
+		return event.Latest{}, fmt.Errorf("sqlite: %s: position %d: %w", op, pos, err)
+	}
+	l.Event = &e
+	return l, nil
 }

@@ -45,10 +45,22 @@ WHERE boundary = ? AND id IN (`
 	sqlReadPrefix = `SELECT position, id, type, time, tags, data, metadata FROM events WHERE boundary = ? AND position > ?`
 	sqlReadSuffix = ` ORDER BY position LIMIT ?`
 
-	// A query item's tag test: the event's JSON array of tags holds the
-	// value. Correct first; a tag index can come later without changing
-	// the contract.
-	sqlTagFilter = `EXISTS (SELECT 1 FROM json_each(events.tags) WHERE json_each.value = ?)`
+	// Read-latest: the head and epoch, then the matching event with the
+	// highest position up to that head, in one read transaction.
+	sqlSelectEpochHead = `SELECT epoch, head FROM boundaries WHERE name = ?`
+	sqlLatestPrefix    = `SELECT position, id, type, time, tags, data, metadata FROM events WHERE boundary = ? AND position <= ?`
+	sqlLatestSuffix    = ` ORDER BY position DESC LIMIT 1`
+
+	// A query item's type and tag tests: the position is among those an
+	// index holds for the types (events_boundary_type_position) or the tag
+	// (event_tags, migration 0002) in this boundary, within the statement's
+	// position bound. ?1 is the boundary and ?2 the position in every
+	// statement a filter goes into; whereQuery puts the bound between
+	// prefix and rest.
+	sqlTypeFilterPrefix = `events.position IN (SELECT ty.position FROM events ty WHERE ty.boundary = ?1 AND ty.position `
+	sqlTypeFilterTypes  = ` AND ty.type IN (`
+	sqlTagFilterPrefix  = `events.position IN (SELECT t.position FROM event_tags t WHERE t.boundary = ?1 AND t.position `
+	sqlTagFilterTag     = ` AND t.tag = ?)`
 
 	// Checkpoints. The checkpoint only moves forward (max), never past the
 	// head, and only for the holder of the current term (I3, I6).

@@ -42,13 +42,19 @@ func setup(t testing.TB, cfg Config) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) }, features)
 }
 
 // TestConformanceSmallGroups runs the suite with groups of at most 3 events,
 // so requests are carried over from one group to the next all the time.
+// TestConformanceGroupDelay runs the suite with a group delay, so groups
+// wait for requests to join them.
+func TestConformanceGroupDelay(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupDelay: 200 * time.Microsecond}) }, features)
+}
+
 func TestConformanceSmallGroups(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3, Synchronous: "OFF"}) })
+	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3, Synchronous: "OFF"}) }, features)
 }
 
 func prepared(t testing.TB, boundary string, n int) []event.Input {
@@ -192,6 +198,7 @@ func TestConfigValidation(t *testing.T) {
 		{"bad synchronous", Config{Dir: t.TempDir(), Synchronous: "FAST"}, `Synchronous is "FAST"; use OFF, NORMAL, FULL or EXTRA`},
 		{"injected synchronous", Config{Dir: t.TempDir(), Synchronous: "FULL); DROP TABLE events; --"}, "Synchronous is"},
 		{"negative group", Config{Dir: t.TempDir(), GroupMaxEvents: -1}, "GroupMaxEvents is -1"},
+		{"negative delay", Config{Dir: t.TempDir(), GroupDelay: -time.Millisecond}, "GroupDelay is -1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -716,4 +723,10 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 			}
 		}
 	}
+}
+
+// features are the SQLite store's test hooks for the conformance suite.
+var features = backendtest.Features{
+	HoldGroups: func(s backend.Store, _ string) (func() int, func()) { return s.(*Store).holdGroups() },
+	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
 }

@@ -54,6 +54,13 @@ type Config struct {
 	// GroupMaxEvents is the most events one group commit gathers (default
 	// 1000). A single append larger than this still commits, alone.
 	GroupMaxEvents int
+	// GroupDelay is the longest the writer waits, after the first request
+	// of a group and the ones already waiting, for more requests to join.
+	// It stops as soon as the group holds as many requests as the last one
+	// did (their callers usually come back at once), so a lone caller
+	// never waits. Default 0: a group takes what waits and commits at
+	// once (the next group gathers while one commits anyway).
+	GroupDelay time.Duration
 	// Logger receives the store's logs (default: discarded).
 	Logger *slog.Logger
 }
@@ -79,6 +86,9 @@ func (c *Config) validate() error {
 	case "OFF", "NORMAL", "FULL", "EXTRA":
 	default:
 		return fmt.Errorf("%w: sqlite: Synchronous is %q; use OFF, NORMAL, FULL or EXTRA", event.ErrInvalid, c.Synchronous)
+	}
+	if c.GroupDelay < 0 {
+		return fmt.Errorf("%w: sqlite: GroupDelay is %s; it must not be negative", event.ErrInvalid, c.GroupDelay)
 	}
 	if c.GroupMaxEvents < 0 {
 		return fmt.Errorf("%w: sqlite: GroupMaxEvents is %d; use a positive number (0 means %d)",
@@ -121,6 +131,10 @@ type Store struct {
 	// instead of sleeping.
 	waiting atomic.Int64
 	groups  atomic.Int64
+
+	// hold is a test hook (see holdGroups): while set, the writer gathers
+	// every request into one group until it is released.
+	hold atomic.Pointer[groupHold]
 }
 
 // Open opens (creating when needed) the store in cfg.Dir, takes the
@@ -194,7 +208,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 
 	go s.writer()
-	s.log.Info("sqlite store open", "synchronous", cfg.Synchronous, "group_max_events", cfg.GroupMaxEvents)
+	s.log.Info("sqlite store open", "synchronous", cfg.Synchronous, "group_max_events", cfg.GroupMaxEvents,
+		"group_delay", cfg.GroupDelay)
 	return s, nil
 }
 

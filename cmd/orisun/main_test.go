@@ -49,6 +49,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"ORISUN_NATS_STREAM_REPLICAS": "3",
 		"ORISUN_HTTP_ADDR":            "localhost",
 		"ORISUN_STALL_THRESHOLD":      "1ns",
+		"ORISUN_APPEND_GROUP_DELAY":   "1s",
+		"ORISUN_APPEND_GROUP_MAX":     "0",
 	}
 	for variable, value := range cases {
 		t.Run(variable, func(t *testing.T) {

@@ -1,0 +1,290 @@
+package backendtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
+)
+
+// testSameGroup: requests of one group commit transaction see each other's
+// events in their order (a condition fails on an event appended earlier in
+// the same group), one request's failure fails that request only, and a
+// failed request's events are seen by nobody (DESIGN §4). The requests are
+// put into one group with the backend's hold hook, not by timing.
+func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
+	type call struct {
+		in   []event.Input
+		cond *event.Condition
+		res  event.AppendResult
+		err  error
+	}
+	// inOneGroup sends the calls in order, each after the previous one is
+	// queued, while the boundary's groups are held, then releases them:
+	// they commit in one group transaction, in this order.
+	inOneGroup := func(t *testing.T, s backend.Store, boundary string, calls []*call) {
+		t.Helper()
+		groups := f.Groups(s)
+		queued, release := f.HoldGroups(s, boundary)
+		defer release()
+		var wg sync.WaitGroup
+		for i, c := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.res, c.err = s.Append(context.Background(), boundary, c.in, c.cond)
+			}()
+			eventually(t, 10*time.Second, fmt.Sprintf("request %d queued behind the held group", i),
+				func() bool { return queued() == i+1 })
+		}
+		release()
+		wg.Wait()
+		if n := f.Groups(s) - groups; n != 1 {
+			t.Fatalf("the %d requests ran in %d group transactions, want 1: the hold hook must gather them", len(calls), n)
+		}
+	}
+
+	t.Run("ConditionFailedByEarlierRequest", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "seats")
+		mustAppend(t, s, "seats", batch(t, "seats", 1, "show.scheduled", "show:1"), nil) // 1
+		h := head(t, s, "seats")
+		claim := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:7")}
+		rival := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:7"),
+			cond: &event.Condition{Query: tagQuery("seat:7"), After: h}}
+		other := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:8"),
+			cond: &event.Condition{Query: tagQuery("seat:8"), After: h}}
+		inOneGroup(t, s, "seats", []*call{claim, rival, other})
+
+		if claim.err != nil || claim.res.First != 2 {
+			t.Fatalf("first request: %+v, %v; want position 2", claim.res, claim.err)
+		}
+		// The rival's condition was checked after the claim, in the same
+		// transaction: it sees the claim's event, uncommitted as it was.
+		wantConflictAt(t, "condition violated by an earlier request of the same group", rival.err, "seats", h, 2)
+		if other.err != nil || other.res.First != 3 {
+			t.Fatalf("third request (its condition holds): %+v, %v; want position 3: a failed request fails only itself",
+				other.res, other.err)
+		}
+		_, events := readAll(t, s, "seats", nil)
+		checkDense(t, events)
+		if len(events) != 3 {
+			t.Fatalf("%d events stored, want 3: the rival's event must not be", len(events))
+		}
+	})
+
+	t.Run("FailedRequestIsInvisible", func(t *testing.T) {
+		t.Parallel()
+		// A request that fails inside the group (its id is stored with
+		// other content) is rolled back alone: a later request's condition
+		// on its tag holds, and the request after that lands right after
+		// it (I1: no hole where the failed request was).
+		s := setup(t, open, "seats")
+		stored := mustAppend(t, s, "seats", batch(t, "seats", 1, "seat.claimed", "seat:1"), nil)
+		_, before := readAll(t, s, "seats", nil)
+		bad := prep(t, "seats", event.Input{ID: before[0].ID, Type: "seat.claimed", Data: json.RawMessage(`{"other":true}`),
+			Tags: []string{"seat:2"}})
+		failing := &call{in: bad}
+		checker := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:2"),
+			cond: &event.Condition{Query: tagQuery("seat:2"), After: stored.Last}}
+		inOneGroup(t, s, "seats", []*call{failing, checker})
+		wantErr(t, "same id, other content", failing.err, event.ErrConflict)
+		var ce *event.ConflictError
+		if errors.As(failing.err, &ce) {
+			t.Fatalf("an id conflict is not a condition failure: %v", failing.err)
+		}
+		if checker.err != nil || checker.res.First != 2 {
+			t.Fatalf("request after the failed one: %+v, %v; want position 2: the failed request's event must be invisible",
+				checker.res, checker.err)
+		}
+		_, events := readAll(t, s, "seats", nil)
+		checkDense(t, events)
+	})
+
+	t.Run("RetryInSameGroup", func(t *testing.T) {
+		t.Parallel()
+		// The same events twice in one group (a client that retried before
+		// its first attempt was answered): the second is the idempotent
+		// retry of the first and gets its positions.
+		s := setup(t, open, "seats")
+		in := batch(t, "seats", 1, "seat.claimed", "seat:1")
+		first, again := &call{in: in}, &call{in: in}
+		inOneGroup(t, s, "seats", []*call{first, again})
+		if first.err != nil || again.err != nil || first.res != again.res || first.res.First != 1 {
+			t.Fatalf("first %+v (%v), retry %+v (%v); want both at position 1", first.res, first.err, again.res, again.err)
+		}
+		if h := head(t, s, "seats"); h != 1 {
+			t.Fatalf("head = %d, want 1: a retry writes nothing", h)
+		}
+	})
+}
+
+// testLatest: read-latest returns the matching event with the highest
+// position and the head, from one snapshot.
+func testLatest(t *testing.T, open func(t *testing.T) backend.Store) {
+	s := setup(t, open, "shop", "empty")
+	ctx := t.Context()
+
+	l, err := s.Latest(ctx, "empty", nil)
+	b, _ := s.Boundary(ctx, "empty")
+	if err != nil || l.Head != 0 || l.Event != nil || l.Epoch != b.Epoch {
+		t.Fatalf("Latest of an empty boundary = %+v, %v; want head 0, no event, epoch %s", l, err, b.Epoch)
+	}
+	_, err = s.Latest(ctx, "nope", nil)
+	wantErr(t, "Latest of a missing boundary", err, event.ErrNotFound)
+
+	in := make([]event.Input, len(queryEvents))
+	for i, qe := range queryEvents {
+		in[i] = ev(qe.typ, qe.tags...)
+	}
+	mustAppend(t, s, "shop", prep(t, "shop", in...), nil)
+	_, all := readAll(t, s, "shop", nil)
+	item := func(types []string, tags ...string) *event.Query {
+		return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
+	}
+	for _, c := range []struct {
+		name string
+		q    *event.Query
+		want uint64 // 0: none
+	}{
+		{"nil query: the head event", nil, 18},
+		{"no items: the head event", &event.Query{}, 18},
+		{"type", item([]string{"order.shipped"}), 3},
+		{"types", item([]string{"order.shipped", "customer.registered"}), 4},
+		{"tag", item(nil, "customer:1"), 18},
+		{"type and tag", item([]string{"customer.registered"}, "customer:1"), 4},
+		{"two tags", item(nil, "x", "y"), 12},
+		{"odd tag", item(nil, "100%"), 6},
+		{"several items", &event.Query{Items: []event.QueryItem{{Tags: []string{"x,y"}}, {Types: []string{"plain"}}}}, 16},
+		{"no match", item(nil, "nope"), 0},
+	} {
+		l, err := s.Latest(ctx, "shop", c.q)
+		if err != nil {
+			t.Fatalf("Latest %s: %v", c.name, err)
+		}
+		if l.Head != 18 || l.Epoch != all[0].Epoch {
+			t.Fatalf("Latest %s: head %d epoch %s, want 18 and %s", c.name, l.Head, l.Epoch, all[0].Epoch)
+		}
+		switch {
+		case c.want == 0 && l.Event != nil:
+			t.Errorf("Latest %s = position %d, want none", c.name, l.Event.Position)
+		case c.want != 0 && l.Event == nil:
+			t.Errorf("Latest %s = none, want position %d", c.name, c.want)
+		case c.want != 0:
+			got, want := *l.Event, all[c.want-1]
+			if got.Position != want.Position || got.ID != want.ID || got.Type != want.Type || !got.Time.Equal(want.Time) ||
+				string(got.Data) != string(want.Data) || fmt.Sprint(got.Tags) != fmt.Sprint(want.Tags) ||
+				got.Boundary != "shop" || got.Epoch != want.Epoch {
+				t.Errorf("Latest %s = %+v, want the event Read returns: %+v", c.name, got, want)
+			}
+		}
+	}
+}
+
+// testDecisions: the decision loop of DESIGN §4 under contention. 32
+// clients each try to reserve one of the last 10 seats of a show: read the
+// latest reservation (its data holds the count so far), decide, append
+// under "no reservation after what I read", and on a conflict read and
+// decide again. Exactly 10 succeed, each seat is sold once, and the sold-out
+// clients are refused by their own decision, never by a lost update.
+func testDecisions(t *testing.T, open func(t *testing.T) backend.Store) {
+	s := setup(t, open, "shows")
+	const seats, clients = 10, 32
+	mustAppend(t, s, "shows", prep(t, "shows", ev("show.scheduled", "show:42"), ev("noise", "show:41")), nil)
+	q := &event.Query{Items: []event.QueryItem{{Types: []string{"seat.reserved"}, Tags: []string{"show:42"}}}}
+	type count struct {
+		Reserved int `json:"reserved"`
+	}
+	var wg sync.WaitGroup
+	results := make([]int, clients) // the seat number reserved, 0: sold out
+	errs := make([]error, clients)
+	conflicts := make([]int, clients)
+	start := make(chan struct{})
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				l, err := s.Latest(context.Background(), "shows", q)
+				if err != nil {
+					errs[c] = err
+					return
+				}
+				var n count
+				if l.Event != nil {
+					if err := json.Unmarshal(l.Event.Data, &n); err != nil {
+						errs[c] = err
+						return
+					}
+				}
+				if n.Reserved >= seats {
+					return // sold out: the decision says no
+				}
+				data, _ := json.Marshal(count{Reserved: n.Reserved + 1})
+				in, err := event.Prepare("shows", []event.Input{{Type: "seat.reserved", Data: data,
+					Tags: []string{"show:42", fmt.Sprintf("client:%d", c)}}}, event.Limits{})
+				if err != nil {
+					errs[c] = err
+					return
+				}
+				_, err = s.Append(context.Background(), "shows", in, &event.Condition{Query: *q, After: l.Head})
+				var ce *event.ConflictError
+				switch {
+				case err == nil:
+					results[c] = n.Reserved + 1
+					return
+				case errors.As(err, &ce):
+					if ce.Position <= l.Head {
+						errs[c] = fmt.Errorf("conflict at %d, not after the head %d that was read", ce.Position, l.Head)
+						return
+					}
+					conflicts[c]++ // someone else reserved meanwhile: decide again
+				default:
+					errs[c] = err
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	sold := map[int]int{}
+	for c := range clients {
+		if errs[c] != nil {
+			t.Fatalf("client %d: %v", c, errs[c])
+		}
+		if results[c] > 0 {
+			if other, dup := sold[results[c]]; dup {
+				t.Fatalf("seat %d sold to clients %d and %d", results[c], other, c)
+			}
+			sold[results[c]] = c
+		}
+	}
+	if len(sold) != seats {
+		t.Fatalf("%d clients reserved a seat, want exactly %d", len(sold), seats)
+	}
+	_, reserved := readAll(t, s, "shows", q)
+	if len(reserved) != seats {
+		t.Fatalf("%d reservations stored, want %d", len(reserved), seats)
+	}
+	for i, e := range reserved {
+		var n count
+		if err := json.Unmarshal(e.Data, &n); err != nil || n.Reserved != i+1 {
+			t.Fatalf("reservation %d at position %d says %s, want reserved %d", i, e.Position, e.Data, i+1)
+		}
+	}
+	_, all := readAll(t, s, "shows", nil)
+	checkDense(t, all)
+	total := 0
+	for _, n := range conflicts {
+		total += n
+	}
+	t.Logf("%d clients, %d seats, %d conflicts retried", clients, seats, total)
+}
