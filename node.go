@@ -64,6 +64,7 @@ type Node struct {
 	// Hooks for tests (fault points); nil in production.
 	afterAck func(boundary string, last uint64)
 
+	phase   atomic.Int32
 	mu      sync.Mutex
 	started bool
 	stopped bool
@@ -140,10 +141,23 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			n.stopped = true
+			n.phase.Store(phaseStopped)
 			n.stopErr = n.teardown()
 			close(n.stopDone)
 		}
 	}()
+	if n.cfg.HTTPEnabled() {
+		// Bound first: a taken port fails the start before any lease is
+		// taken, and probes get 503 "starting" instead of no answer.
+		n.http = status.NewServer(n, status.Options{
+			Addr:           n.cfg.HTTPAddr,
+			StallThreshold: n.cfg.StallThreshold,
+			Logger:         n.log.With("component", "http"),
+		})
+		if err := n.http.Start(); err != nil {
+			return fmt.Errorf("orisun: %w", err)
+		}
+	}
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("orisun: data directory: %w", err)
 	}
@@ -199,17 +213,8 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.startBoundaryLocked(b.Name)
 		names = append(names, b.Name)
 	}
-	if n.cfg.HTTPEnabled() {
-		n.http = status.NewServer(n, status.Options{
-			Addr:           n.cfg.HTTPAddr,
-			StallThreshold: n.cfg.StallThreshold,
-			Logger:         n.log.With("component", "http"),
-		})
-		if err := n.http.Start(); err != nil {
-			return fmt.Errorf("orisun: %w", err)
-		}
-	}
 	n.started = true
+	n.phase.Store(phaseRunning)
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
 		"nats_url", n.ns.ClientURL(), "boundaries", names)
 	return nil
@@ -284,7 +289,9 @@ func (n *Node) startBoundaryLocked(name string) {
 			if errors.Is(err, event.ErrLeaseHeld) {
 				r.pub.SetStandby("lease held by " + lease.Describe(holder))
 			} else {
-				r.pub.SetStandby("lease not acquired: " + err.Error())
+				// Nobody can take the lease while the store fails: this
+				// node is not standing by for a leader, it is stuck.
+				r.pub.SetStalled("lease not acquired: " + err.Error())
 			}
 		})
 	}()
@@ -355,6 +362,7 @@ func (n *Node) Stop() error {
 		return n.stopErr
 	}
 	n.stopped = true
+	n.phase.Store(phaseStopped)
 	n.mu.Unlock()
 	n.stopErr = n.teardown()
 	close(n.stopDone)
@@ -366,16 +374,20 @@ func (n *Node) Stop() error {
 func (n *Node) teardown() error {
 	var errs []error
 	if n.http != nil {
-		// First: load balancers see not ready while the publishers finish.
-		if err := n.http.Stop(); err != nil {
-			errs = append(errs, fmt.Errorf("stop status listener: %w", err))
-		}
+		// /readyz says "shutting down" while the publishers finish their
+		// batch; the listener closes once they have.
+		n.http.Stopping()
 	}
 	if n.cancel != nil {
 		n.cancel()
 	}
 	n.wg.Wait()
 	n.subs.Wait()
+	if n.http != nil {
+		if err := n.http.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop status listener: %w", err))
+		}
+	}
 	if n.nc != nil {
 		if err := n.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			n.nc.Close()
@@ -399,15 +411,28 @@ func (n *Node) teardown() error {
 	return errors.Join(errs...)
 }
 
-// ready returns the parts of a started node, or ErrClosed.
+// ready returns the parts of a started node, ErrUnavailable before Start
+// has finished, or ErrClosed once Stop has begun. It takes no lock: the
+// status listener calls it while Start (which holds n.mu, possibly for
+// seconds while the database connects) is still running.
 func (n *Node) ready() (backend.Store, jetstream.JetStream, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.started || n.stopped {
-		return nil, nil, fmt.Errorf("orisun: node not running: %w", event.ErrClosed)
+	switch n.phase.Load() {
+	case phaseRunning:
+		// store and js were written before phase was set to running.
+		return n.store, n.js, nil
+	case phaseStopped:
+		return nil, nil, fmt.Errorf("orisun: node stopped: %w", event.ErrClosed)
+	default:
+		return nil, nil, fmt.Errorf("orisun: node not started (or still starting): %w", event.ErrUnavailable)
 	}
-	return n.store, n.js, nil
 }
+
+// Node phases, for ready.
+const (
+	phaseNew int32 = iota
+	phaseRunning
+	phaseStopped
+)
 
 // CreateBoundary creates a boundary (or returns the existing one) and starts
 // its publisher.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
@@ -29,16 +30,26 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true}
 	st.Store = status.Health{OK: true, Kind: n.cfg.Backend}
 	st.NATS = status.Health{OK: true, Kind: "embedded"}
-	if _, err := js.AccountInfo(ctx); err != nil {
+	// NATS gets a budget of its own, so that a slow JetStream is reported
+	// as such and does not eat the store's time (and the other way round).
+	nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = js.AccountInfo(nctx)
+	cancel()
+	if err != nil {
 		st.NATS.OK, st.NATS.Error = false, "JetStream: "+err.Error()
+		st.Settled = false
+	}
+	storeDown := func(err error) {
+		if st.Store.OK {
+			st.Store.OK, st.Store.Error = false, err.Error()
+		}
 		st.Settled = false
 	}
 	bs, err := store.Boundaries(ctx)
 	if err != nil {
 		// The store does not answer: report what this node knows without
 		// it (its publishers' states), and nothing it would have to guess.
-		st.Store.OK, st.Store.Error = false, err.Error()
-		st.Settled = false
+		storeDown(err)
 		for _, name := range n.runnerNames() {
 			bst := BoundaryStatus{Name: name, Error: "not measured: the store does not answer: " + err.Error()}
 			n.localStatus(&bst)
@@ -48,44 +59,72 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	for _, b := range bs {
 		bst := BoundaryStatus{Name: b.Name, Epoch: b.Epoch}
-		var errs []error
-		// The checkpoint is read before the head: a checkpoint never passes
-		// the head, so published ≤ head holds in the report even while
-		// appends continue, and settled is never claimed early.
-		cp, err := store.Checkpoint(ctx, b.Name)
-		errs = append(errs, err)
-		cur, err := store.Boundary(ctx, b.Name)
-		errs = append(errs, err)
-		bst.Head, bst.Published = cur.Head, cp
-		if bst.Head > cp {
-			bst.LagEvents = bst.Head - cp
-			_, evs, err := store.Read(ctx, b.Name, cp, 1, nil)
-			errs = append(errs, err)
-			if len(evs) == 1 {
-				bst.LagSeconds = max(0, time.Since(evs[0].Time).Seconds())
-			}
+		if err := n.measureStore(ctx, store, &bst); err != nil {
+			bst.Error = "not measured: " + err.Error()
+			storeDown(err)
+		} else if bst.Published != bst.Head {
+			st.Settled = false
 		}
-		if s, err := js.Stream(ctx, stream.Name(b.Name)); err == nil {
-			info := s.CachedInfo()
-			bst.StreamFirst, bst.StreamLast = info.State.FirstSeq, info.State.LastSeq
-			bst.StreamMsgs, bst.StreamBytes = info.State.Msgs, info.State.Bytes
-		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			errs = append(errs, err)
+		if !st.NATS.OK {
+			bst.StreamError = "not measured: NATS does not answer"
+		} else if err := measureStream(ctx, js, &bst); err != nil {
+			bst.StreamError = "not measured: " + err.Error()
 		}
-		l, err := store.LeaseHolder(ctx, b.Name)
-		errs = append(errs, err)
-		bst.LeaseHolder, bst.LeaseTerm, bst.LeaseExpires = l.Holder, l.Term, l.Expires
 		n.localStatus(&bst)
-		if err := errors.Join(errs...); err != nil {
-			bst.Error = err.Error()
-			st.Settled = false
-		}
-		if bst.Published != bst.Head {
-			st.Settled = false
-		}
 		st.Boundaries = append(st.Boundaries, bst)
 	}
 	return st, nil
+}
+
+// measureStore reads the boundary's checkpoint, head, oldest unpublished
+// event and lease. On an error the figures stay zero: nothing is guessed.
+func (n *Node) measureStore(ctx context.Context, store backend.Store, bst *BoundaryStatus) error {
+	// The checkpoint is read before the head: a checkpoint never passes
+	// the head, so published ≤ head holds in the report even while appends
+	// continue, and settled is never claimed early.
+	cp, err := store.Checkpoint(ctx, bst.Name)
+	if err != nil {
+		return err
+	}
+	cur, err := store.Boundary(ctx, bst.Name)
+	if err != nil {
+		return err
+	}
+	var age float64
+	if cur.Head > cp {
+		_, evs, err := store.Read(ctx, bst.Name, cp, 1, nil)
+		if err != nil {
+			return err
+		}
+		if len(evs) == 1 {
+			age = max(0, time.Since(evs[0].Time).Seconds())
+		}
+	}
+	l, err := store.LeaseHolder(ctx, bst.Name)
+	if err != nil {
+		return err
+	}
+	bst.Head, bst.Published, bst.LagEvents, bst.LagSeconds = cur.Head, cp, cur.Head-cp, age
+	bst.LeaseHolder, bst.LeaseTerm, bst.LeaseExpires = l.Holder, l.Term, l.Expires
+	return nil
+}
+
+// measureStream reads the boundary's stream state from JetStream. A missing
+// stream is a measurement: zero figures.
+func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundaryStatus) error {
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(sctx, stream.Name(bst.Name))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	info := s.CachedInfo()
+	bst.StreamFirst, bst.StreamLast = info.State.FirstSeq, info.State.LastSeq
+	bst.StreamMsgs, bst.StreamBytes = info.State.Msgs, info.State.Bytes
+	return nil
 }
 
 // localStatus fills in what this node's own parts know of the boundary: its

@@ -228,6 +228,8 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	if !strings.Contains(p.Reason, "maximum messages") || p.Head != 8 || p.Published != 5 || p.LagEvents != 3 || p.Since.IsZero() {
 		t.Fatalf("paused status: %+v", p)
 	}
+	// The oldest unpublished event ages while the publisher is paused.
+	waitState(t, n, "default", "paused", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.LagSeconds >= 0.5 })
 	t.Logf("paused: %q", p.Reason)
 	// The publisher retries with backoff (0.1s, 0.2s, 0.4s, …) while
 	// paused; the state change is logged once, not once per retry.
@@ -285,9 +287,10 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 		withHTTP(c)
 		c.Backend, c.PGURL = "postgres", srv.URL
 		c.StallThreshold = 500 * time.Millisecond
-		// Longer than the outage: the node keeps its lease and shows the
-		// stall rather than stepping down.
-		c.LeaseTTL = 5 * time.Minute
+		// Shorter than the outage: the lease runs out while the store is
+		// down, and the node must still say stalled (nobody can lead), not
+		// standby (which would mean another node leads).
+		c.LeaseTTL = 2 * time.Second
 	})
 	ctx := context.Background()
 	if _, err := n.Append(ctx, "default", events(4, "before", 32), nil); err != nil {
@@ -300,6 +303,15 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 	if s.Reason == "" || s.Error == "" {
 		t.Fatalf("stalled without a reason or a measurement error: %+v", s)
 	}
+	// Past the lease's expiry the state stays stalled, since the stall's
+	// start, and the reason tells of the lease.
+	later := waitState(t, n, "default", "stalled", 60*time.Second, func(b orisun.BoundaryStatus) bool {
+		return strings.Contains(b.Reason, "lease")
+	})
+	if !later.Since.Equal(s.Since) {
+		t.Fatalf("the stall's start moved from %s to %s when the lease ran out", s.Since, later.Since)
+	}
+	t.Logf("stalled past the lease: %q", later.Reason)
 	st := httpStatus(t, n)
 	if js, err := json.MarshalIndent(st, "", "  "); err == nil {
 		t.Logf("status with the store down:\n%s", js)
@@ -383,12 +395,13 @@ func insertRaw(t testing.TB, url, boundary, typ, data string) {
 // past it; once the row is repaired the publisher leads again.
 func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 	url := pgtest.URL(t)
+	logs := &logCounter{}
 	n := setup(t, "", func(c *orisun.Config) {
 		withHTTP(c)
 		c.Backend, c.PGURL = "postgres", url
 		c.NATSMaxPayload = 4096
 		c.StallThreshold = 200 * time.Millisecond
-	})
+	}, orisun.WithLogger(slog.New(logs)))
 	ctx := context.Background()
 	if _, err := n.Append(ctx, "default", events(3, "ok", 32), nil); err != nil {
 		t.Fatal(err)
@@ -417,6 +430,9 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 	if _, last := checkStream(t, n, "default"); last != 3 {
 		t.Fatalf("the stream went past the unpublishable position: last %d", last)
 	}
+	if got := logs.count("publisher stalled"); got != 1 {
+		t.Fatalf("\"publisher stalled\" logged %d times at info or above while retrying, want once", got)
+	}
 
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -436,12 +452,27 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 }
 
 // TestSettledNeverEarly_I7: appends go on in bursts (4 appenders, quiet
-// spells between bursts) while /status is
-// sampled; every sample that says settled must have published (and head)
-// at least every position acknowledged before the sample was requested,
-// and both kinds of samples must occur for the test to mean anything.
+// spells between bursts) while /status is sampled; every sample that says
+// settled must have published (and head) at least the store's head read
+// just before the sample was requested, and every position acknowledged
+// before it. Both kinds of samples must occur for the test to mean
+// anything. On SQLite and on PostgreSQL (concurrent group commits).
 func TestSettledNeverEarly_I7(t *testing.T) {
-	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.PollInterval = time.Second })
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			n := setup(t, "", func(c *orisun.Config) {
+				withHTTP(c)
+				c.PollInterval = time.Second
+				if backend == "postgres" {
+					c.Backend, c.PGURL = "postgres", pgtest.URL(t)
+				}
+			})
+			settledNeverEarly(t, n)
+		})
+	}
+}
+
+func settledNeverEarly(t *testing.T, n *orisun.Node) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var acked atomic.Uint64
@@ -473,6 +504,11 @@ func TestSettledNeverEarly_I7(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && (settled < 200 || unsettled < 200) {
 		before := acked.Load()
+		bs, err := n.Boundaries(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		headBefore := bs[0].Head
 		st := httpStatus(t, n)
 		b := boundaryOf(t, st, "default")
 		if b.Published > b.Head {
@@ -483,8 +519,9 @@ func TestSettledNeverEarly_I7(t *testing.T) {
 			continue
 		}
 		settled++
-		if b.Published < before || b.Head < before {
-			t.Fatalf("I7: settled claimed with published %d, head %d, but position %d was acknowledged before the sample", b.Published, b.Head, before)
+		if b.Published < max(before, headBefore) || b.Head < max(before, headBefore) {
+			t.Fatalf("I7: settled claimed with published %d, head %d, but the store's head was %d and position %d was acknowledged before the sample",
+				b.Published, b.Head, headBefore, before)
 		}
 	}
 	cancel()

@@ -116,13 +116,13 @@ func TestIdempotentRetryThroughNode(t *testing.T) {
 	}
 }
 
-// TestNoGoroutineLeak: a node that appended, published and served a
-// subscription leaves no goroutine behind once stopped.
+// TestNoGoroutineLeak: a node that appended, published, served a
+// subscription and its status listener leaves no goroutine behind once stopped.
 func TestNoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	func() {
 		dir := t.TempDir()
-		n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1, PollInterval: 20 * time.Millisecond})
+		n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1, PollInterval: 20 * time.Millisecond, HTTPAddr: "127.0.0.1:0"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,6 +130,12 @@ func TestNoGoroutineLeak(t *testing.T) {
 		defer cancel()
 		if err := n.Start(ctx); err != nil {
 			t.Fatal(err)
+		}
+		// The status listener too: a request and a scrape.
+		for _, path := range []string{"/status", "/metrics"} {
+			if code, _ := httpGet(t, n, path); code != 200 {
+				t.Fatalf("%s: %d", path, code)
+			}
 		}
 		if _, err := n.Append(ctx, "default", events(100, "a", 16), nil); err != nil {
 			t.Fatal(err)

@@ -75,7 +75,10 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 
 // hold runs lead while renewing l.
 func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, lead func(ctx context.Context, l backend.Lease) error, log *slog.Logger) {
-	lctx, cancel := context.WithCancel(ctx)
+	// The cause tells lead why its context ended: a lost or locally
+	// expired lease is not a stop, and the publisher's status says which.
+	lctx, cancelCause := context.WithCancelCause(ctx)
+	cancel := func() { cancelCause(nil) }
 	done := make(chan error, 1)
 	go func() { done <- lead(lctx, l) }()
 
@@ -111,7 +114,7 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 				l, deadline = nl, start.Add(r.TTL)
 			case errors.Is(err, event.ErrLeaseLost):
 				log.Warn("lease lost on renewal: stepping down", "term", l.Term)
-				cancel()
+				cancelCause(fmt.Errorf("lease term %d lost on renewal: %w", l.Term, err))
 				<-done
 				return
 			case lctx.Err() != nil:
@@ -120,7 +123,7 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 				log.Warn("lease renewal failed", "term", l.Term, "err", err)
 				if time.Now().After(deadline) {
 					log.Warn("lease expired locally: stepping down", "term", l.Term)
-					cancel()
+					cancelCause(&ExpiredError{TTL: r.TTL, Err: err})
 					<-done
 					return
 				}
@@ -164,3 +167,18 @@ func Describe(l backend.Lease) string {
 	}
 	return fmt.Sprintf("%s (term %d)", l.Holder, l.Term)
 }
+
+// ExpiredError is the cause given to the leader's context when the lease
+// could not be renewed before it expired: the store did not answer in time.
+// It is not a stop and not a newer holder; the node is stuck until the
+// store answers again.
+type ExpiredError struct {
+	TTL time.Duration
+	Err error
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("lease expired locally: not renewed within %s: %v", e.TTL, e.Err)
+}
+
+func (e *ExpiredError) Unwrap() error { return e.Err }

@@ -96,9 +96,15 @@ func New(cfg Config) *Publisher {
 func (p *Publisher) Run(ctx context.Context, lease backend.Lease) error {
 	r := &run{p: p, lease: lease}
 	err := r.loop(ctx)
-	if errors.Is(err, event.ErrLeaseLost) {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost):
 		p.setState(StateStandby, "lease lost: another node holds a newer term", nil)
-	} else {
+	case cause != nil && !errors.Is(cause, context.Canceled):
+		// The lease ran out because the store did not answer: nobody
+		// publishes this boundary now, which is a stall, not a standby.
+		p.setState(StateStalled, cause.Error(), cause)
+	default:
 		p.setState(StateStandby, "stopped", nil)
 	}
 	return err
@@ -536,16 +542,17 @@ func (r *run) finalCheckpoint() {
 	}
 }
 
+// pausedReason says what JetStream refused and what an operator can do.
+func pausedReason(err error) string {
+	return err.Error() + " (JetStream refuses to store more: it needs memory (and, for a file store, disk) for every " +
+		"boundary's stream, and orisun's streams discard old messages at their limits, so check that nobody changed the " +
+		"stream's discard policy, lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more resources; nothing " +
+		"is skipped, the publisher retries)"
+}
+
 // isPaused reports whether JetStream refuses for a reason of its own limits
 // (a full stream with discard-new, or the server's memory or storage is
 // exhausted), as opposed to a failure of orisun or the store.
-// pausedReason says what JetStream refused and what an operator can do.
-func pausedReason(err error) string {
-	return err.Error() + " (JetStream refuses to store more: it needs memory for every boundary's stream, and orisun's " +
-		"streams discard old messages at their limits, so check that nobody changed the stream's discard policy, lower " +
-		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more memory; nothing is skipped, the publisher retries)"
-}
-
 func isPaused(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {

@@ -35,6 +35,10 @@ func (p *Publisher) Status() Status {
 // loop while this node waits).
 func (p *Publisher) SetStandby(reason string) { p.setState(StateStandby, reason, nil) }
 
+// SetStalled records that the publisher cannot run for a reason that is not
+// another leader (the lease cannot be acquired because the store fails).
+func (p *Publisher) SetStalled(reason string) { p.setState(StateStalled, reason, nil) }
+
 // setState changes the state. A change of state is logged once, with its
 // reason, at info (warn for paused and stalled); a new reason within the
 // same state (publishing ↔ caught up, another error while stalled) only at

@@ -41,6 +41,20 @@ type Server struct {
 	ln       net.Listener
 	done     chan struct{}
 	stopping bool
+	stopped  bool
+
+	// flight is the measurement in progress: concurrent requests (probes,
+	// scrapes, a CLI polling) share it instead of each running 4 store
+	// queries per boundary. Each still gets a measurement that started
+	// after its request arrived or while it waited, never a cached one.
+	fmu    sync.Mutex
+	flight *measurement
+}
+
+type measurement struct {
+	done chan struct{}
+	st   Status
+	err  error
 }
 
 // NewServer returns a server of src's status; Start listens.
@@ -59,7 +73,7 @@ func NewServer(src Source, opts Options) *Server {
 	s.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&collector{src: src, timeout: opts.Timeout},
+		&collector{measure: s.measureShared},
 	)
 	return s
 }
@@ -78,10 +92,13 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Start listens on Options.Addr and serves in the background. A taken
-// address is an error at once, naming it.
+// address is an error at once, naming it. Start after Stop is an error.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("status HTTP listener: start after stop")
+	}
 	if s.srv != nil {
 		return nil
 	}
@@ -125,8 +142,14 @@ func (s *Server) Stopping() {
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	srv, done := s.srv, s.done
-	s.stopping = true
+	s.stopping, s.stopped = true, true
 	s.mu.Unlock()
+	s.fmu.Lock()
+	m := s.flight
+	s.fmu.Unlock()
+	if m != nil {
+		<-m.done // bounded by Options.Timeout
+	}
 	if srv == nil {
 		return nil
 	}
@@ -141,9 +164,40 @@ func (s *Server) Stop() error {
 }
 
 func (s *Server) measure(r *http.Request) (Status, error) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.Timeout)
-	defer cancel()
-	return s.src.Status(ctx)
+	return s.measureShared(r.Context())
+}
+
+// measureShared joins the measurement in progress, or starts one. The
+// measurement runs on its own deadline (Options.Timeout), not on the
+// context of whichever request started it, so a client that hangs up does
+// not fail the others.
+func (s *Server) measureShared(ctx context.Context) (Status, error) {
+	s.fmu.Lock()
+	m := s.flight
+	if m == nil {
+		m = &measurement{done: make(chan struct{})}
+		s.flight = m
+		go func() {
+			mctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+			m.st, m.err = s.src.Status(mctx)
+			cancel()
+			s.fmu.Lock()
+			s.flight = nil
+			s.fmu.Unlock()
+			close(m.done)
+		}()
+	}
+	s.fmu.Unlock()
+	timer := time.NewTimer(s.opts.Timeout + time.Second)
+	defer timer.Stop()
+	select {
+	case <-m.done:
+		return m.st, m.err
+	case <-ctx.Done():
+		return Status{}, ctx.Err()
+	case <-timer.C:
+		return Status{}, fmt.Errorf("status: no measurement within %s", s.opts.Timeout+time.Second)
+	}
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

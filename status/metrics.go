@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,7 +18,7 @@ var (
 	descStoreUp   = prometheus.NewDesc("orisun_store_up", "1 when the store answered during this scrape, else 0.", []string{"backend"}, nil)
 	descNATSUp    = prometheus.NewDesc("orisun_nats_up", "1 when NATS JetStream answered during this scrape, else 0.", nil, nil)
 	descSettled   = prometheus.NewDesc("orisun_settled", "1 when every boundary's published position equals its head, measured during this scrape.", nil, nil)
-	descMeasured  = prometheus.NewDesc("orisun_boundary_measured", "1 when every figure of the boundary was measured during this scrape; 0 when some could not be (see /status for the error).", bl, nil)
+	descMeasured  = prometheus.NewDesc("orisun_boundary_measured", "1 when every figure of the boundary was measured during this scrape; 0 when some could not be: those are left out (see /status for the error).", bl, nil)
 	descHead      = prometheus.NewDesc("orisun_boundary_head_position", "The last committed position of the boundary.", bl, nil)
 	descPublished = prometheus.NewDesc("orisun_boundary_published_position", "The publisher's checkpoint: every position up to it was acknowledged by JetStream.", bl, nil)
 	descLagEvents = prometheus.NewDesc("orisun_boundary_lag_events", "head - published.", bl, nil)
@@ -43,8 +42,7 @@ var allDescs = []*prometheus.Desc{descInfo, descStoreUp, descNATSUp, descSettled
 
 // collector measures the status on every scrape.
 type collector struct {
-	src     Source
-	timeout time.Duration
+	measure func(context.Context) (Status, error)
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -54,9 +52,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	st, err := c.src.Status(ctx)
+	st, err := c.measure(context.Background())
 	if err != nil {
 		ch <- gauge(descScrapeErr, 1)
 		return
@@ -77,7 +73,7 @@ func Metrics(st Status) []prometheus.Metric {
 	}
 	for _, b := range st.Boundaries {
 		n := b.Name
-		ms = append(ms, gauge(descMeasured, b2f(b.Error == ""), n))
+		ms = append(ms, gauge(descMeasured, b2f(b.Error == "" && b.StreamError == ""), n))
 		for _, s := range States {
 			ms = append(ms, gauge(descState, b2f(b.State == s), n, string(s)))
 		}
@@ -85,26 +81,29 @@ func Metrics(st Status) []prometheus.Metric {
 			ms = append(ms, gauge(descSince, float64(b.Since.UnixNano())/1e9, n))
 		}
 		ms = append(ms,
-			gauge(descHeld, b2f(b.LeaseHolder != "" && b.LeaseHolder == st.LeaseHolder), n),
 			gauge(descSubs, float64(b.SubsCatchingUp), n, "catching_up"),
 			gauge(descSubs, float64(b.SubsLive), n, "live"),
 			prometheus.MustNewConstMetric(descFallBacks, prometheus.CounterValue, float64(b.SubsFallBacks), n),
 		)
-		if b.Error != "" {
-			// A figure that was not measured is left out, not reported as 0.
-			continue
+		// A figure that was not measured is left out, not reported as 0.
+		if b.Error == "" {
+			ms = append(ms,
+				gauge(descHead, float64(b.Head), n),
+				gauge(descPublished, float64(b.Published), n),
+				gauge(descLagEvents, float64(b.LagEvents), n),
+				gauge(descLagSecs, b.LagSeconds, n),
+				gauge(descTerm, float64(b.LeaseTerm), n),
+				gauge(descHeld, b2f(b.LeaseHolder != "" && b.LeaseHolder == st.LeaseHolder), n),
+			)
 		}
-		ms = append(ms,
-			gauge(descHead, float64(b.Head), n),
-			gauge(descPublished, float64(b.Published), n),
-			gauge(descLagEvents, float64(b.LagEvents), n),
-			gauge(descLagSecs, b.LagSeconds, n),
-			gauge(descFirst, float64(b.StreamFirst), n),
-			gauge(descLast, float64(b.StreamLast), n),
-			gauge(descMsgs, float64(b.StreamMsgs), n),
-			gauge(descBytes, float64(b.StreamBytes), n),
-			gauge(descTerm, float64(b.LeaseTerm), n),
-		)
+		if b.StreamError == "" {
+			ms = append(ms,
+				gauge(descFirst, float64(b.StreamFirst), n),
+				gauge(descLast, float64(b.StreamLast), n),
+				gauge(descMsgs, float64(b.StreamMsgs), n),
+				gauge(descBytes, float64(b.StreamBytes), n),
+			)
+		}
 	}
 	return ms
 }

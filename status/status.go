@@ -69,9 +69,11 @@ type BoundaryStatus struct {
 	SubsCatchingUp int64 `json:"subscriptions_catching_up"`
 	SubsLive       int64 `json:"subscriptions_live"`
 	SubsFallBacks  int64 `json:"subscription_fall_backs"`
-	// Error is set when a part of this status could not be measured; the
-	// figures it concerns are then zero, not guessed.
-	Error string `json:"error,omitempty"`
+	// Error is set when the store's figures of the boundary (head,
+	// published, lag, lease) could not be measured; they are then zero, not
+	// guessed. StreamError is the same for the stream's figures.
+	Error       string `json:"error,omitempty"`
+	StreamError string `json:"stream_error,omitempty"`
 }
 
 // Source measures a status.
