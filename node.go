@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
@@ -66,6 +67,7 @@ type Node struct {
 	ns      *natsembed.Server
 	nc      *nats.Conn
 	js      jetstream.JetStream
+	api     *api.Service
 	runCtx  context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -190,6 +192,21 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	for _, b := range all {
 		n.startBoundaryLocked(b.Name)
 		names = append(names, b.Name)
+	}
+	// The API comes last: every request it serves finds the node ready.
+	// It has a connection of its own, so that its requests never queue
+	// behind the publishers' traffic, and Stop can drain it first.
+	apiNC, err := n.ns.Connect("orisun-api")
+	if err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	n.api, err = api.Start(apiNC, apiBackend{n}, api.Config{
+		Metadata: map[string]string{"node_id": n.cfg.NodeID},
+		Logger:   n.log.With("component", "api"),
+	})
+	if err != nil {
+		apiNC.Close()
+		return fmt.Errorf("orisun: %w", err)
 	}
 	n.started = true
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
@@ -344,12 +361,19 @@ func (n *Node) Stop() error {
 // teardown stops everything that was started. It never takes n.mu: the
 // store's after-commit callback (wake) may run until the store is closed.
 func (n *Node) teardown() error {
+	var errs []error
+	// The API stops first: requests in flight finish while the store and
+	// the publishers still run; new ones are refused as unavailable.
+	if n.api != nil {
+		if err := n.api.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if n.cancel != nil {
 		n.cancel()
 	}
 	n.wg.Wait()
 	n.subs.Wait()
-	var errs []error
 	if n.nc != nil {
 		if err := n.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			n.nc.Close()
@@ -404,6 +428,28 @@ func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error
 	n.mu.Unlock()
 	return b, nil
 }
+
+// Boundary returns one boundary with its current head (ErrNotFound when it
+// does not exist).
+func (n *Node) Boundary(ctx context.Context, name string) (Boundary, error) {
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return Boundary{}, err
+	}
+	store, _, err := n.ready()
+	if err != nil {
+		return Boundary{}, err
+	}
+	b, err := store.Boundary(ctx, name)
+	if err != nil {
+		return Boundary{}, fmt.Errorf("boundary %q: %w", name, err)
+	}
+	return b, nil
+}
+
+// apiBackend serves the NATS API (package api) from the node.
+type apiBackend struct{ *Node }
+
+func (b apiBackend) Status(ctx context.Context) (any, error) { return b.Node.Status(ctx) }
 
 // Boundaries lists the boundaries with their heads.
 func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
