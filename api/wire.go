@@ -26,6 +26,12 @@ const (
 	ServiceVersion = "1.0.0"
 )
 
+// The micro error headers: the numeric code and the message.
+const (
+	ErrorCodeHeader = "Nats-Service-Error-Code"
+	ErrorHeader     = "Nats-Service-Error"
+)
+
 // Read limits.
 const (
 	// MaxReadLimit is the largest page a read may ask for.
