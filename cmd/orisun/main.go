@@ -35,6 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		return serve(stderr)
+	case "append", "read", "tail", "boundaries", "status":
+		return clientCommand(cmd, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "orisun", version)
 		return 0
@@ -52,11 +54,22 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage: orisun [command]
 
 Commands:
-  serve     run the relay (the default)
-  version   print the version
-  help      show this help
+  serve       run the relay (the default)
+  append      append events: orisun append <boundary> --type T --data '{…}' [--tags a,b] [--id UUID] [--metadata '{…}']
+              or, without --type, events as JSON lines on stdin ({"type":…,"data":…} per line)
+  read        print events: orisun read <boundary> [--after N] [--limit N] [--json]
+  tail        catch up, then follow until Ctrl-C: orisun tail <boundary> [--from N] [--json]
+  boundaries  list boundaries, or create one: orisun boundaries [--create name] [--json]
+  status      print the node's status: orisun status [--json]
+  version     print the version
+  help        show this help
 
-Configuration is read from ORISUN_* environment variables; see README.md.
+The client commands (append, read, tail, boundaries, status) talk to a
+running orisun over NATS: --server URL, or the environment variable
+ORISUN_URL, default nats://127.0.0.1:4222. Events print one per line as
+"position type id time data"; --json prints the event JSON instead.
+
+serve is configured by ORISUN_* environment variables; see README.md.
 `)
 }
 
