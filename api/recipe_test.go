@@ -29,8 +29,10 @@ func TestProtocolRecipe_I5(t *testing.T) {
 		}
 		// Not t.Fatal: it also runs on a goroutine of its own.
 		msg, err := nc.Request("orisun.api.append.default", []byte(`{"events":[`+join(evs)+`]}`), 10*time.Second)
-		if err != nil || msg.Header.Get(api.ErrorCodeHeader) != "" {
-			t.Errorf("append: %v %s", err, msg.Data)
+		if err != nil {
+			t.Errorf("append: %v", err)
+		} else if msg.Header.Get(api.ErrorCodeHeader) != "" {
+			t.Errorf("append: %s", msg.Data)
 		}
 	}
 	for i := 0; i < 5; i++ {
