@@ -142,13 +142,17 @@ func (s *Service) Stop() error {
 }
 
 // handler runs h on a goroutine of its own and replies with its result or
-// its error.
+// its error. The reply is published on the request's reply subject with
+// the service's connection, not through micro.Request: micro reads the
+// request's state once the handler returns, and a goroutine answering later
+// would race with it. (So `nats micro stats` counts requests, not errors.)
 func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		r := &reply{nc: s.nc, log: s.log, subject: req.Subject(), reply: req.Reply()}
 		s.mu.Lock()
 		if s.stopped {
 			s.mu.Unlock()
-			s.replyError(req, fmt.Errorf("the orisun node is stopping; send the request again: %w", event.ErrUnavailable))
+			r.error(fmt.Errorf("the orisun node is stopping; send the request again: %w", event.ErrUnavailable))
 			return
 		}
 		s.wg.Add(1)
@@ -162,9 +166,9 @@ func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) m
 			defer func() {
 				// A bug in a handler answers "internal" and leaves the
 				// server running.
-				if r := recover(); r != nil {
-					s.log.Error("api handler panicked", "subject", req.Subject(), "panic", r)
-					s.replyError(req, fmt.Errorf("internal error while handling %s", req.Subject()))
+				if p := recover(); p != nil {
+					s.log.Error("api handler panicked", "subject", r.subject, "panic", p)
+					r.error(fmt.Errorf("internal error while handling %s", r.subject))
 				}
 			}()
 			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
@@ -174,39 +178,55 @@ func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) m
 				if ctx.Err() != nil && s.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 					err = fmt.Errorf("%w: not answered within %s: %w", errDeadline, s.cfg.RequestTimeout, err)
 				}
-				s.replyError(req, err)
+				r.error(err)
 				return
 			}
 			var body []byte
-			switch r := res.(type) {
+			switch v := res.(type) {
 			case []byte:
-				body = r
+				body = v
 			default:
-				body, err = json.Marshal(r)
+				body, err = json.Marshal(v)
 				if err != nil {
-					s.replyError(req, fmt.Errorf("encode reply: %w", err))
+					r.error(fmt.Errorf("encode reply: %w", err))
 					return
 				}
 			}
-			if err := req.Respond(body); err != nil {
-				s.log.Warn("api reply not sent", "subject", req.Subject(), "err", err)
-			}
+			r.send(&nats.Msg{Data: body})
 		}()
 	})
 }
 
-func (s *Service) replyError(req micro.Request, err error) {
+// reply answers one request.
+type reply struct {
+	nc             *nats.Conn
+	log            *slog.Logger
+	subject, reply string
+}
+
+func (r *reply) send(m *nats.Msg) {
+	if r.reply == "" {
+		return // a publish, not a request: nobody waits for an answer
+	}
+	m.Subject = r.reply
+	if err := r.nc.PublishMsg(m); err != nil {
+		r.log.Warn("api reply not sent", "subject", r.subject, "err", err)
+	}
+}
+
+// error answers with the micro error headers and the JSON error body.
+func (r *reply) error(err error) {
 	code := CodeOf(err)
 	msg := err.Error()
 	if code == CodeInternal {
-		s.log.Error("api request failed", "subject", req.Subject(), "err", err)
+		r.log.Error("api request failed", "subject", r.subject, "err", err)
 	}
 	body, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
-	// The header is one line: a message with a line break would end it.
-	hdr := strings.NewReplacer("\r", " ", "\n", " ").Replace(msg)
-	if err := req.Error(strconv.Itoa(NumericCode(code)), hdr, body); err != nil {
-		s.log.Warn("api error reply not sent", "subject", req.Subject(), "err", err)
-	}
+	m := &nats.Msg{Header: nats.Header{}, Data: body}
+	// A header is one line: a message with a line break would end it.
+	m.Header.Set(ErrorHeader, strings.NewReplacer("\r", " ", "\n", " ").Replace(msg))
+	m.Header.Set(ErrorCodeHeader, strconv.Itoa(NumericCode(code)))
+	r.send(m)
 }
 
 // decode reads a JSON request body into v. An empty body is {}. Unknown

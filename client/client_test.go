@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
 )
 
 // build compiles the orisun binary once per test binary.
@@ -190,9 +191,22 @@ func batch(n int, typ string) []event.Input {
 // once, in order (I5); appends retried with the same ids across the kill
 // are idempotent.
 func TestClientAgainstRelayProcess_I5(t *testing.T) {
+	t.Parallel()
+	testClientAgainstRelay(t)
+}
+
+// TestClientAgainstRelayProcessPostgres_I5 is the same on PostgreSQL: the
+// killed relay's lease expires (a short TTL) and the restarted one takes
+// it over.
+func TestClientAgainstRelayProcessPostgres_I5(t *testing.T) {
+	t.Parallel()
+	testClientAgainstRelay(t, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgtest.URL(t), "ORISUN_LEASE_TTL=1s")
+}
+
+func testClientAgainstRelay(t *testing.T, env ...string) {
 	dir := t.TempDir()
 	port := freePort(t)
-	r := startRelay(t, dir, port)
+	r := startRelay(t, dir, port, env...)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	c, err := client.Connect(url, client.Name("client-test"), client.Timeout(5*time.Second))
 	if err != nil {
@@ -266,7 +280,7 @@ func TestClientAgainstRelayProcess_I5(t *testing.T) {
 	r.kill(t)
 	killedAt, _ := rec.delivered()
 	t.Logf("relay killed; subscription at %d", killedAt)
-	startRelay(t, dir, port)
+	startRelay(t, dir, port, env...)
 	rec.waitFor(t, killedAt+300, 120*time.Second)
 
 	stopAppends()
