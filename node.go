@@ -1,6 +1,8 @@
 // Package orisun is the embedding API: a Node opens the store, starts the
 // embedded NATS server, runs one lease-holding publisher per boundary and
-// serves appends, reads and catch-up-then-live subscriptions in-process.
+// serves appends, reads and catch-up-then-live subscriptions in-process, and
+// to any NATS client through the micro service "orisun" (package api,
+// docs/protocol.md).
 //
 //	n, err := orisun.New(orisun.Config{DataDir: "./data"})
 //	if err := n.Start(ctx); err != nil { … }
@@ -24,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
@@ -32,7 +35,7 @@ import (
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
-	"github.com/orisun-io/orisun/status"
+	"github.com/orisun-io/orisun/status/statushttp"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -59,7 +62,7 @@ type Node struct {
 	limits event.Limits
 
 	version string
-	http    *status.Server
+	http    *statushttp.Server
 
 	// Hooks for tests (fault points); nil in production.
 	afterAck func(boundary string, last uint64)
@@ -72,6 +75,7 @@ type Node struct {
 	ns      *natsembed.Server
 	nc      *nats.Conn
 	js      jetstream.JetStream
+	api     *api.Service
 	runCtx  context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -149,7 +153,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.HTTPEnabled() {
 		// Bound first: a taken port fails the start before any lease is
 		// taken, and probes get 503 "starting" instead of no answer.
-		n.http = status.NewServer(n, status.Options{
+		n.http = statushttp.NewServer(n, statushttp.Options{
 			Addr:           n.cfg.HTTPAddr,
 			StallThreshold: n.cfg.StallThreshold,
 			Logger:         n.log.With("component", "http"),
@@ -213,8 +217,23 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.startBoundaryLocked(b.Name)
 		names = append(names, b.Name)
 	}
-	n.started = true
 	n.phase.Store(phaseRunning)
+	// The API comes last: every request it serves finds the node ready.
+	// It has a connection of its own, so that its requests never queue
+	// behind the publishers' traffic, and Stop can drain it first.
+	apiNC, err := n.ns.Connect("orisun-api")
+	if err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	n.api, err = api.Start(apiNC, apiBackend{n}, api.Config{
+		Metadata: map[string]string{"node_id": n.cfg.NodeID},
+		Logger:   n.log.With("component", "api"),
+	})
+	if err != nil {
+		apiNC.Close()
+		return fmt.Errorf("orisun: %w", err)
+	}
+	n.started = true
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
 		"nats_url", n.ns.ClientURL(), "boundaries", names)
 	return nil
@@ -378,6 +397,13 @@ func (n *Node) teardown() error {
 		// batch; the listener closes once they have.
 		n.http.Stopping()
 	}
+	// The API stops first: requests in flight finish while the store and
+	// the publishers still run; new ones are refused as unavailable.
+	if n.api != nil {
+		if err := n.api.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if n.cancel != nil {
 		n.cancel()
 	}
@@ -455,6 +481,28 @@ func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error
 	n.mu.Unlock()
 	return b, nil
 }
+
+// Boundary returns one boundary with its current head (ErrNotFound when it
+// does not exist).
+func (n *Node) Boundary(ctx context.Context, name string) (Boundary, error) {
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return Boundary{}, err
+	}
+	store, _, err := n.ready()
+	if err != nil {
+		return Boundary{}, err
+	}
+	b, err := store.Boundary(ctx, name)
+	if err != nil {
+		return Boundary{}, fmt.Errorf("boundary %q: %w", name, err)
+	}
+	return b, nil
+}
+
+// apiBackend serves the NATS API (package api) from the node.
+type apiBackend struct{ *Node }
+
+func (b apiBackend) Status(ctx context.Context) (any, error) { return b.Node.Status(ctx) }
 
 // Boundaries lists the boundaries with their heads.
 func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/orisun-io/orisun/publisher"
@@ -92,3 +93,29 @@ func (s Status) Stalled(threshold time.Duration, now time.Time) []BoundaryStatus
 	}
 	return out
 }
+
+// Readiness is the body of /readyz.
+type Readiness struct {
+	Ready   bool     `json:"ready"`
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+// Ready judges a status: the store and NATS answered and no publisher has
+// been stalled for longer than threshold.
+func Ready(st Status, threshold time.Duration, now time.Time) Readiness {
+	var reasons []string
+	if !st.Store.OK {
+		reasons = append(reasons, "store unreachable: "+st.Store.Error)
+	}
+	if !st.NATS.OK {
+		reasons = append(reasons, "NATS unreachable: "+st.NATS.Error)
+	}
+	for _, b := range st.Stalled(threshold, now) {
+		reasons = append(reasons, fmt.Sprintf("boundary %s: publisher stalled since %s (longer than %s): %s",
+			b.Name, b.Since.Format(time.RFC3339), threshold, b.Reason))
+	}
+	return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
+}
+
+// States are the publisher states, in the order the state metric lists them.
+var States = []publisher.State{publisher.StateLeading, publisher.StateStandby, publisher.StatePaused, publisher.StateStalled}

@@ -37,6 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(stderr)
 	case "status":
 		return statusCmd(args[1:], stdout, stderr)
+	case "append", "read", "tail", "boundaries":
+		return clientCommand(cmd, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "orisun", version)
 		return 0
@@ -54,12 +56,23 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage: orisun [command]
 
 Commands:
-  serve     run the relay (the default)
-  status    print a running node's status (--json, --wait-settled[=timeout])
-  version   print the version
-  help      show this help
+  serve       run the relay (the default)
+  append      append events: orisun append <boundary> --type T --data '{…}' [--tags a,b] [--id UUID] [--metadata '{…}']
+              or, without --type, events as JSON lines on stdin ({"type":…,"data":…} per line)
+  read        print events: orisun read <boundary> [--after N] [--limit N] [--json]
+  tail        catch up, then follow until Ctrl-C: orisun tail <boundary> [--from N] [--json]
+  boundaries  list boundaries, or create one: orisun boundaries [--create name] [--json]
+  status      print a node's status: orisun status [--http host:port | --server URL] [--json] [--wait-settled[=timeout]]
+  version     print the version
+  help        show this help
 
-Configuration is read from ORISUN_* environment variables; see README.md.
+The client commands (append, read, tail, boundaries) talk to a running
+orisun over NATS: --server URL, or the environment variable ORISUN_URL,
+default nats://127.0.0.1:4222. status reads the node's status listener
+(--http, or ORISUN_HTTP_ADDR, default 127.0.0.1:8990), or NATS with --server. Events print one per line as
+"position type id time data"; --json prints the event JSON instead.
+
+serve is configured by ORISUN_* environment variables; see README.md.
 `)
 }
 

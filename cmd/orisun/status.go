@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -51,23 +52,34 @@ func (w *waitFlag) Set(s string) error {
 // IsBoolFlag lets --wait-settled stand alone.
 func (w *waitFlag) IsBoolFlag() bool { return true }
 
+// Exit codes of orisun status.
+const (
+	exitSettled    = 0 // read (with --wait-settled: settled)
+	exitNotSettled = 1 // --wait-settled: the timeout passed first
+	exitUsage      = 2
+	exitUnreadable = 3 // the status could not be read at all
+)
+
 // statusCmd is `orisun status`: the status of a running node, from its HTTP
-// listener, for people (a table) or scripts (--json, --wait-settled).
+// listener (or over NATS with --server), for people (a table) or scripts
+// (--json, --wait-settled).
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", "127.0.0.1:8990"), "address of the node's status listener (ORISUN_HTTP_ADDR)")
+	server := fs.String("server", "", "read the status over NATS from this URL instead (the orisun.api.status endpoint)")
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
 	wait := &waitFlag{timeout: time.Minute}
-	fs.Var(wait, "wait-settled", "wait until every boundary's published position equals its head; `=timeout` (default 1m); exit 1 with the reason on timeout")
+	fs.Var(wait, "wait-settled", "wait until every boundary's published position equals its head; `=timeout` (default 1m)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: orisun status [--http host:port] [--json] [--wait-settled[=timeout]]
+		fmt.Fprint(stderr, `Usage: orisun status [--http host:port | --server nats://host:port] [--json] [--wait-settled[=timeout]]
 
 Prints the status of a running orisun node: per boundary its head, what is
-published, the lag, the publisher's state and why. Exit status: 0 when the
-status was read (with --wait-settled: once settled), 1 when it could not be
-read (with --wait-settled: not settled before the timeout; the reason is
-printed), 2 for bad flags.
+published, the lag, the publisher's state and why.
+
+Exit status: 0 when the status was read (with --wait-settled: once settled);
+1 with --wait-settled when the timeout passed first (the reason is printed);
+2 for bad flags; 3 when the status could not be read at all.
 
 Flags:
 `)
@@ -75,46 +87,75 @@ Flags:
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return exitSettled
 		}
-		return 2
+		return exitUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "orisun status: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return exitUsage
 	}
-	url := statusURL(*addr)
-	client := &http.Client{Timeout: 10 * time.Second}
-	if !wait.on {
-		st, err := fetchStatus(client, url)
+	var fetch func(ctx context.Context) (orisun.Status, error)
+	if *server != "" {
+		c, err := client.Connect(*server, client.Name("orisun-status"), client.Timeout(10*time.Second))
 		if err != nil {
 			fmt.Fprintf(stderr, "orisun status: %v\n", err)
-			return 1
+			return exitUnreadable
+		}
+		defer c.Close()
+		fetch = func(ctx context.Context) (orisun.Status, error) { return c.Status(ctx) }
+	} else {
+		if strings.EqualFold(*addr, "off") || *addr == "" {
+			fmt.Fprintln(stderr, "orisun status: the status listener is off (ORISUN_HTTP_ADDR=off); give --http host:port, or --server to read the status over NATS")
+			return exitUsage
+		}
+		url := statusURL(*addr)
+		hc := &http.Client{}
+		fetch = func(ctx context.Context) (orisun.Status, error) { return fetchStatus(ctx, hc, url) }
+	}
+	if !wait.on {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := fetch(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "orisun status: %v\n", err)
+			return exitUnreadable
 		}
 		printStatus(stdout, st, *asJSON)
-		return 0
+		return exitSettled
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait.timeout)
 	defer cancel()
 	var (
 		st      orisun.Status
 		lastErr error
+		read    bool
 	)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		st, lastErr = fetchStatus(client, url)
-		if lastErr == nil && st.Settled {
-			printStatus(stdout, st, *asJSON)
-			return 0
+		// Each request is bounded by what is left of the wait.
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		cur, err := fetch(rctx)
+		rcancel()
+		if err == nil {
+			st, read, lastErr = cur, true, nil
+			if st.Settled {
+				printStatus(stdout, st, *asJSON)
+				return exitSettled
+			}
+		} else if ctx.Err() == nil || !read {
+			lastErr = err
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(stderr, "orisun status: not settled after %s: %s\n", wait.timeout, unsettledReason(st, lastErr))
-			if lastErr == nil {
-				printStatus(stdout, st, *asJSON)
+			if !read {
+				fmt.Fprintf(stderr, "orisun status: could not read the status within %s: %v\n", wait.timeout, lastErr)
+				return exitUnreadable
 			}
-			return 1
+			fmt.Fprintf(stderr, "orisun status: not settled after %s: %s\n", wait.timeout, unsettledReason(st, lastErr))
+			printStatus(stdout, st, *asJSON)
+			return exitNotSettled
 		case <-tick.C:
 		}
 	}
@@ -138,9 +179,13 @@ func statusURL(addr string) string {
 	return strings.TrimSuffix(addr, "/") + "/status"
 }
 
-func fetchStatus(c *http.Client, url string) (orisun.Status, error) {
+func fetchStatus(ctx context.Context, c *http.Client, url string) (orisun.Status, error) {
 	var st orisun.Status
-	resp, err := c.Get(url)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return st, fmt.Errorf("read %s: %w (is orisun running, with ORISUN_HTTP_ADDR on this address?)", url, err)
 	}
@@ -158,12 +203,13 @@ func fetchStatus(c *http.Client, url string) (orisun.Status, error) {
 	return st, nil
 }
 
-// unsettledReason says why a status is not settled, boundary by boundary.
+// unsettledReason says why a status is not settled, boundary by boundary;
+// err is the last failure to read it, if the last attempt failed.
 func unsettledReason(st orisun.Status, err error) string {
-	if err != nil {
-		return err.Error()
-	}
 	var parts []string
+	if err != nil {
+		parts = append(parts, "the last attempt to read the status failed: "+err.Error())
+	}
 	if !st.Store.OK {
 		parts = append(parts, "store unreachable: "+st.Store.Error)
 	}
@@ -202,16 +248,29 @@ func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
 	fmt.Fprintln(tw, "BOUNDARY\tSTATE\tFOR\tHEAD\tPUBLISHED\tLAG\tLAG AGE\tSTREAM\tLEASE\tREASON")
 	for _, b := range st.Boundaries {
 		stream := "-"
-		if b.StreamLast > 0 || b.StreamFirst > 0 {
+		switch {
+		case b.StreamError != "":
+			stream = "?"
+		case b.StreamMsgs > 0:
 			stream = fmt.Sprintf("%d..%d", b.StreamFirst, b.StreamLast)
+		case b.StreamLast > 0:
+			stream = fmt.Sprintf("empty, next %d", b.StreamLast+1)
 		}
 		lease := "-"
 		if b.LeaseHolder != "" {
 			lease = fmt.Sprintf("%s (term %d)", b.LeaseHolder, b.LeaseTerm)
+			// The expiry is in the store's clock, the time in the node's:
+			// good enough to flag a lease nobody renews.
+			if !b.LeaseExpires.IsZero() && b.LeaseExpires.Before(st.Time) {
+				lease += " expired"
+			}
 		}
 		reason := b.Reason
 		if b.Error != "" {
 			reason += " [" + b.Error + "]"
+		}
+		if b.StreamError != "" {
+			reason += " [stream " + b.StreamError + "]"
 		}
 		since := "-"
 		if !b.Since.IsZero() {

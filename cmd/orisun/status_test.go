@@ -58,6 +58,8 @@ func TestStatusWaitSettled(t *testing.T) {
 	p := start(t, t.TempDir(), "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+url, "ORISUN_NATS_MAX_PAYLOAD=4096",
 		"ORISUN_POLL_INTERVAL=100ms", "ORISUN_NODE_ID=status-node")
 	addr := p.httpAddrOf(t)
+	started := p.waitLine(t, "orisun started")
+	natsURL := regexp.MustCompile(`nats_url=(\S+)`).FindStringSubmatch(started)[1]
 	p.waitLine(t, "publisher leading")
 
 	ctx := context.Background()
@@ -115,10 +117,25 @@ func TestStatusWaitSettled(t *testing.T) {
 	}
 	t.Logf("orisun status --wait-settled=3s: %s", errs)
 
-	// No node there: exit 1 and say where it looked.
+	// The same document over NATS.
+	code, out, errs = runBin(t, "status", "--server", natsURL, "--json")
+	st = orisun.Status{}
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.NodeID != "status-node" || st.Settled {
+		t.Fatalf("status --server --json: exit %d, %v, %+v\n%s", code, err, st, errs)
+	}
+
+	// No node there: exit 3 and say where it looked; --wait-settled too.
 	code, _, errs = runBin(t, "status", "--http", "127.0.0.1:1")
-	if code != 1 || !strings.Contains(errs, "127.0.0.1:1") {
+	if code != 3 || !strings.Contains(errs, "127.0.0.1:1") {
 		t.Fatalf("status against nothing: exit %d, %s", code, errs)
+	}
+	code, _, errs = runBin(t, "status", "--http", "127.0.0.1:1", "--wait-settled=1s")
+	if code != 3 || !strings.Contains(errs, "could not read the status") {
+		t.Fatalf("status --wait-settled against nothing: exit %d, %s", code, errs)
+	}
+	code, _, errs = runBin(t, "status", "--http", "off")
+	if code != 2 || !strings.Contains(errs, "listener is off") {
+		t.Fatalf("status --http off: exit %d, %s", code, errs)
 	}
 }
 

@@ -1,4 +1,4 @@
-package status
+package statushttp
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orisun-io/orisun/status"
 )
 
 // Options of the HTTP listener.
@@ -31,7 +33,7 @@ type Options struct {
 
 // Server is the HTTP listener of a node.
 type Server struct {
-	src  Source
+	src  status.Source
 	opts Options
 	log  *slog.Logger
 	reg  *prometheus.Registry
@@ -53,12 +55,12 @@ type Server struct {
 
 type measurement struct {
 	done chan struct{}
-	st   Status
+	st   status.Status
 	err  error
 }
 
 // NewServer returns a server of src's status; Start listens.
-func NewServer(src Source, opts Options) *Server {
+func NewServer(src status.Source, opts Options) *Server {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
@@ -163,7 +165,7 @@ func (s *Server) Stop() error {
 	return err
 }
 
-func (s *Server) measure(r *http.Request) (Status, error) {
+func (s *Server) measure(r *http.Request) (status.Status, error) {
 	return s.measureShared(r.Context())
 }
 
@@ -171,7 +173,7 @@ func (s *Server) measure(r *http.Request) (Status, error) {
 // measurement runs on its own deadline (Options.Timeout), not on the
 // context of whichever request started it, so a client that hangs up does
 // not fail the others.
-func (s *Server) measureShared(ctx context.Context) (Status, error) {
+func (s *Server) measureShared(ctx context.Context) (status.Status, error) {
 	s.fmu.Lock()
 	m := s.flight
 	if m == nil {
@@ -194,9 +196,9 @@ func (s *Server) measureShared(ctx context.Context) (Status, error) {
 	case <-m.done:
 		return m.st, m.err
 	case <-ctx.Done():
-		return Status{}, ctx.Err()
+		return status.Status{}, ctx.Err()
 	case <-timer.C:
-		return Status{}, fmt.Errorf("status: no measurement within %s", s.opts.Timeout+time.Second)
+		return status.Status{}, fmt.Errorf("status: no measurement within %s", s.opts.Timeout+time.Second)
 	}
 }
 
@@ -209,43 +211,20 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// Readiness is the body of /readyz.
-type Readiness struct {
-	Ready   bool     `json:"ready"`
-	Reasons []string `json:"reasons,omitempty"`
-}
-
-// Ready judges a status: the store and NATS answered and no publisher has
-// been stalled for longer than threshold.
-func Ready(st Status, threshold time.Duration, now time.Time) Readiness {
-	var reasons []string
-	if !st.Store.OK {
-		reasons = append(reasons, "store unreachable: "+st.Store.Error)
-	}
-	if !st.NATS.OK {
-		reasons = append(reasons, "NATS unreachable: "+st.NATS.Error)
-	}
-	for _, b := range st.Stalled(threshold, now) {
-		reasons = append(reasons, fmt.Sprintf("boundary %s: publisher stalled since %s (longer than %s): %s",
-			b.Name, b.Since.Format(time.RFC3339), threshold, b.Reason))
-	}
-	return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
-}
-
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	stopping := s.stopping
 	s.mu.Unlock()
 	if stopping {
-		writeJSON(w, http.StatusServiceUnavailable, Readiness{Reasons: []string{"shutting down"}})
+		writeJSON(w, http.StatusServiceUnavailable, status.Readiness{Reasons: []string{"shutting down"}})
 		return
 	}
 	st, err := s.measure(r)
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, Readiness{Reasons: []string{err.Error()}})
+		writeJSON(w, http.StatusServiceUnavailable, status.Readiness{Reasons: []string{err.Error()}})
 		return
 	}
-	rd := Ready(st, s.opts.StallThreshold, time.Now())
+	rd := status.Ready(st, s.opts.StallThreshold, time.Now())
 	code := http.StatusOK
 	if !rd.Ready {
 		code = http.StatusServiceUnavailable

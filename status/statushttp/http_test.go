@@ -1,4 +1,4 @@
-package status_test
+package statushttp_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
+	"github.com/orisun-io/orisun/status/statushttp"
 )
 
 type fixed struct {
@@ -59,7 +60,7 @@ func get(t *testing.T, addr, path string) (int, string) {
 // name; a measurement error is a 503, never a 200; Stopping turns /readyz
 // to 503 while /healthz stays up; Stop is safe twice and before Start.
 func TestServerLifecycle(t *testing.T) {
-	if err := status.NewServer(&fixed{}, status.Options{}).Stop(); err != nil {
+	if err := statushttp.NewServer(&fixed{}, statushttp.Options{}).Stop(); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -67,12 +68,12 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if err := status.NewServer(&fixed{}, status.Options{Addr: ln.Addr().String()}).Start(); err == nil || !strings.Contains(err.Error(), "ORISUN_HTTP_ADDR") {
+	if err := statushttp.NewServer(&fixed{}, statushttp.Options{Addr: ln.Addr().String()}).Start(); err == nil || !strings.Contains(err.Error(), "ORISUN_HTTP_ADDR") {
 		t.Fatalf("taken address: %v", err)
 	}
 
 	src := &fixed{st: status.Status{Store: status.Health{OK: true}, NATS: status.Health{OK: true}, Settled: true}}
-	s := status.NewServer(src, status.Options{Addr: "127.0.0.1:0"})
+	s := statushttp.NewServer(src, statushttp.Options{Addr: "127.0.0.1:0"})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,12 @@
-package status
+package statushttp
 
 import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 )
-
-// States are the publisher states, in the order the state metric lists them.
-var States = []publisher.State{publisher.StateLeading, publisher.StateStandby, publisher.StatePaused, publisher.StateStalled}
 
 var (
 	bl = []string{"boundary"}
@@ -42,7 +39,7 @@ var allDescs = []*prometheus.Desc{descInfo, descStoreUp, descNATSUp, descSettled
 
 // collector measures the status on every scrape.
 type collector struct {
-	measure func(context.Context) (Status, error)
+	measure func(context.Context) (status.Status, error)
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -64,7 +61,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Metrics turns a status into its Prometheus metrics.
-func Metrics(st Status) []prometheus.Metric {
+func Metrics(st status.Status) []prometheus.Metric {
 	ms := []prometheus.Metric{
 		gauge(descInfo, 1, st.NodeID, st.Version),
 		gauge(descStoreUp, b2f(st.Store.OK), st.Store.Kind),
@@ -74,7 +71,7 @@ func Metrics(st Status) []prometheus.Metric {
 	for _, b := range st.Boundaries {
 		n := b.Name
 		ms = append(ms, gauge(descMeasured, b2f(b.Error == "" && b.StreamError == ""), n))
-		for _, s := range States {
+		for _, s := range status.States {
 			ms = append(ms, gauge(descState, b2f(b.State == s), n, string(s)))
 		}
 		if !b.Since.IsZero() {

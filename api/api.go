@@ -1,0 +1,394 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// Backend is what the service serves: the operations of the embedding
+// Node, and nothing of its internals.
+type Backend interface {
+	Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error)
+	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+	// Boundary returns one boundary with its head (ErrNotFound if none).
+	Boundary(ctx context.Context, name string) (event.Boundary, error)
+	Boundaries(ctx context.Context) ([]event.Boundary, error)
+	CreateBoundary(ctx context.Context, name string) (event.Boundary, error)
+	// Status returns the status document (DESIGN §8), encoded as JSON.
+	Status(ctx context.Context) (any, error)
+}
+
+// Config of the service.
+type Config struct {
+	// RequestTimeout bounds the work of one request; default 30s.
+	RequestTimeout time.Duration
+	// MaxInFlight is the most requests handled at once; default 256. More
+	// wait on NATS's subscription buffer.
+	MaxInFlight int
+	// Metadata is shown by `nats micro info` (for example the node id).
+	Metadata map[string]string
+	Logger   *slog.Logger
+}
+
+// Service is the running API service. Stop is safe to call twice.
+type Service struct {
+	cfg     Config
+	be      Backend
+	nc      *nats.Conn
+	svc     micro.Service
+	log     *slog.Logger
+	ctx     context.Context
+	cancel  context.CancelFunc
+	sem     chan struct{}
+	mu      sync.Mutex
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+// Start adds the micro service "orisun" on nc and serves be. The service
+// owns nc from here on: Stop closes it.
+func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 256
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, be: be, nc: nc, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "orisun event store: append, read, boundaries, status (docs/protocol.md)",
+		Metadata:    cfg.Metadata,
+		// Every node's service answers in one queue group: a request
+		// reaches one of them.
+		QueueGroup: "orisun",
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			s.log.Warn("api service error", "subject", e.Subject, "err", e.Description)
+		},
+	})
+	if err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("api: add service: %w", err)
+	}
+	s.svc = svc
+	g := svc.AddGroup(SubjectPrefix)
+	endpoints := []struct {
+		name, subject string
+		h             func(context.Context, micro.Request) (any, error)
+	}{
+		{"append", "append.*", s.append},
+		{"read", "read.*", s.read},
+		{"boundaries", "boundaries", s.boundaries},
+		{"create_boundary", "boundaries.create", s.createBoundary},
+		{"status", "status", s.status},
+	}
+	for _, e := range endpoints {
+		if err := g.AddEndpoint(e.name, s.handler(e.h), micro.WithEndpointSubject(e.subject)); err != nil {
+			svc.Stop()
+			s.cancel()
+			return nil, fmt.Errorf("api: add endpoint %s: %w", e.name, err)
+		}
+	}
+	// Subscriptions reach the server asynchronously: flush, so that a
+	// request sent once Start returned finds its responder.
+	if err := nc.Flush(); err != nil {
+		svc.Stop()
+		s.cancel()
+		return nil, fmt.Errorf("api: flush subscriptions: %w", err)
+	}
+	return s, nil
+}
+
+// Stop stops taking requests, lets the requests in flight finish (their
+// context is cancelled after a grace period), and closes the connection.
+func (s *Service) Stop() error {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	err := s.svc.Stop()
+	grace := time.AfterFunc(5*time.Second, s.cancel)
+	s.wg.Wait()
+	grace.Stop()
+	s.cancel()
+	s.nc.Close()
+	if err != nil {
+		return fmt.Errorf("api: stop service: %w", err)
+	}
+	return nil
+}
+
+// handler runs h on a goroutine of its own and replies with its result or
+// its error. The reply is published on the request's reply subject with
+// the service's connection, not through micro.Request: micro reads the
+// request's state once the handler returns, and a goroutine answering later
+// would race with it. (So `nats micro stats` counts requests, not errors.)
+func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		r := &reply{nc: s.nc, log: s.log, subject: req.Subject(), reply: req.Reply()}
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			r.error(fmt.Errorf("the orisun node is stopping; send the request again: %w", event.ErrUnavailable))
+			return
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		// Waiting here holds up the endpoint's delivery: the back-pressure
+		// of a full house.
+		s.sem <- struct{}{}
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			defer func() {
+				// A bug in a handler answers "internal" and leaves the
+				// server running.
+				if p := recover(); p != nil {
+					s.log.Error("api handler panicked", "subject", r.subject, "panic", p)
+					r.error(fmt.Errorf("internal error while handling %s", r.subject))
+				}
+			}()
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+			defer cancel()
+			res, err := h(ctx, req)
+			if err != nil {
+				if ctx.Err() != nil && s.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					err = fmt.Errorf("%w: not answered within %s: %w", errDeadline, s.cfg.RequestTimeout, err)
+				}
+				r.error(err)
+				return
+			}
+			var body []byte
+			switch v := res.(type) {
+			case []byte:
+				body = v
+			default:
+				body, err = json.Marshal(v)
+				if err != nil {
+					r.error(fmt.Errorf("encode reply: %w", err))
+					return
+				}
+			}
+			r.send(&nats.Msg{Data: body})
+		}()
+	})
+}
+
+// reply answers one request.
+type reply struct {
+	nc             *nats.Conn
+	log            *slog.Logger
+	subject, reply string
+}
+
+func (r *reply) send(m *nats.Msg) {
+	if r.reply == "" {
+		return // a publish, not a request: nobody waits for an answer
+	}
+	m.Subject = r.reply
+	if err := r.nc.PublishMsg(m); err != nil {
+		r.log.Warn("api reply not sent", "subject", r.subject, "err", err)
+	}
+}
+
+// error answers with the micro error headers and the JSON error body.
+func (r *reply) error(err error) {
+	code := CodeOf(err)
+	msg := err.Error()
+	if code == CodeInternal {
+		r.log.Error("api request failed", "subject", r.subject, "err", err)
+	}
+	body, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
+	m := &nats.Msg{Header: nats.Header{}, Data: body}
+	// A header is one line: a message with a line break would end it.
+	m.Header.Set(ErrorHeader, strings.NewReplacer("\r", " ", "\n", " ").Replace(msg))
+	m.Header.Set(ErrorCodeHeader, strconv.Itoa(NumericCode(code)))
+	r.send(m)
+}
+
+// decode reads a JSON request body into v. An empty body is {}. Unknown
+// fields and trailing data are refused, naming them.
+func decode(data []byte, v any, fields string) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syn):
+			return fmt.Errorf("%w: request body is not valid JSON: %v (at byte %d)", event.ErrInvalid, syn, syn.Offset)
+		case errors.As(err, &typ) && typ.Field == "":
+			return fmt.Errorf("%w: request body: a JSON %s, not an object; send a JSON object", event.ErrInvalid, typ.Value)
+		case errors.As(err, &typ):
+			return fmt.Errorf("%w: %s: a JSON %s cannot be a %s", event.ErrInvalid, typ.Field, typ.Value, typ.Type)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return fmt.Errorf("%w: request: %s; the fields are %s", event.ErrInvalid,
+				strings.TrimPrefix(err.Error(), "json: "), fields)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("%w: request body is not valid JSON: it ends too early", event.ErrInvalid)
+		default:
+			return fmt.Errorf("%w: request body: %v", event.ErrInvalid, err)
+		}
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: request body holds more than one JSON value", event.ErrInvalid)
+	}
+	return nil
+}
+
+// boundaryOf returns the boundary named by the subject's last token.
+func boundaryOf(req micro.Request) (string, error) {
+	subj := req.Subject()
+	name := subj[strings.LastIndexByte(subj, '.')+1:]
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return "", fmt.Errorf("subject %s: %w", subj, err)
+	}
+	return name, nil
+}
+
+func (s *Service) append(ctx context.Context, req micro.Request) (any, error) {
+	b, err := boundaryOf(req)
+	if err != nil {
+		return nil, err
+	}
+	var r AppendRequest
+	if err := decode(req.Data(), &r, `events (id, type, data, metadata, tags) and condition (query, after)`); err != nil {
+		return nil, err
+	}
+	return s.be.Append(ctx, b, r.Events, r.Condition)
+}
+
+func (s *Service) read(ctx context.Context, req micro.Request) (any, error) {
+	b, err := boundaryOf(req)
+	if err != nil {
+		return nil, err
+	}
+	var r ReadRequest
+	if err := decode(req.Data(), &r, "after, limit and query"); err != nil {
+		return nil, err
+	}
+	limit := DefaultReadLimit
+	if r.Limit != nil {
+		limit = *r.Limit
+	}
+	switch {
+	case limit < 1:
+		return nil, fmt.Errorf("%w: limit: %d is below the minimum 1", event.ErrInvalid, limit)
+	case limit > MaxReadLimit:
+		return nil, fmt.Errorf("%w: limit: %d is above the maximum %d", event.ErrInvalid, limit, MaxReadLimit)
+	}
+	if err := event.ValidateQuery(r.Query); err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	bd, err := s.be.Boundary(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("read boundary %q: %w", b, err)
+	}
+	if r.After > bd.Head {
+		return nil, fmt.Errorf("%w: after: %d is past the head %d of boundary %q; a reader cannot be ahead of the log "+
+			"(a saved position of another store or epoch?)", event.ErrInvalid, r.After, bd.Head, b)
+	}
+	epoch, events, err := s.be.Read(ctx, b, r.After, limit, r.Query)
+	if err != nil {
+		return nil, fmt.Errorf("read boundary %q after %d: %w", b, r.After, err)
+	}
+	// The head was read before the events: report at least the last
+	// position returned, so that head never trails the events.
+	head := bd.Head
+	if n := len(events); n > 0 && events[n-1].Position > head {
+		head = events[n-1].Position
+	}
+	return encodeRead(epoch, head, events, int(s.nc.MaxPayload()))
+}
+
+// encodeRead writes the read reply with the stream's event encoder (the
+// body of a stream message and an event of a read are the same bytes), and
+// stops before the reply would exceed the NATS max payload. At least one
+// event is always sent: each fits one stream message, checked at append.
+func encodeRead(epoch string, head uint64, events []event.Event, maxBytes int) ([]byte, error) {
+	b := make([]byte, 0, 4096)
+	b = append(b, `{"epoch":`...)
+	eb, _ := json.Marshal(epoch)
+	b = append(b, eb...)
+	b = append(b, `,"head":`...)
+	b = strconv.AppendUint(b, head, 10)
+	b = append(b, `,"events":[`...)
+	for i := range events {
+		body, err := stream.Body(&events[i])
+		if err != nil {
+			return nil, fmt.Errorf("encode event at position %d: %w", events[i].Position, err)
+		}
+		if i > 0 && len(b)+len(body)+3 > maxBytes {
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, body...)
+	}
+	return append(b, "]}"...), nil
+}
+
+func (s *Service) boundaries(ctx context.Context, req micro.Request) (any, error) {
+	var r struct{}
+	if err := decode(req.Data(), &r, "none (send {})"); err != nil {
+		return nil, err
+	}
+	bs, err := s.be.Boundaries(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list boundaries: %w", err)
+	}
+	if bs == nil {
+		bs = []event.Boundary{}
+	}
+	return BoundariesReply{Boundaries: bs}, nil
+}
+
+func (s *Service) createBoundary(ctx context.Context, req micro.Request) (any, error) {
+	var r CreateBoundaryRequest
+	if err := decode(req.Data(), &r, "name"); err != nil {
+		return nil, err
+	}
+	if err := event.ValidateBoundaryName(r.Name); err != nil {
+		return nil, fmt.Errorf("name: %w", err)
+	}
+	return s.be.CreateBoundary(ctx, r.Name)
+}
+
+func (s *Service) status(ctx context.Context, req micro.Request) (any, error) {
+	var r struct{}
+	if err := decode(req.Data(), &r, "none (send {})"); err != nil {
+		return nil, err
+	}
+	return s.be.Status(ctx)
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,195 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// Subjects of the service (DESIGN §11). The boundary is the last token of
+// the append and read subjects.
+const (
+	SubjectPrefix         = "orisun.api"
+	SubjectAppend         = SubjectPrefix + ".append"
+	SubjectRead           = SubjectPrefix + ".read"
+	SubjectBoundaries     = SubjectPrefix + ".boundaries"
+	SubjectCreateBoundary = SubjectPrefix + ".boundaries.create"
+	SubjectStatus         = SubjectPrefix + ".status"
+)
+
+// ServiceName is the micro service name; ServiceVersion is the version of
+// this protocol (not of the binary): it changes when the JSON shapes do.
+const (
+	ServiceName    = "orisun"
+	ServiceVersion = "1.0.0"
+)
+
+// The micro error headers: the numeric code and the message.
+const (
+	ErrorCodeHeader = "Nats-Service-Error-Code"
+	ErrorHeader     = "Nats-Service-Error"
+)
+
+// Read limits.
+const (
+	// MaxReadLimit is the largest page a read may ask for.
+	MaxReadLimit = 10000
+	// DefaultReadLimit is the page size of a read that names none.
+	DefaultReadLimit = 1000
+)
+
+// AppendSubject returns the append subject of a boundary.
+func AppendSubject(boundary string) string { return SubjectAppend + "." + boundary }
+
+// ReadSubject returns the read subject of a boundary.
+func ReadSubject(boundary string) string { return SubjectRead + "." + boundary }
+
+// AppendRequest is the body of an append.
+type AppendRequest struct {
+	Events    []event.Input    `json:"events"`
+	Condition *event.Condition `json:"condition,omitempty"`
+}
+
+// AppendReply is event.AppendResult: {"epoch", "first", "last"}.
+type AppendReply = event.AppendResult
+
+// ReadRequest is the body of a read. Limit nil means DefaultReadLimit.
+type ReadRequest struct {
+	After uint64       `json:"after"`
+	Limit *int         `json:"limit,omitempty"`
+	Query *event.Query `json:"query,omitempty"`
+}
+
+// ReadReply is the answer to a read. Events may be fewer than the limit
+// when more would not fit one NATS message: the reader has reached the head
+// only when Events is empty or its last position is Head.
+type ReadReply struct {
+	Epoch  string        `json:"epoch"`
+	Head   uint64        `json:"head"`
+	Events []event.Event `json:"events"`
+}
+
+// BoundariesReply lists the boundaries.
+type BoundariesReply struct {
+	Boundaries []event.Boundary `json:"boundaries"`
+}
+
+// CreateBoundaryRequest names the boundary to create; the reply is the
+// boundary (event.Boundary).
+type CreateBoundaryRequest struct {
+	Name string `json:"name"`
+}
+
+// Error codes of the body and their numeric form in the
+// Nats-Service-Error-Code header (HTTP-like, so that generic micro tooling
+// shows something familiar).
+const (
+	CodeInvalid     = "invalid"
+	CodeNotFound    = "not_found"
+	CodeConflict    = "conflict"
+	CodeTooLarge    = "too_large"
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
+)
+
+var numeric = map[string]int{
+	CodeInvalid:     400,
+	CodeNotFound:    404,
+	CodeConflict:    409,
+	CodeTooLarge:    413,
+	CodeUnavailable: 503,
+	CodeInternal:    500,
+}
+
+// sentinels maps codes back to the sentinel errors of package event.
+var sentinels = map[string]error{
+	CodeInvalid:     event.ErrInvalid,
+	CodeNotFound:    event.ErrNotFound,
+	CodeConflict:    event.ErrConflict,
+	CodeTooLarge:    event.ErrTooLarge,
+	CodeUnavailable: event.ErrUnavailable,
+}
+
+// NumericCode returns the header code of a body code (500 when unknown).
+func NumericCode(code string) int {
+	if n, ok := numeric[code]; ok {
+		return n
+	}
+	return 500
+}
+
+// ErrorBody is the body of an error reply.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the code and the message of an error reply.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error is an error reply as a Go error. errors.Is matches it against the
+// sentinel of its code (event.ErrInvalid, event.ErrNotFound, …), so code on
+// either side of the API handles errors the same way.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Is makes errors.Is(err, event.ErrX) true for the sentinel of the code.
+func (e *Error) Is(target error) bool {
+	s, ok := sentinels[e.Code]
+	return ok && s == target
+}
+
+// CodeOf returns the code of an error: the first sentinel of package event
+// it wraps, else internal. A context that ended is unavailable: the request
+// may succeed when sent again.
+func CodeOf(err error) string {
+	var apiErr *Error
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.Code
+	case errors.Is(err, event.ErrInvalid), errors.Is(err, event.ErrEpochChanged):
+		return CodeInvalid
+	case errors.Is(err, event.ErrTooLarge):
+		return CodeTooLarge
+	case errors.Is(err, event.ErrNotFound):
+		return CodeNotFound
+	case errors.Is(err, event.ErrConflict):
+		return CodeConflict
+	case errors.Is(err, event.ErrUnavailable), errors.Is(err, event.ErrClosed),
+		errors.Is(err, errDeadline), isContextErr(err):
+		return CodeUnavailable
+	default:
+		return CodeInternal
+	}
+}
+
+var errDeadline = errors.New("request deadline")
+
+// DecodeError turns an error reply into an *Error; ok is false when the
+// message is not an error reply (no Nats-Service-Error-Code header).
+func DecodeError(headerCode, headerMessage string, body []byte) (err *Error, ok bool) {
+	if headerCode == "" {
+		return nil, false
+	}
+	var eb ErrorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
+		return &Error{Code: eb.Error.Code, Message: eb.Error.Message}, true
+	}
+	// A micro error from elsewhere (no orisun body): keep what the
+	// headers say.
+	code := CodeInternal
+	for c, n := range numeric {
+		if fmt.Sprint(n) == headerCode {
+			code = c
+		}
+	}
+	return &Error{Code: code, Message: headerMessage}, true
+}

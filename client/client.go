@@ -1,0 +1,180 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/status"
+)
+
+// Client talks to orisun over NATS. It is safe for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+type options struct {
+	nats    []nats.Option
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// Option configures Connect.
+type Option func(*options)
+
+// Name is the connection name shown by NATS monitoring.
+func Name(name string) Option { return NATSOptions(nats.Name(name)) }
+
+// UserInfo authenticates with a user and password.
+func UserInfo(user, password string) Option { return NATSOptions(nats.UserInfo(user, password)) }
+
+// Token authenticates with a token.
+func Token(token string) Option { return NATSOptions(nats.Token(token)) }
+
+// RootCAs trusts the CA certificates of these PEM files for TLS (for when
+// the server gets TLS).
+func RootCAs(files ...string) Option { return NATSOptions(nats.RootCAs(files...)) }
+
+// NATSOptions passes options to nats.Connect as they are: credentials,
+// TLS, handlers. They come after the client's defaults, so they win.
+func NATSOptions(opts ...nats.Option) Option {
+	return func(o *options) { o.nats = append(o.nats, opts...) }
+}
+
+// Timeout bounds each request whose context has no deadline; default 10s.
+func Timeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// Logger receives the client's warnings (reconnections, retried reads).
+func Logger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// Connect connects to the NATS server of an orisun node. The connection
+// reconnects forever: subscriptions ride out relay restarts.
+func Connect(url string, opts ...Option) (*Client, error) {
+	o := options{timeout: 10 * time.Second, log: slog.New(slog.DiscardHandler)}
+	for _, f := range opts {
+		f(&o)
+	}
+	log := o.log
+	all := append([]nats.Option{
+		nats.Name("orisun-client"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", nc.ConnectedUrl()) }),
+	}, o.nats...)
+	nc, err := nats.Connect(url, all...)
+	if err != nil {
+		return nil, fmt.Errorf("orisun client: connect to %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("orisun client: jetstream: %w", err)
+	}
+	return &Client{nc: nc, js: js, timeout: o.timeout, log: log}, nil
+}
+
+// Close closes the connection; subscriptions on it end.
+func (c *Client) Close() { c.nc.Close() }
+
+// Conn is the NATS connection, for anything the client does not wrap.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// request sends a request and decodes the reply into v. An error reply
+// becomes an *api.Error (errors.Is matches event.ErrInvalid, ErrNotFound,
+// …); a transport failure that may pass (no responders, a timeout, a
+// reconnection) wraps event.ErrUnavailable.
+func (c *Client) request(ctx context.Context, subject string, req, v any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode request for %s: %w", subject, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		switch {
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return fmt.Errorf("%s: %w: %w", subject, event.ErrClosed, err)
+		case errors.Is(err, nats.ErrNoResponders):
+			return fmt.Errorf("%s: no orisun service answers (is the relay running?): %w: %w", subject, event.ErrUnavailable, err)
+		case ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
+			return ctx.Err()
+		default:
+			return fmt.Errorf("%s: %w: %w", subject, event.ErrUnavailable, err)
+		}
+	}
+	if apiErr, isErr := api.DecodeError(msg.Header.Get(api.ErrorCodeHeader), msg.Header.Get(api.ErrorHeader), msg.Data); isErr {
+		return apiErr
+	}
+	if err := json.Unmarshal(msg.Data, v); err != nil {
+		return fmt.Errorf("%s: reply is not the expected JSON: %w", subject, err)
+	}
+	return nil
+}
+
+// Append appends events atomically; cond (optional) fails the append with
+// a conflict when an event matching its query exists after its position.
+// Sending the same events again (same ids) after a lost reply returns the
+// same positions and writes nothing.
+func (c *Client) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
+	var res event.AppendResult
+	err := c.request(ctx, api.AppendSubject(boundary), api.AppendRequest{Events: events, Condition: cond}, &res)
+	return res, err
+}
+
+// Read returns up to limit events after position after (1 ≤ limit ≤
+// 10,000), matching q when it is not nil. The reply may hold fewer events
+// than limit though more exist (a page must fit one NATS message): the head
+// is reached when the last position equals Head.
+func (c *Client) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (api.ReadReply, error) {
+	var res api.ReadReply
+	err := c.request(ctx, api.ReadSubject(boundary), api.ReadRequest{After: after, Limit: &limit, Query: q}, &res)
+	return res, err
+}
+
+// Boundaries lists the boundaries with their epochs and heads.
+func (c *Client) Boundaries(ctx context.Context) ([]event.Boundary, error) {
+	var res api.BoundariesReply
+	err := c.request(ctx, api.SubjectBoundaries, struct{}{}, &res)
+	return res.Boundaries, err
+}
+
+// CreateBoundary creates a boundary, or returns the existing one.
+func (c *Client) CreateBoundary(ctx context.Context, name string) (event.Boundary, error) {
+	var res event.Boundary
+	err := c.request(ctx, api.SubjectCreateBoundary, api.CreateBoundaryRequest{Name: name}, &res)
+	return res, err
+}
+
+// Status returns the status of the node that answered.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var res Status
+	err := c.request(ctx, api.SubjectStatus, struct{}{}, &res)
+	return res, err
+}
+
+// Status is the status document of DESIGN §8, as the API sends it: the
+// same type the node reports (package status holds types only).
+type (
+	Status         = status.Status
+	BoundaryStatus = status.BoundaryStatus
+)

@@ -1,0 +1,450 @@
+package client_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/client"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// build compiles the orisun binary once per test binary.
+var build = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "orisun-client-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "orisun")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/orisun-io/orisun/cmd/orisun").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// freePort returns a loopback port nothing listens on now: the relay is
+// restarted on the same port, so it cannot be random per start.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type relay struct {
+	cmd     *exec.Cmd
+	started chan struct{}
+	done    chan struct{}
+	log     strings.Builder
+	mu      sync.Mutex
+}
+
+// startRelay runs the orisun binary on dir and port, and waits until it
+// logs that it started.
+func startRelay(t *testing.T, dir string, port int, env ...string) *relay {
+	t.Helper()
+	bin, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(), append([]string{"ORISUN_DATA_DIR=" + dir, fmt.Sprintf("ORISUN_NATS_PORT=%d", port),
+		"ORISUN_POLL_INTERVAL=20ms", "ORISUN_PUBLISH_BATCH=50"}, env...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{cmd: cmd, started: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		s := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for s.Scan() {
+			r.mu.Lock()
+			r.log.WriteString(s.Text() + "\n")
+			r.mu.Unlock()
+			if strings.Contains(s.Text(), "orisun started") {
+				once.Do(func() { close(r.started) })
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); <-r.done })
+	select {
+	case <-r.started:
+	case <-r.done:
+		t.Fatalf("relay exited before starting:\n%s", r.logs())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("relay did not start within 60s:\n%s", r.logs())
+	}
+	return r
+}
+
+func (r *relay) logs() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.log.String()
+}
+
+func (r *relay) kill(t *testing.T) {
+	t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-r.done
+}
+
+// recorder checks I5 as events arrive: each position is the one after the
+// last, exactly once.
+type recorder struct {
+	mu   sync.Mutex
+	next uint64
+	ids  map[uint64]string
+	err  error
+	got  chan struct{}
+}
+
+func newRecorder(after uint64) *recorder {
+	return &recorder{next: after + 1, ids: map[uint64]string{}, got: make(chan struct{}, 1)}
+}
+
+func (r *recorder) handle(_ context.Context, e event.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.Position != r.next && r.err == nil {
+		r.err = fmt.Errorf("delivered position %d, expected %d (I5)", e.Position, r.next)
+	}
+	if _, dup := r.ids[e.Position]; dup && r.err == nil {
+		r.err = fmt.Errorf("position %d delivered twice (I5)", e.Position)
+	}
+	r.ids[e.Position] = e.ID
+	r.next = e.Position + 1
+	select {
+	case r.got <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (r *recorder) delivered() (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next - 1, r.err
+}
+
+func (r *recorder) waitFor(t *testing.T, pos uint64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		d, err := r.delivered()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d >= pos {
+			return
+		}
+		select {
+		case <-r.got:
+		case <-deadline:
+			t.Fatalf("delivered up to %d, want %d within %s", d, pos, timeout)
+		}
+	}
+}
+
+func batch(n int, typ string) []event.Input {
+	evs := make([]event.Input, n)
+	for i := range evs {
+		// Ids chosen here make a retry after a lost reply idempotent.
+		evs[i] = event.Input{ID: event.NewID(), Type: typ, Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), Tags: []string{"t"}}
+	}
+	return evs
+}
+
+// TestClientAgainstRelayProcess_I5: the Go client against a real orisun
+// process on SQLite: append, read, a subscription from 0 through the
+// catch-up-to-live handover while appends continue, then the relay is
+// killed with SIGKILL and started again on the same directory and port. The
+// subscription resumes by itself and every position is delivered exactly
+// once, in order (I5); appends retried with the same ids across the kill
+// are idempotent.
+func TestClientAgainstRelayProcess_I5(t *testing.T) {
+	t.Parallel()
+	testClientAgainstRelay(t)
+}
+
+// TestClientAgainstRelayProcessPostgres_I5 is the same on PostgreSQL: the
+// killed relay's lease expires (a short TTL) and the restarted one takes
+// it over.
+func TestClientAgainstRelayProcessPostgres_I5(t *testing.T) {
+	t.Parallel()
+	testClientAgainstRelay(t, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgtest.URL(t), "ORISUN_LEASE_TTL=1s")
+}
+
+func testClientAgainstRelay(t *testing.T, env ...string) {
+	dir := t.TempDir()
+	port := freePort(t)
+	r := startRelay(t, dir, port, env...)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	c, err := client.Connect(url, client.Name("client-test"), client.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	res, err := c.Append(ctx, "default", batch(500, "client.test"), nil)
+	if err != nil || res.First != 1 || res.Last != 500 {
+		t.Fatalf("append: %+v %v", res, err)
+	}
+	rd, err := c.Read(ctx, "default", 0, 10, nil)
+	if err != nil || len(rd.Events) != 10 || rd.Head != 500 || rd.Epoch != res.Epoch {
+		t.Fatalf("read: %d events, head %d, %v", len(rd.Events), rd.Head, err)
+	}
+	if _, err := c.Read(ctx, "default", 0, 20000, nil); !errors.Is(err, event.ErrInvalid) ||
+		!strings.Contains(err.Error(), "limit: 20000 is above the maximum 10000") {
+		t.Fatalf("read with limit 20000: %v", err)
+	}
+	if _, err := c.Append(ctx, "nosuch", batch(1, "a"), nil); !errors.Is(err, event.ErrNotFound) {
+		t.Fatalf("append to an unknown boundary: %v", err)
+	}
+
+	// Appends continue in the background, each batch retried with its ids
+	// until it is acknowledged, whatever happens to the relay.
+	appendCtx, stopAppends := context.WithCancel(ctx)
+	var appended sync.WaitGroup
+	var lastMu sync.Mutex
+	var last uint64
+	appended.Add(1)
+	go func() {
+		defer appended.Done()
+		for appendCtx.Err() == nil {
+			evs := batch(20, "client.live")
+			for {
+				res, err := c.Append(ctx, "default", evs, nil)
+				if err == nil {
+					lastMu.Lock()
+					last = max(last, res.Last)
+					lastMu.Unlock()
+					break
+				}
+				if !errors.Is(err, event.ErrUnavailable) {
+					t.Errorf("append: %v", err)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	rec := newRecorder(0)
+	var caughtUp, fellBehind sync.Map
+	subCtx, cancelSub := context.WithCancel(ctx)
+	subDone := make(chan error, 1)
+	go func() {
+		subDone <- c.Subscribe(subCtx, "default", 0, rec.handle, client.SubscribeOptions{
+			OnCaughtUp:   func(next uint64) { caughtUp.Store(next, true) },
+			OnFellBehind: func(next uint64, reason string) { fellBehind.Store(next, reason) },
+		})
+	}()
+	// Through the handover: deliveries continue after the subscription
+	// went live.
+	rec.waitFor(t, 1000, 60*time.Second)
+	waitCaughtUp(t, &caughtUp, 60*time.Second)
+	d, _ := rec.delivered()
+	rec.waitFor(t, d+100, 60*time.Second)
+
+	r.kill(t)
+	killedAt, _ := rec.delivered()
+	t.Logf("relay killed; subscription at %d", killedAt)
+	startRelay(t, dir, port, env...)
+	rec.waitFor(t, killedAt+300, 120*time.Second)
+
+	stopAppends()
+	appended.Wait()
+	lastMu.Lock()
+	final := last
+	lastMu.Unlock()
+	bs, err := c.Boundaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs[0].Head < final {
+		t.Fatalf("head %d below the last acknowledged position %d: an acknowledged append was lost", bs[0].Head, final)
+	}
+	rec.waitFor(t, bs[0].Head, 120*time.Second)
+	cancelSub()
+	if err := <-subDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("subscription ended with %v", err)
+	}
+	// Every position once, in order, and the same event as the store holds.
+	checkAgainstStore(t, c, rec, bs[0].Head)
+	n := 0
+	fellBehind.Range(func(k, v any) bool { n++; t.Logf("fell behind at %v: %v", k, v); return true })
+	if n == 0 {
+		t.Log("the subscription never fell behind (the restart was covered by the ordered consumer)")
+	}
+}
+
+func waitCaughtUp(t *testing.T, m *sync.Map, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		found := false
+		m.Range(func(any, any) bool { found = true; return false })
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription never went live")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func checkAgainstStore(t *testing.T, c *client.Client, rec *recorder, head uint64) {
+	t.Helper()
+	d, err := rec.delivered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d != head {
+		t.Fatalf("delivered up to %d, head %d", d, head)
+	}
+	var after uint64
+	for after < head {
+		rd, err := c.Read(context.Background(), "default", after, 10000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range rd.Events {
+			rec.mu.Lock()
+			id := rec.ids[e.Position]
+			rec.mu.Unlock()
+			if id != e.ID {
+				t.Fatalf("position %d: delivered id %q, stored %q", e.Position, id, e.ID)
+			}
+			after = e.Position
+		}
+	}
+	if len(rec.ids) != int(head) {
+		t.Fatalf("%d positions delivered, head %d", len(rec.ids), head)
+	}
+}
+
+// TestSubscriptionReadsStoreWhilePublisherStalled_I5: someone publishes a
+// foreign message into the boundary's stream while a subscription over NATS
+// is live. The subscription must not deliver it and must not stop: it goes
+// back to the store through the API, and keeps delivering every position
+// once, in order, while the publisher stalls on the foreign message and then
+// recreates the stream.
+func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
+	t.Parallel()
+	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	c, err := client.Connect(n.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// The stream holds 1..50 before the subscription starts, so that it
+	// goes live on a fed stream.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Settled && st.Boundaries[0].StreamLast == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not published: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec := newRecorder(0)
+	live := make(chan struct{}, 10)
+	subCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Subscribe(subCtx, "default", 0, rec.handle, client.SubscribeOptions{
+			OnFellBehind: func(next uint64, reason string) { t.Logf("fell behind at %d: %s", next, reason) },
+			OnCaughtUp: func(uint64) {
+				select {
+				case live <- struct{}{}:
+				default:
+				}
+			},
+		})
+	}()
+	rec.waitFor(t, 50, 30*time.Second)
+	select {
+	case <-live:
+	case <-time.After(30 * time.Second):
+		t.Fatal("never went live")
+	}
+	if err := c.Conn().Publish("orisun.events.default.intruder", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Boundaries[0].State == "stalled" {
+			t.Logf("publisher: %s", st.Boundaries[0].Reason)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publisher not stalled: %+v", st.Boundaries[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec.waitFor(t, 100, 30*time.Second)
+	// The stream is fed no more; these come from the store only.
+	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, 150, 30*time.Second)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	checkAgainstStore(t, c, rec, 150)
+}

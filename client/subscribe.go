@@ -1,0 +1,143 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/catchup"
+	"github.com/orisun-io/orisun/event"
+)
+
+// Handler processes one event; its return acknowledges it.
+type Handler = catchup.Handler
+
+// SubscribeOptions are those of the in-process subscription: the epoch
+// of the start position, and the caught-up / fell-behind callbacks.
+type SubscribeOptions = catchup.Options
+
+// Subscribe delivers the boundary's events after position after to h,
+// exactly once each and in order, reading through the API and then
+// following the boundary's stream (DESIGN §7, I5). It returns when ctx ends
+// (ctx's error), h fails, the epoch changes (event.ErrEpochChanged), the
+// start position is beyond the head or the boundary does not exist
+// (event.ErrInvalid, event.ErrNotFound), or the client is closed.
+func (c *Client) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A closed client ends the subscription instead of retrying forever.
+	go func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if c.nc.IsClosed() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err := catchup.Subscribe(ctx, catchup.Config{
+		Store:  &pageReader{c: c},
+		JS:     c.js,
+		Live:   func() bool { return c.live(ctx, boundary) },
+		Logger: c.log.With("component", "subscription"),
+	}, boundary, after, h, opts)
+	if c.nc.IsClosed() && errors.Is(err, context.Canceled) {
+		return event.ErrClosed
+	}
+	return err
+}
+
+// live reports whether the boundary's stream is fed: its publisher leads on
+// the node that answers. When that cannot be asked, it is not (the store is
+// read instead): a wrong "no" costs a read, a wrong "yes" would wait on a
+// stream nobody feeds.
+func (c *Client) live(ctx context.Context, boundary string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return false
+	}
+	for _, b := range st.Boundaries {
+		if b.Name == boundary {
+			return b.State == "leading"
+		}
+	}
+	return false
+}
+
+// pageReader is the subscription's Reader: the API's read, with two
+// differences that the state machine relies on. A page is filled up to the
+// limit across replies cut short by the NATS max payload, so that a short
+// page means "the head was reached". And failures that may pass
+// (unavailable, timeouts, no responders during a relay restart, internal)
+// are retried here with a growing pause, so the subscription outlives
+// them; only errors that retrying cannot fix reach the state machine.
+type pageReader struct{ c *Client }
+
+func (r *pageReader) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
+	var (
+		epoch string
+		out   []event.Event
+		pause time.Duration
+	)
+	for {
+		res, err := r.c.Read(ctx, boundary, after, min(limit-len(out), api.MaxReadLimit), q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", nil, ctx.Err()
+			}
+			if !retryable(err) {
+				return "", nil, err
+			}
+			if len(out) > 0 {
+				// What was read is good: deliver it; the next read
+				// retries.
+				return epoch, out, nil
+			}
+			pause = min(max(2*pause, 100*time.Millisecond), 5*time.Second)
+			r.c.log.Warn("read failed; retrying", "boundary", boundary, "after", after, "pause", pause, "err", err)
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return "", nil, ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
+		pause = 0
+		if epoch == "" {
+			epoch = res.Epoch
+		} else if res.Epoch != epoch {
+			// The epoch changed between two replies: hand over what
+			// belongs to the first; the next read reports the change.
+			return epoch, out, nil
+		}
+		out = append(out, res.Events...)
+		n := len(res.Events)
+		if n == 0 || len(out) >= limit || res.Events[n-1].Position >= res.Head {
+			return epoch, out, nil
+		}
+		after = res.Events[n-1].Position
+	}
+}
+
+// retryable reports whether an error may pass by itself.
+func retryable(err error) bool {
+	if errors.Is(err, event.ErrClosed) {
+		return false
+	}
+	switch api.CodeOf(err) {
+	case api.CodeUnavailable, api.CodeInternal:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// serveNode runs `orisun serve` on a temporary directory and returns its
+// NATS URL, read from its start-up log line.
+func serveNode(t *testing.T) string {
+	t.Helper()
+	p := start(t, t.TempDir())
+	line := p.waitLine(t, "orisun started")
+	m := regexp.MustCompile(`nats_url=(\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no nats_url in %q", line)
+	}
+	return m[1]
+}
+
+func cli(t *testing.T, stdinText string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errw strings.Builder
+	stdin = strings.NewReader(stdinText)
+	defer func() { stdin = os.Stdin }()
+	code = run(args, &out, &errw)
+	return code, out.String(), errw.String()
+}
+
+// TestCLIAgainstRunningNode: append (flags and JSON lines), read (human
+// and --json), boundaries (list and --create) and status against a real
+// orisun process, with the URL from --server and from ORISUN_URL.
+func TestCLIAgainstRunningNode(t *testing.T) {
+	url := serveNode(t)
+	code, out, errs := cli(t, "", "append", "default", "--server", url, "--type", "order.placed", "--data", `{"order":1}`,
+		"--tags", "order:1,vip", "--id", "0190b0a0-0000-7000-8000-00000000000a")
+	if code != 0 || !strings.Contains(out, "appended positions 1–1") {
+		t.Fatalf("append: %d %q %q", code, out, errs)
+	}
+	t.Setenv("ORISUN_URL", url)
+	lines := `{"type":"order.paid","data":{"order":1}}` + "\n\n" + `{"type":"order.shipped","data":{"order":1},"metadata":{"by":"cli"}}` + "\n"
+	code, out, errs = cli(t, lines, "append", "default", "--json")
+	var res event.AppendResult
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.First != 2 || res.Last != 3 {
+		t.Fatalf("append from stdin: %d %q %q", code, out, errs)
+	}
+
+	code, out, errs = cli(t, "", "read", "default", "--after", "0", "--limit", "10")
+	got := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(got) != 3 {
+		t.Fatalf("read: %d %q %q", code, out, errs)
+	}
+	f := strings.Split(got[0], "\t")
+	if len(f) != 5 || f[0] != "1" || f[1] != "order.placed" || f[2] != "0190b0a0-0000-7000-8000-00000000000a" || f[4] != `{"order":1}` {
+		t.Fatalf("human line %q", got[0])
+	}
+	if _, err := time.Parse(time.RFC3339Nano, f[3]); err != nil {
+		t.Fatalf("time %q: %v", f[3], err)
+	}
+	code, out, _ = cli(t, "", "read", "--after", "2", "default", "--json")
+	var e event.Event
+	if code != 0 || json.Unmarshal([]byte(out), &e) != nil || e.Position != 3 || string(e.Metadata) != `{"by":"cli"}` {
+		t.Fatalf("read --json: %d %q", code, out)
+	}
+
+	code, out, _ = cli(t, "", "boundaries", "--create", "late")
+	if code != 0 || !strings.HasPrefix(out, "late\thead 0\tepoch ") {
+		t.Fatalf("boundaries --create: %d %q", code, out)
+	}
+	code, out, _ = cli(t, "", "boundaries")
+	if code != 0 || !strings.Contains(out, "default\thead 3") || !strings.Contains(out, "late\thead 0") {
+		t.Fatalf("boundaries: %d %q", code, out)
+	}
+	code, out, _ = cli(t, "", "status", "--json")
+	if code != 0 || !strings.Contains(out, `"boundaries":[{"name":"default"`) {
+		t.Fatalf("status: %d %q", code, out)
+	}
+
+	// Errors: the API's message, exit code 1; usage errors exit 2.
+	code, _, errs = cli(t, "", "read", "default", "--limit", "20000")
+	if code != 1 || !strings.Contains(errs, "limit: 20000 is above the maximum 10000") {
+		t.Fatalf("read --limit 20000: %d %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "append", "nosuch", "--type", "a", "--data", "1")
+	if code != 1 || !strings.Contains(errs, "not_found") {
+		t.Fatalf("append to nosuch: %d %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "not json")
+	if code != 2 || !strings.Contains(errs, "not valid JSON") {
+		t.Fatalf("append bad data: %d %q", code, errs)
+	}
+	code, _, errs = cli(t, "not json\n", "append", "default")
+	if code != 2 || !strings.Contains(errs, "stdin line 1") {
+		t.Fatalf("append bad stdin: %d %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "read")
+	if code != 2 || !strings.Contains(errs, "name one boundary") {
+		t.Fatalf("read without boundary: %d %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "read", "default", "--server", "nats://127.0.0.1:1")
+	if code != 1 || !strings.Contains(errs, "connect") {
+		t.Fatalf("read from nowhere: %d %q", code, errs)
+	}
+}
+
+// TestCLITail runs `orisun tail` as a process: it prints the events after
+// --from, then the ones appended while it follows, one per line, in order
+// (I5), and exits 0 on SIGINT.
+func TestCLITail(t *testing.T) {
+	url := serveNode(t)
+	for i := 0; i < 3; i++ {
+		if code, _, errs := cli(t, "", "append", "default", "--server", url, "--type", "a", "--data", "1"); code != 0 {
+			t.Fatal(errs)
+		}
+	}
+	bin, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "tail", "default", "--from", "1", "--json")
+	cmd.Env = append(os.Environ(), "ORISUN_URL="+url)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	lines := make(chan string, 100)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	next := uint64(2)
+	appended := false
+	timeout := time.After(60 * time.Second)
+	for next <= 6 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("tail ended early: %s", stderr.String())
+			}
+			var e event.Event
+			if err := json.Unmarshal([]byte(l), &e); err != nil || e.Position != next {
+				t.Fatalf("line %q: want position %d (%v)", l, next, err)
+			}
+			next++
+			if next == 4 && !appended {
+				appended = true
+				if code, _, errs := cli(t, "", "append", "default", "--server", url, "--type", "b", "--data", "2"); code != 0 {
+					t.Fatal(errs)
+				}
+				if code, _, errs := cli(t, `{"type":"c","data":3}`+"\n"+`{"type":"c","data":4}`, "append", "default", "--server", url); code != 0 {
+					t.Fatal(errs)
+				}
+			}
+		case <-timeout:
+			t.Fatalf("tail printed up to %d within 60s; stderr %s", next-1, stderr.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("tail after SIGINT: %v; stderr %s", err, stderr.String())
+	}
+}

@@ -1,0 +1,14 @@
+// Package statushttp is a node's HTTP status listener: the status document
+// of package status served to people and machines.
+//
+//	/status   the document, as JSON
+//	/healthz  200 while the process serves HTTP: liveness only
+//	/readyz   200 when the store and NATS answer and no publisher has been
+//	          stalled longer than the stall threshold; 503 with the reasons
+//	/metrics  the same facts as Prometheus metrics
+//
+// Every figure is measured when it is asked for: concurrent requests share
+// one measurement in progress, but none gets a cached one, so a scrape
+// never reports a stale "settled". A part that could not be measured
+// carries an error instead of a guess, and its metrics are left out.
+package statushttp
