@@ -67,7 +67,7 @@ func startRelay(t *testing.T, dir string, port int, env ...string) *relay {
 	}
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), append([]string{"ORISUN_DATA_DIR=" + dir, fmt.Sprintf("ORISUN_NATS_PORT=%d", port),
-		"ORISUN_POLL_INTERVAL=20ms", "ORISUN_PUBLISH_BATCH=50"}, env...)...)
+		"ORISUN_POLL_INTERVAL=20ms", "ORISUN_PUBLISH_BATCH=50", "ORISUN_HTTP_ADDR=127.0.0.1:0"}, env...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

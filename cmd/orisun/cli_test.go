@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/orisun-io/orisun"
 	"os"
 	"os/exec"
 	"regexp"
@@ -80,9 +81,10 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "default\thead 3") || !strings.Contains(out, "late\thead 0") {
 		t.Fatalf("boundaries: %d %q", code, out)
 	}
-	code, out, _ = cli(t, "", "status", "--json")
-	if code != 0 || !strings.Contains(out, `"boundaries":[{"name":"default"`) {
-		t.Fatalf("status: %d %q", code, out)
+	code, out, _ = cli(t, "", "status", "--server", url, "--json")
+	var st orisun.Status
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Boundaries) != 2 || st.Boundaries[0].Name != "default" {
+		t.Fatalf("status: %d %v %q", code, err, out)
 	}
 
 	// Errors: the API's message, exit code 1; usage errors exit 2.
