@@ -27,8 +27,11 @@ import (
 // kill test: with ORISUN_TEST_CHILD=consumer it runs consumerMain instead
 // of the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv("ORISUN_TEST_CHILD") == "consumer" {
+	switch os.Getenv("ORISUN_TEST_CHILD") {
+	case "consumer":
 		os.Exit(consumerMain())
+	case "naive":
+		os.Exit(naiveMain())
 	}
 	os.Exit(m.Run())
 }
@@ -68,19 +71,9 @@ func consumerMain() int {
 	if err := cp.EnsureSchema(ctx); err != nil {
 		return fail("schema", err)
 	}
-	n, err := orisun.New(orisun.Config{
-		Backend:      "postgres",
-		PGURL:        url,
-		DataDir:      os.Getenv("ORISUN_DATA_DIR"),
-		NodeID:       os.Getenv("ORISUN_NODE_ID"),
-		NATSPort:     -1,
-		PollInterval: 50 * time.Millisecond,
-	})
+	n, err := sourceNode(ctx, url)
 	if err != nil {
 		return fail("node", err)
-	}
-	if err := n.Start(ctx); err != nil {
-		return fail("start node", err)
 	}
 	err = cp.Run(ctx, n, func(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		if _, err := tx.Exec(ctx, pgApply, int64(e.Position)); err != nil {
@@ -92,6 +85,66 @@ func consumerMain() int {
 	return fail("run", err)
 }
 
+// sourceNode starts the child's event source: a standby node on the
+// database (see consumerMain).
+func sourceNode(ctx context.Context, url string) (*orisun.Node, error) {
+	n, err := orisun.New(orisun.Config{
+		Backend:      "postgres",
+		PGURL:        url,
+		DataDir:      os.Getenv("ORISUN_DATA_DIR"),
+		NodeID:       os.Getenv("ORISUN_NODE_ID"),
+		NATSPort:     -1,
+		PollInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return n, n.Start(ctx)
+}
+
+// naiveMain is the negative control's consumer: it commits the projection's
+// write and its checkpoint in two transactions, the mistake the helper
+// exists to prevent. At position ORISUN_TEST_HANG_AT it stops between the
+// two, so that the parent's SIGKILL lands exactly there.
+func naiveMain() int {
+	ctx := context.Background()
+	url := os.Getenv("ORISUN_TEST_PROJECTION_URL")
+	hangAt, _ := strconv.ParseUint(os.Getenv("ORISUN_TEST_HANG_AT"), 10, 64)
+	fail := func(what string, err error) int {
+		fmt.Fprintf(os.Stderr, "naive consumer: %s: %v\n", what, err)
+		return 1
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return fail("pool", err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, pgAppliedTable+`; CREATE TABLE IF NOT EXISTS naive_checkpoint (id int PRIMARY KEY, position bigint NOT NULL);
+		INSERT INTO naive_checkpoint VALUES (1, 0) ON CONFLICT DO NOTHING`); err != nil {
+		return fail("tables", err)
+	}
+	var after int64
+	if err := pool.QueryRow(ctx, `SELECT position FROM naive_checkpoint`).Scan(&after); err != nil {
+		return fail("checkpoint", err)
+	}
+	n, err := sourceNode(ctx, url)
+	if err != nil {
+		return fail("node", err)
+	}
+	err = n.Subscribe(ctx, "default", uint64(after), func(ctx context.Context, e event.Event) error {
+		if _, err := pool.Exec(ctx, pgApply, int64(e.Position)); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stdout, "applied %d\n", e.Position)
+		if e.Position == hangAt {
+			select {} // the parent kills the process here
+		}
+		_, err := pool.Exec(ctx, `UPDATE naive_checkpoint SET position = $1`, int64(e.Position))
+		return err
+	}, orisun.SubscribeOptions{})
+	return fail("subscribe", err)
+}
+
 type consumerProc struct {
 	cmd    *exec.Cmd
 	lines  chan string
@@ -99,11 +152,11 @@ type consumerProc struct {
 	done   chan struct{}
 }
 
-func startConsumer(t *testing.T, url, id string) *consumerProc {
+func startConsumer(t *testing.T, url, id string, env ...string) *consumerProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "ORISUN_TEST_CHILD=consumer", "ORISUN_TEST_PROJECTION_URL="+url,
-		"ORISUN_DATA_DIR="+t.TempDir(), "ORISUN_NODE_ID="+id)
+	cmd.Env = append(append(os.Environ(), "ORISUN_TEST_CHILD=consumer", "ORISUN_TEST_PROJECTION_URL="+url,
+		"ORISUN_DATA_DIR="+t.TempDir(), "ORISUN_NODE_ID="+id), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +222,9 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 		defer wg.Done()
 		arng := rand.New(rand.NewPCG(seed, 2))
 		for total := 0; total < 20000; {
-			k := 1 + arng.IntN(10)
+			// About 100 events/s: faster than the consumer's start-ups,
+			// slower than it catches up (one transaction per event).
+			k := 1 + arng.IntN(4)
 			in := make([]orisun.EventIn, k)
 			for i := range in {
 				in[i] = orisun.EventIn{Type: "kill.consumer", Data: []byte(fmt.Sprintf(`{"i":%d}`, total+i))}
@@ -182,7 +237,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Duration(5+arng.IntN(15)) * time.Millisecond):
+			case <-time.After(time.Duration(10+arng.IntN(20)) * time.Millisecond):
 			}
 		}
 	}()
@@ -253,14 +308,74 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 
-	counts := pgCounts(t, pool)
+	if err := exactlyOnce(pgCounts(t, pool), head); err != nil {
+		t.Fatalf("%v (I5)", err)
+	}
+	t.Logf("%d events, each applied exactly once across %d SIGKILLs", head, rounds)
+}
+
+// exactlyOnce is the kill test's checker: positions 1..head applied once
+// each, and nothing else.
+func exactlyOnce(counts map[uint64]int, head uint64) error {
 	for pos := uint64(1); pos <= head; pos++ {
 		if counts[pos] != 1 {
-			t.Fatalf("position %d applied %d times, want exactly once (I5)", pos, counts[pos])
+			return fmt.Errorf("position %d applied %d times, want exactly once", pos, counts[pos])
 		}
 	}
 	if uint64(len(counts)) != head {
-		t.Fatalf("%d positions applied, the head is %d", len(counts), head)
+		return fmt.Errorf("%d positions applied, the head is %d", len(counts), head)
 	}
-	t.Logf("%d events, each applied exactly once across %d SIGKILLs", head, rounds)
+	return nil
+}
+
+// TestKillCheckerCatchesNaiveConsumer is the negative control of the kill
+// test's checker: a consumer that commits its write and its checkpoint in
+// two transactions, killed between them, applies that position twice after
+// the restart, and the checker says so.
+func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	leader, err := orisun.New(orisun.Config{
+		Backend: "postgres", PGURL: url, DataDir: t.TempDir(), NodeID: "leader",
+		NATSPort: -1, PollInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leader.Stop() })
+	in := make([]orisun.EventIn, 100)
+	for i := range in {
+		in[i] = orisun.EventIn{Type: "kill.naive", Data: []byte(`{}`)}
+	}
+	if _, err := leader.Append(ctx, "default", in, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitLine := func(p *consumerProc, want string) {
+		t.Helper()
+		for {
+			select {
+			case l := <-p.lines:
+				if l == want {
+					return
+				}
+			case <-p.done:
+				t.Fatalf("the naive consumer ended before %q; stderr:\n%s", want, p.stderr.String())
+			}
+		}
+	}
+	p := startConsumer(t, url, "naive-1", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_HANG_AT=40")
+	waitLine(p, "applied 40")
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	p = startConsumer(t, url, "naive-2", "ORISUN_TEST_CHILD=naive")
+	waitLine(p, "applied 100")
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	err = exactlyOnce(pgCounts(t, pgPool(t, url)), 100)
+	if err == nil || !strings.Contains(err.Error(), "position 40 applied 2 times") {
+		t.Fatalf("the checker missed the naive consumer's double application: %v", err)
+	}
 }
