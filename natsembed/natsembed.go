@@ -5,6 +5,13 @@
 // Lifecycle: New → Start (fails unless the server is ready for connections)
 // → Connect (in-process connections, no TCP) → Stop (Shutdown and wait).
 // Stop is safe to call twice and before Start.
+//
+// Access control (auth.go): without Auth every client may do anything, so
+// the server listens on loopback by default. With Auth, application clients
+// log in with a user and password or a token and get AppPermissions (use
+// the API, read the event streams, never write into them), while orisun's
+// own connections log in, in process only, as an internal user with a
+// random password made at Start. TLS, when set, is required of TCP clients.
 package natsembed
 
 import (
