@@ -33,6 +33,10 @@
 // epoch, position, updated_at) lives in the consumer's own database, next to
 // its state; EnsureSchema creates it. PostgreSQL (pgx/v5, NewPG) and SQLite
 // (database/sql with modernc.org/sqlite, NewSQLite) are supported.
+//
+// The price is one transaction per event (on PostgreSQL six round trips:
+// begin, create-if-missing, lock, the user's writes, save, commit).
+// Committing every N events is not offered yet.
 package checkpoint
 
 import (

@@ -367,3 +367,53 @@ func TestRunResumes_I5(t *testing.T) {
 		t.Fatal("something was applied across an epoch change")
 	}
 }
+
+func TestTwoInstancesSQLite_I5(t *testing.T) {
+	t.Parallel()
+	testTwoInstances(t, sqliteProjection(t, "twice"))
+}
+
+func TestTwoInstancesPostgres_I5(t *testing.T) {
+	t.Parallel()
+	testTwoInstances(t, pgProjection(t, "twice"))
+}
+
+// testTwoInstances: two instances of one consumer fed the same positions
+// at the same time (a deployment that briefly runs the old and the new
+// process) apply each position once: the checkpoint row's lock orders them
+// and the second skips what the first applied.
+func testTwoInstances[Tx any](t *testing.T, p projection[Tx]) {
+	ctx := context.Background()
+	if err := p.cp.EnsureSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	epoch := uuid.NewString()
+	const total = 200
+	h := p.cp.Handler(func(ctx context.Context, tx Tx, e event.Event) error { return p.apply(ctx, tx, e.Position) })
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			for pos := uint64(1); pos <= total; pos++ {
+				if err := h(ctx, event.Event{Boundary: "default", Epoch: epoch, Position: pos, Type: "t"}); err != nil {
+					errs <- fmt.Errorf("position %d: %w", pos, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := p.counts(t)
+	for pos := uint64(1); pos <= total; pos++ {
+		if counts[pos] != 1 {
+			t.Fatalf("position %d applied %d times by two instances", pos, counts[pos])
+		}
+	}
+	if st, err := p.cp.Load(ctx); err != nil || st.Position != total {
+		t.Fatalf("checkpoint %+v %v", st, err)
+	}
+}
