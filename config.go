@@ -1,6 +1,8 @@
 package orisun
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/natsembed"
 )
 
 // Config configures a Node. cmd/orisun fills it from ORISUN_* environment
@@ -39,6 +42,20 @@ type Config struct {
 	// NATSHost and NATSPort are where the embedded NATS server listens.
 	NATSHost string `envconfig:"NATS_HOST" default:"127.0.0.1"`
 	NATSPort int    `envconfig:"NATS_PORT" default:"4222"`
+	// NATSUser and NATSPassword, or NATSToken, turn on authentication of
+	// NATS clients: application clients then need them, and may use the API
+	// and read the event streams but never write into them (see README,
+	// "Access control"). orisun's own in-process connection has an internal
+	// user of its own. Empty: no authentication (keep NATSHost on loopback).
+	NATSUser     string `envconfig:"NATS_USER"`
+	NATSPassword string `envconfig:"NATS_PASSWORD"`
+	NATSToken    string `envconfig:"NATS_TOKEN"`
+	// NATSTLSCert and NATSTLSKey (PEM files) turn on TLS for NATS clients
+	// over TCP; NATSTLSCA (a PEM file) additionally requires client
+	// certificates signed by that CA.
+	NATSTLSCert string `envconfig:"NATS_TLS_CERT"`
+	NATSTLSKey  string `envconfig:"NATS_TLS_KEY"`
+	NATSTLSCA   string `envconfig:"NATS_TLS_CA"`
 	// NATSMaxPayload is the largest NATS message; it bounds one event.
 	NATSMaxPayload int32 `envconfig:"NATS_MAX_PAYLOAD" default:"1048576"`
 	// EventStreamMaxBytes, MaxMsgs and MaxAge bound each boundary's memory
@@ -233,6 +250,7 @@ func (c Config) Validate() error {
 	if c.NATSPort < -1 || c.NATSPort > 65535 {
 		bad("NATS_PORT", "%d is not a port (1–65535, or -1 for a random one)", c.NATSPort)
 	}
+	c.validateNATSAccess(bad)
 	if c.NATSMaxPayload < 1024 || c.NATSMaxPayload > 64<<20 {
 		bad("NATS_MAX_PAYLOAD", "%d is outside 1024–67108864 bytes", c.NATSMaxPayload)
 	}
@@ -290,6 +308,70 @@ func (c Config) Validate() error {
 // HTTPEnabled reports whether the status listener is on.
 func (c Config) HTTPEnabled() bool {
 	return c.HTTPAddr != "" && !strings.EqualFold(c.HTTPAddr, "off")
+}
+
+// validateNATSAccess checks the authentication and TLS variables: which
+// go together, which exclude each other, and that the files are readable
+// and hold what they should.
+func (c Config) validateNATSAccess(bad func(variable, format string, args ...any)) {
+	switch {
+	case c.NATSToken != "" && (c.NATSUser != "" || c.NATSPassword != ""):
+		bad("NATS_TOKEN", "cannot be combined with ORISUN_NATS_USER/ORISUN_NATS_PASSWORD; set a token or a user and password, not both")
+	case c.NATSUser != "" && c.NATSPassword == "":
+		bad("NATS_PASSWORD", "is required with ORISUN_NATS_USER (%q)", c.NATSUser)
+	case c.NATSPassword != "" && c.NATSUser == "":
+		bad("NATS_USER", "is required with ORISUN_NATS_PASSWORD")
+	case c.NATSUser == natsembed.InternalUser:
+		bad("NATS_USER", "%q is reserved for orisun's own connections; choose another name", c.NATSUser)
+	}
+	switch {
+	case c.NATSTLSCert != "" && c.NATSTLSKey == "":
+		bad("NATS_TLS_KEY", "is required with ORISUN_NATS_TLS_CERT (%s)", c.NATSTLSCert)
+	case c.NATSTLSKey != "" && c.NATSTLSCert == "":
+		bad("NATS_TLS_CERT", "is required with ORISUN_NATS_TLS_KEY (%s)", c.NATSTLSKey)
+	case c.NATSTLSCA != "" && c.NATSTLSCert == "":
+		bad("NATS_TLS_CA", "needs ORISUN_NATS_TLS_CERT and ORISUN_NATS_TLS_KEY: client certificates are verified only over TLS")
+	case c.NATSTLSCert != "":
+		certOK := readable(bad, "NATS_TLS_CERT", c.NATSTLSCert)
+		keyOK := readable(bad, "NATS_TLS_KEY", c.NATSTLSKey)
+		if certOK && keyOK {
+			if _, err := tls.LoadX509KeyPair(c.NATSTLSCert, c.NATSTLSKey); err != nil {
+				bad("NATS_TLS_CERT", "certificate %s and key %s (ORISUN_NATS_TLS_KEY) do not load as a pair: %v", c.NATSTLSCert, c.NATSTLSKey, err)
+			}
+		}
+		if c.NATSTLSCA != "" && readable(bad, "NATS_TLS_CA", c.NATSTLSCA) {
+			pem, _ := os.ReadFile(c.NATSTLSCA)
+			if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+				bad("NATS_TLS_CA", "%s holds no PEM certificate", c.NATSTLSCA)
+			}
+		}
+	}
+}
+
+// readable reports whether a file can be read, and names the variable when
+// it cannot.
+func readable(bad func(variable, format string, args ...any), variable, path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		bad(variable, "cannot read %s: %v", path, err)
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// natsAccess turns the configuration into the embedded server's
+// authentication and TLS settings (nil when off).
+func (c Config) natsAccess() (*natsembed.Auth, *natsembed.TLS) {
+	var auth *natsembed.Auth
+	if c.NATSUser != "" || c.NATSToken != "" {
+		auth = &natsembed.Auth{User: c.NATSUser, Password: c.NATSPassword, Token: c.NATSToken}
+	}
+	var t *natsembed.TLS
+	if c.NATSTLSCert != "" {
+		t = &natsembed.TLS{CertFile: c.NATSTLSCert, KeyFile: c.NATSTLSKey, CAFile: c.NATSTLSCA}
+	}
+	return auth, t
 }
 
 func defaultNodeID() string {

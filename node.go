@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,11 +173,19 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// Assigned only on success: a nil *sqlite.Store in the interface would
 	// not compare equal to nil.
 	n.store = store
+	auth, tlsCfg := n.cfg.natsAccess()
+	if auth == nil && !isLoopback(n.cfg.NATSHost) {
+		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
+			"can publish into, purge or delete the event streams; set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
+			"host", n.cfg.NATSHost)
+	}
 	n.ns, err = natsembed.New(natsembed.Config{
 		Host:       n.cfg.NATSHost,
 		Port:       n.cfg.NATSPort,
 		StoreDir:   filepath.Join(n.cfg.DataDir, "jetstream"),
 		MaxPayload: n.cfg.NATSMaxPayload,
+		Auth:       auth,
+		TLS:        tlsCfg,
 		Logger:     n.log.With("component", "nats"),
 	})
 	if err != nil {
@@ -642,6 +651,15 @@ func (n *Node) HTTPAddr() string {
 		return ""
 	}
 	return n.http.Addr()
+}
+
+// isLoopback reports whether host names the loopback interface only.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // NATSURL is the client URL of the embedded NATS server.

@@ -233,8 +233,17 @@ func checkStream(t testing.TB, n *orisun.Node, boundary string) (first, last uin
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One iterator for the whole stream: an ordered consumer's Next
+	// recreates its server-side consumer on every call, which made reading
+	// 18,000 messages take minutes on a loaded machine (and once skipped
+	// messages across a recreation).
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
 	for seq := first; seq <= last; seq++ {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		msg, err := it.Next(jetstream.NextMaxWait(30 * time.Second))
 		if err != nil {
 			t.Fatalf("stream %s: reading sequence %d: %v", boundary, seq, err)
 		}

@@ -5,6 +5,13 @@
 // Lifecycle: New → Start (fails unless the server is ready for connections)
 // → Connect (in-process connections, no TCP) → Stop (Shutdown and wait).
 // Stop is safe to call twice and before Start.
+//
+// Access control (auth.go): without Auth every client may do anything, so
+// the server listens on loopback by default. With Auth, application clients
+// log in with a user and password or a token and get AppPermissions (use
+// the API, read the event streams, never write into them), while orisun's
+// own connections log in, in process only, as an internal user with a
+// random password made at Start. TLS, when set, is required of TCP clients.
 package natsembed
 
 import (
@@ -33,7 +40,13 @@ type Config struct {
 	ServerName string
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	ReadyTimeout time.Duration
-	Logger       *slog.Logger
+	// Auth, when set, requires application clients to authenticate and
+	// limits them to AppPermissions. Nil: no authentication (keep Host on
+	// loopback then).
+	Auth *Auth
+	// TLS, when set, requires TLS of TCP clients.
+	TLS    *TLS
+	Logger *slog.Logger
 }
 
 // Server is an embedded NATS server with JetStream.
@@ -43,6 +56,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	ns      *server.Server
+	auth    *authenticator
 	stopped bool
 }
 
@@ -66,6 +80,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := cfg.Auth.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.TLS != nil {
+		if _, err := cfg.TLS.tlsConfig(); err != nil {
+			return nil, err
+		}
+	}
 	return &Server{cfg: cfg, log: cfg.Logger}, nil
 }
 
@@ -87,6 +109,25 @@ func (s *Server) Start() error {
 		StoreDir:   s.cfg.StoreDir,
 		NoSigs:     true,
 		MaxPayload: s.cfg.MaxPayload,
+	}
+	var auth *authenticator
+	if s.cfg.Auth != nil {
+		a, err := newAuthenticator(*s.cfg.Auth)
+		if err != nil {
+			return err
+		}
+		auth = a
+		opts.CustomClientAuthentication = a
+	}
+	if s.cfg.TLS != nil {
+		tc, err := s.cfg.TLS.tlsConfig()
+		if err != nil {
+			return err
+		}
+		// TCP clients must use TLS; in-process connections are exempt
+		// (the server lets them in without TLS).
+		opts.TLSConfig = tc
+		opts.TLSVerify = s.cfg.TLS.CAFile != ""
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -113,7 +154,9 @@ func (s *Server) Start() error {
 		return fmt.Errorf("natsembed: server on %s:%d: %s", s.cfg.Host, s.cfg.Port, reason)
 	}
 	s.ns = ns
-	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir)
+	s.auth = auth
+	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir,
+		"auth", s.cfg.Auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
 	return nil
 }
 
@@ -135,19 +178,24 @@ func (s *Server) MaxPayload() int {
 	return 1024 * 1024
 }
 
-// Connect opens an in-process client connection.
+// Connect opens an in-process client connection with every permission
+// (orisun's own: it publishes events and manages the streams).
 func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	s.mu.Lock()
-	ns := s.ns
+	ns, auth := s.ns, s.auth
 	s.mu.Unlock()
 	if ns == nil {
 		return nil, errors.New("natsembed: server not started")
 	}
-	all := append([]nats.Option{
+	all := []nats.Option{
 		nats.InProcessServer(ns),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-	}, opts...)
+	}
+	if auth != nil {
+		all = append(all, nats.UserInfo(InternalUser, auth.internalPassword))
+	}
+	all = append(all, opts...)
 	nc, err := nats.Connect("", all...)
 	if err != nil {
 		return nil, fmt.Errorf("natsembed: connect %s: %w", name, err)
@@ -160,6 +208,7 @@ func (s *Server) Stop() {
 	s.mu.Lock()
 	ns := s.ns
 	s.ns = nil
+	s.auth = nil
 	s.stopped = true
 	s.mu.Unlock()
 	if ns != nil {

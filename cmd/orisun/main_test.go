@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testcert"
 )
 
 func TestConfigFromEnvironment(t *testing.T) {
@@ -198,6 +199,55 @@ func TestServeStopsCleanlyOnSignal(t *testing.T) {
 	<-p.done
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}
+
+// TestNATSAccessConfig: the authentication and TLS variables that go
+// together, exclude each other, or point at unreadable files are refused
+// with the variable that must change.
+func TestNATSAccessConfig(t *testing.T) {
+	dir := t.TempDir()
+	certs := testcert.Write(t, dir)
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		bad  string // the variable the error must name; "" for valid
+	}{
+		{"user and password", map[string]string{"ORISUN_NATS_USER": "app", "ORISUN_NATS_PASSWORD": "pw"}, ""},
+		{"token", map[string]string{"ORISUN_NATS_TOKEN": "tok"}, ""},
+		{"tls", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.Key}, ""},
+		{"tls with client certificates", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.Key, "ORISUN_NATS_TLS_CA": certs.CA}, ""},
+		{"user without password", map[string]string{"ORISUN_NATS_USER": "app"}, "ORISUN_NATS_PASSWORD"},
+		{"password without user", map[string]string{"ORISUN_NATS_PASSWORD": "pw"}, "ORISUN_NATS_USER"},
+		{"token with user", map[string]string{"ORISUN_NATS_TOKEN": "tok", "ORISUN_NATS_USER": "app", "ORISUN_NATS_PASSWORD": "pw"}, "ORISUN_NATS_TOKEN"},
+		{"reserved user", map[string]string{"ORISUN_NATS_USER": "_orisun_internal", "ORISUN_NATS_PASSWORD": "pw"}, "ORISUN_NATS_USER"},
+		{"cert without key", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert}, "ORISUN_NATS_TLS_KEY"},
+		{"key without cert", map[string]string{"ORISUN_NATS_TLS_KEY": certs.Key}, "ORISUN_NATS_TLS_CERT"},
+		{"ca without cert", map[string]string{"ORISUN_NATS_TLS_CA": certs.CA}, "ORISUN_NATS_TLS_CA"},
+		{"unreadable cert", map[string]string{"ORISUN_NATS_TLS_CERT": missing, "ORISUN_NATS_TLS_KEY": certs.Key}, "ORISUN_NATS_TLS_CERT"},
+		{"unreadable key", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": missing}, "ORISUN_NATS_TLS_KEY"},
+		{"key of another certificate", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.ClientKey}, "ORISUN_NATS_TLS_CERT"},
+		{"garbage cert", map[string]string{"ORISUN_NATS_TLS_CERT": garbage, "ORISUN_NATS_TLS_KEY": certs.Key}, "ORISUN_NATS_TLS_CERT"},
+		{"unreadable ca", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.Key, "ORISUN_NATS_TLS_CA": missing}, "ORISUN_NATS_TLS_CA"},
+		{"garbage ca", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.Key, "ORISUN_NATS_TLS_CA": garbage}, "ORISUN_NATS_TLS_CA"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			_, err := loadConfig()
+			switch {
+			case c.bad == "" && err != nil:
+				t.Fatalf("valid configuration refused: %v", err)
+			case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad+":")):
+				t.Fatalf("got %v, want an error naming %s", err, c.bad)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,223 @@
+package orisun_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testcert"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// TestAccessControl_S13_I2_I4: with authentication on (user and password,
+// a token, a token over TLS), a NATS client without credentials or with
+// wrong ones cannot connect; the application client reads the event stream
+// from sequence 1 with an ordered consumer, but every attempt to write into
+// it (publish on orisun.events.>, purge, delete, update, message delete, a
+// stream of its own over orisun.events.>) is refused by the server. After
+// the attempts the stream is intact (I2: sequence s still carries position
+// s, unchanged) and the relay still publishes new appends (I4).
+func TestAccessControl_S13_I2_I4(t *testing.T) {
+	certs := testcert.Write(t, t.TempDir())
+	for _, mode := range []struct {
+		name  string
+		cfg   func(*orisun.Config)
+		base  []nats.Option // every client's (the CA of TLS)
+		creds []nats.Option
+		wrong []nats.Option
+	}{
+		{
+			name:  "user",
+			cfg:   func(c *orisun.Config) { c.NATSUser, c.NATSPassword = "app", "app-password-1" },
+			creds: []nats.Option{nats.UserInfo("app", "app-password-1")},
+			wrong: []nats.Option{nats.UserInfo("app", "app-password-2")},
+		},
+		{
+			name:  "token",
+			cfg:   func(c *orisun.Config) { c.NATSToken = "token-0123456789" },
+			creds: []nats.Option{nats.Token("token-0123456789")},
+			wrong: []nats.Option{nats.Token("token-9876543210")},
+		},
+		{
+			name: "token over TLS",
+			cfg: func(c *orisun.Config) {
+				c.NATSToken = "token-0123456789"
+				c.NATSTLSCert, c.NATSTLSKey = certs.Cert, certs.Key
+			},
+			base:  []nats.Option{nats.RootCAs(certs.CA)},
+			creds: []nats.Option{nats.Token("token-0123456789")},
+			wrong: []nats.Option{nats.Token("token-9876543210")},
+		},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			n := setup(t, "", mode.cfg)
+			checkAccess(t, n, mode.base, mode.creds, mode.wrong)
+		})
+	}
+}
+
+func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := n.Append(ctx, "default", events(20, "access.test", 64), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 30*time.Second)
+
+	for name, opts := range map[string][]nats.Option{"no credentials": nil, "wrong credentials": wrong} {
+		nc, err := nats.Connect(n.NATSURL(), append(append(append([]nats.Option{}, base...), opts...), nats.MaxReconnects(0))...)
+		if err == nil {
+			nc.Close()
+			t.Fatalf("a client with %s connected", name)
+		}
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Fatalf("a client with %s: %v, want an authorization violation", name, err)
+		}
+	}
+
+	vio := make(chan error, 64)
+	app, err := nats.Connect(n.NATSURL(), append(append(append([]nats.Option{}, base...), creds...), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case vio <- err:
+			default:
+			}
+		}
+	}))...)
+	if err != nil {
+		t.Fatalf("application client: %v", err)
+	}
+	t.Cleanup(app.Close)
+	js, err := jetstream.New(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := readStream(t, ctx, js, 20)
+
+	// refused runs a write attempt and waits for the server's permission
+	// violation on its subject; the attempt itself must fail too (it gets
+	// no reply: the server dropped the request).
+	refused := func(subject string, attempt func(ctx context.Context) error) {
+		t.Helper()
+		actx, acancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- attempt(actx) }()
+		deadline := time.After(20 * time.Second)
+	wait:
+		for {
+			select {
+			case err := <-vio:
+				if strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
+					break wait
+				}
+			case <-deadline:
+				acancel()
+				t.Fatalf("no permissions violation for a publish to %s (attempt: %v)", subject, <-done)
+			}
+		}
+		acancel()
+		if err := <-done; err == nil {
+			t.Fatalf("write attempt on %s succeeded", subject)
+		}
+	}
+	name := stream.Name("default")
+	refused("orisun.events.default.access.test", func(ctx context.Context) error {
+		_, err := js.Publish(ctx, "orisun.events.default.access.test", []byte(`{"forged":true}`),
+			jetstream.WithExpectLastSequence(20))
+		return err
+	})
+	refused("$JS.API.STREAM.PURGE."+name, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		return s.Purge(ctx)
+	})
+	refused("$JS.API.STREAM.MSG.DELETE."+name, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		return s.DeleteMsg(ctx, 5)
+	})
+	refused("$JS.API.STREAM.UPDATE."+name, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		cfg := s.CachedInfo().Config
+		cfg.MaxMsgs = 1
+		_, err = js.UpdateStream(ctx, cfg)
+		return err
+	})
+	refused("$JS.API.STREAM.DELETE."+name, func(ctx context.Context) error { return js.DeleteStream(ctx, name) })
+	refused("$JS.API.STREAM.CREATE.SHADOW", func(ctx context.Context) error {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHADOW", Subjects: []string{"orisun.events.>"}, Storage: jetstream.MemoryStorage})
+		return err
+	})
+
+	// The stream is intact: the same messages at the same sequences.
+	after := readStream(t, ctx, js, 20)
+	for seq, id := range before {
+		if after[seq] != id {
+			t.Fatalf("after the refused writes, sequence %d carries %q, before %q", seq, after[seq], id)
+		}
+	}
+	// And the relay still publishes (I4).
+	if _, err := n.Append(ctx, "default", events(10, "access.test", 64), nil); err != nil {
+		t.Fatal(err)
+	}
+	st := waitSettled(t, n, 30*time.Second)
+	if b := st.Boundaries[0]; b.Head != 30 || b.StreamLast != 30 || b.StreamFirst != 1 {
+		t.Fatalf("after new appends: head %d, stream %d..%d, want 30 and 1..30", b.Head, b.StreamFirst, b.StreamLast)
+	}
+	readStream(t, ctx, js, 30)
+}
+
+// readStream reads the event stream with an ordered consumer from sequence
+// 1, as the application client, and checks that it holds exactly positions
+// 1..want with sequence = position (I2) and a plain get of the last one
+// works too. It returns the event id per sequence.
+func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, want uint64) map[uint64]string {
+	t.Helper()
+	s, err := js.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatalf("stream info as the application client: %v", err)
+	}
+	if st := s.CachedInfo().State; st.FirstSeq != 1 || st.LastSeq != want || st.Msgs != want {
+		t.Fatalf("stream holds %d..%d (%d messages), want 1..%d", st.FirstSeq, st.LastSeq, st.Msgs, want)
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatalf("ordered consumer as the application client: %v", err)
+	}
+	ids := map[uint64]string{}
+	for seq := uint64(1); seq <= want; seq++ {
+		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading sequence %d: %v", seq, err)
+		}
+		md, _ := msg.Metadata()
+		pos, _ := strconv.ParseUint(msg.Headers().Get(stream.HeaderPosition), 10, 64)
+		if md == nil || md.Sequence.Stream != seq || pos != seq {
+			t.Fatalf("sequence %d carries position %d (I2)", seq, pos)
+		}
+		ids[seq] = msg.Headers().Get(stream.HeaderEventID)
+	}
+	raw, err := s.GetMsg(ctx, want)
+	if err != nil {
+		t.Fatalf("message get as the application client: %v", err)
+	}
+	if raw.Header.Get(stream.HeaderEventID) != ids[want] {
+		t.Fatalf("get of %d: event %q, the consumer read %q", want, raw.Header.Get(stream.HeaderEventID), ids[want])
+	}
+	return ids
+}

@@ -1,0 +1,192 @@
+package natsembed
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Auth turns on authentication for application clients: either User and
+// Password, or Token. Whatever is configured, orisun's own in-process
+// connections (Connect) authenticate as an internal user with a random
+// password generated at Start, which never leaves the process.
+type Auth struct {
+	User     string
+	Password string
+	Token    string
+}
+
+// TLS turns on TLS for TCP clients. CAFile, when set, makes the server
+// require and verify client certificates signed by that CA. In-process
+// connections never use TLS (they do not leave the process).
+type TLS struct {
+	CertFile string
+	KeyFile  string
+	CAFile   string
+}
+
+// InternalUser is the user name of orisun's own in-process connections.
+// Application users may not take it.
+const InternalUser = "_orisun_internal"
+
+// AppPermissions are the permissions of application clients when
+// authentication is on (DESIGN §6, §11; TEST-PLAN S13): they may use the API
+// (requests on orisun.api.>, replies on _INBOX.>) and read the event streams
+// (stream info and lists, message get, direct get, consumers of every kind
+// including ordered ones), but never write into an event stream: no publish
+// on orisun.events.>, and no stream create, update, delete, purge, message
+// delete, snapshot or restore. Stream creation is denied entirely, not only
+// for ORISUN_* streams: a stream of the application's own that captured
+// orisun.events.> would take those subjects from the event streams.
+//
+// Only orisun answers on orisun.api.>: an application client may not
+// subscribe there, so it cannot impersonate the API service.
+//
+// The deny lists repeat what the allow lists already leave out, so that
+// widening an allow list later cannot open the event streams by accident.
+func AppPermissions() *server.Permissions {
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{
+			Allow: []string{
+				"orisun.api.>",
+				"_INBOX.>",
+				"$JS.API.INFO",
+				"$JS.API.STREAM.NAMES",
+				"$JS.API.STREAM.LIST",
+				"$JS.API.STREAM.INFO.*",
+				"$JS.API.STREAM.MSG.GET.*",
+				"$JS.API.DIRECT.GET.>",
+				"$JS.API.CONSUMER.>",
+				// Acknowledgements of explicit-ack consumers and flow
+				// control replies of push consumers.
+				"$JS.ACK.>",
+				"$JS.FC.>",
+			},
+			Deny: []string{
+				"orisun.events.>",
+				"$JS.API.STREAM.CREATE.>",
+				"$JS.API.STREAM.UPDATE.>",
+				"$JS.API.STREAM.DELETE.>",
+				"$JS.API.STREAM.PURGE.>",
+				"$JS.API.STREAM.MSG.DELETE.>",
+				"$JS.API.STREAM.SNAPSHOT.>",
+				"$JS.API.STREAM.RESTORE.>",
+				"$JS.API.STREAM.LEADER.>",
+				"$JS.API.STREAM.PEER.>",
+				"$JS.API.META.>",
+				"$JS.API.ACCOUNT.>",
+				"$JS.API.SERVER.>",
+			},
+		},
+		Subscribe: &server.SubjectPermission{
+			Allow: []string{
+				"_INBOX.>",
+				"orisun.events.>",
+			},
+			Deny: []string{
+				"orisun.api.>",
+			},
+		},
+	}
+}
+
+// Validate checks the authentication settings.
+func (a *Auth) Validate() error {
+	if a == nil {
+		return nil
+	}
+	switch {
+	case a.Token != "" && (a.User != "" || a.Password != ""):
+		return errors.New("natsembed: Token and User/Password exclude each other")
+	case a.Token == "" && a.User == "":
+		return errors.New("natsembed: Auth needs User and Password, or Token")
+	case a.User != "" && a.Password == "":
+		return fmt.Errorf("natsembed: user %q has no password", a.User)
+	case a.User == InternalUser:
+		return fmt.Errorf("natsembed: user name %q is reserved for orisun's own connections", InternalUser)
+	}
+	return nil
+}
+
+// tlsConfig loads the certificate, key and optional CA.
+func (t *TLS) tlsConfig() (*tls.Config, error) {
+	if t.CertFile == "" || t.KeyFile == "" {
+		return nil, errors.New("natsembed: TLS needs CertFile and KeyFile")
+	}
+	cfg, err := server.GenTLSConfig(&server.TLSConfigOpts{
+		CertFile: t.CertFile,
+		KeyFile:  t.KeyFile,
+		CaFile:   t.CAFile,
+		Verify:   t.CAFile != "",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsembed: TLS: %w", err)
+	}
+	return cfg, nil
+}
+
+// authenticator is the server's client authentication when Auth is set. A
+// custom authenticator rather than server.Options.Users: the server cannot
+// combine a token with a users list, and orisun needs its internal user
+// next to either. It still hands the server a server.User with
+// server.Permissions, so the server enforces them as for configured users.
+type authenticator struct {
+	app              Auth
+	internalPassword string
+}
+
+func newAuthenticator(app Auth) (*authenticator, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("natsembed: internal password: %w", err)
+	}
+	return &authenticator{app: app, internalPassword: hex.EncodeToString(b[:])}, nil
+}
+
+// Check authenticates a client and registers its permissions.
+func (a *authenticator) Check(c server.ClientAuthentication) bool {
+	if c.Kind() != server.CLIENT {
+		return false
+	}
+	o := c.GetOpts()
+	if o == nil {
+		return false
+	}
+	if o.Username == InternalUser {
+		// The internal user may only connect in process (nats-server's
+		// InProcessConn is a net.Pipe): even a leaked password is of no
+		// use over TCP.
+		if addr := c.RemoteAddress(); addr == nil || addr.Network() != "pipe" {
+			return false
+		}
+		if !equal(o.Password, a.internalPassword) {
+			return false
+		}
+		c.RegisterUser(&server.User{Username: InternalUser}) // nil permissions: everything
+		return true
+	}
+	var ok bool
+	var name string
+	if a.app.Token != "" {
+		ok = o.Username == "" && equal(o.Token, a.app.Token)
+		name = "token"
+	} else {
+		ok = o.Token == "" && equal(o.Username, a.app.User) && equal(o.Password, a.app.Password)
+		name = a.app.User
+	}
+	if !ok {
+		return false
+	}
+	c.RegisterUser(&server.User{Username: name, Permissions: AppPermissions()})
+	return true
+}
+
+// equal compares in constant time (for equal lengths).
+func equal(got, want string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
