@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/client"
+	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testcert"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -180,6 +182,44 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 		t.Fatalf("after new appends: head %d, stream %d..%d, want 30 and 1..30", b.Head, b.StreamFirst, b.StreamLast)
 	}
 	readStream(t, ctx, js, 30)
+
+	// The application user's door is the API: the Go client appends,
+	// reads and subscribes (catch-up, then live from the stream) with the
+	// same credentials.
+	c, err := client.Connect(n.NATSURL(), client.NATSOptions(append(append([]nats.Option{}, base...), creds...)...))
+	if err != nil {
+		t.Fatalf("client with the application's credentials: %v", err)
+	}
+	defer c.Close()
+	res, err := c.Append(ctx, "default", events(5, "via.api", 32), nil)
+	if err != nil || res.First != 31 || res.Last != 35 {
+		t.Fatalf("append through the API as the application user: %+v %v", res, err)
+	}
+	page, err := c.Read(ctx, "default", 30, 10, nil)
+	if err != nil || len(page.Events) != 5 {
+		t.Fatalf("read through the API as the application user: %v (%d events)", err, len(page.Events))
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	got := make(chan uint64, 64)
+	subDone := make(chan error, 1)
+	go func() {
+		subDone <- c.Subscribe(sctx, "default", 25, func(_ context.Context, e event.Event) error {
+			got <- e.Position
+			return nil
+		}, client.SubscribeOptions{})
+	}()
+	for want := uint64(26); want <= 35; want++ {
+		select {
+		case p := <-got:
+			if p != want {
+				t.Fatalf("subscription as the application user delivered %d, want %d (I5)", p, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("subscription as the application user: no position %d", want)
+		}
+	}
+	scancel()
+	<-subDone
 }
 
 // readStream reads the event stream with an ordered consumer from sequence
