@@ -3,6 +3,7 @@ package orisun_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -166,6 +167,27 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 		return err
 	})
 
+	// A forged reply subject: the API answers a request whose reply
+	// subject is inside the event subjects. Its answer must not land in
+	// the stream (the API's connection may not publish there).
+	if err := app.PublishRequest("orisun.api.boundaries", "orisun.events.default.forged", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A push consumer delivering into the event subjects: it delivers only
+	// where someone subscribes, and the application may not subscribe there.
+	cfg := fmt.Sprintf(`{"stream_name":%q,"config":{"deliver_subject":"orisun.events.default.injected","ack_policy":"none","deliver_policy":"all"}}`, name)
+	if _, err := app.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE."+name, []byte(cfg)); err != nil {
+		t.Fatalf("creating a push consumer (allowed; its delivery is what must fail): %v", err)
+	}
+	if _, err := app.Subscribe("orisun.events.default.injected", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	waitForViolation(t, vio, "Subscription", "orisun.events.default.injected")
+	// Neither reaches the stream: it stays at 20 messages over a window
+	// in which either would have landed (both take milliseconds when
+	// allowed).
+	stays(t, ctx, js, name, 20, 2*time.Second)
+
 	// The stream is intact: the same messages at the same sequences.
 	after := readStream(t, ctx, js, 20)
 	for seq, id := range before {
@@ -260,4 +282,38 @@ func readStream(t *testing.T, ctx context.Context, js jetstream.JetStream, want 
 		t.Fatalf("get of %d: event %q, the consumer read %q", want, raw.Header.Get(stream.HeaderEventID), ids[want])
 	}
 	return ids
+}
+
+// waitForViolation waits for the server's permissions violation of op on
+// subject.
+func waitForViolation(t *testing.T, vio <-chan error, op, subject string) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case err := <-vio:
+			if strings.Contains(err.Error(), op) && strings.Contains(err.Error(), `"`+subject+`"`) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no permissions violation for %s on %s", op, subject)
+		}
+	}
+}
+
+// stays checks that the stream's last sequence stays at last for the whole
+// window.
+func stays(t *testing.T, ctx context.Context, js jetstream.JetStream, name string, last uint64, window time.Duration) {
+	t.Helper()
+	end := time.Now().Add(window)
+	for time.Now().Before(end) {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().State.LastSeq; got != last {
+			t.Fatalf("stream %s grew to sequence %d (was %d): something outside orisun wrote into it (I2)", name, got, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -230,7 +230,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// The API comes last: every request it serves finds the node ready.
 	// It has a connection of its own, so that its requests never queue
 	// behind the publishers' traffic, and Stop can drain it first.
-	apiNC, err := n.ns.Connect("orisun-api")
+	apiNC, err := n.ns.ConnectAPI("orisun-api")
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}

@@ -94,7 +94,9 @@ func TestAuthRefusesStrangers_S13(t *testing.T) {
 
 // TestAppUserPermissions_S13: the application user can make API requests
 // (answered by orisun's own connection), but cannot publish into the event
-// subjects nor answer on orisun.api.> in orisun's place.
+// subjects, answer on orisun.api.> in orisun's place, subscribe to the
+// event subjects, or publish to orisun's inboxes; the API's own connection
+// cannot publish where a forged reply subject would point it.
 func TestAppUserPermissions_S13(t *testing.T) {
 	s := startServer(t, natsembed.Config{Auth: &natsembed.Auth{Token: "tok-123456"}})
 	in, err := s.Connect("orisun")
@@ -114,6 +116,7 @@ func TestAppUserPermissions_S13(t *testing.T) {
 	}
 
 	errOpt, vio := violations()
+	apiVio := make(chan error, 16)
 	app, err := nats.Connect(s.ClientURL(), nats.Token("tok-123456"), errOpt)
 	if err != nil {
 		t.Fatal(err)
@@ -136,20 +139,38 @@ func TestAppUserPermissions_S13(t *testing.T) {
 	}
 	waitViolation(t, vio, "Subscription", "orisun.api.>")
 
-	// Reading the event subjects is allowed.
-	sub, err := app.SubscribeSync("orisun.events.>")
+	// A core subscription on the event subjects is refused: it would give
+	// a push consumer delivering into another boundary's subjects the
+	// interest it needs to write into that stream. Applications read
+	// through JetStream consumers, which deliver to their _INBOX.
+	if _, err := app.Subscribe("orisun.events.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	waitViolation(t, vio, "Subscription", "orisun.events.>")
+
+	// The API's connection answers on the caller's reply subject, but not
+	// into the event subjects, JetStream's API or orisun's inboxes.
+	api, err := s.ConnectAPI("orisun-api", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case apiVio <- err:
+		default:
+		}
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := app.Flush(); err != nil {
+	t.Cleanup(api.Close)
+	for _, subject := range []string{"orisun.events.default.forged", "$JS.API.STREAM.PURGE.ORISUN_default", natsembed.InternalInboxPrefix + ".x"} {
+		if err := api.Publish(subject, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		waitViolation(t, apiVio, "Publish", subject)
+	}
+	// The application cannot reach orisun's inboxes either.
+	if err := app.Publish(natsembed.InternalInboxPrefix+".x", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := in.Publish("orisun.events.default.y", []byte(`{}`)); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := sub.NextMsg(10 * time.Second); err != nil || m.Subject != "orisun.events.default.y" {
-		t.Fatalf("reading orisun.events.>: %v %v", m, err)
-	}
+	waitViolation(t, vio, "Publish", natsembed.InternalInboxPrefix+".x")
 }
 
 // TestTLS_S13: with TLS on, a client trusting the CA connects over TLS, a

@@ -34,6 +34,35 @@ type TLS struct {
 // Application users may not take it.
 const InternalUser = "_orisun_internal"
 
+// APIUser is the user name of the API service's in-process connection. It
+// publishes replies to subjects its callers choose, so it may publish
+// neither into the event subjects nor to JetStream's API nor to orisun's
+// own inboxes: a request whose reply subject is orisun.events.b.x must not
+// become a message in a stream (I2).
+const APIUser = "_orisun_api"
+
+// InternalInboxPrefix is the inbox prefix of orisun's own connections.
+// Application users may publish to _INBOX.> (their own replies and
+// acknowledgements) but not here, so they cannot forge a JetStream
+// acknowledgement to the relay's publisher (I3).
+const InternalInboxPrefix = "_ORISUN_INBOX"
+
+// APIPermissions are the permissions of the API's connection.
+func APIPermissions() *server.Permissions {
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{
+			Allow: []string{">"},
+			Deny: []string{
+				"orisun.events.>", "orisun.api.>", "$JS.>", "$KV.>", "$O.>", "$SYS.>", "$MQTT.>",
+				InternalInboxPrefix + ".>",
+			},
+		},
+		Subscribe: &server.SubjectPermission{
+			Allow: []string{"orisun.api.>", "$SRV.>", "_INBOX.>", InternalInboxPrefix + ".>"},
+		},
+	}
+}
+
 // AppPermissions are the permissions of application clients when
 // authentication is on (DESIGN §6, §11; TEST-PLAN S13): they may use the API
 // (requests on orisun.api.>, replies on _INBOX.>) and read the event streams
@@ -83,10 +112,15 @@ func AppPermissions() *server.Permissions {
 				"$JS.API.SERVER.>",
 			},
 		},
+		// No core subscription on orisun.events.>: a push consumer that an
+		// application creates with a deliver subject inside another
+		// boundary's subjects delivers only while someone subscribes
+		// there, and that would write into that boundary's stream.
+		// Applications read events through JetStream consumers (pull and
+		// ordered consumers deliver to their _INBOX).
 		Subscribe: &server.SubjectPermission{
 			Allow: []string{
 				"_INBOX.>",
-				"orisun.events.>",
 			},
 			Deny: []string{
 				"orisun.api.>",
@@ -107,8 +141,8 @@ func (a *Auth) Validate() error {
 		return errors.New("natsembed: Auth needs User and Password, or Token")
 	case a.User != "" && a.Password == "":
 		return fmt.Errorf("natsembed: user %q has no password", a.User)
-	case a.User == InternalUser:
-		return fmt.Errorf("natsembed: user name %q is reserved for orisun's own connections", InternalUser)
+	case a.User == InternalUser || a.User == APIUser:
+		return fmt.Errorf("natsembed: user name %q is reserved for orisun's own connections", a.User)
 	}
 	return nil
 }
@@ -168,6 +202,16 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 			return false
 		}
 		c.RegisterUser(&server.User{Username: InternalUser}) // nil permissions: everything
+		return true
+	}
+	if o.Username == APIUser {
+		if addr := c.RemoteAddress(); addr == nil || addr.Network() != "pipe" {
+			return false
+		}
+		if !equal(o.Password, a.internalPassword) {
+			return false
+		}
+		c.RegisterUser(&server.User{Username: APIUser, Permissions: APIPermissions()})
 		return true
 	}
 	var ok bool

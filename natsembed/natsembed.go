@@ -181,6 +181,17 @@ func (s *Server) MaxPayload() int {
 // Connect opens an in-process client connection with every permission
 // (orisun's own: it publishes events and manages the streams).
 func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	return s.connect(name, InternalUser, opts...)
+}
+
+// ConnectAPI opens the in-process connection of the API service: it may
+// answer requests on any reply subject except the event subjects,
+// JetStream's API and orisun's own inboxes (see APIPermissions).
+func (s *Server) ConnectAPI(name string, opts ...nats.Option) (*nats.Conn, error) {
+	return s.connect(name, APIUser, opts...)
+}
+
+func (s *Server) connect(name, user string, opts ...nats.Option) (*nats.Conn, error) {
 	s.mu.Lock()
 	ns, auth := s.ns, s.auth
 	s.mu.Unlock()
@@ -191,9 +202,10 @@ func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 		nats.InProcessServer(ns),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
+		nats.CustomInboxPrefix(InternalInboxPrefix),
 	}
 	if auth != nil {
-		all = append(all, nats.UserInfo(InternalUser, auth.internalPassword))
+		all = append(all, nats.UserInfo(user, auth.internalPassword))
 	}
 	all = append(all, opts...)
 	nc, err := nats.Connect("", all...)
