@@ -123,6 +123,8 @@ type txn interface {
 	// locks it until the end of the transaction.
 	lock(ctx context.Context, consumer, boundary string) (row, error)
 	save(ctx context.Context, consumer, epoch string, position uint64) error
+	// reset deletes the consumer's checkpoint in this transaction.
+	reset(ctx context.Context, consumer string) error
 	commit(ctx context.Context) error
 	rollback(ctx context.Context) error
 }
@@ -172,6 +174,29 @@ func (c *Consumer[Tx]) Load(ctx context.Context) (State, error) {
 func (c *Consumer[Tx]) Reset(ctx context.Context) error {
 	if err := c.db.reset(ctx, c.name); err != nil {
 		return fmt.Errorf("checkpoint: reset consumer %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// Rebuild empties the consumer's state with fn and deletes its checkpoint,
+// in one transaction: a crash between the two would otherwise leave an
+// empty state with the old checkpoint (events never applied) or the old
+// state with no checkpoint (events applied twice). The next run starts
+// from position 0 in the boundary's current epoch.
+func (c *Consumer[Tx]) Rebuild(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
+	tx, t, err := c.db.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("checkpoint: rebuild consumer %q: %w", c.name, err)
+	}
+	defer t.rollback(context.WithoutCancel(ctx))
+	if err := fn(ctx, tx); err != nil {
+		return fmt.Errorf("checkpoint: rebuild consumer %q: %w", c.name, err)
+	}
+	if err := t.reset(ctx, c.name); err != nil {
+		return fmt.Errorf("checkpoint: rebuild consumer %q: %w", c.name, err)
+	}
+	if err := t.commit(ctx); err != nil {
+		return fmt.Errorf("checkpoint: rebuild consumer %q: %w", c.name, err)
 	}
 	return nil
 }

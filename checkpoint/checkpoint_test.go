@@ -36,6 +36,8 @@ type projection[Tx any] struct {
 	counts func(t *testing.T) map[uint64]int
 	// setEpoch overwrites the saved epoch (a restored database).
 	setEpoch func(t *testing.T, epoch string)
+	// clear empties the projection in tx.
+	clear func(ctx context.Context, tx Tx) error
 }
 
 func sqliteProjection(t *testing.T, name string) projection[*sql.Tx] {
@@ -79,6 +81,10 @@ func sqliteProjection(t *testing.T, name string) projection[*sql.Tx] {
 			if _, err := db.Exec(`UPDATE orisun_consumer_checkpoints SET epoch = ?`, epoch); err != nil {
 				t.Fatal(err)
 			}
+		},
+		clear: func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM applied`)
+			return err
 		},
 	}
 }
@@ -142,6 +148,10 @@ func pgProjection(t *testing.T, name string) projection[pgx.Tx] {
 			if _, err := pool.Exec(context.Background(), `UPDATE orisun_consumer_checkpoints SET epoch = $1`, epoch); err != nil {
 				t.Fatal(err)
 			}
+		},
+		clear: func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `DELETE FROM applied`)
+			return err
 		},
 	}
 }
@@ -415,5 +425,49 @@ func testTwoInstances[Tx any](t *testing.T, p projection[Tx]) {
 	}
 	if st, err := p.cp.Load(ctx); err != nil || st.Position != total {
 		t.Fatalf("checkpoint %+v %v", st, err)
+	}
+}
+
+// TestRebuild*: Rebuild empties the state and deletes the checkpoint in one
+// transaction; when the emptying fails, both stay as they were.
+func TestRebuildSQLite(t *testing.T) {
+	t.Parallel()
+	testRebuild(t, sqliteProjection(t, "proj"))
+}
+
+func TestRebuildPostgres(t *testing.T) {
+	t.Parallel()
+	testRebuild(t, pgProjection(t, "proj"))
+}
+
+func testRebuild[Tx any](t *testing.T, p projection[Tx]) {
+	ctx := context.Background()
+	if err := p.cp.EnsureSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	epoch := uuid.NewString()
+	h := p.cp.Handler(func(ctx context.Context, tx Tx, e event.Event) error { return p.apply(ctx, tx, e.Position) })
+	for pos := uint64(1); pos <= 3; pos++ {
+		if err := h(ctx, event.Event{ID: uuid.NewString(), Boundary: "default", Epoch: epoch, Position: pos, Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	boom := errors.New("rebuild refused")
+	if err := p.cp.Rebuild(ctx, func(ctx context.Context, tx Tx) error {
+		if err := p.clear(ctx, tx); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("failing rebuild: %v", err)
+	}
+	if st, err := p.cp.Load(ctx); err != nil || st.Position != 3 || len(p.counts(t)) != 3 {
+		t.Fatalf("after a failed rebuild: checkpoint %+v (%v), %d applied; want both untouched", st, err, len(p.counts(t)))
+	}
+	if err := p.cp.Rebuild(ctx, p.clear); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.cp.Load(ctx); err != nil || st != (checkpoint.State{}) || len(p.counts(t)) != 0 {
+		t.Fatalf("after a rebuild: checkpoint %+v (%v), %d applied; want both empty", st, err, len(p.counts(t)))
 	}
 }

@@ -113,5 +113,9 @@ func (t pgTxn) save(ctx context.Context, consumer, epoch string, position uint64
 	return err
 }
 
+func (t pgTxn) reset(ctx context.Context, consumer string) error {
+	_, err := t.tx.Exec(ctx, pgReset, consumer)
+	return err
+}
 func (t pgTxn) commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
 func (t pgTxn) rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }

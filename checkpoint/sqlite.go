@@ -91,5 +91,9 @@ func (t sqliteTxn) save(ctx context.Context, consumer, epoch string, position ui
 	return err
 }
 
+func (t sqliteTxn) reset(ctx context.Context, consumer string) error {
+	_, err := t.tx.ExecContext(ctx, sqliteReset, consumer)
+	return err
+}
 func (t sqliteTxn) commit(context.Context) error   { return t.tx.Commit() }
 func (t sqliteTxn) rollback(context.Context) error { return t.tx.Rollback() }

@@ -17,7 +17,8 @@
 //
 // When the boundary's epoch changes (it was reset, or the store restored
 // from a backup), Run ends with a *checkpoint.EpochError: empty the
-// projection and call Reset (here: -rebuild), then run again.
+// projection and reset the checkpoint together with Rebuild (here:
+// -rebuild), then run again.
 package main
 
 import (
@@ -99,12 +100,13 @@ func runPostgres(ctx context.Context, log *slog.Logger, src checkpoint.Subscribe
 		return err
 	}
 	if rebuild {
-		// The projection and its checkpoint go together: emptying one
-		// without the other would count events twice or never.
-		if _, err := pool.Exec(ctx, `TRUNCATE event_type_counts`); err != nil {
+		// The projection and its checkpoint go together, in one
+		// transaction: emptying one without the other would count events
+		// twice or never.
+		if err := cp.Rebuild(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `DELETE FROM event_type_counts`)
 			return err
-		}
-		if err := cp.Reset(ctx); err != nil {
+		}); err != nil {
 			return err
 		}
 	}
@@ -137,10 +139,10 @@ func runSQLite(ctx context.Context, log *slog.Logger, src checkpoint.Subscriber,
 		return err
 	}
 	if rebuild {
-		if _, err := db.ExecContext(ctx, `DELETE FROM event_type_counts`); err != nil {
+		if err := cp.Rebuild(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM event_type_counts`)
 			return err
-		}
-		if err := cp.Reset(ctx); err != nil {
+		}); err != nil {
 			return err
 		}
 	}
