@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,12 @@ type Client struct {
 	js      jetstream.JetStream
 	timeout time.Duration
 	log     *slog.Logger
+
+	// The live hint of every subscription of this client comes from one
+	// status request a second at most (see live).
+	liveMu  sync.Mutex
+	liveAt  time.Time
+	leading map[string]bool
 }
 
 type options struct {

@@ -57,20 +57,24 @@ func (c *Client) Subscribe(ctx context.Context, boundary string, after uint64, h
 // live reports whether the boundary's stream is fed: its publisher leads on
 // the node that answers. When that cannot be asked, it is not (the store is
 // read instead): a wrong "no" costs a read, a wrong "yes" would wait on a
-// stream nobody feeds.
+// stream nobody feeds. The answer is shared by all the client's
+// subscriptions for a second, so that many subscriptions cost one status
+// request a second, not one each every time they wake.
 func (c *Client) live(ctx context.Context, boundary string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	st, err := c.Status(ctx)
-	if err != nil {
-		return false
-	}
-	for _, b := range st.Boundaries {
-		if b.Name == boundary {
-			return b.State == "leading"
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if time.Since(c.liveAt) >= time.Second {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := c.Status(ctx)
+		cancel()
+		c.leading, c.liveAt = map[string]bool{}, time.Now()
+		if err == nil {
+			for _, b := range st.Boundaries {
+				c.leading[b.Name] = b.State == "leading"
+			}
 		}
 	}
-	return false
+	return c.leading[boundary]
 }
 
 // pageReader is the subscription's Reader: the API's read, with two
