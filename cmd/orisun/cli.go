@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"io"
 	"os"
 	"os/signal"
@@ -31,6 +32,54 @@ type clientFlags struct {
 	server  string
 	timeout time.Duration
 	json    bool
+	creds   credFlags
+}
+
+// credFlags are how a client command authenticates to a NATS server with
+// access control on (docs/security.md).
+type credFlags struct {
+	user, password, token  string
+	tlsCA, tlsCert, tlsKey string
+}
+
+// addCredFlags adds --user, --password, --token and the TLS flags. The
+// credentials default to ORISUN_NATS_USER, ORISUN_NATS_PASSWORD and
+// ORISUN_NATS_TOKEN: the application credentials the server is configured
+// with, which are what a person on the same host uses.
+func addCredFlags(fs *flag.FlagSet, c *credFlags) {
+	fs.StringVar(&c.user, "user", os.Getenv("ORISUN_NATS_USER"), "NATS user (env ORISUN_NATS_USER)")
+	fs.StringVar(&c.password, "password", os.Getenv("ORISUN_NATS_PASSWORD"), "NATS password (env ORISUN_NATS_PASSWORD)")
+	fs.StringVar(&c.token, "token", os.Getenv("ORISUN_NATS_TOKEN"), "NATS token (env ORISUN_NATS_TOKEN)")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM file of the CA that signed the server's certificate (TLS)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "client certificate, when the server verifies clients (with --tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "client key (with --tls-cert)")
+}
+
+// options turns the flags into client options; a half-given pair is an
+// error naming the flag.
+func (c credFlags) options() ([]client.Option, error) {
+	var opts []client.Option
+	switch {
+	case c.token != "" && c.user != "":
+		return nil, errors.New("--token and --user exclude each other")
+	case c.user != "" && c.password == "":
+		return nil, errors.New("--user needs --password (or ORISUN_NATS_PASSWORD)")
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.user != "" {
+		opts = append(opts, client.UserInfo(c.user, c.password))
+	}
+	if c.token != "" {
+		opts = append(opts, client.Token(c.token))
+	}
+	if c.tlsCA != "" {
+		opts = append(opts, client.RootCAs(c.tlsCA))
+	}
+	if c.tlsCert != "" {
+		opts = append(opts, client.NATSOptions(nats.ClientCert(c.tlsCert, c.tlsKey)))
+	}
+	return opts, nil
 }
 
 func newFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
@@ -43,6 +92,7 @@ func newFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
 	fs.StringVar(&cf.server, "server", url, "NATS URL of the orisun node (env ORISUN_URL)")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "timeout of each request")
 	fs.BoolVar(&cf.json, "json", false, "print JSON, one value per line")
+	addCredFlags(fs, &cf.creds)
 	return fs
 }
 
@@ -91,8 +141,6 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 	case "boundaries":
 		fs.StringVar(&create, "create", "", "create this boundary")
 		want = 0
-	case "status":
-		want = 0
 	}
 	pos, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -109,7 +157,16 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	c, err := client.Connect(cf.server, client.Name("orisun-cli"), client.Timeout(cf.timeout))
+	if cmd == "append" && typ != "" && data == "" {
+		fmt.Fprintln(stderr, "orisun append: --data is required with --type (a JSON value, e.g. --data '{\"order\":42}')")
+		return 2
+	}
+	copts, err := cf.creds.options()
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
+		return 2
+	}
+	c, err := client.Connect(cf.server, append(copts, client.Name("orisun-cli"), client.Timeout(cf.timeout))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
 		return 1
@@ -179,20 +236,6 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 			} else {
 				fmt.Fprintf(w, "%s\thead %d\tepoch %s\n", b.Name, b.Head, b.Epoch)
 			}
-		}
-	case "status":
-		st, err := c.Status(ctx)
-		if err != nil {
-			return fail(stderr, cmd, err)
-		}
-		if cf.json {
-			writeJSON(w, st)
-			return 0
-		}
-		fmt.Fprintf(w, "node %s, settled %t\n", st.NodeID, st.Settled)
-		for _, b := range st.Boundaries {
-			fmt.Fprintf(w, "%s\thead %d\tpublished %d\tlag %d (%.1fs)\tstream %d–%d\t%s %s\n", b.Name, b.Head, b.Published,
-				b.LagEvents, b.LagSeconds, b.StreamFirst, b.StreamLast, b.State, b.Reason)
 		}
 	}
 	return 0

@@ -17,9 +17,9 @@ import (
 
 // serveNode runs `orisun serve` on a temporary directory and returns its
 // NATS URL, read from its start-up log line.
-func serveNode(t *testing.T) string {
+func serveNode(t *testing.T, env ...string) string {
 	t.Helper()
-	p := start(t, t.TempDir())
+	p := start(t, t.TempDir(), env...)
 	line := p.waitLine(t, "orisun started")
 	m := regexp.MustCompile(`nats_url=(\S+)`).FindStringSubmatch(line)
 	if m == nil {
@@ -180,5 +180,34 @@ func TestCLITail(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("tail after SIGINT: %v; stderr %s", err, stderr.String())
+	}
+}
+
+// TestCLIWithAuth: against a node with a token, the client commands are
+// refused without credentials and work with --token or ORISUN_NATS_TOKEN;
+// bad credential flags are usage errors.
+func TestCLIWithAuth(t *testing.T) {
+	url := serveNode(t, "ORISUN_NATS_TOKEN=cli-token-0123456789")
+	t.Setenv("ORISUN_NATS_TOKEN", "")
+	code, _, errs := cli(t, "", "read", "default", "--server", url, "--timeout", "2s")
+	if code != 1 || !strings.Contains(strings.ToLower(errs), "authorization") {
+		t.Fatalf("read without credentials: exit %d, %q", code, errs)
+	}
+	code, out, errs := cli(t, "", "append", "default", "--server", url, "--token", "cli-token-0123456789", "--type", "a.b", "--data", `{"x":1}`)
+	if code != 0 || !strings.Contains(out, "appended positions 1–1") {
+		t.Fatalf("append with --token: exit %d, %q %q", code, out, errs)
+	}
+	t.Setenv("ORISUN_NATS_TOKEN", "cli-token-0123456789")
+	code, out, errs = cli(t, "", "read", "default", "--server", url)
+	if code != 0 || !strings.Contains(out, "a.b") {
+		t.Fatalf("read with ORISUN_NATS_TOKEN: exit %d, %q %q", code, out, errs)
+	}
+	code, _, errs = cli(t, "", "read", "default", "--server", url, "--user", "u")
+	if code != 2 || !strings.Contains(errs, "--token and --user") {
+		t.Fatalf("--user with a token: exit %d, %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "append", "default", "--server", url, "--type", "a.b")
+	if code != 2 || !strings.Contains(errs, "--data is required") {
+		t.Fatalf("append without --data: exit %d, %q", code, errs)
 	}
 }

@@ -69,6 +69,8 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", "127.0.0.1:8990"), "address of the node's status listener (ORISUN_HTTP_ADDR)")
 	server := fs.String("server", "", "read the status over NATS from this URL instead (the orisun.api.status endpoint)")
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
+	var creds credFlags
+	addCredFlags(fs, &creds)
 	wait := &waitFlag{timeout: time.Minute}
 	fs.Var(wait, "wait-settled", "wait until every boundary's published position equals its head; `=timeout` (default 1m)")
 	fs.Usage = func() {
@@ -97,7 +99,12 @@ Flags:
 	}
 	var fetch func(ctx context.Context) (orisun.Status, error)
 	if *server != "" {
-		c, err := client.Connect(*server, client.Name("orisun-status"), client.Timeout(10*time.Second))
+		copts, err := creds.options()
+		if err != nil {
+			fmt.Fprintf(stderr, "orisun status: %v\n", err)
+			return exitUsage
+		}
+		c, err := client.Connect(*server, append(copts, client.Name("orisun-status"), client.Timeout(10*time.Second))...)
 		if err != nil {
 			fmt.Fprintf(stderr, "orisun status: %v\n", err)
 			return exitUnreadable
