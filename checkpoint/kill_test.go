@@ -19,6 +19,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/checkpoint"
+	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
@@ -42,13 +43,9 @@ func TestMain(m *testing.M) {
 // transaction of P, after the projection's write and before the commit, so
 // that the parent's SIGKILL lands at every stage of a transaction.
 //
-// The event source: until the NATS client package exists, the child runs
-// its own orisun.Node on the same PostgreSQL database as a standby node
-// (its own node id, data directory and NATS port) and uses its in-process
-// Subscribe. A node that does not hold the boundary's lease reads from the
-// store (its Live predicate is false), which is what a consumer needs here.
-// To switch to the NATS client, replace the node by a client connected to
-// the parent's NATS URL: both are a checkpoint.Subscriber.
+// The event source is the NATS client connected to the parent's leading
+// node (ORISUN_TEST_NATS_URL): catch-up through the API, then live from the
+// stream, so the kills land in the live path too.
 func consumerMain() int {
 	ctx := context.Background()
 	url := os.Getenv("ORISUN_TEST_PROJECTION_URL")
@@ -71,11 +68,12 @@ func consumerMain() int {
 	if err := cp.EnsureSchema(ctx); err != nil {
 		return fail("schema", err)
 	}
-	n, err := sourceNode(ctx, url)
+	c, err := client.Connect(os.Getenv("ORISUN_TEST_NATS_URL"), client.Name("kill-consumer"))
 	if err != nil {
-		return fail("node", err)
+		return fail("client", err)
 	}
-	err = cp.Run(ctx, n, func(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	defer c.Close()
+	err = cp.Run(ctx, c, func(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		if _, err := tx.Exec(ctx, pgApply, int64(e.Position)); err != nil {
 			return err
 		}
@@ -83,23 +81,6 @@ func consumerMain() int {
 		return nil
 	})
 	return fail("run", err)
-}
-
-// sourceNode starts the child's event source: a standby node on the
-// database (see consumerMain).
-func sourceNode(ctx context.Context, url string) (*orisun.Node, error) {
-	n, err := orisun.New(orisun.Config{
-		Backend:      "postgres",
-		PGURL:        url,
-		DataDir:      os.Getenv("ORISUN_DATA_DIR"),
-		NodeID:       os.Getenv("ORISUN_NODE_ID"),
-		NATSPort:     -1,
-		PollInterval: 50 * time.Millisecond,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return n, n.Start(ctx)
 }
 
 // naiveMain is the negative control's consumer: it commits the projection's
@@ -127,10 +108,11 @@ func naiveMain() int {
 	if err := pool.QueryRow(ctx, `SELECT position FROM naive_checkpoint`).Scan(&after); err != nil {
 		return fail("checkpoint", err)
 	}
-	n, err := sourceNode(ctx, url)
+	n, err := client.Connect(os.Getenv("ORISUN_TEST_NATS_URL"), client.Name("naive-consumer"))
 	if err != nil {
-		return fail("node", err)
+		return fail("client", err)
 	}
+	defer n.Close()
 	err = n.Subscribe(ctx, "default", uint64(after), func(ctx context.Context, e event.Event) error {
 		if _, err := pool.Exec(ctx, pgApply, int64(e.Position)); err != nil {
 			return err
@@ -141,7 +123,7 @@ func naiveMain() int {
 		}
 		_, err := pool.Exec(ctx, `UPDATE naive_checkpoint SET position = $1`, int64(e.Position))
 		return err
-	}, orisun.SubscribeOptions{})
+	}, client.SubscribeOptions{})
 	return fail("subscribe", err)
 }
 
@@ -244,7 +226,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 
 	const rounds = 6
 	for round := range rounds {
-		p := startConsumer(t, url, fmt.Sprintf("consumer-%d", round))
+		p := startConsumer(t, url, fmt.Sprintf("consumer-%d", round), "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 		// Kill after a random number of applications: 0 kills it during
 		// start-up (schema, node start, checkpoint load).
 		k := rng.IntN(400)
@@ -277,7 +259,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 	head, epoch := bs[0].Head, bs[0].Epoch
 
 	// A last consumer runs until the checkpoint reaches the head.
-	p := startConsumer(t, url, "consumer-final")
+	p := startConsumer(t, url, "consumer-final", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 	pool := pgPool(t, url)
 	cp, err := checkpoint.NewPG(pool, "kill-projection", "default")
 	if err != nil {
@@ -366,11 +348,11 @@ func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
 			}
 		}
 	}
-	p := startConsumer(t, url, "naive-1", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_HANG_AT=40")
+	p := startConsumer(t, url, "naive-1", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_HANG_AT=40", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 	waitLine(p, "applied 40")
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
-	p = startConsumer(t, url, "naive-2", "ORISUN_TEST_CHILD=naive")
+	p = startConsumer(t, url, "naive-2", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 	waitLine(p, "applied 100")
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
