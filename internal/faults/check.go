@@ -35,7 +35,7 @@ type Options struct {
 // Stats summarise a history.
 type Stats struct {
 	Events, Deliveries, Duplicates, Subscriptions, Faults int
-	MaxTakeover, MaxLagAfterHeal                         time.Duration
+	MaxTakeover, MaxLagAfterHeal                          time.Duration
 }
 
 // Check judges a history against the store's final content (positions
