@@ -12,7 +12,8 @@
 //	ORISUN_FAULT_KILL_AT_SEEN   K: SIGKILL itself when the K-th message of
 //	                            this run reaches the stream, with the
 //	                            pipelined batch half acknowledged (S3)
-//	ORISUN_FAULT_APPEND         batch:pause_ms:limit, an in-process appender
+//	ORISUN_FAULT_APPEND         batch:pause_ms:limit:stop_file, an in-process
+//	                            appender that stops once stop_file exists
 //	ORISUN_FAULT_CONSUMERS      name=checkpoint_file:delay_ms,… in-process
 //	                            consumers
 //	ORISUN_FAULT_STATUS         a status record every that often (e.g. 200ms)
@@ -116,7 +117,9 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 			batch, _ := strconv.Atoi(f[0])
 			pauseMS, _ := strconv.Atoi(f[1])
 			limit, _ := strconv.Atoi(f[2])
+			stopFile := f[3]
 			a := &faults.Appender{Rec: rec, Batch: batch, Pause: time.Duration(pauseMS) * time.Millisecond, Limit: limit,
+				Stop: func() bool { _, err := os.Stat(stopFile); return err == nil },
 				Append: func(ctx context.Context, in []event.Input) (event.AppendResult, error) {
 					return n.Append(ctx, "default", in, nil)
 				}}

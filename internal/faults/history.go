@@ -37,6 +37,7 @@ const (
 	KindSettled      = "settled"
 	KindTakeover     = "takeover" // Dur: from the leader's death to the new leader's first checkpoint
 	KindLease        = "lease"    // this process got lease Term
+	KindNote         = "note"     // anything worth reading in a failed run's history
 )
 
 // Record is one line of a history.

@@ -91,7 +91,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.Rec.Write(Record{Kind: KindFault, Note: fmt.Sprintf("consumer %s subscription %s ended: %v", c.Name, sub, err)})
+		c.Rec.Write(Record{Kind: KindNote, Note: fmt.Sprintf("consumer %s subscription %s ended: %v", c.Name, sub, err)})
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
 		case <-ctx.Done():
@@ -116,12 +116,14 @@ type Appender struct {
 	Pause  time.Duration
 	// Limit stops after that many events (0: until ctx ends).
 	Limit int
+	// Stop, when set, is asked before each batch: true stops the appender.
+	Stop func() bool
 }
 
 // Run appends until ctx ends or Limit is reached.
 func (a *Appender) Run(ctx context.Context) {
 	done := 0
-	for i := 0; ctx.Err() == nil && (a.Limit == 0 || done < a.Limit); i++ {
+	for i := 0; ctx.Err() == nil && (a.Limit == 0 || done < a.Limit) && (a.Stop == nil || !a.Stop()); i++ {
 		in := make([]event.Input, a.Batch)
 		ids := make([]string, a.Batch)
 		for j := range in {
@@ -138,7 +140,7 @@ func (a *Appender) Run(ctx context.Context) {
 				break
 			}
 			if try%20 == 0 {
-				a.Rec.Write(Record{Kind: KindFault, Note: "append failed, retrying with the same ids: " + err.Error()})
+				a.Rec.Write(Record{Kind: KindNote, Note: "append failed, retrying with the same ids: " + err.Error()})
 			}
 			pause(ctx, 100*time.Millisecond)
 		}
