@@ -64,7 +64,7 @@ func childMain(kind string) int {
 		return 0
 	case "consumer":
 		c := &Consumer{Name: os.Getenv("ORISUN_FAULTS_NAME"), Rec: rec, CheckpointFile: os.Getenv("ORISUN_FAULTS_CHECKPOINT"),
-			Delay: time.Duration(atoi("ORISUN_FAULTS_DELAY_MS")) * time.Millisecond,
+			Delay:     time.Duration(atoi("ORISUN_FAULTS_DELAY_MS")) * time.Millisecond,
 			Subscribe: leaderFollower(store, rec)}
 		if err := c.Run(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "consumer:", err)

@@ -243,6 +243,9 @@ func (s *RecordingStore) HeadLocked(ctx context.Context, boundary string) (bool,
 // records it: sequence, position, event id, epoch (I2, C3, C4, C7).
 func ReadStream(ctx context.Context, js jetstream.JetStream, boundary string, rec *Recorder, node string) (first, last uint64, err error) {
 	s, err := js.Stream(ctx, stream.Name(boundary))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, 0, nil // a standby that never led in this process
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("stream of %s: %w", node, err)
 	}

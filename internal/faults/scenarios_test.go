@@ -308,7 +308,11 @@ VALUES ('default', $1, $2, 'rolled.back', now(), '{}', '{}')`, head, id); err !=
 // checkpoint many times while it catches up and goes live.
 func killConsumer(r *run, s *spec) {
 	for i := 0; i < s.rounds; i++ {
-		time.Sleep(time.Duration(100+r.rng.IntN(400)) * time.Millisecond) // when to strike, not a synchronisation
+		// Strike only once the consumer made progress in this process
+		// (it subscribed, caught up a little), at a random moment after.
+		at := r.consumerAt("c1")
+		r.eventually("c1 to make progress", 2*time.Minute, func() bool { return r.consumerAt("c1") > at })
+		time.Sleep(time.Duration(r.rng.IntN(300)) * time.Millisecond) // when to strike, not a synchronisation
 		if s.backend == "postgres" {
 			r.procs["c1"].signal(syscall.SIGKILL)
 			<-r.procs["c1"].done
@@ -327,11 +331,11 @@ func killConsumer(r *run, s *spec) {
 
 // Scenario catalogue, sized by scale (1: CI; more: soak).
 func catalogue(scale int) []*spec {
-	ev := 1500 * scale
+	ev := 800 * scale
 	specs := []*spec{
 		{id: "S1", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, noDup: true},
 		{id: "S2", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, rounds: 2 * scale, fault: killAfterAck},
-		{id: "S3", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, preload: 3000, rounds: 2 * scale,
+		{id: "S3", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, preload: 2000, rounds: 2 * scale,
 			nodeEnv: []string{"ORISUN_PUBLISH_WINDOW=64"}, fault: killMidBatch},
 		{id: "S4", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, standby: true, rounds: scale, fault: killLeader},
 		{id: "S5", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, standby: true, rounds: scale, fault: stopLeader,
@@ -343,11 +347,11 @@ func catalogue(scale int) []*spec {
 			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}},
 		{id: "S10", backend: "postgres", events: ev, batch: 5, pauseMS: 5, consumers: 2, rounds: 4 * scale, fault: rollbackAppenders,
 			after: assertStatusWaited},
-		{id: "S11", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, preload: 3000, rounds: 8 * scale, fault: killConsumer},
+		{id: "S11", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, preload: 2000, rounds: 8 * scale, fault: killConsumer},
 
 		{id: "S1", backend: "sqlite", events: ev, batch: 10, pauseMS: 2, consumers: 2, noDup: true},
 		{id: "S2", backend: "sqlite", events: ev, batch: 10, pauseMS: 2, consumers: 2, rounds: 2 * scale, fault: killAfterAck},
-		{id: "S3", backend: "sqlite", events: ev, batch: 100, pauseMS: 0, consumers: 2, rounds: 2 * scale,
+		{id: "S3", backend: "sqlite", events: ev, batch: 50, pauseMS: 2, consumers: 2, rounds: 2 * scale,
 			nodeEnv: []string{"ORISUN_PUBLISH_WINDOW=64"}, fault: killMidBatch},
 		{id: "S8", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay},
 		{id: "S9", backend: "sqlite", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3,
