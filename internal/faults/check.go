@@ -235,7 +235,13 @@ func (c *checker) streams(h []Record) {
 func (c *checker) checkpoints(h []Record) {
 	acked := map[string]uint64{}   // per process: highest acknowledged position
 	deposed := map[string]uint64{} // per process: term refused
-	var seen, maxTerm uint64
+	var seen uint64
+	// firstEnd: per term, when its first accepted write returned. A write
+	// of a lower term is stale only if it was sent after that: a write
+	// sent before (and recorded late, say by a process stopped with
+	// SIGSTOP while it waited for the reply) took effect before the term
+	// changed.
+	firstEnd := map[uint64]int64{}
 	for _, r := range h {
 		switch r.Kind {
 		case KindAck, KindAckEvidence:
@@ -248,11 +254,14 @@ func (c *checker) checkpoints(h []Record) {
 				if r.Pos > acked[r.Proc] {
 					c.add("C6", "ahead"+r.Proc, "%s wrote checkpoint %d (term %d) with only %d acknowledged by JetStream", r.Proc, r.Pos, r.Term, acked[r.Proc])
 				}
-				if r.Term < maxTerm {
-					c.add("C6", "stale", "%s wrote checkpoint %d with term %d, accepted although term %d had written before", r.Proc, r.Pos, r.Term, maxTerm)
+				for term, end := range firstEnd {
+					if term > r.Term && end < r.T0 {
+						c.add("C6", "stale", "%s wrote checkpoint %d with term %d, accepted although term %d had written before it was sent", r.Proc, r.Pos, r.Term, term)
+						break
+					}
 				}
-				if r.Term > maxTerm {
-					maxTerm = r.Term
+				if _, ok := firstEnd[r.Term]; !ok {
+					firstEnd[r.Term] = r.T
 				}
 			} else if r.Stale {
 				deposed[r.Proc] = r.Term

@@ -37,7 +37,9 @@ import (
 
 var (
 	seedFlag = flag.Uint64("seed", 0, "seed of the fault schedules (0: from the clock; printed by every run)")
-	soakFlag = flag.Duration("soak", 0, "run TestSoak for this long (default: one short round)")
+	soakFlag  = flag.Duration("soak", 0, "run TestSoak for this long (default: one short scenario)")
+	scaleFlag = flag.Int("scale", 1, "size of each scenario's load and fault count (TestScenarios; TestSoak uses 2 unless set)")
+	summaryTo = flag.String("soak-summary", "", "also write TestSoak's summary to this file")
 )
 
 func TestMain(m *testing.M) {
@@ -150,8 +152,10 @@ type run struct {
 	stopMon  func()
 }
 
-func newRun(t *testing.T, name, backendName string) *run {
-	seed := seedFor(t)
+func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run {
+	if seed == 0 {
+		seed = seedFor(t)
+	}
 	r := &run{t: t, name: name, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x0715)), backend: backendName,
 		dir: t.TempDir(), ports: map[string]int{}, gen: map[string]int{}, procs: map[string]*proc{}, start: time.Now()}
 	var err error
@@ -159,7 +163,8 @@ func newRun(t *testing.T, name, backendName string) *run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s: seed %d (replay: go test ./internal/faults -run '%s' -seed %d)", name, seed, t.Name(), seed)
+	replay := fmt.Sprintf("scripts/test -run 'TestScenarios/%s$' ./internal/faults -args -seed %d -scale %d", name, seed, scale)
+	t.Logf("%s: seed %d (replay: %s)", name, seed, replay)
 	t.Cleanup(func() {
 		for _, p := range r.all {
 			p.signal(syscall.SIGCONT)
@@ -171,7 +176,7 @@ func newRun(t *testing.T, name, backendName string) *run {
 		}
 		if t.Failed() {
 			r.schedMu.Lock()
-			t.Logf("FAILED %s: seed %d, fault schedule:\n  %s", name, seed, strings.Join(r.schedule, "\n  "))
+			t.Logf("FAILED %s: seed %d, replay: %s\nfault schedule:\n  %s", name, seed, replay, strings.Join(r.schedule, "\n  "))
 			r.schedMu.Unlock()
 			for _, p := range r.all {
 				p.mu.Lock()

@@ -203,8 +203,9 @@ func (s *RecordingStore) SaveCheckpoint(ctx context.Context, boundary string, l 
 			s.mu.Unlock()
 		}
 	}
+	sent := time.Now().UnixNano()
 	err := s.Store.SaveCheckpoint(ctx, boundary, l, pos)
-	r := Record{Kind: KindCheckpoint, Term: l.Term, Holder: l.Holder, Pos: pos, OK: err == nil}
+	r := Record{Kind: KindCheckpoint, T0: sent, Term: l.Term, Holder: l.Holder, Pos: pos, OK: err == nil}
 	if err != nil {
 		r.Err = err.Error()
 		r.Stale = errors.Is(err, event.ErrLeaseLost)

@@ -37,6 +37,9 @@ type spec struct {
 	rounds int
 	// fault injects the scenario's faults while the load runs.
 	fault func(r *run, s *spec)
+	// scale and seed of this run (seed 0: -seed or the clock).
+	scale int
+	seed  uint64
 	// after runs scenario-specific assertions on the history.
 	after func(t *testing.T, r *run, h []Record, head uint64)
 }
@@ -53,7 +56,7 @@ func consumerNames(n int) []string {
 
 // execute runs one scenario end to end and checks it.
 func execute(t *testing.T, s *spec) Stats {
-	r := newRun(t, s.name(), s.backend)
+	r := newRun(t, s.name(), s.backend, s.seed, s.scale)
 	cons := consumerNames(s.consumers)
 	r.nodeEnv = append([]string{"ORISUN_LEASE_TTL=2s", "ORISUN_PUBLISH_BATCH=500"}, s.nodeEnv...)
 	var app *proc
@@ -357,6 +360,9 @@ func catalogue(scale int) []*spec {
 		{id: "S9", backend: "sqlite", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3,
 			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}},
 		{id: "S11", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 5 * scale, fault: killConsumer},
+	}
+	for _, s := range specs {
+		s.scale = scale
 	}
 	return specs
 }
