@@ -256,6 +256,7 @@ func freePort(t *testing.T) int {
 func (r *run) spawn(name string, cmd *exec.Cmd) *proc {
 	p := &proc{name: fmt.Sprintf("%s#%d", name, r.gen[name]), cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("start %s: %v", p.name, err)
 	}
