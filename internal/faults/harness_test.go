@@ -36,7 +36,7 @@ import (
 // Check against the store's final content.
 
 var (
-	seedFlag = flag.Uint64("seed", 0, "seed of the fault schedules (0: from the clock; printed by every run)")
+	seedFlag  = flag.Uint64("seed", 0, "seed of the fault schedules (0: from the clock; printed by every run)")
 	soakFlag  = flag.Duration("soak", 0, "run TestSoak for this long (default: one short scenario)")
 	scaleFlag = flag.Int("scale", 1, "size of each scenario's load and fault count (TestScenarios; TestSoak uses 2 unless set)")
 	summaryTo = flag.String("soak-summary", "", "also write TestSoak's summary to this file")

@@ -42,7 +42,7 @@ const (
 
 // Record is one line of a history.
 type Record struct {
-	T        int64    `json:"t"` // unix nanoseconds, when recorded (for a write: when it returned)
+	T        int64    `json:"t"`            // unix nanoseconds, when recorded (for a write: when it returned)
 	T0       int64    `json:"t0,omitempty"` // for a write: when it was sent
 	Proc     string   `json:"proc"`
 	Kind     string   `json:"kind"`
