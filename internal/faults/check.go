@@ -27,6 +27,11 @@ type Options struct {
 	Epoch string
 	// NoDuplicates demands zero duplicate deliveries (S1).
 	NoDuplicates bool
+	// SavesEach says the consumers save (epoch, position) after every
+	// event (faults.Consumer): a subscription in the same process then
+	// resumes exactly where the last one stopped, one in a new process at
+	// most one event behind (killed between the delivery and the save).
+	SavesEach bool
 	// Liveness is C8's bound: from each heal record to the next settled
 	// record. Zero: 2 minutes.
 	Liveness time.Duration
@@ -127,6 +132,7 @@ func (c *checker) consumers(h []Record) {
 	type consState struct {
 		max  uint64
 		seen map[uint64]string
+		proc string
 	}
 	cons := map[string]*consState{}
 	var names []string
@@ -142,7 +148,14 @@ func (c *checker) consumers(h []Record) {
 	for _, r := range h {
 		switch r.Kind {
 		case KindSubscribe:
-			get(r.Consumer)
+			cs := get(r.Consumer)
+			if c.o.SavesEach && cs.max > r.After {
+				if cs.proc == r.Proc || cs.max-r.After > 1 {
+					c.add("C5", r.Consumer+"resume", "%s subscription %s resumed after %d, %d behind what it processed (%d) in %s",
+						r.Consumer, r.Sub, r.After, cs.max-r.After, cs.max, map[bool]string{true: "the same process", false: "a new process"}[cs.proc == r.Proc])
+				}
+			}
+			cs.proc = r.Proc
 			subs[r.Consumer+"/"+r.Sub] = &subState{consumer: r.Consumer, next: r.After + 1}
 			c.stats.Subscriptions++
 		case KindDeliver:

@@ -78,6 +78,7 @@ func TestCheckRules(t *testing.T) {
 		{"C4 stream", "C4", "carries position", []Record{{Kind: KindStream, Node: "n", Seq: 2, Pos: 3, ID: "c"}}, Options{}},
 		{"C5 dup in one subscription", "C5", "inside one subscription", []Record{sub("c1", "s1", 0), del("c1", "s1", 1, "a"), del("c1", "s1", 1, "a")}, Options{}},
 		{"C5 no duplicates wanted", "C5", "must have none", []Record{sub("c1", "s1", 0), del("c1", "s1", 1, "a"), sub("c1", "s2", 0), del("c1", "s2", 1, "a")}, Options{NoDuplicates: true}},
+		{"C5 resumed too far behind", "C5", "2 behind", []Record{sub("c1", "s1", 0), del("c1", "s1", 1, "a"), del("c1", "s1", 2, "b"), sub("c1", "s2", 0)}, Options{SavesEach: true}},
 		{"C6 ahead", "C6", "acknowledged", []Record{{Proc: "n", Kind: KindAck, Pos: 1}, {Proc: "n", Kind: KindCheckpoint, Term: 1, Pos: 2, OK: true}}, Options{}},
 		{"C6 back", "C6", "went back", []Record{{Kind: KindSeen, Pos: 2}, {Kind: KindSeen, Pos: 1}}, Options{}},
 		{"C6 stale accepted", "C6", "accepted although", []Record{{Proc: "m", Kind: KindAck, Pos: 3}, {Proc: "m", Kind: KindCheckpoint, T0: 1, T: 2, Term: 2, Pos: 2, OK: true}, {Proc: "n", Kind: KindAck, Pos: 3}, {Proc: "n", Kind: KindCheckpoint, T0: 3, T: 4, Term: 1, Pos: 3, OK: true}}, Options{}},

@@ -501,6 +501,7 @@ func (r *run) finish(o Options) (Stats, []Record) {
 		r.t.Fatal(err)
 	}
 	o.Epoch = epoch
+	o.SavesEach = true
 	vs, st := Check(h, store, o)
 	r.t.Logf("%s: %d events, %d deliveries, %d duplicates, %d subscriptions, %d faults, max takeover %s, lag after heal %s, streams %v",
 		r.name, st.Events, st.Deliveries, st.Duplicates, st.Subscriptions, st.Faults,
