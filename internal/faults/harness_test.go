@@ -40,6 +40,7 @@ var (
 	soakFlag  = flag.Duration("soak", 0, "run TestSoak for this long (default: one short scenario)")
 	scaleFlag = flag.Int("scale", 1, "size of each scenario's load and fault count (TestScenarios; TestSoak uses 2 unless set)")
 	summaryTo = flag.String("soak-summary", "", "also write TestSoak's summary to this file")
+	keepTo    = flag.String("keep", "", "copy each run's histories (*.jsonl) to DIR/<scenario>-<seed>/")
 )
 
 func TestMain(m *testing.M) {
@@ -173,6 +174,9 @@ func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run
 		}
 		if r.stopMon != nil {
 			r.stopMon()
+		}
+		if *keepTo != "" {
+			r.keep()
 		}
 		if t.Failed() {
 			r.schedMu.Lock()
@@ -528,4 +532,20 @@ func assertStreamReachesHead(t *testing.T, h []Record, node string, head uint64)
 	if last != head {
 		t.Fatalf("I4: %s's stream ends at %d, the head is %d", node, last, head)
 	}
+}
+
+// keep copies the run's histories for a look afterwards (-keep).
+func (r *run) keep() {
+	dst := filepath.Join(*keepTo, fmt.Sprintf("%s-%d", r.name, r.seed))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		r.t.Log(err)
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(r.dir, "*.jsonl"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644)
+		}
+	}
+	r.t.Logf("histories kept in %s", dst)
 }
