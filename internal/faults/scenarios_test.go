@@ -328,7 +328,7 @@ func killConsumer(r *run, s *spec) {
 
 // Scenario catalogue, sized by scale (1: CI; more: soak).
 func catalogue(scale int) []*spec {
-	ev := 600 * scale
+	ev := 500 * scale
 	specs := []*spec{
 		{id: "S1", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, noDup: true},
 		{id: "S2", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, rounds: 2 * scale, fault: killAfterAck},
