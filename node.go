@@ -66,7 +66,8 @@ type Node struct {
 	http    *statushttp.Server
 
 	// Hooks for tests (fault points); nil in production.
-	afterAck func(boundary string, last uint64)
+	afterAck  func(boundary string, last uint64)
+	wrapStore func(backend.Store) backend.Store
 
 	phase   atomic.Int32
 	mu      sync.Mutex
@@ -129,6 +130,13 @@ func WithAfterAckHook(fn func(boundary string, last uint64)) Option {
 	return func(n *Node) { n.afterAck = fn }
 }
 
+// WithStoreWrapper wraps the store the node opens: a seam for fault tests
+// that record every checkpoint write (internal/faults). The wrapper must
+// keep the store's promises; production code never sets it.
+func WithStoreWrapper(fn func(backend.Store) backend.Store) Option {
+	return func(n *Node) { n.wrapStore = fn }
+}
+
 // Config returns the configuration in force (defaults applied).
 func (n *Node) Config() Config { return n.cfg }
 
@@ -173,6 +181,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// Assigned only on success: a nil *sqlite.Store in the interface would
 	// not compare equal to nil.
 	n.store = store
+	if n.wrapStore != nil {
+		n.store = n.wrapStore(store)
+	}
 	auth, tlsCfg := n.cfg.natsAccess()
 	if auth == nil && !isLoopback(n.cfg.NATSHost) {
 		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+

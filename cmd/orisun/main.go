@@ -20,6 +20,13 @@ import (
 	"github.com/orisun-io/orisun"
 )
 
+// faultHooks is set only by faultinject.go, which is compiled with
+// -tags faultinject (the binary of the fault tests in internal/faults): it
+// returns node options (fault points, history recording) and a function run
+// once the node has started. A release build leaves it nil and ignores every
+// ORISUN_FAULT_* variable.
+var faultHooks func(log *slog.Logger) (opts []orisun.Option, started func(ctx context.Context, n *orisun.Node))
+
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
@@ -114,7 +121,13 @@ func serve(stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	n, err := orisun.New(cfg, orisun.WithLogger(log), orisun.WithVersion(version))
+	opts := []orisun.Option{orisun.WithLogger(log), orisun.WithVersion(version)}
+	var started func(context.Context, *orisun.Node)
+	if faultHooks != nil {
+		more, fn := faultHooks(log)
+		opts, started = append(opts, more...), fn
+	}
+	n, err := orisun.New(cfg, opts...)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
@@ -122,6 +135,9 @@ func serve(stderr io.Writer) int {
 	if err := n.Start(ctx); err != nil {
 		log.Error("start failed", "err", err)
 		return 1
+	}
+	if started != nil {
+		started(ctx, n)
 	}
 	<-ctx.Done()
 	// A second SIGINT or SIGTERM kills the process at once, should the

@@ -1,0 +1,551 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/postgres"
+	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// The harness: real orisun processes (cmd/orisun built with -tags
+// faultinject), a real PostgreSQL (internal/pgtest) or SQLite directory,
+// appender and consumer processes (this test binary re-executed with
+// ORISUN_FAULTS_CHILD), signals only to the processes it started. Each
+// process writes its history to dir/*.jsonl; the harness adds its own
+// (faults, heal, settled, checkpoint samples, the final streams) and runs
+// Check against the store's final content.
+
+var (
+	seedFlag  = flag.Uint64("seed", 0, "seed of the fault schedules (0: from the clock; printed by every run)")
+	soakFlag  = flag.Duration("soak", 0, "run TestSoak for this long (default: one short scenario)")
+	scaleFlag = flag.Int("scale", 1, "size of each scenario's load and fault count (TestScenarios; TestSoak uses 2 unless set)")
+	summaryTo = flag.String("soak-summary", "", "also write TestSoak's summary to this file")
+	keepTo    = flag.String("keep", "", "copy each run's histories (*.jsonl) to DIR/<scenario>-<seed>/")
+)
+
+func TestMain(m *testing.M) {
+	if kind := os.Getenv("ORISUN_FAULTS_CHILD"); kind != "" {
+		os.Exit(childMain(kind))
+	}
+	flag.Parse()
+	code := m.Run()
+	if dir := binDir; dir != "" {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+var binDir string
+
+// buildOrisun builds cmd/orisun with the fault points, once per test run.
+var buildOrisun = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "orisun-faults-bin")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "orisun")
+	cmd := exec.Command("go", "build", "-tags", "faultinject", "-o", bin, "./cmd/orisun")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -tags faultinject: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func seedFor(t *testing.T) uint64 {
+	if *seedFlag != 0 {
+		return *seedFlag
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// proc is one process the harness started.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	out  bytes.Buffer // last output, for a failed run
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.out.Write(b)
+	if p.out.Len() > 256<<10 {
+		tail := append([]byte(nil), p.out.Bytes()[p.out.Len()-128<<10:]...)
+		p.out.Reset()
+		p.out.Write(tail)
+	}
+	return len(b), nil
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to this process if it still runs; never anything else.
+func (p *proc) signal(sig syscall.Signal) {
+	if !p.exited() {
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// stop ends the process: SIGTERM, then SIGKILL after the grace.
+func (p *proc) stop(grace time.Duration) {
+	p.signal(syscall.SIGCONT)
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.signal(syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// run is one scenario run.
+type run struct {
+	t        *testing.T
+	name     string
+	seed     uint64
+	rng      *rand.Rand
+	backend  string
+	dir      string // histories
+	data     string // SQLite data dir (one node)
+	pgURL    string
+	rec      *Recorder
+	pg       *postgres.Store // the harness's own view of PostgreSQL
+	srv      *pgtest.Server  // a server of the run's own (S7)
+	nodeEnv  []string
+	ports    map[string]int
+	gen      map[string]int
+	procs    map[string]*proc // current process of each name
+	all      []*proc
+	schedMu  sync.Mutex
+	schedule []string
+	start    time.Time
+	stopMon  func()
+}
+
+func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run {
+	if seed == 0 {
+		seed = seedFor(t)
+	}
+	r := &run{t: t, name: name, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x0715)), backend: backendName,
+		dir: t.TempDir(), ports: map[string]int{}, gen: map[string]int{}, procs: map[string]*proc{}, start: time.Now()}
+	var err error
+	r.rec, err = NewRecorder(filepath.Join(r.dir, "harness.jsonl"), "harness")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay := fmt.Sprintf("scripts/test -run 'TestScenarios/%s$' ./internal/faults -args -seed %d -scale %d", name, seed, scale)
+	t.Logf("%s: seed %d (replay: %s)", name, seed, replay)
+	t.Cleanup(func() {
+		for _, p := range r.all {
+			p.signal(syscall.SIGCONT)
+			p.signal(syscall.SIGKILL)
+			<-p.done
+		}
+		if r.stopMon != nil {
+			r.stopMon()
+		}
+		if *keepTo != "" {
+			r.keep()
+		}
+		if t.Failed() {
+			r.schedMu.Lock()
+			t.Logf("FAILED %s: seed %d, replay: %s\nfault schedule:\n  %s", name, seed, replay, strings.Join(r.schedule, "\n  "))
+			r.schedMu.Unlock()
+			for _, p := range r.all {
+				p.mu.Lock()
+				out := p.out.String()
+				p.mu.Unlock()
+				if len(out) > 6000 {
+					out = "…" + out[len(out)-6000:]
+				}
+				t.Logf("output of %s:\n%s", p.name, out)
+			}
+		}
+		r.rec.Close()
+	})
+	return r
+}
+
+// fault records an injected fault in the schedule and the history.
+func (r *run) fault(format string, args ...any) {
+	note := fmt.Sprintf(format, args...)
+	r.schedMu.Lock()
+	r.schedule = append(r.schedule, fmt.Sprintf("+%s %s", time.Since(r.start).Round(time.Millisecond), note))
+	r.schedMu.Unlock()
+	r.rec.Write(Record{Kind: KindFault, Note: note})
+}
+
+// usePG creates the run's database (on srvURL's server when given) and the
+// harness's own store on it, and starts the checkpoint monitor.
+func (r *run) usePG(srvURL string) {
+	if srvURL != "" {
+		r.t.Setenv(pgtest.EnvURL, srvURL)
+	}
+	r.pgURL = pgtest.URL(r.t)
+	s, err := postgres.Open(context.Background(), postgres.Config{URL: r.pgURL})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { s.Close() })
+	r.pg = s
+	if _, _, err := s.CreateBoundary(context.Background(), "default"); err != nil {
+		r.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var last uint64
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			cp, err := s.Checkpoint(ctx, "default")
+			cancel()
+			if err == nil && cp != last {
+				r.rec.Write(Record{Kind: KindSeen, Pos: cp})
+				last = cp
+			}
+		}
+	}()
+	var once sync.Once
+	r.stopMon = func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// spawn starts a process named name (a new generation each time).
+func (r *run) spawn(name string, cmd *exec.Cmd) *proc {
+	p := &proc{name: fmt.Sprintf("%s#%d", name, r.gen[name]), cmd: cmd, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p, p
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("start %s: %v", p.name, err)
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	r.procs[name] = p
+	r.all = append(r.all, p)
+	return p
+}
+
+func (r *run) historyEnv(name string) []string {
+	r.gen[name]++
+	proc := fmt.Sprintf("%s#%d", name, r.gen[name])
+	return []string{"ORISUN_FAULT_HISTORY=" + filepath.Join(r.dir, proc+".jsonl"), "ORISUN_FAULT_PROC=" + proc}
+}
+
+// startNode starts (or restarts) orisun node name with extra environment.
+func (r *run) startNode(name string, extra ...string) *proc {
+	bin, err := buildOrisun()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if r.ports[name] == 0 {
+		r.ports[name] = freePort(r.t)
+	}
+	data := filepath.Join(r.dir, "data-"+name)
+	if r.backend == "sqlite" {
+		r.data = data
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "ORISUN_NODE_ID="+name, "ORISUN_DATA_DIR="+data,
+		"ORISUN_NATS_PORT="+strconv.Itoa(r.ports[name]), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_LOG_LEVEL=debug",
+		"ORISUN_FAULT_STATUS=250ms", "ORISUN_HTTP_ADDR=127.0.0.1:0")
+	if r.backend == "postgres" {
+		cmd.Env = append(cmd.Env, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+r.pgURL)
+	}
+	cmd.Env = append(cmd.Env, r.nodeEnv...)
+	cmd.Env = append(cmd.Env, r.historyEnv(name)...)
+	cmd.Env = append(cmd.Env, extra...)
+	return r.spawn(name, cmd)
+}
+
+func (r *run) natsURLs() string {
+	var parts []string
+	for name, port := range r.ports {
+		parts = append(parts, fmt.Sprintf("%s=nats://127.0.0.1:%d", name, port))
+	}
+	return strings.Join(parts, ",")
+}
+
+// startChild starts this test binary as an appender or consumer (PostgreSQL).
+func (r *run) startChild(kind, name string, extra ...string) *proc {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ORISUN_FAULTS_CHILD="+kind, "ORISUN_FAULTS_NAME="+name,
+		"ORISUN_FAULTS_PG_URL="+r.pgURL, "ORISUN_FAULTS_NODES="+r.natsURLs(),
+		"ORISUN_FAULTS_CHECKPOINT="+filepath.Join(r.dir, name+".checkpoint"))
+	cmd.Env = append(cmd.Env, r.historyEnv(name)...)
+	cmd.Env = append(cmd.Env, extra...)
+	return r.spawn(name, cmd)
+}
+
+// eventually polls ok until it holds or the deadline passes.
+func (r *run) eventually(what string, timeout time.Duration, ok func() bool) time.Duration {
+	r.t.Helper()
+	start := time.Now()
+	for !ok() {
+		if time.Since(start) > timeout {
+			r.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// leader returns the node name holding the lease (PostgreSQL).
+func (r *run) leader() (string, backend.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := r.pg.LeaseHolder(ctx, "default")
+	if err != nil {
+		return "", l
+	}
+	name, _, _ := strings.Cut(l.Holder, "#")
+	return name, l
+}
+
+// headAndCheckpoint reads the boundary's head and checkpoint: from
+// PostgreSQL, or from the SQLite node's latest status record.
+func (r *run) headAndCheckpoint() (head, cp uint64, ok bool) {
+	if r.backend == "postgres" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err1 := r.pg.Checkpoint(ctx, "default")
+		b, err2 := r.pg.Boundary(ctx, "default")
+		return b.Head, c, err1 == nil && err2 == nil
+	}
+	p := r.procs["node-a"]
+	if p == nil {
+		return 0, 0, false
+	}
+	st, found := lastStatus(filepath.Join(r.dir, p.name+".jsonl"))
+	if !found || !strings.HasPrefix(st.Proc, p.name) {
+		return 0, 0, false
+	}
+	return st.Head, st.Pos, true
+}
+
+// lastStatus returns the last status record of a history file.
+func lastStatus(name string) (Record, bool) {
+	f, err := os.Open(name)
+	if err != nil {
+		return Record{}, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return Record{}, false
+	}
+	off := max(fi.Size()-256<<10, 0)
+	b, _ := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	lines := bytes.Split(b, []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		if !bytes.Contains(lines[i], []byte(`"kind":"status"`)) {
+			continue
+		}
+		recs, err := parseLine(lines[i])
+		if err == nil {
+			return recs, true
+		}
+	}
+	return Record{}, false
+}
+
+// consumerAt returns the position a consumer saved.
+func (r *run) consumerAt(name string) uint64 {
+	_, pos, _ := LoadCheckpoint(filepath.Join(r.dir, name+".checkpoint"))
+	return pos
+}
+
+// heal marks the end of the faults: from here C8 measures the lag.
+func (r *run) heal() {
+	r.schedMu.Lock()
+	r.schedule = append(r.schedule, fmt.Sprintf("+%s healed", time.Since(r.start).Round(time.Millisecond)))
+	r.schedMu.Unlock()
+	r.rec.Write(Record{Kind: KindHeal})
+}
+
+// settle waits until the checkpoint is the head and every consumer has it.
+func (r *run) settle(consumers []string, timeout time.Duration) uint64 {
+	r.t.Helper()
+	var head uint64
+	r.eventually("settled (checkpoint = head, every consumer at the head)", timeout, func() bool {
+		h, cp, ok := r.headAndCheckpoint()
+		if !ok || cp != h {
+			return false
+		}
+		for _, c := range consumers {
+			if r.consumerAt(c) != h {
+				return false
+			}
+		}
+		// The head again: nothing was appended meanwhile.
+		h2, cp2, ok := r.headAndCheckpoint()
+		head = h
+		return ok && h2 == h && cp2 == cp
+	})
+	r.rec.Write(Record{Kind: KindSettled, Head: head})
+	return head
+}
+
+// readStreams records the final stream of each running node.
+func (r *run) readStreams() map[string][2]uint64 {
+	out := map[string][2]uint64{}
+	for name, port := range r.ports {
+		p := r.procs[name]
+		if p == nil || p.exited() {
+			continue
+		}
+		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port))
+		if err != nil {
+			r.t.Fatalf("connect to %s: %v", name, err)
+		}
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		first, last, err := ReadStream(ctx, js, "default", r.rec, name)
+		cancel()
+		nc.Close()
+		if err != nil {
+			r.t.Fatalf("read the stream of %s: %v", name, err)
+		}
+		out[name] = [2]uint64{first, last}
+	}
+	return out
+}
+
+// storeContent reads the store's final content and epoch.
+func (r *run) storeContent() ([]Stored, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var rd backend.Reader
+	if r.backend == "postgres" {
+		rd = r.pg
+	} else {
+		s, err := sqlite.Open(ctx, sqlite.Config{Dir: r.data})
+		if err != nil {
+			r.t.Fatalf("open the SQLite store after the run: %v", err)
+		}
+		defer s.Close()
+		rd = s
+	}
+	var out []Stored
+	var epoch string
+	for after := uint64(0); ; {
+		ep, evs, err := rd.Read(ctx, "default", after, 5000, nil)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		epoch = ep
+		if len(evs) == 0 {
+			return out, epoch
+		}
+		for _, e := range evs {
+			out = append(out, Stored{Pos: e.Position, ID: e.ID})
+		}
+		after = evs[len(evs)-1].Position
+	}
+}
+
+// finish stops every process, reads the store and the histories, runs the
+// checker and fails on any violation. It returns the statistics.
+func (r *run) finish(o Options) (Stats, []Record) {
+	r.t.Helper()
+	streams := r.readStreams()
+	for _, p := range r.procs {
+		p.stop(30 * time.Second)
+	}
+	if r.stopMon != nil {
+		r.stopMon()
+	}
+	store, epoch := r.storeContent()
+	h, err := ReadDir(r.dir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	o.Epoch = epoch
+	o.SavesEach = true
+	vs, st := Check(h, store, o)
+	r.t.Logf("%s: %d events, %d deliveries, %d duplicates, %d subscriptions, %d faults, max takeover %s, lag after heal %s, streams %v",
+		r.name, st.Events, st.Deliveries, st.Duplicates, st.Subscriptions, st.Faults,
+		st.MaxTakeover.Round(time.Millisecond), st.MaxLagAfterHeal.Round(time.Millisecond), streams)
+	for _, v := range vs {
+		r.t.Errorf("%s", v)
+	}
+	if len(vs) > 0 {
+		r.t.FailNow()
+	}
+	return st, h
+}
+
+// assertStreamReachesHead: the leading node's stream ends at the head, with
+// no gap (S3, I4).
+func assertStreamReachesHead(t *testing.T, h []Record, node string, head uint64) {
+	t.Helper()
+	var last uint64
+	for _, r := range h {
+		if r.Kind == KindStream && r.Node == node {
+			last = r.Seq
+		}
+	}
+	if last != head {
+		t.Fatalf("I4: %s's stream ends at %d, the head is %d", node, last, head)
+	}
+}
+
+// keep copies the run's histories for a look afterwards (-keep).
+func (r *run) keep() {
+	dst := filepath.Join(*keepTo, fmt.Sprintf("%s-%d", r.name, r.seed))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		r.t.Log(err)
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(r.dir, "*.jsonl"))
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644)
+		}
+	}
+	r.t.Logf("histories kept in %s", dst)
+}

@@ -1,0 +1,283 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/catchup"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// SubscribeFunc starts one subscription after (epoch, after) and returns
+// when it ends.
+type SubscribeFunc func(ctx context.Context, after uint64, epoch string, h catchup.Handler) error
+
+// Consumer is an application that processes a boundary's events
+// effectively once: it records each delivery, then saves (epoch, position)
+// atomically in its checkpoint file, and resumes from that file when it
+// starts again. A kill between the two is the only source of duplicates
+// (C5).
+type Consumer struct {
+	Name           string
+	Rec            *Recorder
+	CheckpointFile string
+	// Delay slows the handler (a slow consumer, S9).
+	Delay     time.Duration
+	Subscribe SubscribeFunc
+}
+
+// LoadCheckpoint reads a consumer's checkpoint file: epoch and position
+// (empty and 0 when there is none).
+func LoadCheckpoint(name string) (epoch string, pos uint64, err error) {
+	b, err := os.ReadFile(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return "", 0, fmt.Errorf("checkpoint file %s: %q", name, b)
+	}
+	pos, err = strconv.ParseUint(f[1], 10, 64)
+	return f[0], pos, err
+}
+
+func saveCheckpoint(name, epoch string, pos uint64) error {
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, []byte(epoch+" "+strconv.FormatUint(pos, 10)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
+}
+
+// Run subscribes from the saved checkpoint until ctx ends, subscribing again
+// (from the checkpoint) whenever a subscription ends.
+func (c *Consumer) Run(ctx context.Context) error {
+	for n := 1; ctx.Err() == nil; n++ {
+		epoch, after, err := LoadCheckpoint(c.CheckpointFile)
+		if err != nil {
+			return err
+		}
+		sub := c.Rec.Proc() + "/" + strconv.Itoa(n)
+		c.Rec.Write(Record{Kind: KindSubscribe, Consumer: c.Name, Sub: sub, After: after, Epoch: epoch})
+		err = c.Subscribe(ctx, after, epoch, func(ctx context.Context, e event.Event) error {
+			c.Rec.Write(Record{Kind: KindDeliver, Consumer: c.Name, Sub: sub, Pos: e.Position, ID: e.ID, Epoch: e.Epoch})
+			if err := saveCheckpoint(c.CheckpointFile, e.Epoch, e.Position); err != nil {
+				return err
+			}
+			if c.Delay > 0 {
+				t := time.NewTimer(c.Delay)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+			}
+			return nil
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.Rec.Write(Record{Kind: KindNote, Note: fmt.Sprintf("consumer %s subscription %s ended: %v", c.Name, sub, err)})
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+// AppendFunc appends prepared-or-not events with their ids set.
+type AppendFunc func(ctx context.Context, in []event.Input) (event.AppendResult, error)
+
+// Appender appends batches of events with ids of its own and records each
+// acknowledged batch. A failed append is retried with the same ids (an
+// idempotent retry) until it is acknowledged, so no outcome stays unknown
+// except the one in flight when the process dies or ctx ends.
+type Appender struct {
+	Rec    *Recorder
+	Append AppendFunc
+	Batch  int
+	Pause  time.Duration
+	// Limit stops after that many events (0: until ctx ends).
+	Limit int
+	// Stop, when set, is asked before each batch: true stops the appender.
+	Stop func() bool
+}
+
+// Run appends until ctx ends or Limit is reached.
+func (a *Appender) Run(ctx context.Context) {
+	done := 0
+	for i := 0; ctx.Err() == nil && (a.Limit == 0 || done < a.Limit) && (a.Stop == nil || !a.Stop()); i++ {
+		in := make([]event.Input, a.Batch)
+		ids := make([]string, a.Batch)
+		for j := range in {
+			ids[j] = event.NewID()
+			in[j] = event.Input{ID: ids[j], Type: "fault.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
+		}
+		for try := 0; ctx.Err() == nil; try++ {
+			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			res, err := a.Append(actx, in)
+			cancel()
+			if err == nil {
+				a.Rec.Write(Record{Kind: KindAppendOK, Pos: res.First, IDs: ids})
+				done += len(in)
+				break
+			}
+			if try%20 == 0 {
+				a.Rec.Write(Record{Kind: KindNote, Note: "append failed, retrying with the same ids: " + err.Error()})
+			}
+			pause(ctx, 100*time.Millisecond)
+		}
+		if a.Pause > 0 {
+			pause(ctx, a.Pause)
+		}
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// RecordingStore wraps a node's store and records every checkpoint write
+// (term, position, accepted or refused) and every new lease term. Before a
+// write beyond what this process recorded as acknowledged (the publisher's
+// resume after a verified stream), it reads the stream's last sequence back
+// and records it as the acknowledgement the write relies on.
+type RecordingStore struct {
+	backend.Store
+	Rec *Recorder
+
+	mu    sync.Mutex
+	acked uint64
+	term  uint64
+	js    jetstream.JetStream
+}
+
+// SetJS gives the wrapper the node's JetStream, to read the stream back.
+func (s *RecordingStore) SetJS(js jetstream.JetStream) {
+	s.mu.Lock()
+	s.js = js
+	s.mu.Unlock()
+}
+
+// Acked records an acknowledged batch (the node's after-ack hook).
+func (s *RecordingStore) Acked(last uint64) {
+	s.mu.Lock()
+	s.acked = max(s.acked, last)
+	s.mu.Unlock()
+	s.Rec.Write(Record{Kind: KindAck, Pos: last})
+}
+
+// SaveCheckpoint records the write and its outcome.
+func (s *RecordingStore) SaveCheckpoint(ctx context.Context, boundary string, l backend.Lease, pos uint64) error {
+	s.mu.Lock()
+	acked, js := s.acked, s.js
+	s.mu.Unlock()
+	if pos > acked && js != nil {
+		if st, err := js.Stream(ctx, stream.Name(boundary)); err == nil {
+			last := st.CachedInfo().State.LastSeq
+			s.Rec.Write(Record{Kind: KindAckEvidence, Pos: last, Note: "stream last sequence before the checkpoint write"})
+			s.mu.Lock()
+			s.acked = max(s.acked, last)
+			s.mu.Unlock()
+		}
+	}
+	sent := time.Now().UnixNano()
+	err := s.Store.SaveCheckpoint(ctx, boundary, l, pos)
+	r := Record{Kind: KindCheckpoint, T0: sent, Term: l.Term, Holder: l.Holder, Pos: pos, OK: err == nil}
+	if err != nil {
+		r.Err = err.Error()
+		r.Stale = errors.Is(err, event.ErrLeaseLost)
+	}
+	s.Rec.Write(r)
+	return err
+}
+
+// AcquireLease records a new term.
+func (s *RecordingStore) AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (backend.Lease, error) {
+	l, err := s.Store.AcquireLease(ctx, boundary, holder, ttl)
+	if err == nil {
+		s.mu.Lock()
+		changed := l.Term != s.term
+		s.term = l.Term
+		s.mu.Unlock()
+		if changed {
+			s.Rec.Write(Record{Kind: KindLease, Term: l.Term, Holder: l.Holder})
+		}
+	}
+	return l, err
+}
+
+// HeadLocked keeps the publisher's probe of PostgreSQL (its status reason
+// while an append holds the head row).
+func (s *RecordingStore) HeadLocked(ctx context.Context, boundary string) (bool, error) {
+	if p, ok := s.Store.(interface {
+		HeadLocked(ctx context.Context, boundary string) (bool, error)
+	}); ok {
+		return p.HeadLocked(ctx, boundary)
+	}
+	return false, nil
+}
+
+// ReadStream reads every message of a boundary's stream (headers only) and
+// records it: sequence, position, event id, epoch (I2, C3, C4, C7).
+func ReadStream(ctx context.Context, js jetstream.JetStream, boundary string, rec *Recorder, node string) (first, last uint64, err error) {
+	s, err := js.Stream(ctx, stream.Name(boundary))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, 0, nil // a standby that never led in this process
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream of %s: %w", node, err)
+	}
+	info := s.CachedInfo()
+	if info.State.Msgs == 0 {
+		return info.State.FirstSeq, info.State.LastSeq, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
+	if err != nil {
+		return 0, 0, err
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; {
+		batch, err := cons.Fetch(int(min(500, info.State.LastSeq-seq+1)), jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s stream from %d: %w", node, seq, err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
+			if err != nil {
+				return 0, 0, err
+			}
+			h := msg.Headers()
+			pos, _ := strconv.ParseUint(h.Get(stream.HeaderPosition), 10, 64)
+			rec.Write(Record{Kind: KindStream, Node: node, Seq: md.Sequence.Stream, Pos: pos, ID: h.Get(stream.HeaderEventID), Epoch: h.Get(stream.HeaderEpoch)})
+			seq = md.Sequence.Stream + 1
+			n++
+		}
+		if n == 0 {
+			return 0, 0, fmt.Errorf("%s stream: nothing read at sequence %d of %d..%d", node, seq, info.State.FirstSeq, info.State.LastSeq)
+		}
+	}
+	return info.State.FirstSeq, info.State.LastSeq, nil
+}

@@ -1,0 +1,387 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// spec is one scenario of TEST-PLAN.md with its size. The fast subset
+// (CI) and the soak run the same code with other sizes.
+type spec struct {
+	id      string // S1 … S11
+	backend string // postgres or sqlite
+	// events is the load appended before the faults end.
+	events    int
+	batch     int
+	pauseMS   int
+	consumers int
+	delayMS   int // the first consumer's handler delay (slow consumer)
+	preload   int // events appended before any node starts (PostgreSQL)
+	standby   bool
+	ownServer bool
+	noDup     bool
+	nodeEnv   []string
+	// rounds scales the number of faults.
+	rounds int
+	// fault injects the scenario's faults while the load runs.
+	fault func(r *run, s *spec)
+	// scale and seed of this run (seed 0: -seed or the clock).
+	scale int
+	seed  uint64
+	// after runs scenario-specific assertions on the history.
+	after func(t *testing.T, r *run, h []Record, head uint64)
+}
+
+func (s *spec) name() string { return s.id + "-" + s.backend }
+
+func consumerNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "c" + strconv.Itoa(i+1)
+	}
+	return out
+}
+
+// execute runs one scenario end to end and checks it.
+func execute(t *testing.T, s *spec) Stats {
+	r := newRun(t, s.name(), s.backend, s.seed, s.scale)
+	cons := consumerNames(s.consumers)
+	r.nodeEnv = append([]string{"ORISUN_LEASE_TTL=2s", "ORISUN_PUBLISH_BATCH=500"}, s.nodeEnv...)
+	var app *proc
+	stopFile := filepath.Join(r.dir, "stop-append")
+	if s.backend == "postgres" {
+		srv := ""
+		if s.ownServer {
+			r.srv = pgtest.StartServer(t)
+			srv = r.srv.URL
+		}
+		r.usePG(srv)
+		if s.preload > 0 {
+			p := r.startChild("appender", "preload", "ORISUN_FAULTS_BATCH=100", "ORISUN_FAULTS_LIMIT="+strconv.Itoa(s.preload))
+			r.eventually("the preload", 120*time.Second, p.exited)
+		}
+		r.startNode("node-a")
+		r.eventually("node-a to lead", 60*time.Second, func() bool { n, _ := r.leader(); return n == "node-a" })
+		if s.standby {
+			r.startNode("node-b")
+		}
+		for i, c := range cons {
+			env := []string{}
+			if i == 0 && s.delayMS > 0 {
+				env = append(env, "ORISUN_FAULTS_DELAY_MS="+strconv.Itoa(s.delayMS))
+			}
+			r.startChild("consumer", c, env...)
+		}
+		app = r.startChild("appender", "app", "ORISUN_FAULTS_BATCH="+strconv.Itoa(s.batch), "ORISUN_FAULTS_PAUSE_MS="+strconv.Itoa(s.pauseMS))
+	} else {
+		var cs []string
+		for i, c := range cons {
+			d := 0
+			if i == 0 {
+				d = s.delayMS
+			}
+			cs = append(cs, fmt.Sprintf("%s=%s:%d", c, filepath.Join(r.dir, c+".checkpoint"), d))
+		}
+		r.nodeEnv = append(r.nodeEnv,
+			fmt.Sprintf("ORISUN_FAULT_APPEND=%d:%d:0:%s", s.batch, s.pauseMS, stopFile),
+			"ORISUN_FAULT_CONSUMERS="+strings.Join(cs, ","))
+		r.startNode("node-a")
+	}
+	if s.fault != nil {
+		s.fault(r, s)
+	}
+	r.eventually(fmt.Sprintf("%d events appended", s.events), 5*time.Minute, func() bool {
+		h, _, ok := r.headAndCheckpoint()
+		return ok && h >= uint64(s.events)
+	})
+	r.heal()
+	if app != nil {
+		app.stop(30 * time.Second)
+	} else if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	head := r.settle(cons, 3*time.Minute)
+	// The leader now: while finish stops the nodes, a standby may take
+	// the lease released by the leader's clean stop.
+	ldr := r.currentLeader()
+	st, h := r.finish(Options{NoDuplicates: s.noDup})
+	if ldr != "" {
+		assertStreamReachesHead(t, h, ldr, head)
+	}
+	if s.after != nil {
+		s.after(t, r, h, head)
+	}
+	return st
+}
+
+// currentLeader is the node whose stream must reach the head at the end.
+func (r *run) currentLeader() string {
+	if r.backend == "sqlite" {
+		return "node-a"
+	}
+	name, _ := r.leader()
+	return name
+}
+
+// waitLoad waits until the head reaches n.
+func (r *run) waitLoad(n uint64) {
+	r.eventually(fmt.Sprintf("head ≥ %d", n), 3*time.Minute, func() bool {
+		h, _, ok := r.headAndCheckpoint()
+		return ok && h >= n
+	})
+}
+
+func (r *run) head() uint64 {
+	h, _, _ := r.headAndCheckpoint()
+	return h
+}
+
+// The faults.
+
+// killAfterAck: S2. The node kills itself at the N-th acknowledged batch,
+// before its checkpoint; the harness starts it again, rounds times.
+func killAfterAck(r *run, s *spec) {
+	for i := 0; i < s.rounds; i++ {
+		n := 2 + r.rng.IntN(5)
+		r.procs["node-a"].stop(30 * time.Second)
+		r.fault("node-a restarted to die at its %d-th acknowledged batch, before the checkpoint", n)
+		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AFTER_ACK="+strconv.Itoa(n))
+		r.eventually("node-a to reach its fault point", 3*time.Minute, p.exited)
+		r.startNode("node-a")
+	}
+}
+
+// killMidBatch: S3. The node kills itself when the K-th message of its run
+// reaches the stream, with a pipelined batch half acknowledged.
+func killMidBatch(r *run, s *spec) {
+	for i := 0; i < s.rounds; i++ {
+		k := 100 + r.rng.IntN(350)
+		if s.backend == "sqlite" {
+			// The appender lives in the node: the backlog at a restart
+			// is what it appended while the node started.
+			k = 20 + r.rng.IntN(150)
+		}
+		r.procs["node-a"].stop(30 * time.Second)
+		r.fault("node-a restarted to die at the %d-th message of its run (PUBLISH_BATCH 500, window 64)", k)
+		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AT_SEEN="+strconv.Itoa(k))
+		r.eventually("node-a to reach its fault point", 3*time.Minute, p.exited)
+		r.startNode("node-a")
+	}
+}
+
+// killLeader: S4. SIGKILL the leading node; the standby takes over; the
+// killed node comes back as the standby.
+func killLeader(r *run, s *spec) {
+	for i := 0; i < s.rounds; i++ {
+		r.waitLoad(r.head() + 200)
+		name, before := r.leader()
+		other := map[string]string{"node-a": "node-b", "node-b": "node-a"}[name]
+		_, cpAtKill, _ := r.headAndCheckpoint()
+		r.procs[name].signal(syscall.SIGKILL)
+		killed := time.Now()
+		r.fault("SIGKILL %s, the leader (term %d)", name, before.Term)
+		<-r.procs[name].done
+		r.eventually(other+" to take over and publish", 2*time.Minute, func() bool {
+			n, l := r.leader()
+			_, cp, ok := r.headAndCheckpoint()
+			return n == other && l.Term > before.Term && ok && cp > cpAtKill
+		})
+		took := time.Since(killed)
+		r.rec.Write(Record{Kind: KindTakeover, Dur: int64(took), Note: name + " → " + other})
+		r.t.Logf("takeover %s → %s in %s (lease TTL 2s)", name, other, took.Round(time.Millisecond))
+		r.startNode(name)
+	}
+}
+
+// stopLeader: S5. SIGSTOP the leader past its lease, then SIGCONT: its
+// writes must be refused; it steps down.
+func stopLeader(r *run, s *spec) {
+	for i := 0; i < s.rounds; i++ {
+		r.waitLoad(r.head() + 200)
+		name, before := r.leader()
+		other := map[string]string{"node-a": "node-b", "node-b": "node-a"}[name]
+		p := r.procs[name]
+		p.signal(syscall.SIGSTOP)
+		r.fault("SIGSTOP %s, the leader (term %d)", name, before.Term)
+		r.eventually(other+" to take over", 2*time.Minute, func() bool {
+			n, l := r.leader()
+			return n == other && l.Term > before.Term
+		})
+		_, cp, _ := r.headAndCheckpoint()
+		r.eventually(other+" to publish", 2*time.Minute, func() bool { _, c, ok := r.headAndCheckpoint(); return ok && c > cp })
+		p.signal(syscall.SIGCONT)
+		r.fault("SIGCONT %s after the lease moved to %s", name, other)
+		r.eventually(name+" to step down (standby in its status)", time.Minute, func() bool {
+			st, ok := lastStatus(filepath.Join(r.dir, p.name+".jsonl"))
+			return ok && st.T > time.Now().Add(-time.Second).UnixNano() && st.State == "standby"
+		})
+	}
+}
+
+// terminateBackends: S6. pg_terminate_backend on every orisun connection
+// (relays, appenders, consumers).
+func terminateBackends(r *run, s *spec) {
+	db := pgtest.DatabaseName(r.t, r.pgURL)
+	for i := 0; i < s.rounds; i++ {
+		r.waitLoad(r.head() + 100)
+		pgtest.Exec(r.t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun%'`, db)
+		r.fault("pg_terminate_backend on every orisun connection")
+	}
+}
+
+// crashRestartPG: S7. PostgreSQL stopped with -m immediate and started.
+func crashRestartPG(r *run, s *spec) {
+	for i := 0; i < s.rounds; i++ {
+		r.waitLoad(r.head() + 200)
+		r.fault("PostgreSQL crash-restart (pg_ctl restart -m immediate)")
+		r.srv.CrashRestart(r.t)
+	}
+}
+
+// restartRelay: S8. The relay is killed and started again: its memory
+// stream is gone.
+func restartRelay(r *run, s *spec) {
+	for i := 0; i < s.rounds; i++ {
+		r.waitLoad(r.head() + 200)
+		r.procs["node-a"].signal(syscall.SIGKILL)
+		<-r.procs["node-a"].done
+		r.fault("SIGKILL node-a and start it again: the memory stream is lost")
+		r.startNode("node-a")
+	}
+}
+
+// rollbackAppenders: S10. Transactions that take the head row and insert an
+// event, hold it, and roll back. Their events must never appear; no
+// position may be skipped; the status must say it waits.
+func rollbackAppenders(r *run, s *spec) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for i := 0; i < s.rounds; i++ {
+		r.waitLoad(r.head() + 50)
+		hold := time.Duration(200+r.rng.IntN(600)) * time.Millisecond
+		if i == 0 {
+			hold = 1500 * time.Millisecond // long enough for the status to see it twice
+		}
+		id := event.NewID()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		var head int64
+		if err := tx.QueryRow(ctx, `UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default' RETURNING head`).Scan(&head); err != nil {
+			r.t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
+VALUES ('default', $1, $2, 'rolled.back', now(), '{}', '{}')`, head, id); err != nil {
+			r.t.Fatal(err)
+		}
+		r.fault("a transaction holds the head row with event %s at position %d for %s, then rolls back", id, head, hold)
+		time.Sleep(hold) // the fault's duration, not a synchronisation
+		if err := tx.Rollback(ctx); err != nil {
+			r.t.Fatal(err)
+		}
+		r.rec.Write(Record{Kind: KindAppendFailed, IDs: []string{id}, Err: "rolled back"})
+	}
+}
+
+// killConsumer: S11. A consumer killed and restarted from its saved
+// checkpoint many times while it catches up and goes live.
+func killConsumer(r *run, s *spec) {
+	for i := 0; i < s.rounds; i++ {
+		// Strike only once the consumer made progress in this process
+		// (it subscribed, caught up a little), at a random moment after.
+		at := r.consumerAt("c1")
+		r.eventually("c1 to make progress", 2*time.Minute, func() bool { return r.consumerAt("c1") > at })
+		time.Sleep(time.Duration(r.rng.IntN(300)) * time.Millisecond) // when to strike, not a synchronisation
+		if s.backend == "postgres" {
+			r.procs["c1"].signal(syscall.SIGKILL)
+			<-r.procs["c1"].done
+			r.fault("SIGKILL consumer c1 at position %d", r.consumerAt("c1"))
+			r.startChild("consumer", "c1")
+		} else {
+			// On SQLite the consumers live in the node process (until
+			// the NATS client exists): the node dies with them.
+			r.procs["node-a"].signal(syscall.SIGKILL)
+			<-r.procs["node-a"].done
+			r.fault("SIGKILL node-a with its consumers at c1 position %d", r.consumerAt("c1"))
+			r.startNode("node-a")
+		}
+	}
+}
+
+// Scenario catalogue, sized by scale (1: CI; more: soak).
+func catalogue(scale int) []*spec {
+	ev := 500 * scale
+	specs := []*spec{
+		{id: "S1", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, noDup: true},
+		{id: "S2", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, rounds: 2 * scale, fault: killAfterAck},
+		{id: "S3", backend: "postgres", events: ev, batch: 10, pauseMS: 2, consumers: 2, preload: 2000, rounds: 2 * scale,
+			nodeEnv: []string{"ORISUN_PUBLISH_WINDOW=64"}, fault: killMidBatch},
+		{id: "S4", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, standby: true, rounds: scale, fault: killLeader},
+		{id: "S5", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, standby: true, rounds: scale, fault: stopLeader,
+			after: assertRefusedAfterStop},
+		{id: "S6", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 3 * scale, fault: terminateBackends},
+		{id: "S7", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, ownServer: true, rounds: scale, fault: crashRestartPG},
+		{id: "S8", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay},
+		{id: "S9", backend: "postgres", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3,
+			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}},
+		{id: "S10", backend: "postgres", events: ev, batch: 5, pauseMS: 5, consumers: 2, rounds: 4 * scale, fault: rollbackAppenders,
+			after: assertStatusWaited},
+		{id: "S11", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, preload: 1000, rounds: 6 * scale, fault: killConsumer},
+
+		{id: "S1", backend: "sqlite", events: ev, batch: 10, pauseMS: 2, consumers: 2, noDup: true},
+		{id: "S2", backend: "sqlite", events: ev, batch: 10, pauseMS: 2, consumers: 2, rounds: 2 * scale, fault: killAfterAck},
+		{id: "S3", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale,
+			nodeEnv: []string{"ORISUN_PUBLISH_WINDOW=64"}, fault: killMidBatch},
+		{id: "S8", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay},
+		{id: "S9", backend: "sqlite", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3,
+			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}},
+		{id: "S11", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 5 * scale, fault: killConsumer},
+	}
+	for _, s := range specs {
+		s.scale = scale
+	}
+	return specs
+}
+
+// assertRefusedAfterStop: S5, C6/C7. The stopped leader, continued after
+// the lease moved, had a checkpoint write refused or stood down without
+// one; no write of its old term was accepted after the new term's first.
+func assertRefusedAfterStop(t *testing.T, r *run, h []Record, head uint64) {
+	refused := 0
+	for _, rec := range h {
+		if rec.Kind == KindCheckpoint && rec.Stale {
+			refused++
+		}
+	}
+	t.Logf("S5: %d checkpoint writes refused for a stale term", refused)
+}
+
+// assertStatusWaited: S10, I7. While a transaction held the head row the
+// relay's status said it waits for it.
+func assertStatusWaited(t *testing.T, r *run, h []Record, head uint64) {
+	for _, rec := range h {
+		if rec.Kind == KindStatus && strings.HasPrefix(rec.Reason, "waiting") {
+			t.Logf("S10 status: %s", rec.Reason)
+			return
+		}
+	}
+	t.Fatal("I7: the status never said it waits while a transaction held the head row")
+}
