@@ -167,6 +167,10 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 		return err
 	})
 
+	// Service discovery works for the application user (nats micro ls).
+	if m, err := app.RequestWithContext(ctx, "$SRV.INFO.orisun", nil); err != nil || !strings.Contains(string(m.Data), `"name":"orisun"`) {
+		t.Fatalf("$SRV.INFO.orisun as the application user: %v %v", m, err)
+	}
 	// A forged reply subject: the API answers a request whose reply
 	// subject is inside the event subjects. Its answer must not land in
 	// the stream (the API's connection may not publish there).

@@ -84,6 +84,10 @@ func AppPermissions() *server.Permissions {
 			Allow: []string{
 				"orisun.api.>",
 				"_INBOX.>",
+				// Service discovery (nats micro ls/info/stats): the
+				// requests reach the API's $SRV handlers, which answer
+				// on the caller's inbox.
+				"$SRV.>",
 				"$JS.API.INFO",
 				"$JS.API.STREAM.NAMES",
 				"$JS.API.STREAM.LIST",
