@@ -73,7 +73,11 @@ type Node struct {
 	started bool
 	stopped bool
 	store   backend.Store
-	ns      *natsembed.Server
+	ns      *natsembed.Server // nil with an external NATS
+	natsURL string
+	// connect opens a connection of orisun's own: in process to the
+	// embedded server, or to the external NATS.
+	connect func(name string) (*nats.Conn, error)
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	api     *api.Service
@@ -173,28 +177,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// Assigned only on success: a nil *sqlite.Store in the interface would
 	// not compare equal to nil.
 	n.store = store
-	auth, tlsCfg := n.cfg.natsAccess()
-	if auth == nil && !isLoopback(n.cfg.NATSHost) {
-		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
-			"can publish into, purge or delete the event streams; set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
-			"host", n.cfg.NATSHost)
+	if err := n.startNATS(); err != nil {
+		return err
 	}
-	n.ns, err = natsembed.New(natsembed.Config{
-		Host:       n.cfg.NATSHost,
-		Port:       n.cfg.NATSPort,
-		StoreDir:   filepath.Join(n.cfg.DataDir, "jetstream"),
-		MaxPayload: n.cfg.NATSMaxPayload,
-		Auth:       auth,
-		TLS:        tlsCfg,
-		Logger:     n.log.With("component", "nats"),
-	})
-	if err != nil {
-		return fmt.Errorf("orisun: %w", err)
-	}
-	if err := n.ns.Start(); err != nil {
-		return fmt.Errorf("orisun: %w", err)
-	}
-	n.nc, err = n.ns.Connect("orisun-relay")
+	n.nc, err = n.connect("orisun-relay")
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}
@@ -205,7 +191,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.limits = event.Limits{
 		MaxBatchEvents: n.cfg.MaxAppendEvents,
 		MaxBatchBytes:  n.cfg.MaxAppendBytes,
-		MaxEventBytes:  n.ns.MaxPayload(),
+		MaxEventBytes:  int(n.nc.MaxPayload()),
 		EncodedSize:    stream.EncodedSize,
 	}
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
@@ -230,7 +216,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// The API comes last: every request it serves finds the node ready.
 	// It has a connection of its own, so that its requests never queue
 	// behind the publishers' traffic, and Stop can drain it first.
-	apiNC, err := n.ns.Connect("orisun-api")
+	apiNC, err := n.connect("orisun-api")
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}
@@ -244,8 +230,87 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	n.started = true
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
-		"nats_url", n.ns.ClientURL(), "boundaries", names)
+		"nats_url", n.natsURL, "shared_nats", n.cfg.SharedNATS(), "boundaries", names)
 	return nil
+}
+
+// startNATS starts the embedded server (alone or clustered), or prepares
+// connections to the external NATS of ORISUN_NATS_URL.
+func (n *Node) startNATS() error {
+	auth, tlsCfg := n.cfg.natsAccess()
+	if n.cfg.NATSURL != "" {
+		opts := []nats.Option{nats.MaxReconnects(-1)}
+		switch {
+		case n.cfg.NATSCreds != "":
+			opts = append(opts, nats.UserCredentials(n.cfg.NATSCreds))
+		case n.cfg.NATSToken != "":
+			opts = append(opts, nats.Token(n.cfg.NATSToken))
+		case n.cfg.NATSUser != "":
+			opts = append(opts, nats.UserInfo(n.cfg.NATSUser, n.cfg.NATSPassword))
+		}
+		if n.cfg.NATSTLSCA != "" {
+			opts = append(opts, nats.RootCAs(n.cfg.NATSTLSCA))
+		}
+		if n.cfg.NATSTLSCert != "" {
+			opts = append(opts, nats.ClientCert(n.cfg.NATSTLSCert, n.cfg.NATSTLSKey))
+		}
+		n.natsURL = n.cfg.NATSURL
+		n.connect = func(name string) (*nats.Conn, error) {
+			nc, err := nats.Connect(n.cfg.NATSURL, append([]nats.Option{nats.Name(name)}, opts...)...)
+			if err != nil {
+				return nil, fmt.Errorf("connect %s to the external NATS %s: %w", name, n.cfg.NATSURL, err)
+			}
+			return nc, nil
+		}
+		return nil
+	}
+	if auth == nil && !isLoopback(n.cfg.NATSHost) {
+		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
+			"can publish into, purge or delete the event streams; set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
+			"host", n.cfg.NATSHost)
+	}
+	cluster := n.cfg.natsCluster()
+	if cluster != nil && cluster.User == "" && !isLoopback(cluster.Host) {
+		n.log.Warn("the embedded NATS server accepts routes beyond loopback without authentication: any server that can reach "+
+			"the cluster port can join the cluster; set ORISUN_NATS_CLUSTER_USER/ORISUN_NATS_CLUSTER_PASSWORD", "host", cluster.Host)
+	}
+	var err error
+	n.ns, err = natsembed.New(natsembed.Config{
+		Host:       n.cfg.NATSHost,
+		Port:       n.cfg.NATSPort,
+		StoreDir:   filepath.Join(n.cfg.DataDir, "jetstream"),
+		MaxPayload: n.cfg.NATSMaxPayload,
+		// In a cluster the server name is the JetStream peer's name:
+		// unique per node and stable across its restarts.
+		ServerName: serverName(n.cfg),
+		Auth:       auth,
+		TLS:        tlsCfg,
+		Cluster:    cluster,
+		Logger:     n.log.With("component", "nats"),
+	})
+	if err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	if err := n.ns.Start(); err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	n.natsURL = n.ns.ClientURL()
+	n.connect = func(name string) (*nats.Conn, error) { return n.ns.Connect(name) }
+	return nil
+}
+
+// serverName names the embedded server: the node id, in the characters a
+// NATS server name may hold.
+func serverName(cfg Config) string {
+	if cfg.NATSClusterName == "" {
+		return "orisun"
+	}
+	return strings.Map(func(r rune) rune {
+		if r == ' ' || r == '.' || r == '*' || r == '>' || r < ' ' {
+			return '_'
+		}
+		return r
+	}, cfg.NodeID)
 }
 
 // openStore opens the configured backend.
@@ -666,8 +731,5 @@ func isLoopback(host string) bool {
 func (n *Node) NATSURL() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.ns == nil {
-		return ""
-	}
-	return n.ns.ClientURL()
+	return n.natsURL
 }
