@@ -100,6 +100,27 @@ type boundaryRunner struct {
 	wake chan struct{}
 	// Subscription counters for the status.
 	catchingUp, live, fallBacks atomic.Int64
+	// heldElsewhere is when (unix nanoseconds) this node last found the
+	// lease held by another node; 0 when it last failed to read it.
+	heldElsewhere atomic.Int64
+}
+
+// fed reports whether the boundary's stream is being fed, as a hint for
+// subscriptions (I5 never rests on it: every live message is checked
+// against the position it must carry). With a NATS of its own, only this
+// node's leading publisher feeds the stream. With a shared NATS (a cluster
+// or an external deployment) the stream is the same on every node, so it is
+// also fed while another node holds the lease: this node's lease loop saw
+// that holder within the last lease TTL.
+func (r *boundaryRunner) fed(shared bool, ttl time.Duration) bool {
+	if r.pub.Status().State == publisher.StateLeading {
+		return true
+	}
+	if !shared {
+		return false
+	}
+	seen := r.heldElsewhere.Load()
+	return seen != 0 && time.Since(time.Unix(0, seen)) < ttl
 }
 
 // New checks the configuration and returns a node that is not started.
@@ -380,10 +401,12 @@ func (n *Node) startBoundaryLocked(name string) {
 		defer n.wg.Done()
 		lr.Run(n.runCtx, name, r.pub.Run, func(holder backend.Lease, err error) {
 			if errors.Is(err, event.ErrLeaseHeld) {
+				r.heldElsewhere.Store(time.Now().UnixNano())
 				r.pub.SetStandby("lease held by " + lease.Describe(holder))
 			} else {
 				// Nobody can take the lease while the store fails: this
 				// node is not standing by for a leader, it is stuck.
+				r.heldElsewhere.Store(0)
 				r.pub.SetStalled("lease not acquired: " + err.Error())
 			}
 		})
@@ -693,11 +716,11 @@ func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h H
 	err := catchup.Subscribe(ctx, catchup.Config{
 		Store: store,
 		JS:    js,
-		// The stream of this node is fed only while this node's publisher
-		// leads; otherwise (a standby, or a stalled publisher) the
-		// subscription reads the store.
+		// Is the stream fed? A hint: while nobody feeds it (a standby of
+		// a node with its own NATS, a stalled publisher) the subscription
+		// reads the store instead of waiting on the stream.
 		Live: func() bool {
-			return r != nil && r.pub.Status().State == publisher.StateLeading
+			return r != nil && r.fed(n.cfg.SharedNATS(), n.cfg.LeaseTTL)
 		},
 		Logger: n.log.With("component", "subscription"),
 	}, boundary, after, h, opts)
@@ -732,4 +755,16 @@ func (n *Node) NATSURL() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.natsURL
+}
+
+// NATSClusterURL is the route URL of the embedded server's cluster
+// listener (empty when not clustered, with an external NATS, or not
+// started): what other nodes put in ORISUN_NATS_CLUSTER_ROUTES.
+func (n *Node) NATSClusterURL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ns == nil {
+		return ""
+	}
+	return n.ns.ClusterURL()
 }
