@@ -89,6 +89,13 @@ type Node struct {
 	stopDone chan struct{}
 	stopErr  error
 
+	// Placement (shared NATS only, placement.go): how many boundaries this
+	// node leads, its fair share (0: unknown, no yielding), and a token
+	// that lets one lease step down per placement round.
+	leading  atomic.Int64
+	fair     atomic.Int64
+	stepDown atomic.Bool
+
 	// rmu guards runners; wake takes only rmu, never mu, so the store's
 	// after-commit callback cannot wait for a Stop that waits for the store.
 	rmu     sync.RWMutex
@@ -234,6 +241,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		names = append(names, b.Name)
 	}
 	n.phase.Store(phaseRunning)
+	if n.cfg.SharedNATS() {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.placement(n.runCtx) }()
+	}
 	// The API comes last: every request it serves finds the node ready.
 	// It has a connection of its own, so that its requests never queue
 	// behind the publishers' traffic, and Stop can drain it first.
@@ -396,11 +407,22 @@ func (n *Node) startBoundaryLocked(name string) {
 	})
 	n.runners[name] = r
 	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
+	if n.cfg.SharedNATS() {
+		lr.Yield, lr.StepDown = n.yield, n.takeStepDown
+	}
+	lead := func(ctx context.Context, l backend.Lease) error {
+		n.leading.Add(1)
+		defer n.leading.Add(-1)
+		return r.pub.Run(ctx, l)
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		lr.Run(n.runCtx, name, r.pub.Run, func(holder backend.Lease, err error) {
-			if errors.Is(err, event.ErrLeaseHeld) {
+		lr.Run(n.runCtx, name, lead, func(holder backend.Lease, err error) {
+			if errors.Is(err, lease.ErrYielded) {
+				r.heldElsewhere.Store(0)
+				r.pub.SetStandby("no holder; this node leads its share of boundaries and leaves the lease to the others")
+			} else if errors.Is(err, event.ErrLeaseHeld) {
 				r.heldElsewhere.Store(time.Now().UnixNano())
 				r.pub.SetStandby("lease held by " + lease.Describe(holder))
 			} else {
