@@ -15,6 +15,7 @@
 package natsembed
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -221,6 +222,14 @@ func (s *Server) clusterOptions(opts *server.Options, cl *Cluster) error {
 		if err != nil {
 			return fmt.Errorf("natsembed: cluster %w", err)
 		}
+		// A server is both ends of its routes: as nats-server does for a
+		// cluster block, the CA verifies peers when accepting (client
+		// certificates required) and when connecting (root CAs). Without a
+		// CA, peers are verified against the system roots.
+		if cl.TLS.CAFile != "" {
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+			tc.RootCAs = tc.ClientCAs
+		}
 		opts.Cluster.TLSConfig = tc
 		opts.Cluster.TLSTimeout = 2
 	}
@@ -240,6 +249,30 @@ func (s *Server) ClusterURL() string {
 		return ""
 	}
 	return "nats-route://" + addr.String()
+}
+
+// Peers lists the names of the servers this one has routes to (empty when
+// not clustered or not started).
+func (s *Server) Peers() []string {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns == nil {
+		return nil
+	}
+	rz, err := ns.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var peers []string
+	for _, r := range rz.Routes {
+		if !seen[r.RemoteName] {
+			seen[r.RemoteName] = true
+			peers = append(peers, r.RemoteName)
+		}
+	}
+	return peers
 }
 
 // ClientURL is the URL NATS clients connect to.
