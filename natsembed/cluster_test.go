@@ -3,8 +3,8 @@ package natsembed_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
