@@ -70,7 +70,9 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 				switch {
 				case err != nil:
 					standby(cur, err)
-				case cur.Holder != "" && cur.Holder != r.Holder:
+				case cur.Holder != "" && cur.Holder != r.Holder && cur.Expires.After(time.Now()):
+					// (The expiry is in the store's clock: good enough
+					// for a hint; a released lease expired at time 0.)
 					standby(cur, event.ErrLeaseHeld)
 				default:
 					standby(cur, ErrYielded)
