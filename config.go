@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -56,6 +57,32 @@ type Config struct {
 	NATSTLSCert string `envconfig:"NATS_TLS_CERT"`
 	NATSTLSKey  string `envconfig:"NATS_TLS_KEY"`
 	NATSTLSCA   string `envconfig:"NATS_TLS_CA"`
+	// NATSURL, when set, is an existing NATS deployment (comma-separated
+	// URLs of its servers): orisun starts no server of its own and creates
+	// and checks its streams there. It logs in with NATSCreds (a
+	// credentials file), or with NATSUser and NATSPassword, or NATSToken;
+	// NATSTLSCA verifies the servers' certificates and NATSTLSCert and
+	// NATSTLSKey are its client certificate.
+	NATSURL   string `envconfig:"NATS_URL"`
+	NATSCreds string `envconfig:"NATS_CREDS"`
+
+	// NATSClusterName, when set, joins the embedded servers of several
+	// nodes into one NATS cluster with clustered JetStream (PostgreSQL
+	// only). The servers listen for routes on NATSClusterHost and
+	// NATSClusterPort and connect to NATSClusterRoutes
+	// (nats-route://host:port, comma-separated; this node's own may be in
+	// the list). NATSClusterUser and NATSClusterPassword authenticate
+	// routes; NATSClusterTLSCert, Key and CA turn on TLS between servers.
+	NATSClusterName     string   `envconfig:"NATS_CLUSTER_NAME"`
+	NATSClusterHost     string   `envconfig:"NATS_CLUSTER_HOST" default:"127.0.0.1"`
+	NATSClusterPort     int      `envconfig:"NATS_CLUSTER_PORT" default:"6222"`
+	NATSClusterRoutes   []string `envconfig:"NATS_CLUSTER_ROUTES"`
+	NATSClusterUser     string   `envconfig:"NATS_CLUSTER_USER"`
+	NATSClusterPassword string   `envconfig:"NATS_CLUSTER_PASSWORD"`
+	NATSClusterTLSCert  string   `envconfig:"NATS_CLUSTER_TLS_CERT"`
+	NATSClusterTLSKey   string   `envconfig:"NATS_CLUSTER_TLS_KEY"`
+	NATSClusterTLSCA    string   `envconfig:"NATS_CLUSTER_TLS_CA"`
+
 	// NATSMaxPayload is the largest NATS message; it bounds one event.
 	NATSMaxPayload int32 `envconfig:"NATS_MAX_PAYLOAD" default:"1048576"`
 	// EventStreamMaxBytes, MaxMsgs and MaxAge bound each boundary's memory
@@ -65,7 +92,9 @@ type Config struct {
 	EventStreamMaxBytes int64         `envconfig:"NATS_EVENT_STREAM_MAX_BYTES" default:"536870912"`
 	EventStreamMaxMsgs  int64         `envconfig:"NATS_EVENT_STREAM_MAX_MSGS" default:"-1"`
 	EventStreamMaxAge   time.Duration `envconfig:"NATS_EVENT_STREAM_MAX_AGE" default:"5m"`
-	// StreamReplicas is the replica count of event streams.
+	// StreamReplicas is the replica count of event streams: 1, 3 or 5;
+	// more than 1 needs a shared NATS (NATSClusterName or NATSURL) with at
+	// least that many JetStream servers.
 	StreamReplicas int `envconfig:"NATS_STREAM_REPLICAS" default:"1"`
 	// DisableMsgID leaves out the Nats-Msg-Id header (the event id) that
 	// lets NATS-side tools de-duplicate; the header and the server's
@@ -120,6 +149,8 @@ func Defaults() Config {
 		SQLiteSynchronous:   "FULL",
 		NATSHost:            "127.0.0.1",
 		NATSPort:            4222,
+		NATSClusterHost:     "127.0.0.1",
+		NATSClusterPort:     6222,
 		NATSMaxPayload:      1 << 20,
 		EventStreamMaxBytes: 512 << 20,
 		EventStreamMaxMsgs:  -1,
@@ -166,6 +197,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NATSPort == 0 {
 		c.NATSPort = d.NATSPort
+	}
+	if c.NATSClusterHost == "" {
+		c.NATSClusterHost = d.NATSClusterHost
+	}
+	if c.NATSClusterPort == 0 {
+		c.NATSClusterPort = d.NATSClusterPort
 	}
 	if c.NATSMaxPayload == 0 {
 		c.NATSMaxPayload = d.NATSMaxPayload
@@ -224,6 +261,15 @@ func (c Config) Validate() error {
 	}
 	switch c.Backend {
 	case "sqlite":
+		// SQLite is one process per data directory: a cluster of nodes
+		// would each have a store of their own under one set of streams.
+		if c.NATSClusterName != "" {
+			bad("NATS_CLUSTER_NAME", "%q: a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node "+
+				"(one process owns the data directory). Leave ORISUN_NATS_CLUSTER_NAME empty, or move the store to PostgreSQL", c.NATSClusterName)
+		}
+		if len(c.NATSClusterRoutes) > 0 {
+			bad("NATS_CLUSTER_ROUTES", "a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node")
+		}
 	case "postgres":
 		if c.PGURL == "" {
 			bad("PG_URL", "is required with ORISUN_BACKEND=postgres (e.g. postgres://user:pass@host:5432/db)")
@@ -254,8 +300,13 @@ func (c Config) Validate() error {
 	if c.NATSMaxPayload < 1024 || c.NATSMaxPayload > 64<<20 {
 		bad("NATS_MAX_PAYLOAD", "%d is outside 1024–67108864 bytes", c.NATSMaxPayload)
 	}
-	if c.StreamReplicas != 1 {
-		bad("NATS_STREAM_REPLICAS", "%d: only 1 is possible with a single embedded server", c.StreamReplicas)
+	c.validateNATSCluster(bad)
+	switch {
+	case c.StreamReplicas != 1 && c.StreamReplicas != 3 && c.StreamReplicas != 5:
+		bad("NATS_STREAM_REPLICAS", "%d is not 1, 3 or 5", c.StreamReplicas)
+	case c.StreamReplicas > 1 && !c.SharedNATS():
+		bad("NATS_STREAM_REPLICAS", "%d: only 1 is possible with a single embedded server; set ORISUN_NATS_CLUSTER_NAME "+
+			"(embedded cluster) or ORISUN_NATS_URL (an existing NATS cluster)", c.StreamReplicas)
 	}
 	if c.PublishBatch < 1 || c.PublishBatch > 100000 {
 		bad("PUBLISH_BATCH", "%d is outside 1–100000", c.PublishBatch)
@@ -305,6 +356,103 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// SharedNATS reports whether the event streams live in a NATS that other
+// orisun nodes use too (an embedded cluster or an external deployment):
+// then a boundary's stream is fed by whichever node leads it.
+func (c Config) SharedNATS() bool {
+	return c.NATSClusterName != "" || c.NATSURL != ""
+}
+
+// validateNATSCluster checks the cluster and external NATS variables.
+func (c Config) validateNATSCluster(bad func(variable, format string, args ...any)) {
+	if c.NATSURL != "" {
+		if c.NATSClusterName != "" {
+			bad("NATS_CLUSTER_NAME", "cannot be combined with ORISUN_NATS_URL: with an external NATS orisun starts no server; "+
+				"set one or the other")
+		}
+		for _, u := range strings.Split(c.NATSURL, ",") {
+			pu, err := url.Parse(strings.TrimSpace(u))
+			if err != nil || pu.Host == "" || (pu.Scheme != "nats" && pu.Scheme != "tls" && pu.Scheme != "ws" && pu.Scheme != "wss") {
+				bad("NATS_URL", "%q is not a NATS URL (e.g. nats://nats1:4222,nats://nats2:4222)", u)
+			}
+		}
+	}
+	if c.NATSCreds != "" {
+		if c.NATSURL == "" {
+			bad("NATS_CREDS", "is the credentials file for ORISUN_NATS_URL, which is not set")
+		} else if c.NATSUser != "" || c.NATSToken != "" {
+			bad("NATS_CREDS", "cannot be combined with ORISUN_NATS_USER or ORISUN_NATS_TOKEN; use one way to log in")
+		} else {
+			readable(bad, "NATS_CREDS", c.NATSCreds)
+		}
+	}
+	if c.NATSClusterName == "" {
+		for _, v := range []struct{ name, value string }{
+			{"NATS_CLUSTER_ROUTES", strings.Join(c.NATSClusterRoutes, ",")},
+			{"NATS_CLUSTER_USER", c.NATSClusterUser},
+			{"NATS_CLUSTER_TLS_CERT", c.NATSClusterTLSCert},
+		} {
+			if v.value != "" {
+				bad(v.name, "is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers")
+			}
+		}
+		return
+	}
+	if strings.ContainsAny(c.NATSClusterName, " \t.*>") {
+		bad("NATS_CLUSTER_NAME", "%q: use letters, digits, - and _ only", c.NATSClusterName)
+	}
+	if c.NATSClusterPort < -1 || c.NATSClusterPort > 65535 {
+		bad("NATS_CLUSTER_PORT", "%d is not a port (1–65535, or -1 for a random one)", c.NATSClusterPort)
+	}
+	for _, r := range c.NATSClusterRoutes {
+		u, err := url.Parse(strings.TrimSpace(r))
+		if err != nil || u.Host == "" || u.Port() == "" || (u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls") {
+			bad("NATS_CLUSTER_ROUTES", "%q is not a route URL (e.g. nats-route://orisun2:6222)", r)
+		}
+	}
+	switch {
+	case c.NATSClusterUser != "" && c.NATSClusterPassword == "":
+		bad("NATS_CLUSTER_PASSWORD", "is required with ORISUN_NATS_CLUSTER_USER (%q)", c.NATSClusterUser)
+	case c.NATSClusterPassword != "" && c.NATSClusterUser == "":
+		bad("NATS_CLUSTER_USER", "is required with ORISUN_NATS_CLUSTER_PASSWORD")
+	}
+	switch {
+	case (c.NATSClusterTLSCert == "") != (c.NATSClusterTLSKey == ""):
+		bad("NATS_CLUSTER_TLS_KEY", "ORISUN_NATS_CLUSTER_TLS_CERT and ORISUN_NATS_CLUSTER_TLS_KEY go together")
+	case c.NATSClusterTLSCA != "" && c.NATSClusterTLSCert == "":
+		bad("NATS_CLUSTER_TLS_CA", "needs ORISUN_NATS_CLUSTER_TLS_CERT and ORISUN_NATS_CLUSTER_TLS_KEY")
+	case c.NATSClusterTLSCert != "":
+		if readable(bad, "NATS_CLUSTER_TLS_CERT", c.NATSClusterTLSCert) && readable(bad, "NATS_CLUSTER_TLS_KEY", c.NATSClusterTLSKey) {
+			if _, err := tls.LoadX509KeyPair(c.NATSClusterTLSCert, c.NATSClusterTLSKey); err != nil {
+				bad("NATS_CLUSTER_TLS_CERT", "certificate %s and key %s do not load as a pair: %v", c.NATSClusterTLSCert, c.NATSClusterTLSKey, err)
+			}
+		}
+		if c.NATSClusterTLSCA != "" {
+			readable(bad, "NATS_CLUSTER_TLS_CA", c.NATSClusterTLSCA)
+		}
+	}
+}
+
+// natsCluster turns the configuration into the embedded server's cluster
+// settings (nil when not clustered).
+func (c Config) natsCluster() *natsembed.Cluster {
+	if c.NATSClusterName == "" {
+		return nil
+	}
+	cl := &natsembed.Cluster{
+		Name:     c.NATSClusterName,
+		Host:     c.NATSClusterHost,
+		Port:     c.NATSClusterPort,
+		Routes:   c.NATSClusterRoutes,
+		User:     c.NATSClusterUser,
+		Password: c.NATSClusterPassword,
+	}
+	if c.NATSClusterTLSCert != "" {
+		cl.TLS = &natsembed.TLS{CertFile: c.NATSClusterTLSCert, KeyFile: c.NATSClusterTLSKey, CAFile: c.NATSClusterTLSCA}
+	}
+	return cl
+}
+
 // HTTPEnabled reports whether the status listener is on.
 func (c Config) HTTPEnabled() bool {
 	return c.HTTPAddr != "" && !strings.EqualFold(c.HTTPAddr, "off")
@@ -329,6 +477,14 @@ func (c Config) validateNATSAccess(bad func(variable, format string, args ...any
 		bad("NATS_TLS_KEY", "is required with ORISUN_NATS_TLS_CERT (%s)", c.NATSTLSCert)
 	case c.NATSTLSKey != "" && c.NATSTLSCert == "":
 		bad("NATS_TLS_CERT", "is required with ORISUN_NATS_TLS_KEY (%s)", c.NATSTLSKey)
+	case c.NATSTLSCA != "" && c.NATSTLSCert == "" && c.NATSURL != "":
+		// External NATS: the CA verifies the servers; no client certificate.
+		if readable(bad, "NATS_TLS_CA", c.NATSTLSCA) {
+			pem, _ := os.ReadFile(c.NATSTLSCA)
+			if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+				bad("NATS_TLS_CA", "%s holds no PEM certificate", c.NATSTLSCA)
+			}
+		}
 	case c.NATSTLSCA != "" && c.NATSTLSCert == "":
 		bad("NATS_TLS_CA", "needs ORISUN_NATS_TLS_CERT and ORISUN_NATS_TLS_KEY: client certificates are verified only over TLS")
 	case c.NATSTLSCert != "":

@@ -74,17 +74,31 @@ type Node struct {
 	started bool
 	stopped bool
 	store   backend.Store
-	ns      *natsembed.Server
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	api     *api.Service
-	runCtx  context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	subs    sync.WaitGroup
+	ns      *natsembed.Server // nil with an external NATS
+	natsURL string
+	// connect opens a connection of orisun's own: in process to the
+	// embedded server, or to the external NATS.
+	connect func(name string) (*nats.Conn, error)
+	// connectAPI opens the API service's connection: on the embedded
+	// server a user that may not publish into the event subjects.
+	connectAPI func(name string) (*nats.Conn, error)
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	api        *api.Service
+	runCtx     context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	subs       sync.WaitGroup
 
 	stopDone chan struct{}
 	stopErr  error
+
+	// Placement (shared NATS only, placement.go): how many boundaries this
+	// node leads, its fair share (0: unknown, no yielding), and a token
+	// that lets one lease step down per placement round.
+	leading  atomic.Int64
+	fair     atomic.Int64
+	stepDown atomic.Bool
 
 	// rmu guards runners; wake takes only rmu, never mu, so the store's
 	// after-commit callback cannot wait for a Stop that waits for the store.
@@ -97,6 +111,27 @@ type boundaryRunner struct {
 	wake chan struct{}
 	// Subscription counters for the status.
 	catchingUp, live, fallBacks atomic.Int64
+	// heldElsewhere is when (unix nanoseconds) this node last found the
+	// lease held by another node; 0 when it last failed to read it.
+	heldElsewhere atomic.Int64
+}
+
+// fed reports whether the boundary's stream is being fed, as a hint for
+// subscriptions (I5 never rests on it: every live message is checked
+// against the position it must carry). With a NATS of its own, only this
+// node's leading publisher feeds the stream. With a shared NATS (a cluster
+// or an external deployment) the stream is the same on every node, so it is
+// also fed while another node holds the lease: this node's lease loop saw
+// that holder within the last lease TTL.
+func (r *boundaryRunner) fed(shared bool, ttl time.Duration) bool {
+	if r.pub.Status().State == publisher.StateLeading {
+		return true
+	}
+	if !shared {
+		return false
+	}
+	seen := r.heldElsewhere.Load()
+	return seen != 0 && time.Since(time.Unix(0, seen)) < ttl
 }
 
 // New checks the configuration and returns a node that is not started.
@@ -184,28 +219,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.wrapStore != nil {
 		n.store = n.wrapStore(store)
 	}
-	auth, tlsCfg := n.cfg.natsAccess()
-	if auth == nil && !isLoopback(n.cfg.NATSHost) {
-		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
-			"can publish into, purge or delete the event streams; set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
-			"host", n.cfg.NATSHost)
+	if err := n.startNATS(); err != nil {
+		return err
 	}
-	n.ns, err = natsembed.New(natsembed.Config{
-		Host:       n.cfg.NATSHost,
-		Port:       n.cfg.NATSPort,
-		StoreDir:   filepath.Join(n.cfg.DataDir, "jetstream"),
-		MaxPayload: n.cfg.NATSMaxPayload,
-		Auth:       auth,
-		TLS:        tlsCfg,
-		Logger:     n.log.With("component", "nats"),
-	})
-	if err != nil {
-		return fmt.Errorf("orisun: %w", err)
-	}
-	if err := n.ns.Start(); err != nil {
-		return fmt.Errorf("orisun: %w", err)
-	}
-	n.nc, err = n.ns.Connect("orisun-relay")
+	n.nc, err = n.connect("orisun-relay")
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}
@@ -216,7 +233,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.limits = event.Limits{
 		MaxBatchEvents: n.cfg.MaxAppendEvents,
 		MaxBatchBytes:  n.cfg.MaxAppendBytes,
-		MaxEventBytes:  n.ns.MaxPayload(),
+		MaxEventBytes:  int(n.nc.MaxPayload()),
 		EncodedSize:    stream.EncodedSize,
 	}
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
@@ -238,10 +255,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		names = append(names, b.Name)
 	}
 	n.phase.Store(phaseRunning)
+	if n.cfg.SharedNATS() {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.placement(n.runCtx) }()
+	}
 	// The API comes last: every request it serves finds the node ready.
 	// It has a connection of its own, so that its requests never queue
 	// behind the publishers' traffic, and Stop can drain it first.
-	apiNC, err := n.ns.ConnectAPI("orisun-api")
+	apiNC, err := n.connectAPI("orisun-api")
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}
@@ -255,8 +276,91 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	n.started = true
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
-		"nats_url", n.ns.ClientURL(), "boundaries", names)
+		"nats_url", n.natsURL, "shared_nats", n.cfg.SharedNATS(), "boundaries", names)
 	return nil
+}
+
+// startNATS starts the embedded server (alone or clustered), or prepares
+// connections to the external NATS of ORISUN_NATS_URL.
+func (n *Node) startNATS() error {
+	auth, tlsCfg := n.cfg.natsAccess()
+	if n.cfg.NATSURL != "" {
+		opts := []nats.Option{nats.MaxReconnects(-1)}
+		switch {
+		case n.cfg.NATSCreds != "":
+			opts = append(opts, nats.UserCredentials(n.cfg.NATSCreds))
+		case n.cfg.NATSToken != "":
+			opts = append(opts, nats.Token(n.cfg.NATSToken))
+		case n.cfg.NATSUser != "":
+			opts = append(opts, nats.UserInfo(n.cfg.NATSUser, n.cfg.NATSPassword))
+		}
+		if n.cfg.NATSTLSCA != "" {
+			opts = append(opts, nats.RootCAs(n.cfg.NATSTLSCA))
+		}
+		if n.cfg.NATSTLSCert != "" {
+			opts = append(opts, nats.ClientCert(n.cfg.NATSTLSCert, n.cfg.NATSTLSKey))
+		}
+		n.natsURL = n.cfg.NATSURL
+		n.connect = func(name string) (*nats.Conn, error) {
+			nc, err := nats.Connect(n.cfg.NATSURL, append([]nats.Option{nats.Name(name)}, opts...)...)
+			if err != nil {
+				return nil, fmt.Errorf("connect %s to the external NATS %s: %w", name, n.cfg.NATSURL, err)
+			}
+			return nc, nil
+		}
+		// The user's deployment decides the permissions; the API refuses
+		// reply subjects inside the event subjects itself (api package).
+		n.connectAPI = n.connect
+		return nil
+	}
+	if auth == nil && !isLoopback(n.cfg.NATSHost) {
+		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
+			"can publish into, purge or delete the event streams; set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
+			"host", n.cfg.NATSHost)
+	}
+	cluster := n.cfg.natsCluster()
+	if cluster != nil && cluster.User == "" && !isLoopback(cluster.Host) {
+		n.log.Warn("the embedded NATS server accepts routes beyond loopback without authentication: any server that can reach "+
+			"the cluster port can join the cluster; set ORISUN_NATS_CLUSTER_USER/ORISUN_NATS_CLUSTER_PASSWORD", "host", cluster.Host)
+	}
+	var err error
+	n.ns, err = natsembed.New(natsembed.Config{
+		Host:       n.cfg.NATSHost,
+		Port:       n.cfg.NATSPort,
+		StoreDir:   filepath.Join(n.cfg.DataDir, "jetstream"),
+		MaxPayload: n.cfg.NATSMaxPayload,
+		// In a cluster the server name is the JetStream peer's name:
+		// unique per node and stable across its restarts.
+		ServerName: serverName(n.cfg),
+		Auth:       auth,
+		TLS:        tlsCfg,
+		Cluster:    cluster,
+		Logger:     n.log.With("component", "nats"),
+	})
+	if err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	if err := n.ns.Start(); err != nil {
+		return fmt.Errorf("orisun: %w", err)
+	}
+	n.natsURL = n.ns.ClientURL()
+	n.connect = func(name string) (*nats.Conn, error) { return n.ns.Connect(name) }
+	n.connectAPI = func(name string) (*nats.Conn, error) { return n.ns.ConnectAPI(name) }
+	return nil
+}
+
+// serverName names the embedded server: the node id, in the characters a
+// NATS server name may hold.
+func serverName(cfg Config) string {
+	if cfg.NATSClusterName == "" {
+		return "orisun"
+	}
+	return strings.Map(func(r rune) rune {
+		if r == ' ' || r == '.' || r == '*' || r == '>' || r < ' ' {
+			return '_'
+		}
+		return r
+	}, cfg.NodeID)
 }
 
 // openStore opens the configured backend.
@@ -321,15 +425,28 @@ func (n *Node) startBoundaryLocked(name string) {
 	})
 	n.runners[name] = r
 	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
+	if n.cfg.SharedNATS() {
+		lr.Yield, lr.StepDown = n.yield, n.takeStepDown
+	}
+	lead := func(ctx context.Context, l backend.Lease) error {
+		n.leading.Add(1)
+		defer n.leading.Add(-1)
+		return r.pub.Run(ctx, l)
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		lr.Run(n.runCtx, name, r.pub.Run, func(holder backend.Lease, err error) {
-			if errors.Is(err, event.ErrLeaseHeld) {
+		lr.Run(n.runCtx, name, lead, func(holder backend.Lease, err error) {
+			if errors.Is(err, lease.ErrYielded) {
+				r.heldElsewhere.Store(0)
+				r.pub.SetStandby("no holder; this node leads its share of boundaries and leaves the lease to the others")
+			} else if errors.Is(err, event.ErrLeaseHeld) {
+				r.heldElsewhere.Store(time.Now().UnixNano())
 				r.pub.SetStandby("lease held by " + lease.Describe(holder))
 			} else {
 				// Nobody can take the lease while the store fails: this
 				// node is not standing by for a leader, it is stuck.
+				r.heldElsewhere.Store(0)
 				r.pub.SetStalled("lease not acquired: " + err.Error())
 			}
 		})
@@ -639,11 +756,11 @@ func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h H
 	err := catchup.Subscribe(ctx, catchup.Config{
 		Store: store,
 		JS:    js,
-		// The stream of this node is fed only while this node's publisher
-		// leads; otherwise (a standby, or a stalled publisher) the
-		// subscription reads the store.
+		// Is the stream fed? A hint: while nobody feeds it (a standby of
+		// a node with its own NATS, a stalled publisher) the subscription
+		// reads the store instead of waiting on the stream.
 		Live: func() bool {
-			return r != nil && r.pub.Status().State == publisher.StateLeading
+			return r != nil && r.fed(n.cfg.SharedNATS(), n.cfg.LeaseTTL)
 		},
 		Logger: n.log.With("component", "subscription"),
 	}, boundary, after, h, opts)
@@ -677,8 +794,17 @@ func isLoopback(host string) bool {
 func (n *Node) NATSURL() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.natsURL
+}
+
+// NATSClusterURL is the route URL of the embedded server's cluster
+// listener (empty when not clustered, with an external NATS, or not
+// started): what other nodes put in ORISUN_NATS_CLUSTER_ROUTES.
+func (n *Node) NATSClusterURL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.ns == nil {
 		return ""
 	}
-	return n.ns.ClientURL()
+	return n.ns.ClusterURL()
 }

@@ -29,7 +29,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true}
 	st.Store = status.Health{OK: true, Kind: n.cfg.Backend}
-	st.NATS = status.Health{OK: true, Kind: "embedded"}
+	st.NATS = status.Health{OK: true, Kind: n.natsKind()}
 	// NATS gets a budget of its own, so that a slow JetStream is reported
 	// as such and does not eat the store's time (and the other way round).
 	nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -150,4 +150,17 @@ func (n *Node) runnerNames() []string {
 	n.rmu.RUnlock()
 	slices.Sort(names)
 	return names
+}
+
+// natsKind names the NATS mode for the status: embedded, embedded-cluster
+// or external.
+func (n *Node) natsKind() string {
+	switch {
+	case n.cfg.NATSURL != "":
+		return "external"
+	case n.cfg.NATSClusterName != "":
+		return "embedded-cluster"
+	default:
+		return "embedded"
+	}
 }

@@ -149,6 +149,15 @@ func (s *Service) Stop() error {
 func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		r := &reply{nc: s.nc, log: s.log, subject: req.Subject(), reply: req.Reply()}
+		if unsafeReply(r.reply) {
+			// A reply subject inside orisun's or JetStream's subjects would
+			// make this service publish there on the caller's behalf (into
+			// an event stream, say). On the embedded server the API's user
+			// may not publish there anyway; on an external NATS this check
+			// is what stops it. The request is not served.
+			s.log.Warn("api request refused: its reply subject is not an inbox", "subject", r.subject, "reply", r.reply)
+			return
+		}
 		s.mu.Lock()
 		if s.stopped {
 			s.mu.Unlock()
@@ -195,6 +204,17 @@ func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) m
 			r.send(&nats.Msg{Data: body})
 		}()
 	})
+}
+
+// unsafeReply reports whether a reply subject lies inside subjects that a
+// reply must never be published to.
+func unsafeReply(subject string) bool {
+	for _, p := range []string{"orisun.", "$JS.", "$KV.", "$O.", "$SYS.", "$SRV.", "$MQTT.", "_ORISUN_INBOX."} {
+		if strings.HasPrefix(subject, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // reply answers one request.

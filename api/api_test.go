@@ -324,3 +324,23 @@ func TestStopEndsService(t *testing.T) {
 		t.Logf("after stop: %v", err)
 	}
 }
+
+// TestUnsafeReplySubjectRefused_I2: a request whose reply subject lies in
+// the event subjects is not served, so the service never publishes into a
+// stream on a caller's behalf (the check that matters on an external NATS,
+// where the API's connection has orisun's own permissions).
+func TestUnsafeReplySubjectRefused_I2(t *testing.T) {
+	t.Parallel()
+	n, nc := setup(t)
+	if err := nc.PublishRequest("orisun.api.append.default", "orisun.events.default.forged",
+		[]byte(`{"events":[{"type":"forged.reply","data":{}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Requests on one endpoint are taken in order: once this one is
+	// answered, the forged one was handled (refused) before it.
+	var res api.AppendReply
+	ok(t, nc, "orisun.api.append.default", `{"events":[{"type":"real.request","data":{}}]}`, &res)
+	if res.First != 1 || res.Last != 1 || head(t, n, "default") != 1 {
+		t.Fatalf("the request with a reply into the event subjects was served: reply %+v, head %d", res, head(t, n, "default"))
+	}
+}

@@ -31,7 +31,22 @@ type Runner struct {
 	Holder string
 	TTL    time.Duration
 	Logger *slog.Logger
+
+	// Yield, when set, is asked before each acquisition: true means this
+	// node leads its fair share already and should leave a free lease to
+	// a node that leads fewer. It is a placement hint, never safety: after
+	// two yielded attempts in a row the next one acquires anyway, so a
+	// wrong count cannot leave a boundary without a publisher for long.
+	Yield func() bool
+	// StepDown, when set, is asked after each renewal: true means this
+	// node leads more than its share and gives this lease up (the leader
+	// work stops, the lease is released, another node takes it).
+	StepDown func() bool
 }
+
+// ErrYielded is what the standby observer is told when this node left a
+// lease to others (Runner.Yield).
+var ErrYielded = errors.New("leaving the lease to a node that leads fewer boundaries")
 
 // Observer is told about standby periods: who holds the lease instead.
 type Observer func(holder backend.Lease, err error)
@@ -44,7 +59,31 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 	log := r.logger().With("boundary", boundary, "holder", r.Holder)
 	retry := max(r.TTL/3, 50*time.Millisecond)
 	failing := false // log a failing acquisition once, not every retry
+	yielded := 0
 	for ctx.Err() == nil {
+		if r.Yield != nil && yielded < 2 && r.Yield() {
+			yielded++
+			if standby != nil {
+				// The holder is still reported, so the node knows whether
+				// someone feeds the boundary's stream.
+				cur, err := r.Store.LeaseHolder(ctx, boundary)
+				switch {
+				case err != nil:
+					standby(cur, err)
+				case cur.Holder != "" && cur.Holder != r.Holder && cur.Expires.After(time.Now()):
+					// (The expiry is in the store's clock: good enough
+					// for a hint; a released lease expired at time 0.)
+					standby(cur, event.ErrLeaseHeld)
+				default:
+					standby(cur, ErrYielded)
+				}
+			}
+			if !sleep(ctx, retry) {
+				return
+			}
+			continue
+		}
+		yielded = 0
 		acquired := time.Now()
 		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, r.TTL)
 		if err != nil {
@@ -112,6 +151,10 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 			switch {
 			case err == nil:
 				l, deadline = nl, start.Add(r.TTL)
+				if r.StepDown != nil && lctx.Err() == nil && r.StepDown() {
+					log.Info("stepping down: this node leads more than its share of boundaries", "term", l.Term)
+					cancel() // lead returns; done releases the lease
+				}
 			case errors.Is(err, event.ErrLeaseLost):
 				log.Warn("lease lost on renewal: stepping down", "term", l.Term)
 				cancelCause(fmt.Errorf("lease term %d lost on renewal: %w", l.Term, err))

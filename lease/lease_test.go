@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,6 +141,60 @@ func TestLeaderStepsDownWhenLeaseLost(t *testing.T) {
 	s.fail.Store(true)
 	waitFor(t, "a to step down", 2*time.Second, func() bool { c, _, _ := l.get(); return c == "" })
 	s.fail.Store(false)
+	cancel()
+	<-done
+}
+
+// TestYieldNeverOrphansABoundary: a node that is told to yield on every
+// attempt (a wrong count of nodes) still takes a free lease after two
+// yielded attempts, so placement never leaves a boundary without a
+// publisher (I4); the standby observer hears ErrYielded meanwhile.
+func TestYieldNeverOrphansABoundary(t *testing.T) {
+	s := setup(t)
+	var asked, yieldedSeen atomic.Int64
+	r := &lease.Runner{Store: s, Holder: "a", TTL: 300 * time.Millisecond,
+		Yield: func() bool { asked.Add(1); return true }}
+	var l leaders
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx, "b", l.lead("a"), func(_ backend.Lease, err error) {
+			if errors.Is(err, lease.ErrYielded) {
+				yieldedSeen.Add(1)
+			}
+		})
+	}()
+	waitFor(t, "a leads despite yielding", 10*time.Second, func() bool { cur, _, _ := l.get(); return cur == "a" })
+	cancel()
+	<-done
+	if asked.Load() != 2 || yieldedSeen.Load() != 2 {
+		t.Fatalf("asked %d times, observer heard ErrYielded %d times; want 2 and 2", asked.Load(), yieldedSeen.Load())
+	}
+}
+
+// TestStepDownReleasesTheLease: a leader told to step down after a renewal
+// stops its leader work and releases the lease (its expiry is set to the
+// epoch, so another node can take it at once instead of waiting for the
+// TTL). While
+// it is told to yield it then leaves the free lease alone for two attempts.
+func TestStepDownReleasesTheLease(t *testing.T) {
+	s := setup(t)
+	var step atomic.Bool
+	a := &lease.Runner{Store: s, Holder: "a", TTL: 600 * time.Millisecond,
+		StepDown: func() bool { return step.Load() }, Yield: func() bool { return step.Load() }}
+	var l leaders
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(ctx, "b", l.lead("a"), nil) }()
+	waitFor(t, "a leads", 10*time.Second, func() bool { cur, _, _ := l.get(); return cur == "a" })
+	step.Store(true)
+	// A release sets the expiry to the epoch; a lease left to run out
+	// would expire about now instead.
+	waitFor(t, "the lease released", 10*time.Second, func() bool {
+		cur, err := s.LeaseHolder(context.Background(), "b")
+		return err == nil && cur.Expires.Before(time.Unix(1, 0))
+	})
 	cancel()
 	<-done
 }

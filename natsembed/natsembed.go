@@ -15,9 +15,12 @@
 package natsembed
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,8 +48,33 @@ type Config struct {
 	// loopback then).
 	Auth *Auth
 	// TLS, when set, requires TLS of TCP clients.
-	TLS    *TLS
-	Logger *slog.Logger
+	TLS *TLS
+	// Cluster, when set, joins this server to a NATS cluster with
+	// clustered JetStream. ServerName must then be unique in the cluster
+	// and stay the same across restarts of the node (it names the
+	// JetStream peer).
+	Cluster *Cluster
+	Logger  *slog.Logger
+}
+
+// Cluster joins the embedded servers of several orisun nodes into one NATS
+// cluster. Routes may include this server's own URL (the server skips it),
+// so every node can be given the same list.
+type Cluster struct {
+	Name string
+	// Host and Port are where the server listens for routes; Port -1
+	// picks a free port (tests).
+	Host string
+	Port int
+	// Routes are the other servers, nats-route://host:port.
+	Routes []string
+	// User and Password, when set, are required of routes connecting to
+	// this server and presented to the routes it connects to (unless a
+	// route URL carries its own).
+	User, Password string
+	// TLS, when set, is required between the servers; with CAFile the
+	// peers' certificates are verified against it.
+	TLS *TLS
 }
 
 // Server is an embedded NATS server with JetStream.
@@ -129,6 +157,11 @@ func (s *Server) Start() error {
 		opts.TLSConfig = tc
 		opts.TLSVerify = s.cfg.TLS.CAFile != ""
 	}
+	if cl := s.cfg.Cluster; cl != nil {
+		if err := s.clusterOptions(opts, cl); err != nil {
+			return err
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("natsembed: configure server: %w", err)
@@ -155,9 +188,91 @@ func (s *Server) Start() error {
 	}
 	s.ns = ns
 	s.auth = auth
-	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir,
+	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir, "server_name", s.cfg.ServerName,
+		"cluster", s.cfg.Cluster != nil,
 		"auth", s.cfg.Auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
 	return nil
+}
+
+// clusterOptions sets the cluster listener, the routes and their
+// authentication and TLS.
+func (s *Server) clusterOptions(opts *server.Options, cl *Cluster) error {
+	opts.Cluster = server.ClusterOpts{
+		Name:     cl.Name,
+		Host:     cl.Host,
+		Port:     cl.Port,
+		Username: cl.User,
+		Password: cl.Password,
+	}
+	if cl.Host == "" {
+		opts.Cluster.Host = "127.0.0.1"
+	}
+	for _, r := range cl.Routes {
+		u, err := url.Parse(strings.TrimSpace(r))
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("natsembed: route %q is not a URL (nats-route://host:port)", r)
+		}
+		if u.User == nil && cl.User != "" {
+			u.User = url.UserPassword(cl.User, cl.Password)
+		}
+		opts.Routes = append(opts.Routes, u)
+	}
+	if cl.TLS != nil {
+		tc, err := cl.TLS.tlsConfig()
+		if err != nil {
+			return fmt.Errorf("natsembed: cluster %w", err)
+		}
+		// A server is both ends of its routes: as nats-server does for a
+		// cluster block, the CA verifies peers when accepting (client
+		// certificates required) and when connecting (root CAs). Without a
+		// CA, peers are verified against the system roots.
+		if cl.TLS.CAFile != "" {
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
+			tc.RootCAs = tc.ClientCAs
+		}
+		opts.Cluster.TLSConfig = tc
+		opts.Cluster.TLSTimeout = 2
+	}
+	return nil
+}
+
+// ClusterURL is the URL other servers route to (empty when not clustered
+// or not started).
+func (s *Server) ClusterURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ns == nil || s.cfg.Cluster == nil {
+		return ""
+	}
+	addr := s.ns.ClusterAddr()
+	if addr == nil {
+		return ""
+	}
+	return "nats-route://" + addr.String()
+}
+
+// Peers lists the names of the servers this one has routes to (empty when
+// not clustered or not started).
+func (s *Server) Peers() []string {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns == nil {
+		return nil
+	}
+	rz, err := ns.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var peers []string
+	for _, r := range rz.Routes {
+		if !seen[r.RemoteName] {
+			seen[r.RemoteName] = true
+			peers = append(peers, r.RemoteName)
+		}
+	}
+	return peers
 }
 
 // ClientURL is the URL NATS clients connect to.

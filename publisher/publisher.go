@@ -23,6 +23,9 @@ type Store interface {
 	Boundary(ctx context.Context, name string) (event.Boundary, error)
 	Checkpoint(ctx context.Context, boundary string) (uint64, error)
 	SaveCheckpoint(ctx context.Context, boundary string, lease backend.Lease, position uint64) error
+	// LeaseHolder is read just before the stream is deleted, purged or
+	// recreated (see fence).
+	LeaseHolder(ctx context.Context, boundary string) (backend.Lease, error)
 }
 
 // HeadProber is implemented by stores where an append transaction can hold
@@ -208,6 +211,9 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
 		p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
 			"stream", name, "stream_epoch", got, "epoch", b.Epoch)
+		if err := r.fence(ctx, "delete stream "+name); err != nil {
+			return 0, err
+		}
 		if err := p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return 0, fmt.Errorf("delete stream %s of epoch %q: %w", name, got, err)
 		}
@@ -256,6 +262,9 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	}
 	// The stream is behind the checkpoint (purged or lost): make its next
 	// sequence checkpoint+1, so that sequence and position agree.
+	if err := r.fence(ctx, "purge stream "+name); err != nil {
+		return 0, err
+	}
 	if err := s.Purge(ctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
 		return 0, fmt.Errorf("purge stream %s to sequence %d: %w", name, cp+1, err)
 	}
@@ -271,6 +280,9 @@ func (r *run) recreate(ctx context.Context, want jetstream.StreamConfig, cp uint
 	name := want.Name
 	r.p.log.Warn("stream cannot be trusted after the checkpoint: recreating it from the checkpoint",
 		"stream", name, "checkpoint", cp, "why", why)
+	if err := r.fence(ctx, "recreate stream "+name); err != nil {
+		return 0, err
+	}
 	if err := r.p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("delete stream %s (%s): %w", name, why, err)
 	}
@@ -278,6 +290,40 @@ func (r *run) recreate(ctx context.Context, want jetstream.StreamConfig, cp uint
 		return 0, fmt.Errorf("create stream %s: %w", name, err)
 	}
 	return cp + 1, nil
+}
+
+// fence re-reads the lease just before an operation that destroys stream
+// content (delete, purge, recreate) and refuses it unless this run's term is
+// still the boundary's current one. Publishes need no fence (the expected
+// last sequence refuses a stale publisher, I2, I6), but a delete or purge
+// does not check a sequence: with a NATS shared by several nodes, a deposed
+// publisher acting on what it read before it lost the lease could erase a
+// stream the new leader is already publishing to. What remains is the
+// window between this read and the server executing the operation: the
+// lease would have to expire and be taken over inside it (a pause of a
+// whole TTL at exactly that point). Even then nothing is lost: positions
+// live in the store, and the new leader re-syncs (§5 step 1) from its
+// checkpoint; subscribers meet a gap and read the store (I5).
+func (r *run) fence(ctx context.Context, what string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	cur, err := r.p.cfg.Store.LeaseHolder(ctx, r.p.cfg.Boundary)
+	if err != nil {
+		return fmt.Errorf("%s: re-read the lease first: %w", what, err)
+	}
+	if cur.Holder != r.lease.Holder || cur.Term != r.lease.Term {
+		return fmt.Errorf("%s: not done, lease term %d of %q is no longer current (now %s): %w",
+			what, r.lease.Term, r.lease.Holder, describe(cur), event.ErrLeaseLost)
+	}
+	return nil
+}
+
+func describe(l backend.Lease) string {
+	if l.Holder == "" {
+		return "no holder"
+	}
+	return fmt.Sprintf("term %d of %q", l.Term, l.Holder)
 }
 
 // ownMessage reports whether the stream's message at seq carries orisun's

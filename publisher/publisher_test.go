@@ -417,3 +417,46 @@ func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 	<-done
 	e.checkStream(t)
 }
+
+// TestDeposedPublisherDoesNotDeleteTheStream_I6: with a NATS shared by
+// several nodes, a publisher whose lease term is no longer current must not
+// delete, purge or recreate the stream the new leader publishes to. Here the
+// stream holds another epoch (which a current leader would recreate) and a
+// message; the deposed publisher re-reads the lease before deleting, ends
+// with ErrLeaseLost, and the stream is untouched.
+func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current backend.Lease
+	waitFor(t, "node-b takes the expired lease", 10*time.Second, func() bool {
+		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
+		return err == nil
+	})
+	if current.Term == stale.Term {
+		t.Fatalf("new term %d equals the stale one", current.Term)
+	}
+	if _, err := e.js.CreateStream(ctx, stream.Config("b", "another-epoch", stream.Limits{}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	p := e.publisher(e.js, nil)
+	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.Run(runCtx, stale); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("deposed publisher ended with %v, want ErrLeaseLost", err)
+	}
+	s, err := e.js.Stream(ctx, stream.Name("b"))
+	if err != nil {
+		t.Fatalf("stream gone after a deposed publisher ran: %v", err)
+	}
+	info := s.CachedInfo()
+	if stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
+		t.Fatalf("deposed publisher changed the stream: epoch %q, %d messages", stream.Epoch(&info.Config), info.State.Msgs)
+	}
+}

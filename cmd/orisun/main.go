@@ -44,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(stderr)
 	case "status":
 		return statusCmd(args[1:], stdout, stderr)
+	case "healthcheck":
+		return healthcheckCmd(args[1:], stdout, stderr)
 	case "append", "read", "tail", "boundaries":
 		return clientCommand(cmd, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
@@ -70,6 +72,7 @@ Commands:
   tail        catch up, then follow until Ctrl-C: orisun tail <boundary> [--from N] [--json]
   boundaries  list boundaries, or create one: orisun boundaries [--create name] [--json]
   status      print a node's status: orisun status [--http host:port | --server URL] [--json] [--wait-settled[=timeout]]
+  healthcheck exit 0 when the node is ready (GET /readyz answers 200), else 1: orisun healthcheck [--http host:port]
   version     print the version
   help        show this help
 

@@ -24,6 +24,9 @@ type Files struct {
 	Cert, Key  string // the server's certificate (signed by the CA) and key
 	ClientCert string // a client certificate signed by the CA
 	ClientKey  string
+	// PeerCert and PeerKey serve both ends of a connection between
+	// servers (NATS routes): server and client authentication.
+	PeerCert, PeerKey string
 }
 
 // Write creates a CA, a server certificate for 127.0.0.1/localhost and a
@@ -55,9 +58,11 @@ func Write(t testing.TB, dir string) Files {
 		Key:        filepath.Join(dir, "server-key.pem"),
 		ClientCert: filepath.Join(dir, "client.pem"),
 		ClientKey:  filepath.Join(dir, "client-key.pem"),
+		PeerCert:   filepath.Join(dir, "peer.pem"),
+		PeerKey:    filepath.Join(dir, "peer-key.pem"),
 	}
 	writePEM(t, f.CA, "CERTIFICATE", caDER)
-	leaf := func(serial int64, usage x509.ExtKeyUsage, certPath, keyPath string) {
+	leaf := func(serial int64, usage []x509.ExtKeyUsage, certPath, keyPath string) {
 		k := key(t)
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial),
@@ -65,7 +70,7 @@ func Write(t testing.TB, dir string) Files {
 			NotBefore:    now.Add(-time.Hour),
 			NotAfter:     now.Add(24 * time.Hour),
 			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+			ExtKeyUsage:  usage,
 			DNSNames:     []string{"localhost"},
 			IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
 		}
@@ -80,8 +85,9 @@ func Write(t testing.TB, dir string) Files {
 		}
 		writePEM(t, keyPath, "EC PRIVATE KEY", kDER)
 	}
-	leaf(2, x509.ExtKeyUsageServerAuth, f.Cert, f.Key)
-	leaf(3, x509.ExtKeyUsageClientAuth, f.ClientCert, f.ClientKey)
+	leaf(2, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, f.Cert, f.Key)
+	leaf(3, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, f.ClientCert, f.ClientKey)
+	leaf(4, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, f.PeerCert, f.PeerKey)
 	return f
 }
 

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orisun-io/orisun/internal/testcert"
+)
+
+// TestClusterConfig: the cluster and external NATS variables that go
+// together, exclude each other, or cannot work are refused with the
+// variable that must change; a cluster on SQLite is refused.
+func TestClusterConfig(t *testing.T) {
+	dir := t.TempDir()
+	certs := testcert.Write(t, dir)
+	creds := filepath.Join(dir, "orisun.creds")
+	if err := os.WriteFile(creds, []byte("creds"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pg := map[string]string{"ORISUN_BACKEND": "postgres", "ORISUN_PG_URL": "postgres://db/orisun"}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	cluster := with(pg, "ORISUN_NATS_CLUSTER_NAME", "orisun", "ORISUN_NATS_CLUSTER_ROUTES", "nats-route://a:6222,nats-route://b:6222")
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		bad  string // the variable the error must name; "" for valid
+	}{
+		{"cluster on postgres", cluster, ""},
+		{"cluster with replicas 3", with(cluster, "ORISUN_NATS_STREAM_REPLICAS", "3"), ""},
+		{"cluster with route auth and tls", with(cluster, "ORISUN_NATS_CLUSTER_USER", "route", "ORISUN_NATS_CLUSTER_PASSWORD", "pw",
+			"ORISUN_NATS_CLUSTER_TLS_CERT", certs.Cert, "ORISUN_NATS_CLUSTER_TLS_KEY", certs.Key, "ORISUN_NATS_CLUSTER_TLS_CA", certs.CA), ""},
+		{"cluster on sqlite", map[string]string{"ORISUN_NATS_CLUSTER_NAME": "orisun"}, "ORISUN_NATS_CLUSTER_NAME"},
+		{"routes on sqlite", map[string]string{"ORISUN_NATS_CLUSTER_ROUTES": "nats-route://a:6222"}, "ORISUN_NATS_CLUSTER_ROUTES"},
+		{"replicas 3 without a shared nats", with(pg, "ORISUN_NATS_STREAM_REPLICAS", "3"), "ORISUN_NATS_STREAM_REPLICAS"},
+		{"replicas 2", with(cluster, "ORISUN_NATS_STREAM_REPLICAS", "2"), "ORISUN_NATS_STREAM_REPLICAS"},
+		{"routes without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_ROUTES", "nats-route://a:6222"), "ORISUN_NATS_CLUSTER_ROUTES"},
+		{"bad route", with(cluster, "ORISUN_NATS_CLUSTER_ROUTES", "orisun2"), "ORISUN_NATS_CLUSTER_ROUTES"},
+		{"bad cluster port", with(cluster, "ORISUN_NATS_CLUSTER_PORT", "70000"), "ORISUN_NATS_CLUSTER_PORT"},
+		{"route user without password", with(cluster, "ORISUN_NATS_CLUSTER_USER", "route"), "ORISUN_NATS_CLUSTER_PASSWORD"},
+		{"route cert without key", with(cluster, "ORISUN_NATS_CLUSTER_TLS_CERT", certs.Cert), "ORISUN_NATS_CLUSTER_TLS_KEY"},
+		{"external nats", with(pg, "ORISUN_NATS_URL", "nats://n1:4222,nats://n2:4222", "ORISUN_NATS_STREAM_REPLICAS", "3"), ""},
+		{"external nats on sqlite", map[string]string{"ORISUN_NATS_URL": "nats://n1:4222"}, ""},
+		{"external nats with creds", with(pg, "ORISUN_NATS_URL", "nats://n1:4222", "ORISUN_NATS_CREDS", creds), ""},
+		{"external nats with a ca only", with(pg, "ORISUN_NATS_URL", "tls://n1:4222", "ORISUN_NATS_TLS_CA", certs.CA), ""},
+		{"external nats and a cluster", with(cluster, "ORISUN_NATS_URL", "nats://n1:4222"), "ORISUN_NATS_CLUSTER_NAME"},
+		{"bad external url", with(pg, "ORISUN_NATS_URL", "http://n1"), "ORISUN_NATS_URL"},
+		{"creds with a user", with(pg, "ORISUN_NATS_URL", "nats://n1:4222", "ORISUN_NATS_CREDS", creds,
+			"ORISUN_NATS_USER", "app", "ORISUN_NATS_PASSWORD", "pw"), "ORISUN_NATS_CREDS"},
+		{"creds without url", with(pg, "ORISUN_NATS_CREDS", creds), "ORISUN_NATS_CREDS"},
+		{"unreadable creds", with(pg, "ORISUN_NATS_URL", "nats://n1:4222", "ORISUN_NATS_CREDS", filepath.Join(dir, "missing")), "ORISUN_NATS_CREDS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			_, err := loadConfig()
+			switch {
+			case c.bad == "" && err != nil:
+				t.Fatalf("valid configuration refused: %v", err)
+			case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad+":")):
+				t.Fatalf("got %v, want an error naming %s", err, c.bad)
+			}
+		})
+	}
+}
+
+// TestSQLiteClusterRefusedAtStart runs the binary: a clustered
+// configuration on SQLite exits 2 before it starts anything, with a message
+// that names the variable and says SQLite stays single-node.
+func TestSQLiteClusterRefusedAtStart(t *testing.T) {
+	p := start(t, t.TempDir(), "ORISUN_NATS_CLUSTER_NAME=orisun", "ORISUN_NATS_CLUSTER_ROUTES=nats-route://127.0.0.1:6222")
+	line := p.waitLine(t, "ORISUN_NATS_CLUSTER_NAME")
+	<-p.done
+	if code := p.cmd.ProcessState.ExitCode(); code != 2 {
+		t.Fatalf("exit code %d, want 2 (configuration refused)", code)
+	}
+	if !strings.Contains(line, "SQLite stays single-node") || !strings.Contains(line, "ORISUN_BACKEND=postgres") {
+		t.Fatalf("message does not say what to do: %s", line)
+	}
+}
