@@ -270,6 +270,9 @@ func (c Config) Validate() error {
 		if len(c.NATSClusterRoutes) > 0 {
 			bad("NATS_CLUSTER_ROUTES", "a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node")
 		}
+		if c.StreamReplicas > 1 {
+			bad("NATS_STREAM_REPLICAS", "%d: replicated streams are for a cluster of orisun nodes on PostgreSQL; SQLite stays single-node", c.StreamReplicas)
+		}
 	case "postgres":
 		if c.PGURL == "" {
 			bad("PG_URL", "is required with ORISUN_BACKEND=postgres (e.g. postgres://user:pass@host:5432/db)")
@@ -361,6 +364,14 @@ func (c Config) Validate() error {
 // then a boundary's stream is fed by whichever node leads it.
 func (c Config) SharedNATS() bool {
 	return c.NATSClusterName != "" || c.NATSURL != ""
+}
+
+// Placement reports whether nodes spread the boundaries' leases among
+// themselves: only several nodes on one PostgreSQL database sharing one
+// NATS can. A SQLite node is alone with its store, even on an external
+// NATS, and must lead all of its boundaries.
+func (c Config) Placement() bool {
+	return c.SharedNATS() && c.Backend == "postgres"
 }
 
 // validateNATSCluster checks the cluster and external NATS variables.

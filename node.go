@@ -255,7 +255,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		names = append(names, b.Name)
 	}
 	n.phase.Store(phaseRunning)
-	if n.cfg.SharedNATS() {
+	if n.cfg.Placement() {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.placement(n.runCtx) }()
 	}
@@ -425,7 +425,7 @@ func (n *Node) startBoundaryLocked(name string) {
 	})
 	n.runners[name] = r
 	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
-	if n.cfg.SharedNATS() {
+	if n.cfg.Placement() {
 		lr.Yield, lr.StepDown = n.yield, n.takeStepDown
 	}
 	lead := func(ctx context.Context, l backend.Lease) error {

@@ -51,6 +51,7 @@ func TestClusterConfig(t *testing.T) {
 		{"route cert without key", with(cluster, "ORISUN_NATS_CLUSTER_TLS_CERT", certs.Cert), "ORISUN_NATS_CLUSTER_TLS_KEY"},
 		{"external nats", with(pg, "ORISUN_NATS_URL", "nats://n1:4222,nats://n2:4222", "ORISUN_NATS_STREAM_REPLICAS", "3"), ""},
 		{"external nats on sqlite", map[string]string{"ORISUN_NATS_URL": "nats://n1:4222"}, ""},
+		{"replicated streams on sqlite", map[string]string{"ORISUN_NATS_URL": "nats://n1:4222", "ORISUN_NATS_STREAM_REPLICAS": "3"}, "ORISUN_NATS_STREAM_REPLICAS"},
 		{"external nats with creds", with(pg, "ORISUN_NATS_URL", "nats://n1:4222", "ORISUN_NATS_CREDS", creds), ""},
 		{"external nats with a ca only", with(pg, "ORISUN_NATS_URL", "tls://n1:4222", "ORISUN_NATS_TLS_CA", certs.CA), ""},
 		{"external nats and a cluster", with(cluster, "ORISUN_NATS_URL", "nats://n1:4222"), "ORISUN_NATS_CLUSTER_NAME"},
