@@ -461,9 +461,13 @@ func findIDs(ctx context.Context, q execer, boundary string, events []event.Inpu
 
 // firstMatch finds the first event after cond.After that matches cond.Query.
 func firstMatch(ctx context.Context, q execer, boundary string, cond *event.Condition) (uint64, bool, error) {
-	text, args := firstMatchSQL(&cond.Query, boundary, cond.After)
+	cq, err := rarestTagFirst(ctx, q, boundary, cond.After, forward, &cond.Query)
+	if err != nil {
+		return 0, false, err
+	}
+	text, args := firstMatchSQL(cq, boundary, cond.After)
 	var pos int64
-	err := q.QueryRowContext(ctx, text, args...).Scan(&pos)
+	err = q.QueryRowContext(ctx, text, args...).Scan(&pos)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -471,6 +475,59 @@ func firstMatch(ctx context.Context, q execer, boundary string, cond *event.Cond
 		return 0, false, err
 	}
 	return uint64(pos), true, nil
+}
+
+// tagProbeCap bounds the count of one tag's positions that rarestTagFirst
+// reads: a tag with more is "common", and any common tag is as good a
+// driver as another.
+const tagProbeCap = 1000
+
+// rarestTagFirst returns q with the tags of every item with several tags
+// reordered so that the tag with the fewest positions on the statement's
+// side of pos (counted up to tagProbeCap) comes first and drives the item
+// (matchSQL). Driven by a tag every event carries, an item whose other tag
+// is rare read every position of the common tag: 1.27 s for one page on
+// 300,000 events, against milliseconds when the rare tag drives. q itself
+// is not modified.
+func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64, d direction, q *event.Query) (*event.Query, error) {
+	if q == nil {
+		return nil, nil
+	}
+	probe := sqlTagProbeAfter
+	if d == backward {
+		probe = sqlTagProbeUpTo
+	}
+	var out *event.Query
+	for i, it := range q.Items {
+		if len(it.Tags) < 2 {
+			continue
+		}
+		best, bestN := 0, int64(-1)
+		for j, tag := range it.Tags {
+			var n int64
+			if err := db.QueryRowContext(ctx, probe, boundary, tag, int64(pos), tagProbeCap).Scan(&n); err != nil {
+				return nil, err
+			}
+			if bestN < 0 || n < bestN {
+				best, bestN = j, n
+			}
+			if n == 0 {
+				break
+			}
+		}
+		if best == 0 {
+			continue
+		}
+		if out == nil {
+			out = &event.Query{Items: append([]event.QueryItem(nil), q.Items...)}
+		}
+		tags := append([]string{it.Tags[best]}, it.Tags[:best]...)
+		out.Items[i].Tags = append(tags, it.Tags[best+1:]...)
+	}
+	if out == nil {
+		return q, nil
+	}
+	return out, nil
 }
 
 // firstMatchSQL is the statement of firstMatch, with its arguments.

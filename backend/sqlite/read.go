@@ -131,6 +131,9 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
+	if q, err = rarestTagFirst(ctx, tx, boundary, after, forward, q); err != nil {
+		return "", nil, s.translate(op, err)
+	}
 	text, args := readSQL(q, boundary, after, limit)
 	rows, err := tx.QueryContext(ctx, text, args...)
 	if err != nil {
@@ -185,6 +188,9 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 		return event.Latest{}, s.translate(op, err)
 	}
 	l.Head = uint64(head)
+	if q, err = rarestTagFirst(ctx, tx, boundary, uint64(head), backward, q); err != nil {
+		return event.Latest{}, s.translate(op, err)
+	}
 	text, args := latestSQL(q, boundary, uint64(head))
 	e := event.Event{Boundary: boundary, Epoch: l.Epoch}
 	var pos, t int64

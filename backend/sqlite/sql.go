@@ -57,6 +57,12 @@ ORDER BY e.position`
 	sqlLatestMatchSuffix = `) ORDER BY p DESC LIMIT ?3) m CROSS JOIN events e ON e.boundary = ?1 AND e.position = m.p
 ORDER BY e.position DESC`
 
+	// The number of a tag's positions on the statement's side of the bound,
+	// counted up to tagProbeCap: an item with several tags is driven by the
+	// rarest (see rarestTagFirst).
+	sqlTagProbeAfter = `SELECT count(*) FROM (SELECT 1 FROM event_tags WHERE boundary = ?1 AND tag = ?2 AND position > ?3 LIMIT ?4)`
+	sqlTagProbeUpTo  = `SELECT count(*) FROM (SELECT 1 FROM event_tags WHERE boundary = ?1 AND tag = ?2 AND position <= ?3 LIMIT ?4)`
+
 	// Read-latest reads the head and epoch first, in the same read
 	// transaction as the event.
 	sqlSelectEpochHead = `SELECT epoch, head FROM boundaries WHERE name = ?`
