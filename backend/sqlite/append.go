@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -498,15 +499,19 @@ func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64,
 		probe = sqlTagProbeUpTo
 	}
 	var out *event.Query
+	counts := map[string]int64{} // a tag of several items is probed once
 	for i, it := range q.Items {
 		if len(it.Tags) < 2 {
 			continue
 		}
 		best, bestN := 0, int64(-1)
 		for j, tag := range it.Tags {
-			var n int64
-			if err := db.QueryRowContext(ctx, probe, boundary, tag, int64(pos), tagProbeCap).Scan(&n); err != nil {
-				return nil, err
+			n, seen := counts[tag]
+			if !seen {
+				if err := db.QueryRowContext(ctx, probe, boundary, tag, int64(pos), tagProbeCap).Scan(&n); err != nil {
+					return nil, err
+				}
+				counts[tag] = n
 			}
 			if bestN < 0 || n < bestN {
 				best, bestN = j, n
@@ -598,6 +603,10 @@ func decodeTags(s string) ([]string, error) {
 	return tags, nil
 }
 
+// maxArms is the most arms of the compound SELECT of one query that
+// matchSQL splits a type-only item's types into; SQLite's limit is 500.
+const maxArms = 256
+
 // The order of a query's positions: forward after ?2 (read, condition) or
 // backward from ?2 down (read-latest).
 type direction bool
@@ -620,8 +629,9 @@ const (
 //   - an item with tags walks the tag index (event_tags) for its first tag
 //     in position order, from the bound, and checks its other tags and its
 //     types by primary key, row by row, until it has ?3 positions;
-//   - an item with types only is a plain type IN (…) test on events, which
-//     the planner serves from the (boundary, type, position) index or by
+//   - an item with types only is one arm per type (type IN (…) over all of
+//     them when a query would have more than maxArms arms), which the
+//     planner serves from the (boundary, type, position) index or by
 //     walking the primary key from the bound.
 //
 // An IN (SELECT …) list of all the positions of a tag or type would be
@@ -651,17 +661,46 @@ func matchSQL(q *event.Query, d direction) (sqlText string, args []any, ok bool)
 		}
 		return strings.Join(ps, ", ")
 	}
+	// A type-only item with several types is one arm per type, each in
+	// the type index's position order, unless that would make more arms
+	// than maxArms (SQLite allows 500 in one compound SELECT): type IN (…)
+	// over several types cannot be read in position order, and the planner
+	// would read every matching entry past the bound before the LIMIT.
+	arms := 0
+	for _, it := range q.Items {
+		if len(it.Tags) == 0 {
+			arms += len(it.Types)
+		} else {
+			arms++
+		}
+	}
+	splitTypes := arms <= maxArms
 	var sb strings.Builder
-	for i, it := range q.Items {
-		if i > 0 {
+	first := true
+	arm := func() {
+		if !first {
 			sb.WriteString(" UNION ")
 		}
+		first = false
 		sb.WriteString("SELECT p FROM (")
+	}
+	for _, it := range q.Items {
 		if len(it.Tags) == 0 {
-			sb.WriteString("SELECT y.position AS p FROM events y WHERE y.boundary = ?1 AND y.position" + cmp +
-				" AND y.type IN (" + typeList(it.Types) + ") ORDER BY y.position" + order + " LIMIT ?3)")
+			groups := [][]string{it.Types}
+			if splitTypes {
+				groups = make([][]string, len(it.Types))
+				for i, t := range it.Types {
+					groups[i] = []string{t}
+				}
+			}
+			for _, types := range groups {
+				arm()
+				sb.WriteString("SELECT y.position AS p FROM events y WHERE y.boundary = ?1 AND y.position" + cmp +
+					" AND y.type IN (" + typeList(types) + ") ORDER BY y.position" + order + " LIMIT ?3)")
+			}
 			continue
 		}
+		arm()
 		sb.WriteString("SELECT t.position AS p FROM event_tags t")
 		if len(it.Types) > 0 {
 			// Each tagged position's type, by primary key. "+ 0": with a
@@ -670,7 +709,10 @@ func matchSQL(q *event.Query, d direction) (sqlText string, args []any, ok bool)
 			sb.WriteString(" CROSS JOIN events y ON y.boundary = ?1 AND y.position = t.position + 0")
 		}
 		sb.WriteString(" WHERE t.boundary = ?1 AND t.tag = " + param(it.Tags[0]) + " AND t.position" + cmp)
-		for _, tag := range it.Tags[1:] {
+		for j, tag := range it.Tags[1:] {
+			if slices.Contains(it.Tags[:j+1], tag) {
+				continue // a tag given twice is tested once
+			}
 			sb.WriteString(" AND EXISTS (SELECT 1 FROM event_tags u WHERE u.boundary = ?1 AND u.tag = " + param(tag) +
 				" AND u.position = t.position)")
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orisun-io/orisun/event"
 )
@@ -80,6 +81,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		{"two tags", item(nil, "customer:42", "order:42"), []string{tagIndex}},
 		{"type", item([]string{"type.7"}), typeIndexes},
 		{"common type", item([]string{"common"}), typeIndexes},
+		{"two types", item([]string{"common", "type.7"}), typeIndexes},
 		{"type and tag", item([]string{"type.7"}, "customer:42"), []string{tagIndex}},
 		{"two items", &event.Query{Items: []event.QueryItem{{Tags: []string{"all"}}, {Types: []string{"common"}}}}, []string{tagIndex}},
 	} {
@@ -114,6 +116,73 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 					t.Errorf("%s by %s: the plan has %q:\n%s", st.name, c.name, bad, p)
 				}
 			}
+		}
+	}
+}
+
+// TestLargestQueries: the largest queries validation lets through run on
+// every statement: 64 items of 64 types each (more arms than matchSQL
+// splits types into), 3 such items (split, 192 arms), 64 items of tags and
+// types, and an item of 64 tags. (64 items of 64 tags each, the very
+// largest, takes about 2.6 s a statement here, and minutes under -race.)
+func TestLargestQueries(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	ctx := context.Background()
+	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	tags := make([]string, event.MaxQueryTags)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("tag:%d", i)
+	}
+	in, err := event.Prepare("b", []event.Input{
+		{Type: "t.63", Data: json.RawMessage(`{}`), Tags: tags},
+		{Type: "other", Data: json.RawMessage(`{}`)},
+	}, event.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "b", in, nil); err != nil {
+		t.Fatal(err)
+	}
+	types := make([]string, event.MaxQueryTypes)
+	for i := range types {
+		types[i] = fmt.Sprintf("t.%d", i)
+	}
+	items := func(n, nTags int) *event.Query {
+		q := &event.Query{Items: make([]event.QueryItem, n)}
+		for i := range q.Items {
+			q.Items[i].Types = types
+			q.Items[i].Tags = tags[:nTags]
+		}
+		if err := event.ValidateQuery(q); err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	for _, c := range []struct {
+		name string
+		q    *event.Query
+	}{
+		{"64 items of 64 types", items(event.MaxQueryItems, 0)},
+		{"3 items of 64 types", items(3, 0)},
+		{"64 items of 2 tags and 64 types", items(event.MaxQueryItems, 2)},
+		{"1 item of 64 tags and 64 types", items(1, event.MaxQueryTags)},
+	} {
+		start := time.Now()
+		_, got, err := s.Read(ctx, "b", 0, 10, c.q)
+		t.Logf("read %s: %v", c.name, time.Since(start))
+		if err != nil || len(got) != 1 || got[0].Position != 1 {
+			t.Fatalf("read %s: %d events, %v; want position 1", c.name, len(got), err)
+		}
+		l, err := s.Latest(ctx, "b", c.q)
+		if err != nil || l.Event == nil || l.Event.Position != 1 {
+			t.Fatalf("latest %s: %+v, %v; want position 1", c.name, l, err)
+		}
+		pos, found, err := firstMatch(ctx, s.rdb, "b", &event.Condition{Query: *c.q})
+		if err != nil || !found || pos != 1 {
+			t.Fatalf("condition %s: %d, %v, %v; want position 1", c.name, pos, found, err)
 		}
 	}
 }

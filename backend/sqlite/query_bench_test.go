@@ -94,4 +94,41 @@ func BenchmarkQueryShapes(b *testing.B) {
 			}
 		})
 	}
+	// The alternative that was measured and not chosen: a correlated
+	// EXISTS per event, walking the primary key from the bound and testing
+	// each event's tag by the tag index.
+	const existsRead = `SELECT position, id, type, time, tags, data, metadata FROM events
+WHERE boundary = ?1 AND position > ?2
+  AND EXISTS (SELECT 1 FROM event_tags t WHERE t.boundary = ?1 AND t.tag = ?4 AND t.position = events.position)
+ORDER BY position LIMIT ?3`
+	const existsLatest = `SELECT position, id, type, time, tags, data, metadata FROM events
+WHERE boundary = ?1 AND position <= ?2
+  AND EXISTS (SELECT 1 FROM event_tags t WHERE t.boundary = ?1 AND t.tag = ?4 AND t.position = events.position)
+ORDER BY position DESC LIMIT ?3`
+	for _, tag := range []string{"all", "customer:42"} {
+		for _, st := range []struct {
+			name, sql string
+			pos       int64
+			limit     int
+		}{
+			{"read_page_first", existsRead, 0, 100},
+			{"read_page_middle", existsRead, n / 2, 100},
+			{"latest", existsLatest, n, 1},
+			{"condition_middle", existsRead, n / 2, 1},
+		} {
+			b.Run("correlated_exists_"+tag+"/"+st.name, func(b *testing.B) {
+				for range b.N {
+					rows, err := s.rdb.QueryContext(ctx, st.sql, "big", st.pos, st.limit, tag)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for rows.Next() {
+					}
+					if err := rows.Close(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
