@@ -694,9 +694,15 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 // ReadLatest returns the last event of the boundary matching q (nil: any
 // event; Latest.Event is nil when none matches) and the boundary's head,
 // read in one snapshot: the context of a decision. Append the decision's
-// events under Condition{Query: *q, After: latest.Head} and the append fails
-// with a *event.ConflictError if an event matching q arrived meanwhile
-// (DESIGN §4); read again and decide again.
+// events under a condition on the same query after latest.Head, and the
+// append fails with a *event.ConflictError if an event matching q arrived
+// meanwhile (DESIGN §4); read again and decide again:
+//
+//	cond := &orisun.Condition{After: latest.Head} // a nil q: any event
+//	if q != nil {
+//		cond.Query = *q
+//	}
+//	_, err := node.Append(ctx, boundary, events, cond)
 func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Latest, error) {
 	store, _, err := n.ready()
 	if err != nil {

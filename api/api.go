@@ -25,6 +25,9 @@ import (
 type Backend interface {
 	Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error)
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+	// ReadLatest returns the last event matching q and the head, from one
+	// snapshot (DESIGN §4).
+	ReadLatest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error)
 	// Boundary returns one boundary with its head (ErrNotFound if none).
 	Boundary(ctx context.Context, name string) (event.Boundary, error)
 	Boundaries(ctx context.Context) ([]event.Boundary, error)
@@ -77,7 +80,7 @@ func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
-		Description: "orisun event store: append, read, boundaries, status (docs/protocol.md)",
+		Description: "orisun event store: append, read, read-latest, boundaries, status (docs/protocol.md)",
 		Metadata:    cfg.Metadata,
 		// Every node's service answers in one queue group: a request
 		// reaches one of them.
@@ -98,6 +101,7 @@ func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
 	}{
 		{"append", "append.*", s.append},
 		{"read", "read.*", s.read},
+		{"latest", "latest.*", s.latest},
 		{"boundaries", "boundaries", s.boundaries},
 		{"create_boundary", "boundaries.create", s.createBoundary},
 		{"status", "status", s.status},
@@ -241,7 +245,13 @@ func (r *reply) error(err error) {
 	if code == CodeInternal {
 		r.log.Error("api request failed", "subject", r.subject, "err", err)
 	}
-	body, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
+	detail := ErrorDetail{Code: code, Message: msg}
+	var ce *event.ConflictError
+	if code == CodeConflict && errors.As(err, &ce) && ce.Position > 0 {
+		p := ce.Position
+		detail.Position = &p
+	}
+	body, _ := json.Marshal(ErrorBody{Error: detail})
 	m := &nats.Msg{Header: nats.Header{}, Data: body}
 	// A header is one line: a message with a line break would end it.
 	m.Header.Set(ErrorHeader, strings.NewReplacer("\r", " ", "\n", " ").Replace(msg))
@@ -373,6 +383,47 @@ func encodeRead(epoch string, head uint64, events []event.Event, maxBytes int) (
 		b = append(b, body...)
 	}
 	return append(b, "]}"...), nil
+}
+
+func (s *Service) latest(ctx context.Context, req micro.Request) (any, error) {
+	b, err := boundaryOf(req)
+	if err != nil {
+		return nil, err
+	}
+	var r LatestRequest
+	if err := decode(req.Data(), &r, "query"); err != nil {
+		return nil, err
+	}
+	if err := event.ValidateQuery(r.Query); err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	l, err := s.be.ReadLatest(ctx, b, r.Query)
+	if err != nil {
+		return nil, fmt.Errorf("read the latest of boundary %q: %w", b, err)
+	}
+	return encodeLatest(&l)
+}
+
+// encodeLatest writes the read-latest reply; its event is encoded as a
+// read's and a stream message's are (stream.Body).
+func encodeLatest(l *event.Latest) ([]byte, error) {
+	b := make([]byte, 0, 1024)
+	b = append(b, `{"epoch":`...)
+	eb, _ := json.Marshal(l.Epoch)
+	b = append(b, eb...)
+	b = append(b, `,"head":`...)
+	b = strconv.AppendUint(b, l.Head, 10)
+	b = append(b, `,"event":`...)
+	if l.Event == nil {
+		b = append(b, "null"...)
+	} else {
+		body, err := stream.Body(l.Event)
+		if err != nil {
+			return nil, fmt.Errorf("encode event at position %d: %w", l.Event.Position, err)
+		}
+		b = append(b, body...)
+	}
+	return append(b, '}'), nil
 }
 
 func (s *Service) boundaries(ctx context.Context, req micro.Request) (any, error) {

@@ -136,6 +136,66 @@ func TestAppendReadThroughAPI(t *testing.T) {
 	}
 }
 
+// TestReadLatestThroughAPI: orisun.api.latest.<boundary> answers the last
+// matching event and the head of one snapshot, null when none matches, and
+// the decision appended under {query, after: head} conflicts once a
+// matching event came in, with the position in the error body.
+func TestReadLatestThroughAPI(t *testing.T) {
+	t.Parallel()
+	_, nc := setup(t)
+	var l api.LatestReply
+	// An empty boundary: no event, head 0.
+	ok(t, nc, "orisun.api.latest.default", `{"query":{"items":[{"tags":["seat:1"]}]}}`, &l)
+	if l.Event != nil || l.Head != 0 || l.Epoch == "" {
+		t.Fatalf("latest of an empty boundary %+v", l)
+	}
+	raw := request(t, nc, "orisun.api.latest.default", `{}`)
+	if !strings.Contains(string(raw.Data), `"event":null`) {
+		t.Fatalf("raw latest reply %s: want \"event\":null", raw.Data)
+	}
+	var res api.AppendReply
+	ok(t, nc, "orisun.api.append.default", `{"events":[
+		{"type":"seat.booked","data":{"seat":1},"tags":["seat:1"]},
+		{"type":"seat.booked","data":{"seat":2},"tags":["seat:2"]},
+		{"type":"seat.released","data":{"seat":1},"metadata":{"by":"me"},"tags":["seat:1"]},
+		{"type":"seat.booked","data":{"seat":3},"tags":["seat:3"]}]}`, &res)
+	ok(t, nc, "orisun.api.latest.default", `{"query":{"items":[{"tags":["seat:1"]}]}}`, &l)
+	if l.Head != 4 || l.Epoch != res.Epoch || l.Event == nil || l.Event.Position != 3 || l.Event.Type != "seat.released" ||
+		string(l.Event.Data) != `{"seat":1}` || string(l.Event.Metadata) != `{"by":"me"}` || l.Event.Boundary != "default" {
+		t.Fatalf("latest of seat:1 %+v (event %+v)", l, l.Event)
+	}
+	// No query and an empty body: the last event of the boundary.
+	for _, body := range []string{``, `{}`, `{"query":{"items":[]}}`} {
+		ok(t, nc, "orisun.api.latest.default", body, &l)
+		if l.Event == nil || l.Event.Position != 4 || l.Head != 4 {
+			t.Fatalf("latest with %q: %+v", body, l)
+		}
+	}
+	// Nothing matches: null and the head.
+	ok(t, nc, "orisun.api.latest.default", `{"query":{"items":[{"types":["seat.booked"],"tags":["seat:2","seat:3"]}]}}`, &l)
+	if l.Event != nil || l.Head != 4 {
+		t.Fatalf("latest of nothing %+v", l)
+	}
+	// The decision: under {query, after: head} it succeeds once; a second
+	// decision from the same read conflicts at the first's position.
+	ok(t, nc, "orisun.api.latest.default", `{"query":{"items":[{"tags":["seat:1"]}]}}`, &l)
+	decide := fmt.Sprintf(`{"events":[{"type":"seat.booked","data":{"seat":1},"tags":["seat:1"]}],
+		"condition":{"query":{"items":[{"tags":["seat:1"]}]},"after":%d}}`, l.Head)
+	ok(t, nc, "orisun.api.append.default", decide, &res)
+	if res.First != 5 {
+		t.Fatalf("decision %+v", res)
+	}
+	msg := request(t, nc, "orisun.api.append.default", decide)
+	var eb api.ErrorBody
+	if err := json.Unmarshal(msg.Data, &eb); err != nil {
+		t.Fatal(err)
+	}
+	if eb.Error.Code != "conflict" || eb.Error.Position == nil || *eb.Error.Position != 5 ||
+		msg.Header.Get("Nats-Service-Error-Code") != "409" {
+		t.Fatalf("second decision: %s", msg.Data)
+	}
+}
+
 func TestBoundariesAndStatusThroughAPI(t *testing.T) {
 	t.Parallel()
 	n, nc := setup(t)
@@ -211,6 +271,11 @@ func TestBadRequests(t *testing.T) {
 		{"limit 20000", "orisun.api.read.default", `{"limit":20000}`, "invalid", "limit: 20000 is above the maximum 10000"},
 		{"after past head", "orisun.api.read.default", `{"after":5,"limit":10}`, "invalid", "after: 5 is past the head 1"},
 		{"bad query type", "orisun.api.read.default", `{"query":{"items":[{"types":["*"]}]}}`, "invalid", "query"},
+		{"latest bad query", "orisun.api.latest.default", `{"query":{"items":[{"tags":[""]}]}}`, "invalid", "query"},
+		{"latest unknown field", "orisun.api.latest.default", `{"after":0}`, "invalid", `unknown field "after"`},
+		{"latest malformed JSON", "orisun.api.latest.default", `{"query":`, "invalid", "not valid JSON"},
+		{"latest unknown boundary", "orisun.api.latest.nosuch", `{}`, "not_found", "nosuch"},
+		{"latest invalid boundary name", "orisun.api.latest.No", `{}`, "invalid", "boundary name"},
 		{"oversized event", "orisun.api.append.default", `{"events":[{"type":"a","data":"` + big + `"}]}`, "too_large", "limit (NATS max payload)"},
 		{"condition conflict", "orisun.api.append.default",
 			`{"events":[{"type":"seat.booked","data":{"seat":1}}],"condition":{"query":{"items":[{"tags":["seat:1"]}]},"after":0}}`,
@@ -241,6 +306,23 @@ func TestBadRequests(t *testing.T) {
 			apiErr, isErr := api.DecodeError(msg.Header.Get("Nats-Service-Error-Code"), hmsg, msg.Data)
 			if !isErr || api.CodeOf(apiErr) != c.code {
 				t.Fatalf("decoded %v", apiErr)
+			}
+			// The conflict of a failed condition carries its position, in
+			// the body and as an *event.ConflictError; the conflict of an
+			// id stored with other content has none.
+			var ce *event.ConflictError
+			switch c.name {
+			case "condition conflict":
+				if eb.Error.Position == nil || *eb.Error.Position != 1 {
+					t.Fatalf("condition conflict body %s: want position 1", msg.Data)
+				}
+				if !errors.As(apiErr, &ce) || ce.Position != 1 || !errors.Is(apiErr, event.ErrConflict) {
+					t.Fatalf("decoded conflict %#v: want an *event.ConflictError at position 1", apiErr)
+				}
+			default:
+				if eb.Error.Position != nil || errors.As(apiErr, &ce) {
+					t.Fatalf("%s: body %s carries a position", c.name, msg.Data)
+				}
 			}
 		})
 	}

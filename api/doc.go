@@ -1,6 +1,6 @@
 // Package api is orisun's public NATS door (DESIGN §11): a NATS micro
-// service named "orisun" that serves appends, reads, the boundary list and
-// the status as JSON request/reply on orisun.api.>. Any NATS client can use
+// service named "orisun" that serves appends, reads, read-latest (the
+// context of a decision), the boundary list and the status as JSON request/reply on orisun.api.>. Any NATS client can use
 // it; docs/protocol.md is its reference.
 //
 // The service runs on a Backend, a small interface the embedding Node
@@ -14,7 +14,8 @@
 //
 // Errors carry the micro error headers (Nats-Service-Error-Code, numeric;
 // Nats-Service-Error, the message) and the body
-// {"error":{"code":…,"message":…}}. The code comes from the sentinel errors of
+// {"error":{"code":…,"message":…}}, with "position" added to the conflict of
+// a failed append condition (an *event.ConflictError). The code comes from the sentinel errors of
 // package event (errors.Is); a request the handler cannot understand is
 // "invalid", and nothing is ever written for a request that fails
 // validation. Two choices where the design is silent:

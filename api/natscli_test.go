@@ -74,6 +74,11 @@ func TestWithTheNATSCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &rd); err != nil || len(rd.Events) != 2 || rd.Head != 2 {
 		t.Fatalf("read reply %q: %v", out, err)
 	}
+	out = natsCLI(t, url, "req", "--raw", "orisun.api.latest.default", `{"query":{"items":[{"tags":["x"]}]}}`)
+	var l api.LatestReply
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &l); err != nil || l.Event == nil || l.Event.Position != 1 || l.Head != 2 {
+		t.Fatalf("latest reply %q: %v", out, err)
+	}
 	// An error reply shows the micro error headers to a plain client.
 	out = natsCLI(t, url, "req", "orisun.api.read.default", `{"after":0,"limit":20000}`)
 	if !strings.Contains(out, "limit: 20000 is above the maximum 10000") {
@@ -101,7 +106,7 @@ func TestWithTheNATSCLI(t *testing.T) {
 	for _, e := range info.Endpoints {
 		subjects = append(subjects, e.Subject)
 	}
-	want := "orisun.api.append.* orisun.api.read.* orisun.api.boundaries orisun.api.boundaries.create orisun.api.status"
+	want := "orisun.api.append.* orisun.api.read.* orisun.api.latest.* orisun.api.boundaries orisun.api.boundaries.create orisun.api.status"
 	if info.Name != "orisun" || strings.Join(subjects, " ") != want {
 		t.Fatalf("nats micro info: %s %v\n%s", info.Name, subjects, out)
 	}

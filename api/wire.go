@@ -14,6 +14,7 @@ const (
 	SubjectPrefix         = "orisun.api"
 	SubjectAppend         = SubjectPrefix + ".append"
 	SubjectRead           = SubjectPrefix + ".read"
+	SubjectLatest         = SubjectPrefix + ".latest"
 	SubjectBoundaries     = SubjectPrefix + ".boundaries"
 	SubjectCreateBoundary = SubjectPrefix + ".boundaries.create"
 	SubjectStatus         = SubjectPrefix + ".status"
@@ -46,6 +47,9 @@ func AppendSubject(boundary string) string { return SubjectAppend + "." + bounda
 // ReadSubject returns the read subject of a boundary.
 func ReadSubject(boundary string) string { return SubjectRead + "." + boundary }
 
+// LatestSubject returns the read-latest subject of a boundary.
+func LatestSubject(boundary string) string { return SubjectLatest + "." + boundary }
+
 // AppendRequest is the body of an append.
 type AppendRequest struct {
 	Events    []event.Input    `json:"events"`
@@ -70,6 +74,17 @@ type ReadReply struct {
 	Head   uint64        `json:"head"`
 	Events []event.Event `json:"events"`
 }
+
+// LatestRequest is the body of a read-latest: the query (nil or no items:
+// any event).
+type LatestRequest struct {
+	Query *event.Query `json:"query,omitempty"`
+}
+
+// LatestReply is event.Latest: {"epoch", "head", "event"}, the event null
+// when none matches. Append a decision under
+// {"query": the same query, "after": head}.
+type LatestReply = event.Latest
 
 // BoundariesReply lists the boundaries.
 type BoundariesReply struct {
@@ -125,10 +140,13 @@ type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
 }
 
-// ErrorDetail is the code and the message of an error reply.
+// ErrorDetail is the code and the message of an error reply. Position is
+// set on the conflict of a failed append condition: the first stored
+// position after the condition's that matches its query.
 type ErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code     string  `json:"code"`
+	Message  string  `json:"message"`
+	Position *uint64 `json:"position,omitempty"`
 }
 
 // Error is an error reply as a Go error. errors.Is matches it against the
@@ -137,9 +155,22 @@ type ErrorDetail struct {
 type Error struct {
 	Code    string
 	Message string
+	// Conflict is set when the reply is the conflict of a failed append
+	// condition and carries its position: errors.As(err, &ce) with ce an
+	// *event.ConflictError finds it. Its Boundary and After are those of
+	// the request when the client fills them in (client.Append does).
+	Conflict *event.ConflictError
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap returns the condition's conflict, if the reply carried one.
+func (e *Error) Unwrap() error {
+	if e.Conflict == nil {
+		return nil
+	}
+	return e.Conflict
+}
 
 // Is makes errors.Is(err, event.ErrX) true for the sentinel of the code.
 func (e *Error) Is(target error) bool {
@@ -181,7 +212,11 @@ func DecodeError(headerCode, headerMessage string, body []byte) (err *Error, ok 
 	}
 	var eb ErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
-		return &Error{Code: eb.Error.Code, Message: eb.Error.Message}, true
+		e := &Error{Code: eb.Error.Code, Message: eb.Error.Message}
+		if eb.Error.Code == CodeConflict && eb.Error.Position != nil {
+			e.Conflict = &event.ConflictError{Position: *eb.Error.Position}
+		}
+		return e, true
 	}
 	// A micro error from elsewhere (no orisun body): keep what the
 	// headers say.

@@ -139,12 +139,32 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 }
 
 // Append appends events atomically; cond (optional) fails the append with
-// a conflict when an event matching its query exists after its position.
+// a conflict when an event matching its query exists after its position:
+// errors.Is(err, event.ErrConflict), and errors.As(err, &ce) finds an
+// *event.ConflictError with the first matching position.
 // Sending the same events again (same ids) after a lost reply returns the
 // same positions and writes nothing.
 func (c *Client) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
 	var res event.AppendResult
 	err := c.request(ctx, api.AppendSubject(boundary), api.AppendRequest{Events: events, Condition: cond}, &res)
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Conflict != nil && cond != nil {
+		apiErr.Conflict.Boundary = boundary
+		apiErr.Conflict.After = cond.After
+	}
+	return res, err
+}
+
+// ReadLatest returns the last event of the boundary matching q (nil or no
+// items: any event; Event is nil when none matches) and the boundary's
+// head, read in one snapshot: the context of a decision. Append the
+// decision under a condition with the same query and After: Head (an empty
+// event.Query when q is nil); the append fails with an error that
+// errors.As finds an *event.ConflictError in when an event matching q came
+// in meanwhile. Read again and decide again.
+func (c *Client) ReadLatest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error) {
+	var res api.LatestReply
+	err := c.request(ctx, api.LatestSubject(boundary), api.LatestRequest{Query: q}, &res)
 	return res, err
 }
 

@@ -1,5 +1,6 @@
 // Package client is the Go client of orisun's NATS API (docs/protocol.md):
-// it appends, reads, lists and creates boundaries, reads the status, and
+// it appends, reads, reads the latest matching event (ReadLatest, the
+// context of a conditional append), lists and creates boundaries, reads the status, and
 // subscribes to a boundary with exactly the semantics of the in-process
 // subscription (DESIGN §7, I5), because it runs the same state machine:
 // catchup.Subscribe, with the API's read as its Reader and the boundary's

@@ -107,6 +107,70 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 		checkDense(t, events)
 	})
 
+	t.Run("FailedRequestInMergedRun", func(t *testing.T) {
+		t.Parallel()
+		// Three unconditioned requests in a row (a backend may insert such
+		// a run with one statement): the middle one fails (its id is stored
+		// with other content). The first and the third land, the third
+		// right after the first: positions stay dense (I1), nothing of the
+		// failed one is stored.
+		s := setup(t, open, "seats")
+		stored := mustAppend(t, s, "seats", batch(t, "seats", 1, "seat.claimed", "seat:1"), nil) // 1
+		_, before := readAll(t, s, "seats", nil)
+		// One event each: the three must fit one group of the smallest
+		// group size the suite runs with (3 events).
+		first := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:2")}
+		bad := &call{in: prep(t, "seats",
+			event.Input{ID: before[0].ID, Type: "seat.claimed", Data: json.RawMessage(`{"other":true}`), Tags: []string{"seat:9"}})}
+		third := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:3")}
+		inOneGroup(t, s, "seats", []*call{first, bad, third})
+		wantErr(t, "same id, other content, in a merged run", bad.err, event.ErrConflict)
+		if first.err != nil || first.res.First != stored.Last+1 || first.res.Last != stored.Last+1 {
+			t.Fatalf("first request: %+v, %v; want position %d", first.res, first.err, stored.Last+1)
+		}
+		if third.err != nil || third.res.First != first.res.Last+1 || third.res.Last != first.res.Last+1 {
+			t.Fatalf("third request: %+v, %v; want position %d, right after the first", third.res, third.err, first.res.Last+1)
+		}
+		_, events := readAll(t, s, "seats", nil)
+		checkDense(t, events)
+		if len(events) != 3 || head(t, s, "seats") != 3 {
+			t.Fatalf("%d events stored (head %d), want 3: nothing of the failed request", len(events), head(t, s, "seats"))
+		}
+		for _, e := range events {
+			for _, tag := range e.Tags {
+				if tag == "seat:9" {
+					t.Fatalf("an event of the failed request is stored at position %d", e.Position)
+				}
+			}
+		}
+	})
+
+	t.Run("ConditionSeesMergedRun", func(t *testing.T) {
+		t.Parallel()
+		// Two unconditioned requests (a run a backend may insert with one
+		// statement), then a request conditioned on the first's tag after
+		// the head all three read: the condition sees the run's insert,
+		// uncommitted as it is, and fails at the first's position.
+		s := setup(t, open, "seats")
+		mustAppend(t, s, "seats", batch(t, "seats", 1, "show.scheduled", "show:1"), nil) // 1
+		h := head(t, s, "seats")
+		first := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:7")}
+		second := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:8")}
+		checked := &call{in: batch(t, "seats", 1, "seat.claimed", "seat:7"),
+			cond: &event.Condition{Query: tagQuery("seat:7"), After: h}}
+		inOneGroup(t, s, "seats", []*call{first, second, checked})
+		if first.err != nil || first.res.First != h+1 || second.err != nil || second.res.First != h+2 {
+			t.Fatalf("unconditioned requests: %+v (%v), %+v (%v); want positions %d and %d",
+				first.res, first.err, second.res, second.err, h+1, h+2)
+		}
+		wantConflictAt(t, "condition on the first request of a merged run", checked.err, "seats", h, h+1)
+		_, events := readAll(t, s, "seats", nil)
+		checkDense(t, events)
+		if len(events) != 3 {
+			t.Fatalf("%d events stored, want 3: the conditioned request's event must not be", len(events))
+		}
+	})
+
 	t.Run("RetryInSameGroup", func(t *testing.T) {
 		t.Parallel()
 		// The same events twice in one group (a client that retried before
@@ -206,16 +270,29 @@ func testDecisions(t *testing.T, open func(t *testing.T) backend.Store) {
 	errs := make([]error, clients)
 	conflicts := make([]int, clients)
 	start := make(chan struct{})
+	// Every client's first read happens before any append: all 32 first
+	// decisions are taken from the same head, so exactly one of them can
+	// land and the other 31 must conflict, whatever the scheduling. A
+	// backend that ignored conditions would sell every seat to the first
+	// ten without a conflict and fail the count below.
+	var firstReads sync.WaitGroup
+	firstReads.Add(clients)
 	for c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			readDone := sync.OnceFunc(firstReads.Done)
+			defer readDone() // a client that fails early never blocks the others
 			<-start
-			for {
+			for round := 0; ; round++ {
 				l, err := s.Latest(context.Background(), "shows", q)
 				if err != nil {
 					errs[c] = err
 					return
+				}
+				if round == 0 {
+					readDone()
+					firstReads.Wait()
 				}
 				var n count
 				if l.Event != nil {
@@ -287,4 +364,8 @@ func testDecisions(t *testing.T, open func(t *testing.T) backend.Store) {
 		total += n
 	}
 	t.Logf("%d clients, %d seats, %d conflicts retried", clients, seats, total)
+	if total < clients-1 {
+		t.Fatalf("%d conflicts, want at least %d: all first decisions were taken from one head, so all but one must conflict",
+			total, clients-1)
+	}
 }

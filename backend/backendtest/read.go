@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -172,4 +173,33 @@ func testRead(t *testing.T, open func(t *testing.T) backend.Store) {
 			t.Fatalf("empty read: epoch %q, err %v; want the boundary's epoch %q", epoch, err, b.Epoch)
 		}
 	})
+}
+
+// testDuplicateTag: an event may carry a tag twice (nothing forbids it);
+// it is stored as given, and reads, read-latest and conditions by that tag
+// (alone, twice in one item, or with another tag) find it once.
+func testDuplicateTag(t *testing.T, open func(t *testing.T) backend.Store) {
+	s := setup(t, open, "dups")
+	ctx := t.Context()
+	mustAppend(t, s, "dups", prep(t, "dups", ev("a", "x"), ev("dup.tagged", "d", "d", "x"), ev("b", "y")), nil)
+	_, all := readAll(t, s, "dups", nil)
+	if got := fmt.Sprint(all[1].Tags); got != "[d d x]" {
+		t.Fatalf("stored tags %s, want [d d x] as appended", got)
+	}
+	for _, q := range []event.Query{tagQuery("d"), tagQuery("d", "d"), tagQuery("x", "d"),
+		{Items: []event.QueryItem{{Tags: []string{"d"}}, {Tags: []string{"d", "x"}}}}} {
+		_, got := readAll(t, s, "dups", &q)
+		if len(got) != 1 || got[0].Position != 2 {
+			t.Fatalf("read by %+v: %d events, want only position 2", q, len(got))
+		}
+		l, err := s.Latest(ctx, "dups", &q)
+		if err != nil || l.Event == nil || l.Event.Position != 2 || l.Head != 3 {
+			t.Fatalf("latest by %+v: %+v, %v; want position 2", q, l, err)
+		}
+		_, err = s.Append(ctx, "dups", prep(t, "dups", ev("c")), &event.Condition{Query: q, After: 1})
+		wantConflictAt(t, fmt.Sprintf("condition on %+v", q), err, "dups", 1, 2)
+	}
+	if h := head(t, s, "dups"); h != 3 {
+		t.Fatalf("head %d, want 3: the conflicting appends wrote nothing", h)
+	}
 }

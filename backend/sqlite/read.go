@@ -131,12 +131,11 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
-	filter, fargs := whereQuery(q, boundAfter)
-	args := make([]any, 0, 3+len(fargs))
-	args = append(args, boundary, int64(after))
-	args = append(args, fargs...)
-	args = append(args, limit)
-	rows, err := tx.QueryContext(ctx, sqlReadPrefix+filter+sqlReadSuffix, args...)
+	if q, err = rarestTagFirst(ctx, tx, boundary, after, forward, q); err != nil {
+		return "", nil, s.translate(op, err)
+	}
+	text, args := readSQL(q, boundary, after, limit)
+	rows, err := tx.QueryContext(ctx, text, args...)
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
@@ -189,13 +188,15 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 		return event.Latest{}, s.translate(op, err)
 	}
 	l.Head = uint64(head)
-	filter, fargs := whereQuery(q, boundUpTo)
-	args := append([]any{boundary, head}, fargs...)
+	if q, err = rarestTagFirst(ctx, tx, boundary, uint64(head), backward, q); err != nil {
+		return event.Latest{}, s.translate(op, err)
+	}
+	text, args := latestSQL(q, boundary, uint64(head))
 	e := event.Event{Boundary: boundary, Epoch: l.Epoch}
 	var pos, t int64
 	var tags string
 	var data, md []byte
-	err = tx.QueryRowContext(ctx, sqlLatestPrefix+filter+sqlLatestSuffix, args...).Scan(&pos, &e.ID, &e.Type, &t, &tags, &data, &md)
+	err = tx.QueryRowContext(ctx, text, args...).Scan(&pos, &e.ID, &e.Type, &t, &tags, &data, &md)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, nil
 	}
@@ -213,4 +214,25 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 	}
 	l.Event = &e
 	return l, nil
+}
+
+// readSQL is the statement of a read page, with its arguments.
+func readSQL(q *event.Query, boundary string, after uint64, limit int) (string, []any) {
+	m, margs, ok := matchSQL(q, forward)
+	args := append([]any{boundary, int64(after), limit}, margs...)
+	if !ok {
+		return sqlReadAll, args
+	}
+	return sqlReadMatchPrefix + m + sqlReadMatchSuffix, args
+}
+
+// latestSQL is the statement of a read-latest up to head, with its
+// arguments.
+func latestSQL(q *event.Query, boundary string, head uint64) (string, []any) {
+	m, margs, ok := matchSQL(q, backward)
+	args := append([]any{boundary, int64(head), 1}, margs...)
+	if !ok {
+		return sqlLatestAny, args
+	}
+	return sqlReadMatchPrefix + m + sqlLatestMatchSuffix, args
 }

@@ -35,32 +35,37 @@ WHERE boundary = ? AND id IN (`
 	// per event.
 	sqlInsertEventsPrefix = `INSERT INTO events (boundary, position, id, type, time, tags, data, metadata) VALUES `
 	sqlInsertEventsRow    = `(?, ?, ?, ?, ?, ?, ?, ?)`
-	// sqlFirstMatchPrefix is completed with a query filter (see whereQuery)
-	// and sqlFirstMatchSuffix: the first event after the condition's
-	// position that matches its query.
-	sqlFirstMatchPrefix = `SELECT position FROM events WHERE boundary = ? AND position > ?`
-	sqlFirstMatchSuffix = ` ORDER BY position LIMIT 1`
+	// Queries: a read page, a read-latest and a condition check. ?1 is the
+	// boundary, ?2 the position bound (after it for read and condition, up to
+	// it for latest), ?3 the number of positions wanted (the page size, or 1);
+	// a query's types and tags are ?4 on (see matchSQL). The plain forms are
+	// for the empty query, which matches every event.
+	sqlFirstAny = `SELECT position FROM events WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`
+	sqlReadAll  = `SELECT position, id, type, time, tags, data, metadata FROM events
+WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`
+	sqlLatestAny = `SELECT position, id, type, time, tags, data, metadata FROM events
+WHERE boundary = ?1 AND position <= ?2 ORDER BY position DESC LIMIT ?3`
+	// The filtered forms wrap matchSQL's positions: the first ?3 of them in
+	// the statement's order, then their events by primary key. CROSS JOIN
+	// keeps that join order (SQLite never reorders a CROSS JOIN).
+	sqlFirstMatchPrefix = `SELECT p FROM (`
+	sqlFirstMatchSuffix = `) ORDER BY p LIMIT ?3`
+	sqlReadMatchPrefix  = `SELECT e.position, e.id, e.type, e.time, e.tags, e.data, e.metadata
+FROM (SELECT p FROM (`
+	sqlReadMatchSuffix = `) ORDER BY p LIMIT ?3) m CROSS JOIN events e ON e.boundary = ?1 AND e.position = m.p
+ORDER BY e.position`
+	sqlLatestMatchSuffix = `) ORDER BY p DESC LIMIT ?3) m CROSS JOIN events e ON e.boundary = ?1 AND e.position = m.p
+ORDER BY e.position DESC`
 
-	// Read.
-	sqlReadPrefix = `SELECT position, id, type, time, tags, data, metadata FROM events WHERE boundary = ? AND position > ?`
-	sqlReadSuffix = ` ORDER BY position LIMIT ?`
+	// The number of a tag's positions on the statement's side of the bound,
+	// counted up to tagProbeCap: an item with several tags is driven by the
+	// rarest (see rarestTagFirst).
+	sqlTagProbeAfter = `SELECT count(*) FROM (SELECT 1 FROM event_tags WHERE boundary = ?1 AND tag = ?2 AND position > ?3 LIMIT ?4)`
+	sqlTagProbeUpTo  = `SELECT count(*) FROM (SELECT 1 FROM event_tags WHERE boundary = ?1 AND tag = ?2 AND position <= ?3 LIMIT ?4)`
 
-	// Read-latest: the head and epoch, then the matching event with the
-	// highest position up to that head, in one read transaction.
+	// Read-latest reads the head and epoch first, in the same read
+	// transaction as the event.
 	sqlSelectEpochHead = `SELECT epoch, head FROM boundaries WHERE name = ?`
-	sqlLatestPrefix    = `SELECT position, id, type, time, tags, data, metadata FROM events WHERE boundary = ? AND position <= ?`
-	sqlLatestSuffix    = ` ORDER BY position DESC LIMIT 1`
-
-	// A query item's type and tag tests: the position is among those an
-	// index holds for the types (events_boundary_type_position) or the tag
-	// (event_tags, migration 0002) in this boundary, within the statement's
-	// position bound. ?1 is the boundary and ?2 the position in every
-	// statement a filter goes into; whereQuery puts the bound between
-	// prefix and rest.
-	sqlTypeFilterPrefix = `events.position IN (SELECT ty.position FROM events ty WHERE ty.boundary = ?1 AND ty.position `
-	sqlTypeFilterTypes  = ` AND ty.type IN (`
-	sqlTagFilterPrefix  = `events.position IN (SELECT t.position FROM event_tags t WHERE t.boundary = ?1 AND t.position `
-	sqlTagFilterTag     = ` AND t.tag = ?)`
 
 	// Checkpoints. The checkpoint only moves forward (max), never past the
 	// head, and only for the holder of the current term (I3, I6).
