@@ -255,6 +255,24 @@ func (s *sub) canGoLive(ctx context.Context) (bool, error) {
 	return first <= s.next, nil
 }
 
+// silentConsumer is how long a live consumer may deliver nothing while the
+// stream holds the position it waits for.
+const silentConsumer = 3 * time.Second
+
+// streamHolds reports whether the boundary's stream holds position pos (its
+// last sequence is at or past it). Any doubt is false: staying live is the
+// default, and the stream check is a liveness aid only.
+func (s *sub) streamHolds(ctx context.Context, pos uint64) bool {
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := s.cfg.JS.Stream(sctx, stream.Name(s.boundary))
+	if err != nil {
+		return false
+	}
+	info := st.CachedInfo()
+	return info.State.LastSeq >= pos && info.State.FirstSeq <= pos
+}
+
 // live consumes the stream from next. It returns the reason it went back
 // to the store, or an error that ends the subscription.
 func (s *sub) live(ctx context.Context) (string, error) {
@@ -276,6 +294,7 @@ func (s *sub) live(ctx context.Context) (string, error) {
 		return "live consumer failed: " + err.Error(), nil
 	}
 	defer it.Stop()
+	quietSince := time.Now()
 	for {
 		// Wake at least every second to ask whether the stream is still
 		// fed: a publisher that stalled or lost its lease leaves this
@@ -291,10 +310,18 @@ func (s *sub) live(ctx context.Context) (string, error) {
 				if s.cfg.Live != nil && !s.cfg.Live() {
 					return "the boundary's publisher is not leading here: reading the store", nil
 				}
+				// The stream holds next, yet nothing arrived for a while:
+				// the consumer is stuck (its stream was recreated under
+				// it, say). The store never is.
+				if time.Since(quietSince) >= silentConsumer && s.streamHolds(ctx, s.next) {
+					return fmt.Sprintf("live consumer silent for %s while the stream holds position %d: reading the store",
+						time.Since(quietSince).Round(time.Second), s.next), nil
+				}
 				continue
 			}
 			return "live consumer failed: " + err.Error(), nil
 		}
+		quietSince = time.Now()
 		h := msg.Headers()
 		md, _ := msg.Metadata()
 		if h.Get(stream.HeaderPosition) == "" || h.Get(stream.HeaderEpoch) == "" {
@@ -330,6 +357,8 @@ func (s *sub) live(ctx context.Context) (string, error) {
 		if err := s.deliver(ctx, &e); err != nil {
 			return "", err
 		}
+		// A slow handler is not a silent consumer.
+		quietSince = time.Now()
 	}
 }
 
