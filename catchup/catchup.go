@@ -313,9 +313,15 @@ func (s *sub) live(ctx context.Context) (string, error) {
 				// The stream holds next, yet nothing arrived for a while:
 				// the consumer is stuck (its stream was recreated under
 				// it, say). The store never is.
-				if time.Since(quietSince) >= silentConsumer && s.streamHolds(ctx, s.next) {
-					return fmt.Sprintf("live consumer silent for %s while the stream holds position %d: reading the store",
-						time.Since(quietSince).Round(time.Second), s.next), nil
+				if time.Since(quietSince) >= silentConsumer {
+					if s.streamHolds(ctx, s.next) {
+						return fmt.Sprintf("live consumer silent for %s while the stream holds position %d: reading the store",
+							time.Since(quietSince).Round(time.Second), s.next), nil
+					}
+					// Idle, not stuck: look again in a while, so that an
+					// idle subscription costs one stream-info request per
+					// silentConsumer, not per second.
+					quietSince = time.Now()
 				}
 				continue
 			}
