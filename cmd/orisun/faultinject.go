@@ -17,6 +17,9 @@
 //	ORISUN_FAULT_CONSUMERS      name=checkpoint_file:delay_ms,… in-process
 //	                            consumers
 //	ORISUN_FAULT_STATUS         a status record every that often (e.g. 200ms)
+//	ORISUN_FAULT_CHECKPOINT_BEFORE_ACK  1: a deliberately broken publisher
+//	                            that writes each batch's checkpoint before
+//	                            publishing it (the negative control of C6)
 //
 // In-process appenders and consumers are for SQLite, where one process owns
 // the data directory. Once the NATS Go client exists they should become
@@ -61,7 +64,9 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
-	rs := &faults.RecordingStore{Rec: rec}
+	// On SQLite this process is the only writer of the checkpoint: read
+	// it back after each write (C6 never back, never beyond the head).
+	rs := &faults.RecordingStore{Rec: rec, ReadBack: os.Getenv("ORISUN_BACKEND") != "postgres"}
 	killAfterAck, _ := strconv.Atoi(os.Getenv("ORISUN_FAULT_KILL_AFTER_ACK"))
 	var acks atomic.Int64
 	opts := []orisun.Option{
@@ -72,6 +77,10 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 				killSelf(fmt.Sprintf("SIGKILL between the acknowledgement of %d and its checkpoint", last))
 			}
 		}),
+	}
+	if os.Getenv("ORISUN_FAULT_CHECKPOINT_BEFORE_ACK") == "1" {
+		rec.Write(faults.Record{Kind: faults.KindNote, Note: "a broken publisher: checkpoint before the acknowledgement"})
+		opts = append(opts, orisun.WithBrokenCheckpointBeforeAck())
 	}
 	started := func(ctx context.Context, n *orisun.Node) {
 		nc, err := nats.Connect(n.NATSURL(), nats.Name("orisun-faultinject"))

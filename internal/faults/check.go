@@ -242,11 +242,12 @@ func (c *checker) streams(h []Record) {
 	}
 }
 
-// checkpoints: C6 (never back, never ahead of what this process saw
-// acknowledged, a stale term changes nothing) and C7 (a deposed publisher
+// checkpoints: C6 (never back, never ahead of the stream's last sequence
+// as JetStream reported it right before the write, a stale term changes
+// nothing) and C7 (a deposed publisher
 // stops).
 func (c *checker) checkpoints(h []Record) {
-	acked := map[string]uint64{}   // per process: highest acknowledged position
+	acked := map[string]uint64{}   // per process: the stream's last sequence before its latest write
 	deposed := map[string]uint64{} // per process: term refused
 	var seen uint64
 	// firstEnd: per term, when its first accepted write returned. A write
@@ -257,9 +258,13 @@ func (c *checker) checkpoints(h []Record) {
 	firstEnd := map[uint64]int64{}
 	for _, r := range h {
 		switch r.Kind {
-		case KindAck, KindAckEvidence:
-			acked[r.Proc] = max(acked[r.Proc], r.Pos)
-			if t, ok := deposed[r.Proc]; ok && r.Kind == KindAck {
+		case KindAckEvidence:
+			// What JetStream itself held, read just before the write:
+			// the only acknowledgement C6 trusts.
+			acked[r.Proc] = r.Pos
+		case KindAck:
+			// The publisher's own word: only for C7.
+			if t, ok := deposed[r.Proc]; ok {
 				c.add("C7", r.Proc, "%s was refused with term %d and still had position %d acknowledged afterwards: a deposed publisher must stop", r.Proc, t, r.Pos)
 			}
 		case KindCheckpoint:

@@ -87,6 +87,52 @@ type proc struct {
 	done chan struct{}
 	mu   sync.Mutex
 	out  bytes.Buffer // last output, for a failed run
+	// want is how the process must end: "" (it runs until the harness
+	// stops it: any exit before is a crash), wantKilled (the harness or
+	// its own fault point sent SIGKILL) or wantExit0 (stopped with
+	// SIGTERM, or a child that ends by itself).
+	want string
+}
+
+const (
+	wantKilled = "killed by SIGKILL"
+	wantExit0  = "exit status 0"
+)
+
+func (p *proc) expect(want string) {
+	p.mu.Lock()
+	p.want = want
+	p.mu.Unlock()
+}
+
+// endProblem says what is wrong with how an exited process ended ("" if
+// nothing): a node killed must have died by SIGKILL, one stopped with
+// SIGTERM must have exited 0, and nothing may die unasked.
+func (p *proc) endProblem() string {
+	p.mu.Lock()
+	want := p.want
+	p.mu.Unlock()
+	if !p.exited() {
+		return "" // still running: the harness's cleanup kills it
+	}
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		return ""
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	switch want {
+	case wantKilled:
+		if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return ""
+		}
+	case wantExit0:
+		if ws.Exited() && ws.ExitStatus() == 0 {
+			return ""
+		}
+	default:
+		return fmt.Sprintf("%s ended unasked (%s)", p.name, ps)
+	}
+	return fmt.Sprintf("%s ended with %s, want %s", p.name, ps, want)
 }
 
 func (p *proc) Write(b []byte) (int, error) {
@@ -113,18 +159,25 @@ func (p *proc) exited() bool {
 // signal sends sig to this process if it still runs; never anything else.
 func (p *proc) signal(sig syscall.Signal) {
 	if !p.exited() {
+		if sig == syscall.SIGKILL {
+			p.expect(wantKilled)
+		}
 		p.cmd.Process.Signal(sig)
 	}
 }
 
 // stop ends the process: SIGTERM, then SIGKILL after the grace.
 func (p *proc) stop(grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	p.expect(wantExit0)
 	p.signal(syscall.SIGCONT)
 	p.signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		p.signal(syscall.SIGKILL)
+		p.cmd.Process.Signal(syscall.SIGKILL) // still wantExit0: a hang fails the run
 		<-p.done
 	}
 }
@@ -299,7 +352,13 @@ func (r *run) startNode(name string, extra ...string) *proc {
 	cmd.Env = append(cmd.Env, r.nodeEnv...)
 	cmd.Env = append(cmd.Env, r.historyEnv(name)...)
 	cmd.Env = append(cmd.Env, extra...)
-	return r.spawn(name, cmd)
+	p := r.spawn(name, cmd)
+	for _, e := range extra {
+		if strings.HasPrefix(e, "ORISUN_FAULT_KILL_") {
+			p.expect(wantKilled) // its own fault point kills it
+		}
+	}
+	return p
 }
 
 func (r *run) natsURLs() string {
@@ -488,16 +547,21 @@ func (r *run) storeContent() ([]Stored, string) {
 	}
 }
 
-// finish stops every process, reads the store and the histories, runs the
-// checker and fails on any violation. It returns the statistics.
-func (r *run) finish(o Options) (Stats, []Record) {
+// check stops every process, reads the store and the histories and runs
+// the checker; a process that ended otherwise than the harness asked is a
+// failure of the run (item 5 of the review: exit statuses).
+func (r *run) check(o Options) ([]Violation, Stats, []Record) {
 	r.t.Helper()
-	streams := r.readStreams()
 	for _, p := range r.procs {
 		p.stop(30 * time.Second)
 	}
 	if r.stopMon != nil {
 		r.stopMon()
+	}
+	for _, p := range r.all {
+		if msg := p.endProblem(); msg != "" {
+			r.t.Errorf("exit status: %s", msg)
+		}
 	}
 	store, epoch := r.storeContent()
 	h, err := ReadDir(r.dir)
@@ -507,6 +571,15 @@ func (r *run) finish(o Options) (Stats, []Record) {
 	o.Epoch = epoch
 	o.SavesEach = true
 	vs, st := Check(h, store, o)
+	return vs, st, h
+}
+
+// finish stops every process, reads the store and the histories, runs the
+// checker and fails on any violation. It returns the statistics.
+func (r *run) finish(o Options) (Stats, []Record) {
+	r.t.Helper()
+	streams := r.readStreams()
+	vs, st, h := r.check(o)
 	r.t.Logf("%s: %d events, %d deliveries, %d duplicates, %d subscriptions, %d faults, max takeover %s, lag after heal %s, streams %v",
 		r.name, st.Events, st.Deliveries, st.Duplicates, st.Subscriptions, st.Faults,
 		st.MaxTakeover.Round(time.Millisecond), st.MaxLagAfterHeal.Round(time.Millisecond), streams)

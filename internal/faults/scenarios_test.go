@@ -70,6 +70,7 @@ func execute(t *testing.T, s *spec) Stats {
 		r.usePG(srv)
 		if s.preload > 0 {
 			p := r.startChild("appender", "preload", "ORISUN_FAULTS_BATCH=100", "ORISUN_FAULTS_LIMIT="+strconv.Itoa(s.preload))
+			p.expect(wantExit0) // it ends by itself
 			r.eventually("the preload", 120*time.Second, p.exited)
 		}
 		r.startNode("node-a")
