@@ -9,6 +9,10 @@
 //	ORISUN_FAULT_PROC           this process's name in the history
 //	ORISUN_FAULT_KILL_AFTER_ACK N: SIGKILL itself at the N-th acknowledged
 //	                            batch, before its checkpoint is written (S2)
+//	ORISUN_FAULT_STOP_AT_BATCH  N: SIGSTOP itself at the N-th acknowledged
+//	                            batch, before its checkpoint is written (S5:
+//	                            the harness lets the lease move, then sends
+//	                            SIGCONT; the write must be refused)
 //	ORISUN_FAULT_KILL_AT_SEEN   K: SIGKILL itself when the K-th message of
 //	                            this run reaches the stream, with the
 //	                            pipelined batch half acknowledged (S3)
@@ -68,13 +72,23 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 	// it back after each write (C6 never back, never beyond the head).
 	rs := &faults.RecordingStore{Rec: rec, ReadBack: os.Getenv("ORISUN_BACKEND") != "postgres"}
 	killAfterAck, _ := strconv.Atoi(os.Getenv("ORISUN_FAULT_KILL_AFTER_ACK"))
+	stopAtBatch, _ := strconv.Atoi(os.Getenv("ORISUN_FAULT_STOP_AT_BATCH"))
 	var acks atomic.Int64
 	opts := []orisun.Option{
 		orisun.WithStoreWrapper(func(s backend.Store) backend.Store { rs.Store = s; return rs }),
 		orisun.WithAfterAckHook(func(_ string, last uint64) {
 			rs.Acked(last)
-			if n := acks.Add(1); killAfterAck > 0 && n == int64(killAfterAck) {
+			n := acks.Add(1)
+			if killAfterAck > 0 && n == int64(killAfterAck) {
 				killSelf(fmt.Sprintf("SIGKILL between the acknowledgement of %d and its checkpoint", last))
+			}
+			if stopAtBatch > 0 && n == int64(stopAtBatch) {
+				// Resumes here on SIGCONT and writes the checkpoint of
+				// its old term.
+				rec.Write(faults.Record{Kind: faults.KindFault, Pos: last,
+					Note: fmt.Sprintf("SIGSTOP itself between the acknowledgement of %d and its checkpoint", last)})
+				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				rec.Write(faults.Record{Kind: faults.KindNote, Pos: last, Note: "continued after SIGSTOP: writing the checkpoint of the old term"})
 			}
 		}),
 	}

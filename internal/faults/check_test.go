@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -410,4 +411,28 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 		}
 	}
 	t.Logf("violations: %v", vs)
+}
+
+// TestReadFileCutLines: only a last line without its newline (a write cut
+// by SIGKILL) may be dropped; a corrupt line in the middle is an error.
+func TestReadFileCutLines(t *testing.T) {
+	dir := t.TempDir()
+	good := `{"t":1,"proc":"p","kind":"note"}` + "\n"
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	recs, err := ReadFile(write("cut.jsonl", good+good+`{"t":3,"proc":"p","ki`))
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("a last line cut short: %d records, %v (want 2, nil)", len(recs), err)
+	}
+	if _, err := ReadFile(write("corrupt.jsonl", good+`{"t":2,"pro`+"\n"+good)); err == nil {
+		t.Fatal("a corrupt line in the middle of a history was dropped silently")
+	}
+	if _, err := ReadFile(write("corrupt-last.jsonl", good+"garbage\n")); err == nil {
+		t.Fatal("a corrupt complete last line was dropped silently")
+	}
 }

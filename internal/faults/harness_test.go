@@ -204,6 +204,8 @@ type run struct {
 	schedule []string
 	start    time.Time
 	stopMon  func()
+	// stopped: the processes S5 stopped past their lease.
+	stopped []string
 }
 
 func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run {

@@ -206,29 +206,61 @@ func killLeader(r *run, s *spec) {
 	}
 }
 
-// stopLeader: S5. SIGSTOP the leader past its lease, then SIGCONT: its
-// writes must be refused; it steps down.
+// stopLeader: S5. In each round the standby is restarted with a fault
+// point that stops it (SIGSTOP, sent by itself) at its N-th acknowledged
+// batch, before that batch's checkpoint; the leader is stopped cleanly so
+// that the standby leads, and started again as the standby. Once the
+// stopped node's lease has moved to the other node and the other node
+// published, the harness sends SIGCONT: the stopped node's checkpoint write
+// of its old term must be refused (assertRefusedAfterStop) and it must step
+// down.
 func stopLeader(r *run, s *spec) {
 	for i := 0; i < s.rounds; i++ {
-		r.waitLoad(r.head() + 200)
-		name, before := r.leader()
-		other := map[string]string{"node-a": "node-b", "node-b": "node-a"}[name]
-		p := r.procs[name]
-		p.signal(syscall.SIGSTOP)
-		r.fault("SIGSTOP %s, the leader (term %d)", name, before.Term)
-		r.eventually(other+" to take over", 2*time.Minute, func() bool {
+		r.waitLoad(r.head() + 100)
+		ldr, _ := r.leader()
+		sb := map[string]string{"node-a": "node-b", "node-b": "node-a"}[ldr]
+		n := 1 + r.rng.IntN(3)
+		r.procs[sb].stop(30 * time.Second)
+		p := r.startNode(sb, "ORISUN_FAULT_STOP_AT_BATCH="+strconv.Itoa(n))
+		r.fault("%s restarted to stop itself (SIGSTOP) at its %d-th acknowledged batch, before the checkpoint; %s stopped cleanly", p.name, n, ldr)
+		r.procs[ldr].stop(30 * time.Second)
+		r.eventually(sb+" to lead", 2*time.Minute, func() bool { n, _ := r.leader(); return n == sb })
+		r.startNode(ldr)
+		hist := filepath.Join(r.dir, p.name+".jsonl")
+		r.eventually(p.name+" to stop itself", 2*time.Minute, func() bool { return fileHas(hist, "SIGSTOP itself") })
+		// The stopped node's term, from its own history (the lease may
+		// have moved already).
+		var term uint64
+		recs, err := ReadFile(hist)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, rec := range recs {
+			if rec.Kind == KindLease {
+				term = rec.Term
+			}
+		}
+		r.eventually(ldr+" to take the lease of the stopped node", 2*time.Minute, func() bool {
 			n, l := r.leader()
-			return n == other && l.Term > before.Term
+			return n == ldr && l.Term > term
 		})
 		_, cp, _ := r.headAndCheckpoint()
-		r.eventually(other+" to publish", 2*time.Minute, func() bool { _, c, ok := r.headAndCheckpoint(); return ok && c > cp })
+		r.eventually(ldr+" to publish", 2*time.Minute, func() bool { _, c, ok := r.headAndCheckpoint(); return ok && c > cp })
 		p.signal(syscall.SIGCONT)
-		r.fault("SIGCONT %s after the lease moved to %s", name, other)
-		r.eventually(name+" to step down (standby in its status)", time.Minute, func() bool {
-			st, ok := lastStatus(filepath.Join(r.dir, p.name+".jsonl"))
+		r.fault("SIGCONT %s after the lease moved from its term %d to %s", p.name, term, ldr)
+		r.stopped = append(r.stopped, p.name)
+		r.eventually(p.name+" to write its checkpoint after SIGCONT", time.Minute, func() bool { return fileHas(hist, `"kind":"checkpoint"`) })
+		r.eventually(p.name+" to step down (standby in its status)", time.Minute, func() bool {
+			st, ok := lastStatus(hist)
 			return ok && st.T > time.Now().Add(-time.Second).UnixNano() && st.State == "standby"
 		})
 	}
+}
+
+// fileHas reports whether a history file contains s.
+func fileHas(name, s string) bool {
+	b, err := os.ReadFile(name)
+	return err == nil && strings.Contains(string(b), s)
 }
 
 // terminateBackends: S6. pg_terminate_backend on every orisun connection
@@ -362,17 +394,34 @@ func catalogue(scale int) []*spec {
 	return specs
 }
 
-// assertRefusedAfterStop: S5, C6/C7. The stopped leader, continued after
-// the lease moved, had a checkpoint write refused or stood down without
-// one; no write of its old term was accepted after the new term's first.
+// assertRefusedAfterStop: S5, C6/C7. Each node stopped past its lease
+// wrote, once continued, the checkpoint of its old term, and that write was
+// refused as stale; no write of it was accepted after it stopped, and the
+// checker's C7 holds (nothing acknowledged after the refusal).
 func assertRefusedAfterStop(t *testing.T, r *run, h []Record, head uint64) {
-	refused := 0
-	for _, rec := range h {
-		if rec.Kind == KindCheckpoint && rec.Stale {
-			refused++
-		}
+	if len(r.stopped) == 0 {
+		t.Fatal("S5: no node was stopped")
 	}
-	t.Logf("S5: %d checkpoint writes refused for a stale term", refused)
+	for _, name := range r.stopped {
+		refused, stoppedAt := 0, int64(0)
+		for _, rec := range h {
+			if rec.Proc != name {
+				continue
+			}
+			switch {
+			case rec.Kind == KindFault && strings.HasPrefix(rec.Note, "SIGSTOP itself"):
+				stoppedAt = rec.T
+			case rec.Kind == KindCheckpoint && stoppedAt != 0 && rec.OK:
+				t.Errorf("C6: %s had checkpoint %d (term %d) accepted after it was stopped past its lease", name, rec.Pos, rec.Term)
+			case rec.Kind == KindCheckpoint && stoppedAt != 0 && rec.Stale:
+				refused++
+			}
+		}
+		if stoppedAt == 0 || refused == 0 {
+			t.Errorf("C6/C7: %s (stopped: %v) had no checkpoint write refused for its stale term after SIGCONT", name, stoppedAt != 0)
+		}
+		t.Logf("S5: %s: %d checkpoint writes refused for a stale term", name, refused)
+	}
 }
 
 // assertStatusWaited: S10, I7. While a transaction held the head row the
