@@ -156,8 +156,8 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 			file, delay, _ := strings.Cut(rest, ":")
 			ms, _ := strconv.Atoi(delay)
 			c := &faults.Consumer{Name: name, Rec: rec, CheckpointFile: file, Delay: time.Duration(ms) * time.Millisecond,
-				Subscribe: func(ctx context.Context, after uint64, epoch string, h catchup.Handler) error {
-					return n.Subscribe(ctx, "default", after, h, orisun.SubscribeOptions{Epoch: epoch})
+				Subscribe: func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error {
+					return n.Subscribe(ctx, "default", after, h, opts)
 				}}
 			go c.Run(ctx)
 		}

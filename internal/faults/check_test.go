@@ -371,8 +371,8 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 	}
 	// orisun's subscription on the same node.
 	c := &Consumer{Name: "orisun", Rec: rec, CheckpointFile: filepath.Join(dir, "orisun.checkpoint"),
-		Subscribe: func(ctx context.Context, after uint64, epoch string, h orisun.Handler) error {
-			return n.Subscribe(ctx, "default", after, h, orisun.SubscribeOptions{Epoch: epoch})
+		Subscribe: func(ctx context.Context, after uint64, opts orisun.SubscribeOptions, h orisun.Handler) error {
+			return n.Subscribe(ctx, "default", after, h, opts)
 		}}
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -26,6 +26,8 @@ const (
 	KindAppendFailed = "append_failed" // IDs definitely not stored (rolled back)
 	KindSubscribe    = "subscribe"     // Consumer's subscription Sub starts after After
 	KindDeliver      = "deliver"       // Consumer's Sub delivered (Pos, ID, Epoch)
+	KindCaughtUp     = "caught_up"     // Consumer's Sub went live at Pos (OnCaughtUp)
+	KindFellBehind   = "fell_behind"   // Consumer's Sub went back to the store at Pos (OnFellBehind), Reason
 	KindAck          = "ack"           // JetStream acknowledged everything up to Pos (this process)
 	KindAckEvidence  = "ack_evidence"  // the stream of this process held up to Pos (read back)
 	KindCheckpoint   = "checkpoint"    // a checkpoint write: Term, Holder, Pos; OK or Err (Stale: lease lost)

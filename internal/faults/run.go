@@ -19,9 +19,10 @@ import (
 	"github.com/orisun-io/orisun/stream"
 )
 
-// SubscribeFunc starts one subscription after (epoch, after) and returns
-// when it ends.
-type SubscribeFunc func(ctx context.Context, after uint64, epoch string, h catchup.Handler) error
+// SubscribeFunc starts one subscription after (opts.Epoch, after) and
+// returns when it ends; it must pass opts (the epoch and the callbacks that
+// record going live and falling behind) to the subscription.
+type SubscribeFunc func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error
 
 // Consumer is an application that processes a boundary's events
 // effectively once: it records each delivery, then saves (epoch, position)
@@ -73,7 +74,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		sub := c.Rec.Proc() + "/" + strconv.Itoa(n)
 		c.Rec.Write(Record{Kind: KindSubscribe, Consumer: c.Name, Sub: sub, After: after, Epoch: epoch})
-		err = c.Subscribe(ctx, after, epoch, func(ctx context.Context, e event.Event) error {
+		opts := catchup.Options{Epoch: epoch,
+			OnCaughtUp: func(next uint64) {
+				c.Rec.Write(Record{Kind: KindCaughtUp, Consumer: c.Name, Sub: sub, Pos: next})
+			},
+			OnFellBehind: func(next uint64, reason string) {
+				c.Rec.Write(Record{Kind: KindFellBehind, Consumer: c.Name, Sub: sub, Pos: next, Reason: reason})
+			}}
+		err = c.Subscribe(ctx, after, opts, func(ctx context.Context, e event.Event) error {
 			c.Rec.Write(Record{Kind: KindDeliver, Consumer: c.Name, Sub: sub, Pos: e.Position, ID: e.ID, Epoch: e.Epoch})
 			if err := saveCheckpoint(c.CheckpointFile, e.Epoch, e.Position); err != nil {
 				return err

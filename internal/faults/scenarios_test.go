@@ -257,6 +257,17 @@ func stopLeader(r *run, s *spec) {
 	}
 }
 
+// historyHas reports whether a history file has a record that ok accepts.
+func historyHas(name string, ok func(Record) bool) bool {
+	recs, _ := ReadFile(name)
+	for _, rec := range recs {
+		if ok(rec) {
+			return true
+		}
+	}
+	return false
+}
+
 // fileHas reports whether a history file contains s.
 func fileHas(name, s string) bool {
 	b, err := os.ReadFile(name)
@@ -342,18 +353,33 @@ func killConsumer(r *run, s *spec) {
 		// (it subscribed, caught up a little), at a random moment after.
 		at := r.consumerAt("c1")
 		r.eventually("c1 to make progress", 2*time.Minute, func() bool { return r.consumerAt("c1") > at })
-		time.Sleep(time.Duration(r.rng.IntN(300)) * time.Millisecond) // when to strike, not a synchronisation
+		when := "at a random moment"
+		if i%2 == 1 {
+			// Every other kill right after c1 went live: the handover
+			// from the store to the stream.
+			owner := "c1"
+			if s.backend != "postgres" {
+				owner = "node-a"
+			}
+			hist := filepath.Join(r.dir, r.procs[owner].name+".jsonl")
+			r.eventually("c1 to go live", 2*time.Minute, func() bool {
+				return historyHas(hist, func(rec Record) bool { return rec.Kind == KindCaughtUp && rec.Consumer == "c1" })
+			})
+			when = "right after it went live (the handover)"
+		} else {
+			time.Sleep(time.Duration(r.rng.IntN(300)) * time.Millisecond) // when to strike, not a synchronisation
+		}
 		if s.backend == "postgres" {
 			r.procs["c1"].signal(syscall.SIGKILL)
 			<-r.procs["c1"].done
-			r.fault("SIGKILL consumer c1 at position %d", r.consumerAt("c1"))
+			r.fault("SIGKILL consumer c1 at position %d, %s", r.consumerAt("c1"), when)
 			r.startChild("consumer", "c1")
 		} else {
 			// On SQLite the consumers live in the node process (until
 			// the NATS client exists): the node dies with them.
 			r.procs["node-a"].signal(syscall.SIGKILL)
 			<-r.procs["node-a"].done
-			r.fault("SIGKILL node-a with its consumers at c1 position %d", r.consumerAt("c1"))
+			r.fault("SIGKILL node-a with its consumers at c1 position %d, %s", r.consumerAt("c1"), when)
 			r.startNode("node-a")
 		}
 	}
@@ -372,21 +398,25 @@ func catalogue(scale int) []*spec {
 			after: assertRefusedAfterStop},
 		{id: "S6", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 3 * scale, fault: terminateBackends},
 		{id: "S7", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, ownServer: true, rounds: scale, fault: crashRestartPG},
-		{id: "S8", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay},
+		{id: "S8", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay,
+			after: assertNoticedLostStream},
 		{id: "S9", backend: "postgres", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3,
-			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}},
+			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}, after: assertFellBehind},
 		{id: "S10", backend: "postgres", events: ev, batch: 5, pauseMS: 5, consumers: 2, rounds: 4 * scale, fault: rollbackAppenders,
 			after: assertStatusWaited},
-		{id: "S11", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, preload: 1000, rounds: 6 * scale, fault: killConsumer},
+		{id: "S11", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, preload: 1000, rounds: 6 * scale, fault: killConsumer,
+			after: assertKilledAtHandover},
 
 		{id: "S1", backend: "sqlite", events: ev, batch: 10, pauseMS: 2, consumers: 2, noDup: true},
 		{id: "S2", backend: "sqlite", events: ev, batch: 10, pauseMS: 2, consumers: 2, rounds: 2 * scale, fault: killAfterAck},
 		{id: "S3", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale,
 			nodeEnv: []string{"ORISUN_PUBLISH_WINDOW=64"}, fault: killMidBatch},
-		{id: "S8", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay},
+		{id: "S8", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay,
+			after: assertNoticedLostStream},
 		{id: "S9", backend: "sqlite", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3,
-			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}},
-		{id: "S11", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 5 * scale, fault: killConsumer},
+			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}, after: assertFellBehind},
+		{id: "S11", backend: "sqlite", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 5 * scale, fault: killConsumer,
+			after: assertKilledAtHandover},
 	}
 	for _, s := range specs {
 		s.scale = scale
@@ -422,6 +452,58 @@ func assertRefusedAfterStop(t *testing.T, r *run, h []Record, head uint64) {
 		}
 		t.Logf("S5: %s: %d checkpoint writes refused for a stale term", name, refused)
 	}
+}
+
+// assertFellBehind: S9. The slow consumer, behind a stream that keeps 50
+// messages, went back to the store at least once (OnFellBehind).
+func assertFellBehind(t *testing.T, r *run, h []Record, head uint64) {
+	n := 0
+	for _, rec := range h {
+		if rec.Kind == KindFellBehind {
+			n++
+			if n == 1 {
+				t.Logf("S9: %s fell behind at %d: %s", rec.Consumer, rec.Pos, rec.Reason)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("S9: no consumer ever fell back to the store behind tiny stream limits")
+	}
+}
+
+// assertNoticedLostStream: S8. After the first loss of the stream every
+// consumer noticed: it fell back to the store or caught up again.
+func assertNoticedLostStream(t *testing.T, r *run, h []Record, head uint64) {
+	var faultAt int64
+	noticed := map[string]int{}
+	for _, rec := range h {
+		switch {
+		case rec.Kind == KindFault && faultAt == 0 && strings.Contains(rec.Note, "memory stream is lost"):
+			faultAt = rec.T
+		case faultAt != 0 && (rec.Kind == KindFellBehind || rec.Kind == KindCaughtUp):
+			noticed[rec.Consumer]++
+		}
+	}
+	if faultAt == 0 {
+		t.Fatal("S8: the stream was never lost")
+	}
+	for _, c := range consumerNames(2) {
+		if noticed[c] == 0 {
+			t.Errorf("S8: consumer %s neither fell back nor caught up again after the stream was lost", c)
+		}
+	}
+	t.Logf("S8: fall-backs and catch-ups after the loss: %v", noticed)
+}
+
+// assertKilledAtHandover: S11. Some kills struck right after the consumer
+// went live.
+func assertKilledAtHandover(t *testing.T, r *run, h []Record, head uint64) {
+	for _, rec := range h {
+		if rec.Kind == KindFault && strings.Contains(rec.Note, "right after it went live") {
+			return
+		}
+	}
+	t.Fatal("S11: no kill struck right after the consumer went live")
 }
 
 // assertStatusWaited: S10, I7. While a transaction held the head row the
