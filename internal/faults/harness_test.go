@@ -230,8 +230,8 @@ func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run
 		if r.stopMon != nil {
 			r.stopMon()
 		}
-		if *keepTo != "" {
-			r.keep()
+		if *keepTo != "" || t.Failed() {
+			r.keep() // a failed run's histories are always kept
 		}
 		if t.Failed() {
 			r.schedMu.Lock()
@@ -609,9 +609,14 @@ func assertStreamReachesHead(t *testing.T, h []Record, node string, head uint64)
 	}
 }
 
-// keep copies the run's histories for a look afterwards (-keep).
+// keep copies the run's histories for a look afterwards: to -keep, or,
+// for a failed run without -keep, under the system's temporary directory.
 func (r *run) keep() {
-	dst := filepath.Join(*keepTo, fmt.Sprintf("%s-%d", r.name, r.seed))
+	base := *keepTo
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "orisun-faults-failed")
+	}
+	dst := filepath.Join(base, fmt.Sprintf("%s-%d", r.name, r.seed))
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		r.t.Log(err)
 		return
