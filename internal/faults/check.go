@@ -304,6 +304,39 @@ func (c *checker) checkpoints(h []Record) {
 	}
 }
 
+// AuditRow is one change of the checkpoint as the database saw it (the
+// PostgreSQL audit trigger of the fault suite): from Old to New, in the
+// order the row was updated.
+type AuditRow struct {
+	ID       int64
+	Old, New uint64
+	Term     uint64
+}
+
+// CheckAudit judges every change of the checkpoint the database recorded
+// (C6): never back, never beyond the head, and each change starts where
+// the last one ended (nothing changed it unrecorded).
+func CheckAudit(rows []AuditRow, head uint64) []Violation {
+	var out []Violation
+	add := func(format string, args ...any) {
+		if len(out) < 10 {
+			out = append(out, Violation{Check: "C6", Msg: fmt.Sprintf(format, args...)})
+		}
+	}
+	for i, r := range rows {
+		if r.New < r.Old {
+			add("audit %d: the checkpoint went back from %d to %d (term %d)", r.ID, r.Old, r.New, r.Term)
+		}
+		if r.New > head {
+			add("audit %d: the checkpoint %d (term %d) is beyond the head %d", r.ID, r.New, r.Term, head)
+		}
+		if i > 0 && r.Old != rows[i-1].New {
+			add("audit %d: the checkpoint changed from %d to %d unrecorded", r.ID, rows[i-1].New, r.Old)
+		}
+	}
+	return out
+}
+
 // liveness: after each heal the run settles within the bound (C8).
 func (c *checker) liveness(h []Record) {
 	var healAt int64

@@ -436,3 +436,24 @@ func TestReadFileCutLines(t *testing.T) {
 		t.Fatal("a corrupt complete last line was dropped silently")
 	}
 }
+
+// TestCheckAudit: the audit of the checkpoint column catches a move back,
+// a checkpoint beyond the head and a change nobody recorded.
+func TestCheckAudit(t *testing.T) {
+	ok := []AuditRow{{ID: 1, Old: 0, New: 5}, {ID: 2, Old: 5, New: 9}}
+	if vs := CheckAudit(ok, 9); len(vs) != 0 {
+		t.Fatalf("clean audit: %v", vs)
+	}
+	for _, c := range []struct {
+		words string
+		rows  []AuditRow
+	}{
+		{"went back", []AuditRow{{ID: 1, Old: 0, New: 5}, {ID: 2, Old: 5, New: 4}}},
+		{"beyond the head", []AuditRow{{ID: 1, Old: 0, New: 10}}},
+		{"unrecorded", []AuditRow{{ID: 1, Old: 0, New: 5}, {ID: 2, Old: 6, New: 7}}},
+	} {
+		if vs := CheckAudit(c.rows, 9); !has(vs, "C6", c.words) {
+			t.Errorf("want C6 %q, got %v", c.words, vs)
+		}
+	}
+}

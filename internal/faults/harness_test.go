@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -277,6 +278,7 @@ func (r *run) usePG(srvURL string) {
 	if _, _, err := s.CreateBoundary(context.Background(), "default"); err != nil {
 		r.t.Fatal(err)
 	}
+	r.installAudit()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -300,6 +302,70 @@ func (r *run) usePG(srvURL string) {
 	}()
 	var once sync.Once
 	r.stopMon = func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// auditSQL: a test-only table and trigger in the run's database that
+// record every change of the lease row's checkpoint column, in the order
+// the row was updated (the row lock orders the updates, and the id is
+// taken under it). The checker reads it at the end (CheckAudit): C6 on
+// every write, not on samples.
+const auditSQL = `
+CREATE TABLE checkpoint_audit (
+    id   bigserial   PRIMARY KEY,
+    old  bigint      NOT NULL,
+    new  bigint      NOT NULL,
+    term bigint      NOT NULL,
+    at   timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION checkpoint_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO checkpoint_audit (old, new, term) VALUES (OLD.checkpoint, NEW.checkpoint, NEW.term);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER checkpoint_audit_trg AFTER UPDATE OF checkpoint ON orisun_leases
+    FOR EACH ROW WHEN (OLD.checkpoint IS DISTINCT FROM NEW.checkpoint) EXECUTE FUNCTION checkpoint_audit_fn();
+`
+
+func (r *run) installAudit() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, auditSQL); err != nil {
+		r.t.Fatalf("install the checkpoint audit trigger: %v", err)
+	}
+}
+
+// readAudit reads the audit of the checkpoint column (PostgreSQL).
+func (r *run) readAudit() []AuditRow {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT id, old, new, term FROM checkpoint_audit ORDER BY id`)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []AuditRow
+	for rows.Next() {
+		var a AuditRow
+		var o, n, term int64
+		if err := rows.Scan(&a.ID, &o, &n, &term); err != nil {
+			r.t.Fatal(err)
+		}
+		a.Old, a.New, a.Term = uint64(o), uint64(n), uint64(term)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		r.t.Fatal(err)
+	}
+	return out
 }
 
 func freePort(t *testing.T) int {
@@ -573,6 +639,14 @@ func (r *run) check(o Options) ([]Violation, Stats, []Record) {
 	o.Epoch = epoch
 	o.SavesEach = true
 	vs, st := Check(h, store, o)
+	if r.backend == "postgres" {
+		audit := r.readAudit()
+		vs = append(vs, CheckAudit(audit, uint64(len(store)))...)
+		if len(audit) == 0 && len(store) > 0 {
+			vs = append(vs, Violation{Check: "C6", Msg: "the checkpoint audit recorded no change in a run that stored events"})
+		}
+		r.t.Logf("checkpoint audit: %d changes", len(audit))
+	}
 	return vs, st, h
 }
 
