@@ -156,7 +156,7 @@ func (r *run) head() uint64 {
 func killAfterAck(r *run, s *spec) {
 	for i := 0; i < s.rounds; i++ {
 		n := 2 + r.rng.IntN(5)
-		r.procs["node-a"].stop(30 * time.Second)
+		r.stopNode("node-a")
 		r.fault("node-a restarted to die at its %d-th acknowledged batch, before the checkpoint", n)
 		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AFTER_ACK="+strconv.Itoa(n))
 		r.eventually("node-a to reach its fault point", 3*time.Minute, p.exited)
@@ -174,7 +174,7 @@ func killMidBatch(r *run, s *spec) {
 			// is what it appended while the node started.
 			k = 20 + r.rng.IntN(150)
 		}
-		r.procs["node-a"].stop(30 * time.Second)
+		r.stopNode("node-a")
 		r.fault("node-a restarted to die at the %d-th message of its run (PUBLISH_BATCH 500, window 64)", k)
 		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AT_SEEN="+strconv.Itoa(k))
 		r.eventually("node-a to reach its fault point", 3*time.Minute, p.exited)
@@ -220,10 +220,10 @@ func stopLeader(r *run, s *spec) {
 		ldr, _ := r.leader()
 		sb := map[string]string{"node-a": "node-b", "node-b": "node-a"}[ldr]
 		n := 1 + r.rng.IntN(3)
-		r.procs[sb].stop(30 * time.Second)
+		r.stopNode(sb)
 		p := r.startNode(sb, "ORISUN_FAULT_STOP_AT_BATCH="+strconv.Itoa(n))
 		r.fault("%s restarted to stop itself (SIGSTOP) at its %d-th acknowledged batch, before the checkpoint; %s stopped cleanly", p.name, n, ldr)
-		r.procs[ldr].stop(30 * time.Second)
+		r.stopNode(ldr)
 		r.eventually(sb+" to lead", 2*time.Minute, func() bool { n, _ := r.leader(); return n == sb })
 		r.startNode(ldr)
 		hist := filepath.Join(r.dir, p.name+".jsonl")
@@ -255,6 +255,19 @@ func stopLeader(r *run, s *spec) {
 			return ok && st.T > time.Now().Add(-time.Second).UnixNano() && st.State == "standby"
 		})
 	}
+}
+
+// stopNode stops a node with SIGTERM once it is up (its first status
+// record): a SIGTERM before the node's signal handler exists would kill it
+// by the default disposition, which the exit status check rightly calls a
+// crash.
+func (r *run) stopNode(name string) {
+	p := r.procs[name]
+	hist := filepath.Join(r.dir, p.name+".jsonl")
+	r.eventually(p.name+" to be up before it is stopped", 2*time.Minute, func() bool {
+		return p.exited() || historyHas(hist, func(rec Record) bool { return rec.Kind == KindStatus })
+	})
+	p.stop(30 * time.Second)
 }
 
 // historyHas reports whether a history file has a record that ok accepts.
