@@ -125,7 +125,8 @@ func leaderFollower(store *postgres.Store, rec *Recorder) SubscribeFunc {
 				}
 			}
 		}()
-		err := catchup.Subscribe(sctx, catchup.Config{Store: store, JS: js[node], Live: func() bool { return !moved.Load() }},
+		page, _ := strconv.Atoi(os.Getenv("ORISUN_FAULTS_PAGE")) // 0: catchup's default
+		err := catchup.Subscribe(sctx, catchup.Config{Store: store, JS: js[node], Live: func() bool { return !moved.Load() }, PageSize: page},
 			"default", after, h, opts)
 		if moved.Load() && ctx.Err() == nil {
 			return fmt.Errorf("the lease moved from %q: following the new leader", node)

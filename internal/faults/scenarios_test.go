@@ -30,6 +30,10 @@ type spec struct {
 	delayMS   int // the first consumer's handler delay (slow consumer)
 	preload   int // events appended before any node starts (PostgreSQL)
 	standby   bool
+	// liveFirst (PostgreSQL): the first consumer reads with pages of 20
+	// and the appender starts only once it went live on the empty stream,
+	// so that a slow consumer is outpaced while live (S9).
+	liveFirst bool
 	ownServer bool
 	noDup     bool
 	nodeEnv   []string
@@ -83,7 +87,16 @@ func execute(t *testing.T, s *spec) Stats {
 			if i == 0 && s.delayMS > 0 {
 				env = append(env, "ORISUN_FAULTS_DELAY_MS="+strconv.Itoa(s.delayMS))
 			}
-			r.startChild("consumer", c, env...)
+			if i == 0 && s.liveFirst {
+				env = append(env, "ORISUN_FAULTS_PAGE=20")
+			}
+			p := r.startChild("consumer", c, env...)
+			if i == 0 && s.liveFirst {
+				hist := filepath.Join(r.dir, p.name+".jsonl")
+				r.eventually(c+" to go live on the empty stream", 2*time.Minute, func() bool {
+					return historyHas(hist, func(rec Record) bool { return rec.Kind == KindCaughtUp })
+				})
+			}
 		}
 		app = r.startChild("appender", "app", "ORISUN_FAULTS_BATCH="+strconv.Itoa(s.batch), "ORISUN_FAULTS_PAUSE_MS="+strconv.Itoa(s.pauseMS))
 	} else {
@@ -418,8 +431,8 @@ func catalogue(scale int) []*spec {
 		{id: "S7", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, ownServer: true, rounds: scale, fault: crashRestartPG},
 		{id: "S8", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, rounds: 2 * scale, fault: restartRelay,
 			after: assertNoticedLostStream},
-		{id: "S9", backend: "postgres", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3,
-			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}, after: reportFellBehind},
+		{id: "S9", backend: "postgres", events: ev, batch: 20, pauseMS: 2, consumers: 2, delayMS: 3, liveFirst: true,
+			nodeEnv: []string{"ORISUN_NATS_EVENT_STREAM_MAX_MSGS=50"}, after: assertFellBehind},
 		{id: "S10", backend: "postgres", events: ev, batch: 5, pauseMS: 5, consumers: 2, rounds: 4 * scale, fault: rollbackAppenders,
 			after: assertStatusWaited},
 		{id: "S11", backend: "postgres", events: ev, batch: 10, pauseMS: 5, consumers: 2, preload: 1000, rounds: 6 * scale, fault: killConsumer,
@@ -470,6 +483,19 @@ func assertRefusedAfterStop(t *testing.T, r *run, h []Record, head uint64) {
 		}
 		t.Logf("S5: %s: %d checkpoint writes refused for a stale term", name, refused)
 	}
+}
+
+// assertFellBehind: S9 on PostgreSQL. The slow consumer went live on the
+// empty stream with pages of 20, the appender outpaced it and the stream
+// keeps 50 messages: it must have gone back to the store (OnFellBehind).
+func assertFellBehind(t *testing.T, r *run, h []Record, head uint64) {
+	for _, rec := range h {
+		if rec.Kind == KindFellBehind && rec.Consumer == "c1" {
+			t.Logf("S9: c1 fell behind at %d: %s", rec.Pos, rec.Reason)
+			return
+		}
+	}
+	t.Fatal("S9: the slow consumer, live behind a stream of 50 messages, never fell back to the store")
 }
 
 // reportFellBehind: S9. How often the consumers went back to the store
