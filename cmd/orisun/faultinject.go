@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -85,9 +86,18 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 			if stopAtBatch > 0 && n == int64(stopAtBatch) {
 				// Resumes here on SIGCONT and writes the checkpoint of
 				// its old term.
+				// kill(2) to itself returns before the group stop has
+				// reached every thread: without waiting for SIGCONT this
+				// goroutine could send the checkpoint write before it
+				// stops (seen: a write sent, the process stopped while
+				// the write was under way, accepted on SIGCONT).
+				cont := make(chan os.Signal, 1)
+				signal.Notify(cont, syscall.SIGCONT)
 				rec.Write(faults.Record{Kind: faults.KindFault, Pos: last,
 					Note: fmt.Sprintf("SIGSTOP itself between the acknowledgement of %d and its checkpoint", last)})
 				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				<-cont
+				signal.Stop(cont)
 				rec.Write(faults.Record{Kind: faults.KindNote, Pos: last, Note: "continued after SIGSTOP: writing the checkpoint of the old term"})
 			}
 		}),
