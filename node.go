@@ -66,8 +66,10 @@ type Node struct {
 	http    *statushttp.Server
 
 	// Hooks for tests (fault points); nil in production.
-	afterAck  func(boundary string, last uint64)
-	wrapStore func(backend.Store) backend.Store
+	afterAck func(boundary string, last uint64)
+	// brokenCheckpointOrder: see WithBrokenCheckpointBeforeAck.
+	brokenCheckpointOrder bool
+	wrapStore             func(backend.Store) backend.Store
 
 	phase   atomic.Int32
 	mu      sync.Mutex
@@ -163,6 +165,14 @@ func WithVersion(v string) Option { return func(n *Node) { n.version = v } }
 // batch and before its checkpoint: a fault point for tests.
 func WithAfterAckHook(fn func(boundary string, last uint64)) Option {
 	return func(n *Node) { n.afterAck = fn }
+}
+
+// WithBrokenCheckpointBeforeAck makes every publisher write each batch's
+// checkpoint before publishing the batch: a deliberately broken relay, for
+// the fault suite's negative control of C6 only (cmd/orisun sets it only
+// in its faultinject build). Never use it anywhere else.
+func WithBrokenCheckpointBeforeAck() Option {
+	return func(n *Node) { n.brokenCheckpointOrder = true }
 }
 
 // WithStoreWrapper wraps the store the node opens: a seam for fault tests
@@ -422,6 +432,8 @@ func (n *Node) startBoundaryLocked(name string) {
 		Wake:         r.wake,
 		Logger:       n.log.With("component", "publisher"),
 		AfterAck:     afterAck,
+
+		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
 	n.runners[name] = r
 	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}

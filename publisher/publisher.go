@@ -59,6 +59,13 @@ type Config struct {
 	// AfterAck, when set, is called once a batch is fully acknowledged and
 	// before its checkpoint is written. Tests use it as a fault point.
 	AfterAck func(last uint64)
+
+	// CheckpointBeforeAck breaks the publisher on purpose: each batch's
+	// checkpoint is written before the batch is published, so before any
+	// acknowledgement. It exists only for the fault suite's negative
+	// control of C6 (cmd/orisun's faultinject build sets it from
+	// ORISUN_FAULT_CHECKPOINT_BEFORE_ACK); nothing else may set it.
+	CheckpointBeforeAck bool
 }
 
 // Publisher relays one boundary's events into its stream.
@@ -448,13 +455,19 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 		}
 		// The batch is finished even when ctx ends meanwhile: a clean stop
 		// publishes and checkpoints what it started.
+		last := events[len(events)-1].Position
+		if p.cfg.CheckpointBeforeAck {
+			// The deliberately broken order of the negative control.
+			if err := r.checkpoint(ctx, last); err != nil {
+				return err
+			}
+		}
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.AckTimeout+5*time.Second)
 		err = r.publish(bctx, events)
 		cancel()
 		if err != nil {
 			return err
 		}
-		last := events[len(events)-1].Position
 		r.acked = last
 		p.setState(StateLeading, "publishing", nil)
 		if p.cfg.AfterAck != nil {

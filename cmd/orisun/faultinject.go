@@ -9,6 +9,10 @@
 //	ORISUN_FAULT_PROC           this process's name in the history
 //	ORISUN_FAULT_KILL_AFTER_ACK N: SIGKILL itself at the N-th acknowledged
 //	                            batch, before its checkpoint is written (S2)
+//	ORISUN_FAULT_STOP_AT_BATCH  N: SIGSTOP itself at the N-th acknowledged
+//	                            batch, before its checkpoint is written (S5:
+//	                            the harness lets the lease move, then sends
+//	                            SIGCONT; the write must be refused)
 //	ORISUN_FAULT_KILL_AT_SEEN   K: SIGKILL itself when the K-th message of
 //	                            this run reaches the stream, with the
 //	                            pipelined batch half acknowledged (S3)
@@ -17,6 +21,9 @@
 //	ORISUN_FAULT_CONSUMERS      name=checkpoint_file:delay_ms,… in-process
 //	                            consumers
 //	ORISUN_FAULT_STATUS         a status record every that often (e.g. 200ms)
+//	ORISUN_FAULT_CHECKPOINT_BEFORE_ACK  1: a deliberately broken publisher
+//	                            that writes each batch's checkpoint before
+//	                            publishing it (the negative control of C6)
 //
 // In-process appenders and consumers are for SQLite, where one process owns
 // the data directory. Once the NATS Go client exists they should become
@@ -28,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,17 +69,42 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
-	rs := &faults.RecordingStore{Rec: rec}
+	// On SQLite this process is the only writer of the checkpoint: read
+	// it back after each write (C6 never back, never beyond the head).
+	rs := &faults.RecordingStore{Rec: rec, ReadBack: os.Getenv("ORISUN_BACKEND") != "postgres"}
 	killAfterAck, _ := strconv.Atoi(os.Getenv("ORISUN_FAULT_KILL_AFTER_ACK"))
+	stopAtBatch, _ := strconv.Atoi(os.Getenv("ORISUN_FAULT_STOP_AT_BATCH"))
 	var acks atomic.Int64
 	opts := []orisun.Option{
 		orisun.WithStoreWrapper(func(s backend.Store) backend.Store { rs.Store = s; return rs }),
 		orisun.WithAfterAckHook(func(_ string, last uint64) {
 			rs.Acked(last)
-			if n := acks.Add(1); killAfterAck > 0 && n == int64(killAfterAck) {
+			n := acks.Add(1)
+			if killAfterAck > 0 && n == int64(killAfterAck) {
 				killSelf(fmt.Sprintf("SIGKILL between the acknowledgement of %d and its checkpoint", last))
 			}
+			if stopAtBatch > 0 && n == int64(stopAtBatch) {
+				// Resumes here on SIGCONT and writes the checkpoint of
+				// its old term.
+				// kill(2) to itself returns before the group stop has
+				// reached every thread: without waiting for SIGCONT this
+				// goroutine could send the checkpoint write before it
+				// stops (seen: a write sent, the process stopped while
+				// the write was under way, accepted on SIGCONT).
+				cont := make(chan os.Signal, 1)
+				signal.Notify(cont, syscall.SIGCONT)
+				rec.Write(faults.Record{Kind: faults.KindFault, Pos: last,
+					Note: fmt.Sprintf("SIGSTOP itself between the acknowledgement of %d and its checkpoint", last)})
+				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				<-cont
+				signal.Stop(cont)
+				rec.Write(faults.Record{Kind: faults.KindNote, Pos: last, Note: "continued after SIGSTOP: writing the checkpoint of the old term"})
+			}
 		}),
+	}
+	if os.Getenv("ORISUN_FAULT_CHECKPOINT_BEFORE_ACK") == "1" {
+		rec.Write(faults.Record{Kind: faults.KindNote, Note: "a broken publisher: checkpoint before the acknowledgement"})
+		opts = append(opts, orisun.WithBrokenCheckpointBeforeAck())
 	}
 	started := func(ctx context.Context, n *orisun.Node) {
 		nc, err := nats.Connect(n.NATSURL(), nats.Name("orisun-faultinject"))
@@ -133,8 +166,8 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 			file, delay, _ := strings.Cut(rest, ":")
 			ms, _ := strconv.Atoi(delay)
 			c := &faults.Consumer{Name: name, Rec: rec, CheckpointFile: file, Delay: time.Duration(ms) * time.Millisecond,
-				Subscribe: func(ctx context.Context, after uint64, epoch string, h catchup.Handler) error {
-					return n.Subscribe(ctx, "default", after, h, orisun.SubscribeOptions{Epoch: epoch})
+				Subscribe: func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error {
+					return n.Subscribe(ctx, "default", after, h, opts)
 				}}
 			go c.Run(ctx)
 		}

@@ -242,11 +242,12 @@ func (c *checker) streams(h []Record) {
 	}
 }
 
-// checkpoints: C6 (never back, never ahead of what this process saw
-// acknowledged, a stale term changes nothing) and C7 (a deposed publisher
+// checkpoints: C6 (never back, never ahead of the stream's last sequence
+// as JetStream reported it right before the write, a stale term changes
+// nothing) and C7 (a deposed publisher
 // stops).
 func (c *checker) checkpoints(h []Record) {
-	acked := map[string]uint64{}   // per process: highest acknowledged position
+	acked := map[string]uint64{}   // per process: the stream's last sequence before its latest write
 	deposed := map[string]uint64{} // per process: term refused
 	var seen uint64
 	// firstEnd: per term, when its first accepted write returned. A write
@@ -257,9 +258,13 @@ func (c *checker) checkpoints(h []Record) {
 	firstEnd := map[uint64]int64{}
 	for _, r := range h {
 		switch r.Kind {
-		case KindAck, KindAckEvidence:
-			acked[r.Proc] = max(acked[r.Proc], r.Pos)
-			if t, ok := deposed[r.Proc]; ok && r.Kind == KindAck {
+		case KindAckEvidence:
+			// What JetStream itself held, read just before the write:
+			// the only acknowledgement C6 trusts.
+			acked[r.Proc] = r.Pos
+		case KindAck:
+			// The publisher's own word: only for C7.
+			if t, ok := deposed[r.Proc]; ok {
 				c.add("C7", r.Proc, "%s was refused with term %d and still had position %d acknowledged afterwards: a deposed publisher must stop", r.Proc, t, r.Pos)
 			}
 		case KindCheckpoint:
@@ -297,6 +302,39 @@ func (c *checker) checkpoints(h []Record) {
 			c.stats.Faults++
 		}
 	}
+}
+
+// AuditRow is one change of the checkpoint as the database saw it (the
+// PostgreSQL audit trigger of the fault suite): from Old to New, in the
+// order the row was updated.
+type AuditRow struct {
+	ID       int64
+	Old, New uint64
+	Term     uint64
+}
+
+// CheckAudit judges every change of the checkpoint the database recorded
+// (C6): never back, never beyond the head, and each change starts where
+// the last one ended (nothing changed it unrecorded).
+func CheckAudit(rows []AuditRow, head uint64) []Violation {
+	var out []Violation
+	add := func(format string, args ...any) {
+		if len(out) < 10 {
+			out = append(out, Violation{Check: "C6", Msg: fmt.Sprintf(format, args...)})
+		}
+	}
+	for i, r := range rows {
+		if r.New < r.Old {
+			add("audit %d: the checkpoint went back from %d to %d (term %d)", r.ID, r.Old, r.New, r.Term)
+		}
+		if r.New > head {
+			add("audit %d: the checkpoint %d (term %d) is beyond the head %d", r.ID, r.New, r.Term, head)
+		}
+		if i > 0 && r.Old != rows[i-1].New {
+			add("audit %d: the checkpoint changed from %d to %d unrecorded", r.ID, rows[i-1].New, r.Old)
+		}
+	}
+	return out
 }
 
 // liveness: after each heal the run settles within the bound (C8).

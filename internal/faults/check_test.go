@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,9 +54,9 @@ func TestCheckRules(t *testing.T) {
 		{Kind: KindAppendFailed, IDs: []string{"x"}},
 		sub("c1", "s1", 0), del("c1", "s1", 1, "a"), del("c1", "s1", 2, "b"),
 		sub("c1", "s2", 1), del("c1", "s2", 2, "b"), del("c1", "s2", 3, "c"), // restart behind: one duplicate
-		{Proc: "n#1", Kind: KindAck, Pos: 2}, {Proc: "n#1", Kind: KindCheckpoint, Term: 1, Pos: 2, OK: true},
+		{Proc: "n#1", Kind: KindAckEvidence, Pos: 2}, {Proc: "n#1", Kind: KindCheckpoint, Term: 1, Pos: 2, OK: true},
 		{Kind: KindSeen, Pos: 2},
-		{Proc: "n#2", Kind: KindLease, Term: 2}, {Proc: "n#2", Kind: KindAck, Pos: 3}, {Proc: "n#2", Kind: KindCheckpoint, Term: 2, Pos: 3, OK: true},
+		{Proc: "n#2", Kind: KindLease, Term: 2}, {Proc: "n#2", Kind: KindAckEvidence, Pos: 3}, {Proc: "n#2", Kind: KindCheckpoint, Term: 2, Pos: 3, OK: true},
 		{Kind: KindSeen, Pos: 3},
 		{Kind: KindStream, Node: "n", Seq: 2, Pos: 2, ID: "b"}, {Kind: KindStream, Node: "n", Seq: 3, Pos: 3, ID: "c"},
 		{Kind: KindHeal, T: 1}, {Kind: KindSettled, T: 2},
@@ -79,10 +80,11 @@ func TestCheckRules(t *testing.T) {
 		{"C5 dup in one subscription", "C5", "inside one subscription", []Record{sub("c1", "s1", 0), del("c1", "s1", 1, "a"), del("c1", "s1", 1, "a")}, Options{}},
 		{"C5 no duplicates wanted", "C5", "must have none", []Record{sub("c1", "s1", 0), del("c1", "s1", 1, "a"), sub("c1", "s2", 0), del("c1", "s2", 1, "a")}, Options{NoDuplicates: true}},
 		{"C5 resumed too far behind", "C5", "2 behind", []Record{sub("c1", "s1", 0), del("c1", "s1", 1, "a"), del("c1", "s1", 2, "b"), sub("c1", "s2", 0)}, Options{SavesEach: true}},
-		{"C6 ahead", "C6", "acknowledged", []Record{{Proc: "n", Kind: KindAck, Pos: 1}, {Proc: "n", Kind: KindCheckpoint, Term: 1, Pos: 2, OK: true}}, Options{}},
+		{"C6 ahead", "C6", "acknowledged", []Record{{Proc: "n", Kind: KindAckEvidence, Pos: 1}, {Proc: "n", Kind: KindCheckpoint, Term: 1, Pos: 2, OK: true}}, Options{}},
+		{"C6 the publisher's own word is no evidence", "C6", "with only 0 acknowledged", []Record{{Proc: "n", Kind: KindAck, Pos: 2}, {Proc: "n", Kind: KindCheckpoint, Term: 1, Pos: 2, OK: true}}, Options{}},
 		{"C6 back", "C6", "went back", []Record{{Kind: KindSeen, Pos: 2}, {Kind: KindSeen, Pos: 1}}, Options{}},
-		{"C6 stale accepted", "C6", "accepted although", []Record{{Proc: "m", Kind: KindAck, Pos: 3}, {Proc: "m", Kind: KindCheckpoint, T0: 1, T: 2, Term: 2, Pos: 2, OK: true}, {Proc: "n", Kind: KindAck, Pos: 3}, {Proc: "n", Kind: KindCheckpoint, T0: 3, T: 4, Term: 1, Pos: 3, OK: true}}, Options{}},
-		{"C6 late record of an early write is no violation", "", "", []Record{{Proc: "m", Kind: KindAck, Pos: 3}, {Proc: "m", Kind: KindCheckpoint, T0: 2, T: 3, Term: 2, Pos: 2, OK: true}, {Proc: "n", Kind: KindAck, Pos: 3}, {Proc: "n", Kind: KindCheckpoint, T0: 1, T: 4, Term: 1, Pos: 3, OK: true}}, Options{}},
+		{"C6 stale accepted", "C6", "accepted although", []Record{{Proc: "m", Kind: KindAckEvidence, Pos: 3}, {Proc: "m", Kind: KindCheckpoint, T0: 1, T: 2, Term: 2, Pos: 2, OK: true}, {Proc: "n", Kind: KindAckEvidence, Pos: 3}, {Proc: "n", Kind: KindCheckpoint, T0: 3, T: 4, Term: 1, Pos: 3, OK: true}}, Options{}},
+		{"C6 late record of an early write is no violation", "", "", []Record{{Proc: "m", Kind: KindAckEvidence, Pos: 3}, {Proc: "m", Kind: KindCheckpoint, T0: 2, T: 3, Term: 2, Pos: 2, OK: true}, {Proc: "n", Kind: KindAckEvidence, Pos: 3}, {Proc: "n", Kind: KindCheckpoint, T0: 1, T: 4, Term: 1, Pos: 3, OK: true}}, Options{}},
 		{"C7 deposed keeps publishing", "C7", "deposed", []Record{{Proc: "n", Kind: KindCheckpoint, Term: 1, Pos: 2, Stale: true}, {Proc: "n", Kind: KindAck, Pos: 3}}, Options{}},
 		{"C8 never settles", "C8", "never settled", []Record{{Kind: KindHeal, T: 1}}, Options{}},
 		{"C8 too slow", "C8", "bound", []Record{{Kind: KindHeal, T: 1}, {Kind: KindSettled, T: int64(time.Hour)}}, Options{}},
@@ -159,6 +161,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 				t.Fatal(err)
 			}
 			rs := &RecordingStore{Store: s, Rec: rec}
+			rs.SetJS(js)
 			_, evs, err := s.Read(ctx, "default", 0, 100, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -368,8 +371,8 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 	}
 	// orisun's subscription on the same node.
 	c := &Consumer{Name: "orisun", Rec: rec, CheckpointFile: filepath.Join(dir, "orisun.checkpoint"),
-		Subscribe: func(ctx context.Context, after uint64, epoch string, h orisun.Handler) error {
-			return n.Subscribe(ctx, "default", after, h, orisun.SubscribeOptions{Epoch: epoch})
+		Subscribe: func(ctx context.Context, after uint64, opts orisun.SubscribeOptions, h orisun.Handler) error {
+			return n.Subscribe(ctx, "default", after, h, opts)
 		}}
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -408,4 +411,49 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 		}
 	}
 	t.Logf("violations: %v", vs)
+}
+
+// TestReadFileCutLines: only a last line without its newline (a write cut
+// by SIGKILL) may be dropped; a corrupt line in the middle is an error.
+func TestReadFileCutLines(t *testing.T) {
+	dir := t.TempDir()
+	good := `{"t":1,"proc":"p","kind":"note"}` + "\n"
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	recs, err := ReadFile(write("cut.jsonl", good+good+`{"t":3,"proc":"p","ki`))
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("a last line cut short: %d records, %v (want 2, nil)", len(recs), err)
+	}
+	if _, err := ReadFile(write("corrupt.jsonl", good+`{"t":2,"pro`+"\n"+good)); err == nil {
+		t.Fatal("a corrupt line in the middle of a history was dropped silently")
+	}
+	if _, err := ReadFile(write("corrupt-last.jsonl", good+"garbage\n")); err == nil {
+		t.Fatal("a corrupt complete last line was dropped silently")
+	}
+}
+
+// TestCheckAudit: the audit of the checkpoint column catches a move back,
+// a checkpoint beyond the head and a change nobody recorded.
+func TestCheckAudit(t *testing.T) {
+	ok := []AuditRow{{ID: 1, Old: 0, New: 5}, {ID: 2, Old: 5, New: 9}}
+	if vs := CheckAudit(ok, 9); len(vs) != 0 {
+		t.Fatalf("clean audit: %v", vs)
+	}
+	for _, c := range []struct {
+		words string
+		rows  []AuditRow
+	}{
+		{"went back", []AuditRow{{ID: 1, Old: 0, New: 5}, {ID: 2, Old: 5, New: 4}}},
+		{"beyond the head", []AuditRow{{ID: 1, Old: 0, New: 10}}},
+		{"unrecorded", []AuditRow{{ID: 1, Old: 0, New: 5}, {ID: 2, Old: 6, New: 7}}},
+	} {
+		if vs := CheckAudit(c.rows, 9); !has(vs, "C6", c.words) {
+			t.Errorf("want C6 %q, got %v", c.words, vs)
+		}
+	}
 }

@@ -106,7 +106,7 @@ func leaderFollower(store *postgres.Store, rec *Recorder) SubscribeFunc {
 		name, _, _ := strings.Cut(l.Holder, "#")
 		return name
 	}
-	return func(ctx context.Context, after uint64, epoch string, h catchup.Handler) error {
+	return func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error {
 		node := holder(ctx)
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -125,8 +125,9 @@ func leaderFollower(store *postgres.Store, rec *Recorder) SubscribeFunc {
 				}
 			}
 		}()
-		err := catchup.Subscribe(sctx, catchup.Config{Store: store, JS: js[node], Live: func() bool { return !moved.Load() }},
-			"default", after, h, catchup.Options{Epoch: epoch})
+		page, _ := strconv.Atoi(os.Getenv("ORISUN_FAULTS_PAGE")) // 0: catchup's default
+		err := catchup.Subscribe(sctx, catchup.Config{Store: store, JS: js[node], Live: func() bool { return !moved.Load() }, PageSize: page},
+			"default", after, h, opts)
 		if moved.Load() && ctx.Err() == nil {
 			return fmt.Errorf("the lease moved from %q: following the new leader", node)
 		}

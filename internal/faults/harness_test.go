@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -87,6 +88,52 @@ type proc struct {
 	done chan struct{}
 	mu   sync.Mutex
 	out  bytes.Buffer // last output, for a failed run
+	// want is how the process must end: "" (it runs until the harness
+	// stops it: any exit before is a crash), wantKilled (the harness or
+	// its own fault point sent SIGKILL) or wantExit0 (stopped with
+	// SIGTERM, or a child that ends by itself).
+	want string
+}
+
+const (
+	wantKilled = "killed by SIGKILL"
+	wantExit0  = "exit status 0"
+)
+
+func (p *proc) expect(want string) {
+	p.mu.Lock()
+	p.want = want
+	p.mu.Unlock()
+}
+
+// endProblem says what is wrong with how an exited process ended ("" if
+// nothing): a node killed must have died by SIGKILL, one stopped with
+// SIGTERM must have exited 0, and nothing may die unasked.
+func (p *proc) endProblem() string {
+	p.mu.Lock()
+	want := p.want
+	p.mu.Unlock()
+	if !p.exited() {
+		return "" // still running: the harness's cleanup kills it
+	}
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		return ""
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	switch want {
+	case wantKilled:
+		if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return ""
+		}
+	case wantExit0:
+		if ws.Exited() && ws.ExitStatus() == 0 {
+			return ""
+		}
+	default:
+		return fmt.Sprintf("%s ended unasked (%s)", p.name, ps)
+	}
+	return fmt.Sprintf("%s ended with %s, want %s", p.name, ps, want)
 }
 
 func (p *proc) Write(b []byte) (int, error) {
@@ -113,18 +160,25 @@ func (p *proc) exited() bool {
 // signal sends sig to this process if it still runs; never anything else.
 func (p *proc) signal(sig syscall.Signal) {
 	if !p.exited() {
+		if sig == syscall.SIGKILL {
+			p.expect(wantKilled)
+		}
 		p.cmd.Process.Signal(sig)
 	}
 }
 
 // stop ends the process: SIGTERM, then SIGKILL after the grace.
 func (p *proc) stop(grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	p.expect(wantExit0)
 	p.signal(syscall.SIGCONT)
 	p.signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		p.signal(syscall.SIGKILL)
+		p.cmd.Process.Signal(syscall.SIGKILL) // still wantExit0: a hang fails the run
 		<-p.done
 	}
 }
@@ -151,6 +205,8 @@ type run struct {
 	schedule []string
 	start    time.Time
 	stopMon  func()
+	// stopped: the processes S5 stopped past their lease.
+	stopped []string
 }
 
 func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run {
@@ -175,8 +231,8 @@ func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run
 		if r.stopMon != nil {
 			r.stopMon()
 		}
-		if *keepTo != "" {
-			r.keep()
+		if *keepTo != "" || t.Failed() {
+			r.keep() // a failed run's histories are always kept
 		}
 		if t.Failed() {
 			r.schedMu.Lock()
@@ -222,6 +278,7 @@ func (r *run) usePG(srvURL string) {
 	if _, _, err := s.CreateBoundary(context.Background(), "default"); err != nil {
 		r.t.Fatal(err)
 	}
+	r.installAudit()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -245,6 +302,70 @@ func (r *run) usePG(srvURL string) {
 	}()
 	var once sync.Once
 	r.stopMon = func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// auditSQL: a test-only table and trigger in the run's database that
+// record every change of the lease row's checkpoint column, in the order
+// the row was updated (the row lock orders the updates, and the id is
+// taken under it). The checker reads it at the end (CheckAudit): C6 on
+// every write, not on samples.
+const auditSQL = `
+CREATE TABLE checkpoint_audit (
+    id   bigserial   PRIMARY KEY,
+    old  bigint      NOT NULL,
+    new  bigint      NOT NULL,
+    term bigint      NOT NULL,
+    at   timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION checkpoint_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO checkpoint_audit (old, new, term) VALUES (OLD.checkpoint, NEW.checkpoint, NEW.term);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER checkpoint_audit_trg AFTER UPDATE OF checkpoint ON orisun_leases
+    FOR EACH ROW WHEN (OLD.checkpoint IS DISTINCT FROM NEW.checkpoint) EXECUTE FUNCTION checkpoint_audit_fn();
+`
+
+func (r *run) installAudit() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, auditSQL); err != nil {
+		r.t.Fatalf("install the checkpoint audit trigger: %v", err)
+	}
+}
+
+// readAudit reads the audit of the checkpoint column (PostgreSQL).
+func (r *run) readAudit() []AuditRow {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT id, old, new, term FROM checkpoint_audit ORDER BY id`)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []AuditRow
+	for rows.Next() {
+		var a AuditRow
+		var o, n, term int64
+		if err := rows.Scan(&a.ID, &o, &n, &term); err != nil {
+			r.t.Fatal(err)
+		}
+		a.Old, a.New, a.Term = uint64(o), uint64(n), uint64(term)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		r.t.Fatal(err)
+	}
+	return out
 }
 
 func freePort(t *testing.T) int {
@@ -299,7 +420,13 @@ func (r *run) startNode(name string, extra ...string) *proc {
 	cmd.Env = append(cmd.Env, r.nodeEnv...)
 	cmd.Env = append(cmd.Env, r.historyEnv(name)...)
 	cmd.Env = append(cmd.Env, extra...)
-	return r.spawn(name, cmd)
+	p := r.spawn(name, cmd)
+	for _, e := range extra {
+		if strings.HasPrefix(e, "ORISUN_FAULT_KILL_") {
+			p.expect(wantKilled) // its own fault point kills it
+		}
+	}
+	return p
 }
 
 func (r *run) natsURLs() string {
@@ -488,16 +615,21 @@ func (r *run) storeContent() ([]Stored, string) {
 	}
 }
 
-// finish stops every process, reads the store and the histories, runs the
-// checker and fails on any violation. It returns the statistics.
-func (r *run) finish(o Options) (Stats, []Record) {
+// check stops every process, reads the store and the histories and runs
+// the checker; a process that ended otherwise than the harness asked is a
+// failure of the run (item 5 of the review: exit statuses).
+func (r *run) check(o Options) ([]Violation, Stats, []Record) {
 	r.t.Helper()
-	streams := r.readStreams()
 	for _, p := range r.procs {
 		p.stop(30 * time.Second)
 	}
 	if r.stopMon != nil {
 		r.stopMon()
+	}
+	for _, p := range r.all {
+		if msg := p.endProblem(); msg != "" {
+			r.t.Errorf("exit status: %s", msg)
+		}
 	}
 	store, epoch := r.storeContent()
 	h, err := ReadDir(r.dir)
@@ -507,6 +639,23 @@ func (r *run) finish(o Options) (Stats, []Record) {
 	o.Epoch = epoch
 	o.SavesEach = true
 	vs, st := Check(h, store, o)
+	if r.backend == "postgres" {
+		audit := r.readAudit()
+		vs = append(vs, CheckAudit(audit, uint64(len(store)))...)
+		if len(audit) == 0 && len(store) > 0 {
+			vs = append(vs, Violation{Check: "C6", Msg: "the checkpoint audit recorded no change in a run that stored events"})
+		}
+		r.t.Logf("checkpoint audit: %d changes", len(audit))
+	}
+	return vs, st, h
+}
+
+// finish stops every process, reads the store and the histories, runs the
+// checker and fails on any violation. It returns the statistics.
+func (r *run) finish(o Options) (Stats, []Record) {
+	r.t.Helper()
+	streams := r.readStreams()
+	vs, st, h := r.check(o)
 	r.t.Logf("%s: %d events, %d deliveries, %d duplicates, %d subscriptions, %d faults, max takeover %s, lag after heal %s, streams %v",
 		r.name, st.Events, st.Deliveries, st.Duplicates, st.Subscriptions, st.Faults,
 		st.MaxTakeover.Round(time.Millisecond), st.MaxLagAfterHeal.Round(time.Millisecond), streams)
@@ -534,9 +683,14 @@ func assertStreamReachesHead(t *testing.T, h []Record, node string, head uint64)
 	}
 }
 
-// keep copies the run's histories for a look afterwards (-keep).
+// keep copies the run's histories for a look afterwards: to -keep, or,
+// for a failed run without -keep, under the system's temporary directory.
 func (r *run) keep() {
-	dst := filepath.Join(*keepTo, fmt.Sprintf("%s-%d", r.name, r.seed))
+	base := *keepTo
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "orisun-faults-failed")
+	}
+	dst := filepath.Join(base, fmt.Sprintf("%s-%d", r.name, r.seed))
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		r.t.Log(err)
 		return

@@ -10,7 +10,7 @@
 package faults
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,6 +26,8 @@ const (
 	KindAppendFailed = "append_failed" // IDs definitely not stored (rolled back)
 	KindSubscribe    = "subscribe"     // Consumer's subscription Sub starts after After
 	KindDeliver      = "deliver"       // Consumer's Sub delivered (Pos, ID, Epoch)
+	KindCaughtUp     = "caught_up"     // Consumer's Sub went live at Pos (OnCaughtUp)
+	KindFellBehind   = "fell_behind"   // Consumer's Sub went back to the store at Pos (OnFellBehind), Reason
 	KindAck          = "ack"           // JetStream acknowledged everything up to Pos (this process)
 	KindAckEvidence  = "ack_evidence"  // the stream of this process held up to Pos (read back)
 	KindCheckpoint   = "checkpoint"    // a checkpoint write: Term, Holder, Pos; OK or Err (Stale: lease lost)
@@ -137,22 +139,29 @@ func ReadDir(dir string) ([]Record, error) {
 	return all, nil
 }
 
-// ReadFile reads one history file.
+// ReadFile reads one history file. Each record is one write(2) of a line
+// with its newline, so the only line that may be cut is the last one, by a
+// SIGKILL during that write: a last line without its newline that does not
+// parse is dropped. Any other line that does not parse is an error: a
+// history that lost records silently would judge a run on less than
+// happened.
 func ReadFile(name string) ([]Record, error) {
-	f, err := os.Open(name)
+	b, err := os.ReadFile(name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []Record
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 16<<20)
-	for s.Scan() {
+	for n := 1; len(b) > 0; n++ {
+		line, rest, complete := bytes.Cut(b, []byte{'\n'})
+		b = rest
 		var r Record
-		if err := json.Unmarshal(s.Bytes(), &r); err != nil {
-			continue // a line cut by SIGKILL
+		if err := json.Unmarshal(line, &r); err != nil {
+			if !complete {
+				break // the last line, cut by SIGKILL
+			}
+			return out, fmt.Errorf("history %s line %d: %w (%.80q)", name, n, err, line)
 		}
 		out = append(out, r)
 	}
-	return out, s.Err()
+	return out, nil
 }

@@ -19,9 +19,10 @@ import (
 	"github.com/orisun-io/orisun/stream"
 )
 
-// SubscribeFunc starts one subscription after (epoch, after) and returns
-// when it ends.
-type SubscribeFunc func(ctx context.Context, after uint64, epoch string, h catchup.Handler) error
+// SubscribeFunc starts one subscription after (opts.Epoch, after) and
+// returns when it ends; it must pass opts (the epoch and the callbacks that
+// record going live and falling behind) to the subscription.
+type SubscribeFunc func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error
 
 // Consumer is an application that processes a boundary's events
 // effectively once: it records each delivery, then saves (epoch, position)
@@ -73,7 +74,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		sub := c.Rec.Proc() + "/" + strconv.Itoa(n)
 		c.Rec.Write(Record{Kind: KindSubscribe, Consumer: c.Name, Sub: sub, After: after, Epoch: epoch})
-		err = c.Subscribe(ctx, after, epoch, func(ctx context.Context, e event.Event) error {
+		opts := catchup.Options{Epoch: epoch,
+			OnCaughtUp: func(next uint64) {
+				c.Rec.Write(Record{Kind: KindCaughtUp, Consumer: c.Name, Sub: sub, Pos: next})
+			},
+			OnFellBehind: func(next uint64, reason string) {
+				c.Rec.Write(Record{Kind: KindFellBehind, Consumer: c.Name, Sub: sub, Pos: next, Reason: reason})
+			}}
+		err = c.Subscribe(ctx, after, opts, func(ctx context.Context, e event.Event) error {
 			c.Rec.Write(Record{Kind: KindDeliver, Consumer: c.Name, Sub: sub, Pos: e.Position, ID: e.ID, Epoch: e.Epoch})
 			if err := saveCheckpoint(c.CheckpointFile, e.Epoch, e.Position); err != nil {
 				return err
@@ -160,57 +168,85 @@ func pause(ctx context.Context, d time.Duration) {
 }
 
 // RecordingStore wraps a node's store and records every checkpoint write
-// (term, position, accepted or refused) and every new lease term. Before a
-// write beyond what this process recorded as acknowledged (the publisher's
-// resume after a verified stream), it reads the stream's last sequence back
-// and records it as the acknowledgement the write relies on.
+// (term, position, accepted or refused) and every new lease term. Before
+// each write it reads the stream's last sequence from the node's JetStream
+// and records it (ack_evidence): what JetStream itself holds, not what the
+// publisher says it saw acknowledged, is what C6 compares the checkpoint
+// with. With ReadBack it reads the checkpoint back after each accepted
+// write and records it (checkpoint_seen): C6's "never back" and "beyond
+// the head" on every write, where the harness cannot sample the store
+// (SQLite: the node's process owns it).
 type RecordingStore struct {
 	backend.Store
 	Rec *Recorder
+	// ReadBack: read the checkpoint back after each accepted write. Only
+	// where this process is the only writer (SQLite): with two nodes, the
+	// order of two read-backs' records is not the order of the reads.
+	ReadBack bool
 
 	mu    sync.Mutex
-	acked uint64
 	term  uint64
 	js    jetstream.JetStream
+	ready chan struct{}
+	once  sync.Once
+}
+
+func (s *RecordingStore) readyCh() chan struct{} {
+	s.once.Do(func() { s.ready = make(chan struct{}) })
+	return s.ready
 }
 
 // SetJS gives the wrapper the node's JetStream, to read the stream back.
+// Checkpoint writes wait for it.
 func (s *RecordingStore) SetJS(js jetstream.JetStream) {
 	s.mu.Lock()
+	first := s.js == nil
 	s.js = js
 	s.mu.Unlock()
+	if first {
+		close(s.readyCh())
+	}
 }
 
-// Acked records an acknowledged batch (the node's after-ack hook).
+// Acked records an acknowledged batch as the publisher reports it (the
+// node's after-ack hook). C7 uses it (a deposed publisher keeps
+// publishing); C6 does not trust it.
 func (s *RecordingStore) Acked(last uint64) {
-	s.mu.Lock()
-	s.acked = max(s.acked, last)
-	s.mu.Unlock()
 	s.Rec.Write(Record{Kind: KindAck, Pos: last})
 }
 
-// SaveCheckpoint records the write and its outcome.
+// SaveCheckpoint reads the stream's last sequence from JetStream, records
+// it, then passes the write through and records it and its outcome. When
+// JetStream cannot be read the write is not passed through (an error the
+// publisher retries): an accepted write without evidence would be C6.
 func (s *RecordingStore) SaveCheckpoint(ctx context.Context, boundary string, l backend.Lease, pos uint64) error {
-	s.mu.Lock()
-	acked, js := s.acked, s.js
-	s.mu.Unlock()
-	if pos > acked && js != nil {
-		if st, err := js.Stream(ctx, stream.Name(boundary)); err == nil {
-			last := st.CachedInfo().State.LastSeq
-			s.Rec.Write(Record{Kind: KindAckEvidence, Pos: last, Note: "stream last sequence before the checkpoint write"})
-			s.mu.Lock()
-			s.acked = max(s.acked, last)
-			s.mu.Unlock()
-		}
+	select {
+	case <-s.readyCh():
+	case <-ctx.Done():
+		return fmt.Errorf("faultinject: no JetStream to read the acknowledged sequence from: %w", ctx.Err())
 	}
+	s.mu.Lock()
+	js := s.js
+	s.mu.Unlock()
+	st, err := js.Stream(ctx, stream.Name(boundary))
+	if err != nil {
+		s.Rec.Write(Record{Kind: KindNote, Note: "checkpoint write held back: stream info: " + err.Error()})
+		return fmt.Errorf("faultinject: read the stream's last sequence before the checkpoint write: %w", err)
+	}
+	s.Rec.Write(Record{Kind: KindAckEvidence, Pos: st.CachedInfo().State.LastSeq, Note: "stream last sequence before the checkpoint write"})
 	sent := time.Now().UnixNano()
-	err := s.Store.SaveCheckpoint(ctx, boundary, l, pos)
+	err = s.Store.SaveCheckpoint(ctx, boundary, l, pos)
 	r := Record{Kind: KindCheckpoint, T0: sent, Term: l.Term, Holder: l.Holder, Pos: pos, OK: err == nil}
 	if err != nil {
 		r.Err = err.Error()
 		r.Stale = errors.Is(err, event.ErrLeaseLost)
 	}
 	s.Rec.Write(r)
+	if err == nil && s.ReadBack {
+		if cp, rerr := s.Store.Checkpoint(ctx, boundary); rerr == nil {
+			s.Rec.Write(Record{Kind: KindSeen, Pos: cp, Note: "read back after the write"})
+		}
+	}
 	return err
 }
 
