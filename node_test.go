@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,13 +94,22 @@ type recorder struct {
 	ids   map[uint64]string
 	err   error
 	delay time.Duration
+	// gate, when set, is waited on before each delivery is recorded.
+	gate atomic.Pointer[chan struct{}]
 }
 
 func newRecorder(after uint64) *recorder { return &recorder{next: after + 1, ids: map[uint64]string{}} }
 
-func (r *recorder) handle(_ context.Context, e orisun.Event) error {
+func (r *recorder) handle(ctx context.Context, e orisun.Event) error {
 	if r.delay > 0 {
 		time.Sleep(r.delay)
+	}
+	if g := r.gate.Load(); g != nil {
+		select {
+		case <-*g:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -437,20 +447,32 @@ func TestEvictionFallsBack_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRecorder(0)
-	r.delay = time.Millisecond
-	var fellBehind, caughtUp sync.Map
+	var fellBehind sync.Map
+	live := make(chan uint64, 16)
 	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{
-		OnCaughtUp:   func(next uint64) { caughtUp.Store(next, true) },
+		OnCaughtUp:   func(next uint64) { live <- next },
 		OnFellBehind: func(next uint64, reason string) { fellBehind.Store(next, reason) },
 	})
 	waitDelivered(t, r, 10, 10*time.Second)
+	select {
+	case <-live:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription never went live")
+	}
+	// The handler stops while 2,000 events are appended and published: the
+	// live consumer can buffer at most a page of them, and the stream keeps
+	// only the last 20, so the consumer must meet a gap once the handler
+	// goes on (deterministic, whatever the machine's speed).
+	gate := make(chan struct{})
+	r.gate.Store(&gate)
 	for i := 0; i < 20; i++ {
 		if _, err := n.Append(ctx, "default", events(100, "burst", 32), nil); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	waitSettled(t, n, 30*time.Second)
+	r.gate.Store(nil)
+	close(gate)
 	waitDelivered(t, r, 2010, 60*time.Second)
 	st, err := n.Status(ctx)
 	if err != nil {
