@@ -70,6 +70,7 @@ func TestAuthRefusesStrangers_S13(t *testing.T) {
 		// The internal user exists, but only in process: over TCP even
 		// the right password would not do; a guessed one certainly not.
 		"internal user over TCP": {nats.UserInfo(natsembed.InternalUser, "guess")},
+		"API user over TCP":      {nats.UserInfo(natsembed.APIUser, "guess")},
 	} {
 		nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
 		if err == nil {

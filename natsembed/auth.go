@@ -195,8 +195,8 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	if o == nil {
 		return false
 	}
-	if o.Username == InternalUser {
-		// The internal user may only connect in process (nats-server's
+	if o.Username == InternalUser || o.Username == APIUser {
+		// orisun's own users may only connect in process (nats-server's
 		// InProcessConn is a net.Pipe): even a leaked password is of no
 		// use over TCP.
 		if addr := c.RemoteAddress(); addr == nil || addr.Network() != "pipe" {
@@ -205,17 +205,11 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 		if !equal(o.Password, a.internalPassword) {
 			return false
 		}
-		c.RegisterUser(&server.User{Username: InternalUser}) // nil permissions: everything
-		return true
-	}
-	if o.Username == APIUser {
-		if addr := c.RemoteAddress(); addr == nil || addr.Network() != "pipe" {
-			return false
+		var perms *server.Permissions // nil: everything
+		if o.Username == APIUser {
+			perms = APIPermissions()
 		}
-		if !equal(o.Password, a.internalPassword) {
-			return false
-		}
-		c.RegisterUser(&server.User{Username: APIUser, Permissions: APIPermissions()})
+		c.RegisterUser(&server.User{Username: o.Username, Permissions: perms})
 		return true
 	}
 	var ok bool
