@@ -155,58 +155,23 @@ func (s *sub) checkStart(ctx context.Context) error {
 	if s.next == 1 {
 		return nil
 	}
-	for {
-		epoch, events, err := s.cfg.Store.Read(ctx, s.boundary, s.next-2, 1, nil)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) {
-				return fmt.Errorf("read boundary %q after %d: %w", s.boundary, s.next-2, err)
-			}
-			if !wait(ctx, s.cfg.RetryInterval) {
-				return ctx.Err()
-			}
-			continue
-		}
-		if s.epoch == "" {
-			s.epoch = epoch
-		}
-		if epoch != s.epoch {
-			return fmt.Errorf("boundary %q is in epoch %s, the subscription's position %d is of epoch %s: %w",
-				s.boundary, epoch, s.next-1, s.epoch, event.ErrEpochChanged)
-		}
-		if len(events) == 0 {
-			return fmt.Errorf("%w: boundary %q has no position %d to resume after: the start position is beyond the head "+
-				"(was the store restored from an older backup?)", event.ErrInvalid, s.boundary, s.next-1)
-		}
-		return nil
+	events, err := s.read(ctx, s.next-2, 1)
+	if err != nil {
+		return err
 	}
+	if len(events) == 0 {
+		return fmt.Errorf("%w: boundary %q has no position %d to resume after: the start position is beyond the head "+
+			"(was the store restored from an older backup?)", event.ErrInvalid, s.boundary, s.next-1)
+	}
+	return nil
 }
 
 // catchUp delivers from the store until a page comes back short.
 func (s *sub) catchUp(ctx context.Context) error {
 	for {
-		epoch, events, err := s.cfg.Store.Read(ctx, s.boundary, s.next-1, s.cfg.PageSize, nil)
+		events, err := s.read(ctx, s.next-1, s.cfg.PageSize)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) {
-				return fmt.Errorf("read boundary %q after %d: %w", s.boundary, s.next-1, err)
-			}
-			s.log.Warn("catch-up read failed; retrying", "after", s.next-1, "err", err)
-			if !wait(ctx, s.cfg.RetryInterval) {
-				return ctx.Err()
-			}
-			continue
-		}
-		if s.epoch == "" {
-			s.epoch = epoch
-		}
-		if epoch != s.epoch {
-			return fmt.Errorf("boundary %q is in epoch %s, the subscription's position %d is of epoch %s: %w",
-				s.boundary, epoch, s.next-1, s.epoch, event.ErrEpochChanged)
+			return err
 		}
 		for i := range events {
 			if err := s.deliver(ctx, &events[i]); err != nil {
@@ -216,6 +181,36 @@ func (s *sub) catchUp(ctx context.Context) error {
 		if len(events) < s.cfg.PageSize {
 			return nil
 		}
+	}
+}
+
+// read reads a page from the store after position after, retrying failures
+// that may pass, and checks the page's epoch against the subscription's
+// (taking it on the first read when the subscription did not name one).
+func (s *sub) read(ctx context.Context, after uint64, limit int) ([]event.Event, error) {
+	for {
+		epoch, events, err := s.cfg.Store.Read(ctx, s.boundary, after, limit, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) {
+				return nil, fmt.Errorf("read boundary %q after %d: %w", s.boundary, after, err)
+			}
+			s.log.Warn("store read failed; retrying", "after", after, "err", err)
+			if !wait(ctx, s.cfg.RetryInterval) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if s.epoch == "" {
+			s.epoch = epoch
+		}
+		if epoch != s.epoch {
+			return nil, fmt.Errorf("boundary %q is in epoch %s, the subscription's position %d is of epoch %s: %w",
+				s.boundary, epoch, s.next-1, s.epoch, event.ErrEpochChanged)
+		}
+		return events, nil
 	}
 }
 
