@@ -142,21 +142,12 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	defer rows.Close()
 	events := make([]event.Event, 0, min(limit, 256))
 	for rows.Next() {
-		e := event.Event{Boundary: boundary, Epoch: epoch}
-		var pos, t int64
-		var tags string
-		var data, md []byte
-		if err := rows.Scan(&pos, &e.ID, &e.Type, &t, &tags, &data, &md); err != nil {
+		e, err := scanEvent(rows, boundary, epoch)
+		if errors.Is(err, errTags) {
+			return "", nil, fmt.Errorf("sqlite: %s: %w", op, err)
+		}
+		if err != nil {
 			return "", nil, s.translate(op, err)
-		}
-		e.Position = uint64(pos)
-		e.Time = time.Unix(0, t).UTC()
-		e.Data = data
-		if md != nil {
-			e.Metadata = md
-		}
-		if e.Tags, err = decodeTags(tags); err != nil {
-			return "", nil, fmt.Errorf("sqlite: %s: position %d: %w", op, pos, err)
 		}
 		events = append(events, e)
 	}
@@ -192,25 +183,15 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 		return event.Latest{}, s.translate(op, err)
 	}
 	text, args := latestSQL(q, boundary, uint64(head))
-	e := event.Event{Boundary: boundary, Epoch: l.Epoch}
-	var pos, t int64
-	var tags string
-	var data, md []byte
-	err = tx.QueryRowContext(ctx, text, args...).Scan(&pos, &e.ID, &e.Type, &t, &tags, &data, &md)
+	e, err := scanEvent(tx.QueryRowContext(ctx, text, args...), boundary, l.Epoch)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, nil
 	}
+	if errors.Is(err, errTags) {
+		return event.Latest{}, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
 	if err != nil {
 		return event.Latest{}, s.translate(op, err)
-	}
-	e.Position = uint64(pos)
-	e.Time = time.Unix(0, t).UTC()
-	e.Data = data
-	if md != nil {
-		e.Metadata = md
-	}
-	if e.Tags, err = decodeTags(tags); err != nil {
-		return event.Latest{}, fmt.Errorf("sqlite: %s: position %d: %w", op, pos, err)
 	}
 	l.Event = &e
 	return l, nil
@@ -235,4 +216,30 @@ func latestSQL(q *event.Query, boundary string, head uint64) (string, []any) {
 		return sqlLatestAny, args
 	}
 	return sqlReadMatchPrefix + m + sqlLatestMatchSuffix, args
+}
+
+// errTags marks a stored tags column that does not decode.
+var errTags = errors.New("stored tags do not decode")
+
+// scanEvent reads one event row (position, id, type, time, tags, data,
+// metadata) of the read statements.
+func scanEvent(row interface{ Scan(...any) error }, boundary, epoch string) (event.Event, error) {
+	e := event.Event{Boundary: boundary, Epoch: epoch}
+	var pos, t int64
+	var tags string
+	var data, md []byte
+	if err := row.Scan(&pos, &e.ID, &e.Type, &t, &tags, &data, &md); err != nil {
+		return event.Event{}, err
+	}
+	e.Position = uint64(pos)
+	e.Time = time.Unix(0, t).UTC()
+	e.Data = data
+	if md != nil {
+		e.Metadata = md
+	}
+	var err error
+	if e.Tags, err = decodeTags(tags); err != nil {
+		return event.Event{}, fmt.Errorf("position %d: %w: %w", pos, errTags, err)
+	}
+	return e, nil
 }
