@@ -266,6 +266,8 @@ const (
 	stepFindIDs             // a request's stored ids (retry or conflict?)
 	stepFirstMatch          // a request's condition's first match
 	stepAppendRun           // one append statement for a run of requests without conditions
+	stepNotify              // the wake-up notification, delivered on commit
+	stepCommit              // the COMMIT, sent with the batch that writes
 )
 
 type step struct {
@@ -293,7 +295,8 @@ type groupRun struct {
 	head      int64
 	epoch     string
 	missing   bool // the boundary does not exist
-	committed bool // the COMMIT succeeded: the callbacks are due
+	open      bool // the transaction is open: the COMMIT has not run
+	committed bool // the COMMIT succeeded
 	// decisions of requests whose append statement wrote nothing.
 	decisions map[int]*decision
 }
@@ -336,7 +339,7 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 	// to the pool: the callers get their answers, then the callbacks run.
 	defer func() {
 		g.answer()
-		if g.committed {
+		if g.committed && g.touched() {
 			s.notify(b)
 		}
 	}()
@@ -391,15 +394,35 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 		steps = append(steps, g.requestSteps(todo[k])...)
 		k++
 	}
+	g.open = true
 	for len(steps) > 0 {
+		if g.open && writes(steps) {
+			// The NOTIFY and the COMMIT ride with the batch that writes:
+			// a group whose requests all succeed costs one round trip. A
+			// statement that fails makes the database skip the rest of
+			// the batch, the COMMIT with it, so the transaction is still
+			// open for the rollback to the failed request's savepoint and
+			// the requests after it. A conditional request whose
+			// condition matched wrote nothing and fails nothing: the
+			// others commit, and its lookups (bounded by the head it saw,
+			// so they give the same answer after the commit) run in the
+			// next batch.
+			steps = append(steps,
+				step{kind: stepNotify, req: -1, sql: sqlNotify, args: []any{notifyChannel, b}},
+				step{kind: stepCommit, req: -1, sql: sqlCommit})
+		}
 		next, err := g.runBatch(ctx, steps)
 		if err != nil {
-			g.rollback()
+			if g.open {
+				g.rollback()
+			}
 			g.fail(err)
 			return
 		}
 		if g.missing {
-			g.rollback()
+			if g.open {
+				g.rollback()
+			}
 			for _, i := range todo {
 				if !g.decided[i] {
 					g.replies[i].err = notFound(fmt.Sprintf("append to %q", b), b)
@@ -411,9 +434,7 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 		steps = next
 	}
 
-	touched := false
 	for i := range g.reqs {
-		touched = touched || g.wrote[i]
 		if !g.wrote[i] && !g.decided[i] {
 			// Never answer "success at position 0": a request the steps
 			// left without an outcome is a bug, said as such.
@@ -421,24 +442,48 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 			g.decided[i] = true
 		}
 	}
-	if !touched {
-		// Nothing written (all failed, retried or gone): no COMMIT, no
-		// WAL flush.
-		g.rollback()
-		return
-	}
-	// The notification is part of the transaction: PostgreSQL delivers it
-	// on commit, and only then.
-	if err := g.commit(ctx); err != nil {
-		g.fail(err)
-		return
+	if g.open {
+		if !g.touched() {
+			// Nothing written (all failed, retried or gone): no COMMIT, no
+			// WAL flush.
+			g.rollback()
+			return
+		}
+		// The last batch only looked up (a request it decided was the
+		// last of the group): commit what the earlier batches wrote. The
+		// notification is part of the transaction: PostgreSQL delivers it
+		// on commit, and only then.
+		if err := g.commit(ctx); err != nil {
+			g.fail(err)
+			return
+		}
+		g.committed = true
 	}
 	for i := range g.reqs {
 		if g.wrote[i] {
 			g.decided[i] = true
 		}
 	}
-	g.committed = true
+}
+
+// touched reports whether a request of the group wrote.
+func (g *groupRun) touched() bool {
+	for i := range g.reqs {
+		if g.wrote[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// writes reports whether steps hold an append statement.
+func writes(steps []step) bool {
+	for _, st := range steps {
+		if st.kind == stepAppend || st.kind == stepAppendRun {
+			return true
+		}
+	}
+	return false
 }
 
 // requestSteps are the steps of request i: its savepoint, its append
@@ -673,6 +718,16 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 			g.decide(st.req)
 		}
 		return false, nil
+	case stepCommit:
+		tag, err := br.Exec()
+		if err != nil {
+			return false, err
+		}
+		if tag.String() != "COMMIT" {
+			return false, fmt.Errorf("%w: the transaction was rolled back (%s)", event.ErrUnavailable, tag.String())
+		}
+		g.open, g.committed = false, true
+		return false, nil
 	case stepFirstMatch:
 		d := g.decisions[st.req]
 		err := br.QueryRow().Scan(&d.match)
@@ -866,6 +921,10 @@ func stepName(k stepKind) string {
 		return "look up ids"
 	case stepFirstMatch:
 		return "check condition"
+	case stepNotify:
+		return "notify"
+	case stepCommit:
+		return "commit"
 	}
 	return "step"
 }
