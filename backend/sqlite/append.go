@@ -224,7 +224,9 @@ func (s *Store) commitGroup(group []*appendRequest) {
 	// that goes away must not abort the others' commit.
 	ctx := context.Background()
 	var live []*appendRequest
-	var replies []appendReply
+	// Room for every request up front: take hands out pointers into it
+	// that must stay valid while later requests are taken.
+	replies := make([]appendReply, 0, len(group))
 	// fail answers every request of the group that is or can still be
 	// taken: nothing of the group is written.
 	fail := func(err error) {
@@ -247,31 +249,43 @@ func (s *Store) commitGroup(group []*appendRequest) {
 	}
 	tx := groupTx{tx: sqlTx, stmts: s.stmts}
 	var touched []string
-	for _, r := range group {
+	wrote := func(b string) {
+		if !contains(touched, b) {
+			touched = append(touched, b)
+		}
+	}
+	// take takes r for its turn and gives it a reply slot; false when its
+	// caller gave up or its context ended (answered: nothing written).
+	take := func(r *appendRequest) (*appendReply, bool) {
 		if !r.state.CompareAndSwap(stateQueued, stateTaken) {
-			continue // its caller gave up before its turn
+			return nil, false // its caller gave up before its turn
 		}
 		live = append(live, r)
 		replies = append(replies, appendReply{})
 		rep := &replies[len(replies)-1]
-		op := fmt.Sprintf("append to %q", r.boundary)
 		if err := r.ctx.Err(); err != nil {
 			// Its context ended before its turn: nothing of it is written.
-			rep.err = fmt.Errorf("sqlite: %s: %w", op, err)
-			continue
+			rep.err = fmt.Errorf("sqlite: append to %q: %w", r.boundary, err)
+			return nil, false
 		}
+		return rep, true
+	}
+	// one runs request r alone, inside its own savepoint; false: the group
+	// transaction is lost and every request was answered.
+	one := func(r *appendRequest, rep *appendReply) bool {
+		op := fmt.Sprintf("append to %q", r.boundary)
 		if savepoints {
 			if _, err := tx.ExecContext(ctx, sqlSavepoint); err != nil {
 				_ = sqlTx.Rollback()
 				fail(s.translate(op+": savepoint", err))
-				return
+				return false
 			}
 		}
-		res, wrote, err := s.appendOne(ctx, tx, r, now)
+		res, w, err := s.appendOne(ctx, tx, r, now)
 		if err != nil {
 			rep.err = err
 			if !savepoints {
-				continue // rolled back below: nothing was written
+				return true // rolled back below: nothing was written
 			}
 			// ROLLBACK TO keeps the savepoint open; RELEASE ends it. If
 			// SQLite already rolled the whole transaction back (it does
@@ -281,20 +295,64 @@ func (s *Store) commitGroup(group []*appendRequest) {
 				_ = sqlTx.Rollback()
 				fail(fmt.Errorf("sqlite: %s: %w: the group transaction was lost (%v) after: %v",
 					op, event.ErrUnavailable, rbErr, err))
-				return
+				return false
 			}
-			continue
+			return true
 		}
 		if savepoints {
 			if _, err := tx.ExecContext(ctx, sqlRelease); err != nil {
 				_ = sqlTx.Rollback()
 				fail(s.translate(op+": release savepoint", err))
-				return
+				return false
 			}
 		}
 		rep.res = res
-		if wrote && !contains(touched, r.boundary) {
-			touched = append(touched, r.boundary)
+		if w {
+			wrote(r.boundary)
+		}
+		return true
+	}
+	for i := 0; i < len(group); {
+		// Consecutive requests to one boundary without a condition append
+		// together: one id lookup, one head update and one insert for the
+		// run (what a statement per request costs is most of a group's
+		// work). Anything unusual about the run (a stored id, an id twice,
+		// a refused value, a missing boundary) sends its requests through
+		// one at a time instead, which gives each its own answer.
+		j := i + 1
+		if group[i].cond == nil {
+			for j < len(group) && group[j].cond == nil && group[j].boundary == group[i].boundary {
+				j++
+			}
+		}
+		var run []*appendRequest
+		var reps []*appendReply
+		for _, r := range group[i:j] {
+			if rep, ok := take(r); ok {
+				run = append(run, r)
+				reps = append(reps, rep)
+			}
+		}
+		i = j
+		if len(run) >= 2 && savepoints {
+			merged, err := s.appendRun(ctx, tx, run, now)
+			if err != nil {
+				_ = sqlTx.Rollback()
+				fail(err)
+				return
+			}
+			if merged != nil {
+				for k := range run {
+					reps[k].res = merged[k]
+				}
+				wrote(run[0].boundary)
+				continue
+			}
+		}
+		for k, r := range run {
+			if !one(r, reps[k]) {
+				return
+			}
 		}
 	}
 	if len(touched) == 0 {
@@ -369,6 +427,75 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *appendRequest, now 
 		return res, false, s.translate(op+": insert", err)
 	}
 	return event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(head)}, true, nil
+}
+
+// appendRun appends a run of requests without conditions to one boundary
+// in one go, inside one savepoint: their events get consecutive positions
+// in the run's order, as if each had run alone at its turn. It returns nil
+// results (and has written nothing) when the run needs the requests one at
+// a time: an id already stored (a retry or a conflict), an id twice in the
+// run, or any statement that fails (each request then gets its own
+// answer). An error means the group transaction is lost.
+func (s *Store) appendRun(ctx context.Context, tx execer, run []*appendRequest, now time.Time) ([]event.AppendResult, error) {
+	b := run[0].boundary
+	op := fmt.Sprintf("append to %q", b)
+	total := 0
+	for _, r := range run {
+		total += len(r.events)
+	}
+	all := make([]event.Input, 0, total)
+	seen := make(map[string]bool, total)
+	for _, r := range run {
+		for k := range r.events {
+			if seen[r.events[k].ID] {
+				return nil, nil // a retry within the group: one at a time
+			}
+			seen[r.events[k].ID] = true
+		}
+		all = append(all, r.events...)
+	}
+	if _, err := tx.ExecContext(ctx, sqlSavepoint); err != nil {
+		return nil, s.translate(op+": savepoint", err)
+	}
+	results, ok := s.tryRun(ctx, tx, b, run, all, now)
+	if ok {
+		if _, err := tx.ExecContext(ctx, sqlRelease); err != nil {
+			return nil, s.translate(op+": release savepoint", err)
+		}
+		s.merged.Add(1)
+		return results, nil
+	}
+	// Undo whatever the run did; the requests go again one at a time.
+	if _, err := tx.ExecContext(ctx, sqlRollbackTo); err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w: the group transaction was lost: %v", op, event.ErrUnavailable, err)
+	}
+	return nil, nil
+}
+
+// tryRun is the body of appendRun inside its savepoint; false: the run must
+// go one request at a time.
+func (s *Store) tryRun(ctx context.Context, tx execer, b string, run []*appendRequest, all []event.Input, now time.Time) ([]event.AppendResult, bool) {
+	stored, err := findIDs(ctx, tx, b, all)
+	if err != nil || len(stored) > 0 {
+		return nil, false
+	}
+	n := int64(len(all))
+	var head int64
+	var epoch string
+	if err := tx.QueryRowContext(ctx, sqlTakeHead, n, b).Scan(&head, &epoch); err != nil {
+		return nil, false
+	}
+	first := head - n + 1
+	if err := insertEvents(ctx, tx, b, first, now, all); err != nil {
+		return nil, false
+	}
+	results := make([]event.AppendResult, len(run))
+	for i, r := range run {
+		k := int64(len(r.events))
+		results[i] = event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(first + k - 1)}
+		first += k
+	}
+	return results, true
 }
 
 func notFound(op, boundary string) error {

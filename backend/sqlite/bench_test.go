@@ -3,7 +3,11 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/orisun-io/orisun/event"
 )
@@ -65,4 +69,54 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(100*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// BenchmarkAppendCallers: single-event appends from a fixed number of
+// callers to one boundary (sync FULL), beside 100-event batches from one
+// caller, so the two compare in one run. b.N is events in both.
+func BenchmarkAppendCallers(b *testing.B) {
+	for _, callers := range []int{1, 16, 64, 256} {
+		b.Run("single/callers="+strconv.Itoa(callers), func(b *testing.B) {
+			s := setup(b, Config{GroupDelay: 200 * time.Microsecond})
+			if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
+				b.Fatal(err)
+			}
+			groups := s.groups.Load()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						if _, err := s.Append(context.Background(), "bench", benchEvents(1), nil); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			if n := s.groups.Load() - groups; n > 0 {
+				b.ReportMetric(float64(b.N)/float64(n), "events/commit")
+			}
+		})
+	}
+	b.Run("batch100", func(b *testing.B) {
+		s := setup(b, Config{GroupDelay: 200 * time.Microsecond})
+		if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i += 100 {
+			if _, err := s.Append(context.Background(), "bench", benchEvents(100), nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
 }

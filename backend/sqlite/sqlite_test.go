@@ -730,3 +730,97 @@ var features = backendtest.Features{
 	HoldGroups: func(s backend.Store, _ string) (func() int, func()) { return s.(*Store).holdGroups() },
 	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
 }
+
+// TestMergedRun: requests without conditions to one boundary in one group
+// are appended by one run (one id lookup, head update and insert), with
+// the positions of their order of arrival; a run with an id twice (a retry
+// in the same group) or a stored id goes one request at a time and gets
+// the answers it would get alone.
+func TestMergedRun(t *testing.T) {
+	ctx := context.Background()
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	stored := prepared(t, "orders", 2)
+	if _, err := s.Append(ctx, "orders", stored, nil); err != nil {
+		t.Fatal(err)
+	}
+	type appendOutcome struct {
+		res event.AppendResult
+		err error
+	}
+	appendAsync := func(in []event.Input) <-chan appendOutcome {
+		ch := make(chan appendOutcome, 1)
+		go func() {
+			res, err := s.Append(context.Background(), "orders", in, nil)
+			ch <- appendOutcome{res, err}
+		}()
+		return ch
+	}
+	group := func(reqs [][]event.Input) []appendOutcome {
+		t.Helper()
+		queued, release := s.holdGroups()
+		defer release()
+		groups := s.groups.Load()
+		outs := make([]<-chan appendOutcome, len(reqs))
+		for i, in := range reqs {
+			outs[i] = appendAsync(in)
+			waitFor(t, "request held", func() bool { return queued() == i+1 })
+		}
+		release()
+		got := make([]appendOutcome, len(reqs))
+		for i := range outs {
+			got[i] = <-outs[i]
+		}
+		if n := s.groups.Load() - groups; n != 1 {
+			t.Fatalf("%d group transactions, want 1", n)
+		}
+		return got
+	}
+
+	// Five fresh requests: one merged run, positions in arrival order.
+	var reqs [][]event.Input
+	for i := range 5 {
+		reqs = append(reqs, prepared(t, "orders", 1+i%2))
+	}
+	merged := s.merged.Load()
+	got := group(reqs)
+	if n := s.merged.Load() - merged; n != 1 {
+		t.Fatalf("%d merged runs, want 1", n)
+	}
+	next := uint64(3)
+	for i, o := range got {
+		n := uint64(len(reqs[i]))
+		if o.err != nil || o.res.First != next || o.res.Last != next+n-1 {
+			t.Fatalf("request %d: %+v, %v; want %d..%d", i, o.res, o.err, next, next+n-1)
+		}
+		next += n
+	}
+
+	// A retry of a stored append and a retry within the group: one at a
+	// time, each answered as alone.
+	fresh := prepared(t, "orders", 1)
+	got = group([][]event.Input{prepared(t, "orders", 1), stored, fresh, fresh})
+	if got[0].err != nil || got[0].res.First != next {
+		t.Fatalf("fresh request: %+v, %v; want position %d", got[0].res, got[0].err, next)
+	}
+	if got[1].err != nil || got[1].res.First != 1 || got[1].res.Last != 2 {
+		t.Fatalf("retry of the stored append: %+v, %v; want 1..2", got[1].res, got[1].err)
+	}
+	if got[2].err != nil || got[3].err != nil || got[2].res != got[3].res || got[2].res.First != next+1 {
+		t.Fatalf("retry in the same group: %+v, %v and %+v, %v; want both at %d", got[2].res, got[2].err, got[3].res, got[3].err, next+1)
+	}
+	_, evs, err := s.Read(ctx, "orders", 0, 1000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Position != uint64(i+1) {
+			t.Fatalf("position %d at index %d: a gap", e.Position, i)
+		}
+	}
+	if want := next + 1; uint64(len(evs)) != want {
+		t.Fatalf("%d events stored, want %d", len(evs), want)
+	}
+}

@@ -127,10 +127,12 @@ type Store struct {
 	now func() time.Time
 
 	// waiting counts appends waiting for the writer to take them; groups
-	// counts group transactions begun. Tests use them to see the queue
-	// instead of sleeping.
+	// counts group transactions begun; merged counts runs of requests
+	// appended together (appendRun). Tests use them to see the queue and
+	// the path taken instead of sleeping.
 	waiting atomic.Int64
 	groups  atomic.Int64
+	merged  atomic.Int64
 
 	// hold is a test hook (see holdGroups): while set, the writer gathers
 	// every request into one group until it is released.
