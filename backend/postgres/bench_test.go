@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -193,4 +195,16 @@ func benchSingle64(b *testing.B, cfg Config, perRequest bool) {
 	if n := s.groups.Load() - groups; n > 0 {
 		b.ReportMetric(float64(b.N)/float64(n), "events/commit")
 	}
+}
+
+// BenchmarkAppendMatrix: the shared append matrix (1/16/64/256 callers,
+// with and without a condition, 100-event batches; group commit on and
+// off). Compare with BenchmarkAppend/raw_insert_8_conns in the same run.
+func BenchmarkAppendMatrix(b *testing.B) {
+	backendtest.BenchAppend(b, func(b *testing.B, grouped bool) backend.Store {
+		if grouped {
+			return setup(b, Config{GroupDelay: 200 * time.Microsecond})
+		}
+		return setup(b, Config{GroupMaxEvents: 1})
+	})
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -31,6 +34,46 @@ func benchEvents(n int) []event.Input {
 // goroutines (what group commit is for) and sequential 100-event batches,
 // at two synchronous levels. Reporting only: no assertion on time.
 func BenchmarkAppend(b *testing.B) {
+	// raw_insert is the reference the append path is measured against:
+	// the same rows, 100 per multi-row INSERT and one transaction each
+	// (sync FULL), into a copy of the events table with the same keys,
+	// indexes and tag-index trigger, with no head row, no group commit, no
+	// id lookup and no condition.
+	b.Run("raw_insert", func(b *testing.B) {
+		s := setup(b, Config{})
+		ctx := context.Background()
+		for _, q := range []string{
+			`CREATE TABLE raw_events (boundary TEXT NOT NULL, position INTEGER NOT NULL, id TEXT NOT NULL, type TEXT NOT NULL,
+    time INTEGER NOT NULL, tags TEXT NOT NULL, data TEXT NOT NULL, metadata TEXT, PRIMARY KEY (boundary, position)) WITHOUT ROWID`,
+			`CREATE UNIQUE INDEX raw_events_boundary_id ON raw_events (boundary, id)`,
+			`CREATE INDEX raw_events_boundary_type_position ON raw_events (boundary, type, position)`,
+			`CREATE TABLE raw_event_tags (boundary TEXT NOT NULL, tag TEXT NOT NULL, position INTEGER NOT NULL,
+    PRIMARY KEY (boundary, tag, position)) WITHOUT ROWID`,
+			`CREATE TRIGGER raw_events_tag_index AFTER INSERT ON raw_events BEGIN
+    INSERT OR IGNORE INTO raw_event_tags (boundary, tag, position) SELECT NEW.boundary, value, NEW.position FROM json_each(NEW.tags);
+END`,
+		} {
+			if _, err := s.wdb.ExecContext(ctx, q); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stmt := "INSERT INTO raw_events (boundary, position, id, type, time, tags, data, metadata) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", 100), ", ")
+		b.ResetTimer()
+		for i := 0; i < b.N; i += 100 {
+			in := benchEvents(100)
+			args := make([]any, 0, 800)
+			now := time.Now().UnixNano()
+			for k := range in {
+				args = append(args, "bench", int64(i+k+1), in[k].ID, in[k].Type, now, `["customer:42"]`, string(in[k].Data), nil)
+			}
+			if _, err := s.wdb.ExecContext(ctx, stmt, args...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		b.Run("single_parallel/sync="+sync, func(b *testing.B) {
 			s := setup(b, Config{Synchronous: sync})
@@ -118,5 +161,17 @@ func BenchmarkAppendCallers(b *testing.B) {
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+// BenchmarkAppendMatrix: the shared append matrix (1/16/64/256 callers,
+// with and without a condition, 100-event batches; group commit on and
+// off). Compare with BenchmarkAppend/raw_insert in the same run.
+func BenchmarkAppendMatrix(b *testing.B) {
+	backendtest.BenchAppend(b, func(b *testing.B, grouped bool) backend.Store {
+		if grouped {
+			return setup(b, Config{GroupDelay: 200 * time.Microsecond})
+		}
+		return setup(b, Config{GroupMaxEvents: 1})
 	})
 }
