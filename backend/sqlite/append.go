@@ -241,13 +241,14 @@ func (s *Store) commitGroup(group []*appendRequest) {
 	savepoints := len(group) > 1
 
 	s.groups.Add(1)
+	s.prepareConditions(ctx, group)
 	now := s.now().UTC()
 	sqlTx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		fail(s.translate("append: begin", err))
 		return
 	}
-	tx := groupTx{tx: sqlTx, stmts: s.stmts}
+	tx := groupTx{tx: sqlTx, stmts: s.stmts, dyn: s.dyn}
 	var touched []string
 	wrote := func(b string) {
 		if !contains(touched, b) {

@@ -89,8 +89,44 @@ func (s *Store) prepareWriter(ctx context.Context) error {
 	return nil
 }
 
+// maxDynStmts bounds the condition statements the writer keeps prepared.
+// Their text depends only on the shape of the query (how many items, and
+// which have types and tags), so a workload has a handful; past the bound
+// a condition's statement is parsed each time, as any other query.
+const maxDynStmts = 64
+
+// prepareConditions prepares, on the write connection, the statements the
+// conditions of group will run, unless they are prepared already. It runs
+// before the group's BEGIN: the write pool has one connection, which the
+// transaction then holds. Parsing a condition's statement was a quarter of
+// the writer's time for conditional appends. A statement that fails to
+// prepare is left to fail (or not) in the transaction, where it is
+// reported against its request.
+func (s *Store) prepareConditions(ctx context.Context, group []*appendRequest) {
+	for _, r := range group {
+		if r.cond == nil || len(s.dyn) >= maxDynStmts {
+			continue
+		}
+		text, _ := firstMatchSQL(&r.cond.Query, r.boundary, r.cond.After)
+		if s.stmts[text] != nil || s.dyn[text] != nil {
+			continue
+		}
+		st, err := s.wdb.PrepareContext(ctx, text)
+		if err != nil {
+			continue
+		}
+		if s.dyn == nil {
+			s.dyn = make(map[string]*sql.Stmt)
+		}
+		s.dyn[text] = st
+	}
+}
+
 func (s *Store) closeStmts() {
 	for _, st := range s.stmts {
+		_ = st.Close()
+	}
+	for _, st := range s.dyn {
 		_ = st.Close()
 	}
 }
@@ -98,26 +134,34 @@ func (s *Store) closeStmts() {
 // groupTx is the group transaction as an execer that uses the prepared
 // statements where it has them.
 type groupTx struct {
-	tx    *sql.Tx
-	stmts map[string]*sql.Stmt
+	tx         *sql.Tx
+	stmts, dyn map[string]*sql.Stmt
+}
+
+// stmt is the prepared statement of query, or nil.
+func (g groupTx) stmt(query string) *sql.Stmt {
+	if st := g.stmts[query]; st != nil {
+		return st
+	}
+	return g.dyn[query]
 }
 
 func (g groupTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := g.stmts[query]; st != nil {
+	if st := g.stmt(query); st != nil {
 		return g.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
 	return g.tx.ExecContext(ctx, query, args...)
 }
 
 func (g groupTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := g.stmts[query]; st != nil {
+	if st := g.stmt(query); st != nil {
 		return g.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
 	return g.tx.QueryContext(ctx, query, args...)
 }
 
 func (g groupTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := g.stmts[query]; st != nil {
+	if st := g.stmt(query); st != nil {
 		return g.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
 	return g.tx.QueryRowContext(ctx, query, args...)

@@ -108,8 +108,12 @@ type Store struct {
 	wdb *sql.DB
 	// rdb is the reader pool (query_only).
 	rdb *sql.DB
-	// stmts are the writer's prepared statements (see prepareWriter).
+	// stmts are the writer's prepared statements (see prepareWriter);
+	// dyn are those whose text is built at run time (conditions), prepared
+	// by the writer between groups (see prepareConditions). Only the
+	// writer goroutine touches dyn after Open.
 	stmts map[string]*sql.Stmt
+	dyn   map[string]*sql.Stmt
 
 	// requests carries appends to the writer goroutine. It is unbuffered
 	// so a request is either taken by the writer or never sent: nothing is
