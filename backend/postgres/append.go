@@ -266,6 +266,7 @@ const (
 	stepFindIDs             // a request's stored ids (retry or conflict?)
 	stepFirstMatch          // a request's condition's first match
 	stepAppendRun           // one append statement for a run of requests without conditions
+	stepPlans               // let the group's statements use cached generic plans
 	stepNotify              // the wake-up notification, delivered on commit
 	stepCommit              // the COMMIT, sent with the batch that writes
 )
@@ -376,7 +377,11 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 	// so a failed group never hands a dirty session to the next user.
 	defer conn.Release()
 
-	steps := []step{{kind: stepBegin, req: -1, sql: sqlBegin}, {kind: stepLock, req: -1, sql: sqlLockHead, args: []any{b}}}
+	steps := []step{
+		{kind: stepBegin, req: -1, sql: sqlBegin},
+		{kind: stepPlans, req: -1, sql: sqlGenericPlans},
+		{kind: stepLock, req: -1, sql: sqlLockHead, args: []any{b}},
+	}
 	// Consecutive requests without a condition append in one statement:
 	// nothing they do depends on each other, and a statement per request
 	// (with its savepoint) was most of a group's work on the server. A
@@ -921,6 +926,8 @@ func stepName(k stepKind) string {
 		return "look up ids"
 	case stepFirstMatch:
 		return "check condition"
+	case stepPlans:
+		return "set plan_cache_mode"
 	case stepNotify:
 		return "notify"
 	case stepCommit:

@@ -88,3 +88,71 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanCacheModes: a read by tag run many times on one connection keeps
+// being planned with its values. A generic plan, which PostgreSQL may switch
+// a prepared statement to after five runs, costs "position > $n" as a third
+// of the table and walks every event of the boundary instead of the tag
+// index (see Open, plan_cache_mode). The conditional append statement, run
+// in the group transaction, does use the cached generic plan (see
+// sqlGenericPlans): planning it each time cost as much as running it.
+func TestPlanCacheModes(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{MaxConns: 1})
+	create(t, s, "big")
+	ctx := context.Background()
+	prep := func(t *testing.T, in []event.Input) []event.Input {
+		t.Helper()
+		out, err := event.Prepare("big", in, event.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	const n = 20000
+	for start := 0; start < n; start += 1000 {
+		in := make([]event.Input, 1000)
+		for i := range in {
+			in[i] = event.Input{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{fmt.Sprintf("entity:%d", (start+i)%64)}}
+		}
+		if _, err := s.Append(ctx, "big", prep(t, in), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
+		t.Fatal(err)
+	}
+	last := uint64(n)
+	for range 12 {
+		in := prep(t, []event.Input{{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{"entity:5"}}})
+		cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"entity:5"}}}}, After: last}
+		res, err := s.Append(ctx, "big", in, cond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.Last
+	}
+	q := &event.Query{Items: []event.QueryItem{{Tags: []string{"entity:5"}}}}
+	for range 12 {
+		if _, _, err := s.Read(ctx, "big", 0, 100, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One connection: the statements the appends and reads prepared are
+	// its.
+	plans := func(like string) (generic, custom int64) {
+		t.Helper()
+		err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
+FROM pg_prepared_statements WHERE statement LIKE $1 AND statement NOT LIKE '%pg_prepared_statements%'`, like).Scan(&generic, &custom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return generic, custom
+	}
+	if generic, custom := plans("%LEFT JOIN LATERAL%"); custom < 12 || generic != 0 {
+		t.Errorf("the read statement ran with %d custom and %d generic plans; want 12+ custom, no generic", custom, generic)
+	}
+	if generic, custom := plans("%NOT EXISTS%"); generic == 0 {
+		t.Errorf("the conditional append statement ran with %d custom and %d generic plans; want generic plans after the first five", custom, generic)
+	}
+}
