@@ -124,7 +124,13 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		after, from                   uint64
 		limit                         int
 		create                        string
+		qTypes, qTags                 string
+		ifNoneAfter                   int64
 	)
+	addQuery := func(what string) {
+		fs.StringVar(&qTypes, "query-types", "", "comma-separated event types "+what+" (any of them)")
+		fs.StringVar(&qTags, "query-tags", "", "comma-separated tags "+what+" (all of them)")
+	}
 	want := 1
 	switch cmd {
 	case "append":
@@ -133,9 +139,14 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&metadata, "metadata", "", "event metadata, a JSON value")
 		fs.StringVar(&tags, "tags", "", "comma-separated tags")
 		fs.StringVar(&id, "id", "", "event id (a UUID; default: generated, so a retry of this command appends again)")
+		fs.Int64Var(&ifNoneAfter, "if-none-after", -1, "append only if no event matching --query-types/--query-tags is after this position (the head `orisun latest` printed)")
+		addQuery("of the condition")
 	case "read":
 		fs.Uint64Var(&after, "after", 0, "read events after this position")
 		fs.IntVar(&limit, "limit", 100, "most events to read (1–10000)")
+		addQuery("to read (default: every event)")
+	case "latest":
+		addQuery("to match (default: every event)")
 	case "tail":
 		fs.Uint64Var(&from, "from", 0, "deliver events after this position, then follow")
 	case "boundaries":
@@ -155,6 +166,11 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stderr, "orisun %s: unexpected argument %q\n", cmd, pos[0])
 		}
+		return 2
+	}
+	q := cliQuery(qTypes, qTags)
+	if cmd == "append" && ifNoneAfter < 0 && q != nil {
+		fmt.Fprintln(stderr, "orisun append: --query-types/--query-tags make a condition and need --if-none-after N (the head `orisun latest` printed)")
 		return 2
 	}
 	if cmd == "append" && typ != "" && data == "" {
@@ -200,7 +216,15 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 				return 2
 			}
 		}
-		res, err := c.Append(ctx, pos[0], evs, nil)
+		var cond *event.Condition
+		if ifNoneAfter >= 0 {
+			// No query: any newer event fails the condition.
+			cond = &event.Condition{After: uint64(ifNoneAfter)}
+			if q != nil {
+				cond.Query = *q
+			}
+		}
+		res, err := c.Append(ctx, pos[0], evs, cond)
 		if err != nil {
 			return fail(stderr, cmd, err)
 		}
@@ -210,12 +234,27 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(w, "appended positions %d–%d (epoch %s)\n", res.First, res.Last, res.Epoch)
 		}
 	case "read":
-		res, err := c.Read(ctx, pos[0], after, limit, nil)
+		res, err := c.Read(ctx, pos[0], after, limit, q)
 		if err != nil {
 			return fail(stderr, cmd, err)
 		}
 		for i := range res.Events {
 			printEvent(w, &res.Events[i], cf.json)
+		}
+	case "latest":
+		l, err := c.ReadLatest(ctx, pos[0], q)
+		if err != nil {
+			return fail(stderr, cmd, err)
+		}
+		if cf.json {
+			writeJSON(w, l)
+			break
+		}
+		fmt.Fprintf(w, "head %d\tepoch %s\n", l.Head, l.Epoch)
+		if l.Event == nil {
+			fmt.Fprintln(w, "no matching event")
+		} else {
+			printEvent(w, l.Event, false)
 		}
 	case "tail":
 		return tail(c, pos[0], from, cf.json, w, stderr)
@@ -239,6 +278,22 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// cliQuery is the one-item query of --query-types and --query-tags; nil
+// when both are empty.
+func cliQuery(types, tags string) *event.Query {
+	if types == "" && tags == "" {
+		return nil
+	}
+	var it event.QueryItem
+	if types != "" {
+		it.Types = strings.Split(types, ",")
+	}
+	if tags != "" {
+		it.Tags = strings.Split(tags, ",")
+	}
+	return &event.Query{Items: []event.QueryItem{it}}
 }
 
 // tail catches up and follows until SIGINT or SIGTERM, one event per line.

@@ -73,12 +73,42 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 		t.Fatalf("read --json: %d %q", code, out)
 	}
 
+	// Queries and a decision: read by type, latest by tag, and an append
+	// under "nothing about order 1 after the head I saw".
+	code, out, _ = cli(t, "", "read", "default", "--query-types", "order.paid,order.shipped", "--json")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 || !strings.Contains(lines[0], `"order.paid"`) {
+		t.Fatalf("read --query-types: %d %q", code, out)
+	}
+	code, out, _ = cli(t, "", "latest", "default", "--query-tags", "order:1,vip")
+	if code != 0 || !strings.HasPrefix(out, "head 3\tepoch ") || !strings.Contains(out, "\n1\torder.placed\t") {
+		t.Fatalf("latest --query-tags: %d %q", code, out)
+	}
+	code, out, _ = cli(t, "", "latest", "default", "--query-tags", "nosuch", "--json")
+	var l event.Latest
+	if code != 0 || json.Unmarshal([]byte(out), &l) != nil || l.Head != 3 || l.Event != nil {
+		t.Fatalf("latest --json without a match: %d %q", code, out)
+	}
+	code, out, errs = cli(t, "", "append", "default", "--type", "order.cancelled", "--data", `{"order":1}`, "--tags", "order:1",
+		"--if-none-after", "1", "--query-tags", "order:1")
+	if code != 0 || !strings.Contains(out, "appended positions 4–4") {
+		t.Fatalf("append with a holding condition: %d %q %q", code, out, errs)
+	}
+	code, _, errs = cli(t, "", "append", "default", "--type", "order.cancelled", "--data", `{"order":1}`, "--tags", "order:1",
+		"--if-none-after", "1", "--query-tags", "order:1")
+	if code != 1 || !strings.Contains(errs, "conflict") || !strings.Contains(errs, "4") {
+		t.Fatalf("append with a failing condition: %d %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "1", "--query-tags", "order:1")
+	if code != 2 || !strings.Contains(errs, "--if-none-after") {
+		t.Fatalf("a query without --if-none-after: %d %q", code, errs)
+	}
+
 	code, out, _ = cli(t, "", "boundaries", "--create", "late")
 	if code != 0 || !strings.HasPrefix(out, "late\thead 0\tepoch ") {
 		t.Fatalf("boundaries --create: %d %q", code, out)
 	}
 	code, out, _ = cli(t, "", "boundaries")
-	if code != 0 || !strings.Contains(out, "default\thead 3") || !strings.Contains(out, "late\thead 0") {
+	if code != 0 || !strings.Contains(out, "default\thead 4") || !strings.Contains(out, "late\thead 0") {
 		t.Fatalf("boundaries: %d %q", code, out)
 	}
 	code, out, _ = cli(t, "", "status", "--server", url, "--json")

@@ -46,7 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return statusCmd(args[1:], stdout, stderr)
 	case "healthcheck":
 		return healthcheckCmd(args[1:], stdout, stderr)
-	case "append", "read", "tail", "boundaries":
+	case "append", "read", "latest", "tail", "boundaries":
 		return clientCommand(cmd, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "orisun", version)
@@ -68,7 +68,11 @@ Commands:
   serve       run the relay (the default)
   append      append events: orisun append <boundary> --type T --data '{…}' [--tags a,b] [--id UUID] [--metadata '{…}']
               or, without --type, events as JSON lines on stdin ({"type":…,"data":…} per line)
-  read        print events: orisun read <boundary> [--after N] [--limit N] [--json]
+              with a condition: --if-none-after N [--query-types a,b] [--query-tags x,y]
+              (refused with a conflict if a matching event is after position N)
+  read        print events: orisun read <boundary> [--after N] [--limit N] [--query-types a,b] [--query-tags x,y] [--json]
+  latest      print the head and the latest matching event, the context of a decision:
+              orisun latest <boundary> [--query-types a,b] [--query-tags x,y] [--json]
   tail        catch up, then follow until Ctrl-C: orisun tail <boundary> [--from N] [--json]
   boundaries  list boundaries, or create one: orisun boundaries [--create name] [--json]
   status      print a node's status: orisun status [--http host:port | --server URL] [--json] [--wait-settled[=timeout]]
@@ -76,7 +80,7 @@ Commands:
   version     print the version
   help        show this help
 
-The client commands (append, read, tail, boundaries) talk to a running
+The client commands (append, read, latest, tail, boundaries) talk to a running
 orisun over NATS: --server URL, or the environment variable ORISUN_URL,
 default nats://127.0.0.1:4222. status reads the node's status listener
 (--http, or ORISUN_HTTP_ADDR, default 127.0.0.1:8990), or NATS with --server. Events print one per line as
