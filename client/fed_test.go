@@ -1,0 +1,39 @@
+package client
+
+import (
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
+)
+
+// TestFedWithSharedNATS: a subscription goes live when the node that
+// answers its status request leads the boundary; with a shared NATS (an
+// embedded cluster or an external deployment, where any node may answer)
+// also when another node holds an unexpired lease, and not when the lease
+// has run out or nobody holds it. With a NATS of the node's own only its
+// own leading publisher feeds the stream.
+func TestFedWithSharedNATS(t *testing.T) {
+	now := time.Now().UTC()
+	for _, c := range []struct {
+		kind, state, holder string
+		expires             time.Time
+		want                bool
+	}{
+		{"embedded", "leading", "n1#a", now.Add(time.Second), true},
+		{"embedded", "standby", "n2#b", now.Add(time.Second), false},
+		{"embedded-cluster", "standby", "n2#b", now.Add(time.Second), true},
+		{"external", "standby", "n2#b", now.Add(time.Second), true},
+		{"external", "standby", "n2#b", now.Add(-time.Second), false},
+		{"embedded-cluster", "standby", "", time.Time{}, false},
+		{"external", "leading", "n1#a", now.Add(-time.Second), true},
+	} {
+		st := status.Status{Time: now, NATS: status.Health{OK: true, Kind: c.kind}}
+		b := status.BoundaryStatus{Name: "default", State: publisher.State(c.state), LeaseHolder: c.holder, LeaseExpires: c.expires}
+		if got := fed(st, b); got != c.want {
+			t.Errorf("NATS %s, publisher %s, lease %q expiring %s after the status: fed %v, want %v",
+				c.kind, c.state, c.holder, c.expires.Sub(now), got, c.want)
+		}
+	}
+}
