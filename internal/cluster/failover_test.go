@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -183,6 +185,29 @@ func checkStream(t *testing.T, url string, opts []nats.Option, ids map[uint64]st
 	return info
 }
 
+// streamLeaderOf names the NATS server that leads the boundary's stream's
+// Raft group (an embedded server is named after its node id).
+func streamLeaderOf(t *testing.T, url string, opts []nats.Option) string {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(contextFor(t, 10*time.Second), stream.Name("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := s.CachedInfo(); info.Cluster != nil {
+		return info.Cluster.Leader
+	}
+	return "(none)"
+}
+
 // failover is the scenario both tests run on three orisun nodes that share
 // one NATS: appends through node A (a node that does not lead), a
 // subscriber (the Go client) connected to node C (the third), the leader
@@ -191,7 +216,7 @@ func checkStream(t *testing.T, url string, opts []nats.Option, ids map[uint64]st
 // in order; the three-replica stream holds every message, the ones the
 // killed leader published included. natsOpts log the test's clients in.
 // afterTakeover, when set, runs a further fault under the load.
-func failover(t *testing.T, nodes []*proc, ttl time.Duration, natsOpts []nats.Option, afterTakeover func()) {
+func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, natsOpts []nats.Option, afterTakeover func()) {
 	t.Helper()
 	var lead int
 	waitFor(t, "one node to lead the boundary", 90*time.Second, 50*time.Millisecond, func() bool {
@@ -244,31 +269,56 @@ func failover(t *testing.T, nodes []*proc, ttl time.Duration, natsOpts []nats.Op
 	waitFor(t, fmt.Sprintf("the subscriber on %s (not leading) to go live on the shared stream", c.name), 30*time.Second, 50*time.Millisecond,
 		func() bool { col.mu.Lock(); defer col.mu.Unlock(); return col.live > 0 })
 
+	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	dbCtx := func() context.Context { return contextFor(t, 10*time.Second) }
+	before, err := store.LeaseHolder(dbCtx(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamLeader := streamLeaderOf(t, c.nats, natsOpts)
 	nodes[lead].kill(t)
 	killed := time.Now()
-	atKill := published(c)
-	// Takeover: a surviving node's /status says its publisher leads, and
-	// the checkpoint (published) moves past where the killed leader left
-	// it. Bound: the lease TTL plus 15 s, generous for a loaded machine.
-	var newLead int
-	var leadingAfter time.Duration
-	waitFor(t, "a surviving node to take over and publish", ttl+15*time.Second, 25*time.Millisecond, func() bool {
-		l := leading(nodes, "default")
-		if len(l) != 1 {
+	atKill, err := store.Checkpoint(dbCtx(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Takeover, read in the store: a newer lease term, then the checkpoint
+	// past where the killed leader left it (only the new term's publisher
+	// can move it). Bound: the lease TTL plus 15 s, generous for a loaded
+	// machine.
+	var leased time.Duration
+	var after backend.Lease
+	waitFor(t, "a surviving node to take the lease and publish", ttl+15*time.Second, 25*time.Millisecond, func() bool {
+		l, err := store.LeaseHolder(dbCtx(), "default")
+		if err != nil || l.Term <= before.Term {
 			return false
 		}
-		if leadingAfter == 0 {
-			leadingAfter = time.Since(killed)
+		if leased == 0 {
+			leased, after = time.Since(killed), l
 		}
-		newLead = l[0]
-		return published(nodes[newLead]) > atKill
+		cp, err := store.Checkpoint(dbCtx(), "default")
+		return err == nil && cp > atKill
 	})
 	took := time.Since(killed)
 	if took > ttl+15*time.Second {
 		t.Fatalf("takeover took %s after the SIGKILL; the bound is the lease TTL %s plus 15 s", took, ttl)
 	}
-	t.Logf("takeover: %s killed with SIGKILL at published %d; %s led after %s and published new events %s after the kill (lease TTL %s)",
-		nodes[lead].name, atKill, nodes[newLead].name, leadingAfter.Round(time.Millisecond), took.Round(time.Millisecond), ttl)
+	// The new holder's /status says so.
+	var newLead int
+	waitFor(t, "the new lease holder's /status to say leading", 30*time.Second, 50*time.Millisecond, func() bool {
+		l := leading(nodes, "default")
+		if len(l) == 1 {
+			newLead = l[0]
+		}
+		return len(l) == 1
+	})
+	t.Logf("takeover: %s (term %d) killed with SIGKILL at checkpoint %d, the stream's Raft leader being %s; %s took the lease (term %d) "+
+		"%s after the kill and checkpointed new events %s after it (lease TTL %s)",
+		nodes[lead].name, before.Term, atKill, streamLeader, after.Holder, after.Term, leased.Round(time.Millisecond), took.Round(time.Millisecond), ttl)
 
 	if afterTakeover != nil {
 		afterTakeover()
@@ -341,8 +391,9 @@ func failover(t *testing.T, nodes []*proc, ttl time.Duration, natsOpts []nats.Op
 // survives the loss of the node with every message.
 func TestEmbeddedClusterLeaderSIGKILL(t *testing.T) {
 	ttl := 2 * time.Second
-	nodes := embeddedCluster(t, pgtest.URL(t), 3, ttl)
-	failover(t, nodes, ttl, nil, nil)
+	pgURL := pgtest.URL(t)
+	nodes := embeddedCluster(t, pgURL, 3, ttl)
+	failover(t, pgURL, nodes, ttl, nil, nil)
 }
 
 // TestExternalNATSClusterLeaderSIGKILL: three orisun processes on one
@@ -355,9 +406,10 @@ func TestEmbeddedClusterLeaderSIGKILL(t *testing.T) {
 func TestExternalNATSClusterLeaderSIGKILL(t *testing.T) {
 	ttl := 2 * time.Second
 	servers := natsCluster(t, 3)
-	nodes := externalNodes(t, pgtest.URL(t), servers, 3, ttl, "ORISUN_NATS_STREAM_REPLICAS=3")
+	pgURL := pgtest.URL(t)
+	nodes := externalNodes(t, pgURL, servers, 3, ttl, "ORISUN_NATS_STREAM_REPLICAS=3")
 	opts := []nats.Option{nats.UserInfo(natsAppUser, natsAppPassword)}
-	failover(t, nodes, ttl, opts, func() {
+	failover(t, pgURL, nodes, ttl, opts, func() {
 		// The test's clients are on the servers of the surviving nodes
 		// (node i's client on server i); kill the killed node's server.
 		for i, n := range nodes {
