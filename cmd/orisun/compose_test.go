@@ -354,3 +354,25 @@ func TestComposeFileWiring(t *testing.T) {
 		t.Error(p)
 	}
 }
+
+// TestDeploymentDocVariables: every ORISUN_* variable docs/deployment.md
+// names is one the configuration reads (or the CLI's ORISUN_URL), so the
+// guide cannot tell anyone to set a variable that does nothing.
+func TestDeploymentDocVariables(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/deployment.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := configVariables()
+	seen := 0
+	for _, m := range regexp.MustCompile(`(?:^|[^_A-Za-z0-9])(ORISUN_[A-Z0-9_]*[A-Z0-9])`).FindAllStringSubmatch(string(raw), -1) {
+		name := m[1]
+		seen++
+		if _, ok := vars[name]; !ok && name != "ORISUN_URL" {
+			t.Errorf("docs/deployment.md names %s, which is not a configuration variable", name)
+		}
+	}
+	if seen < 20 {
+		t.Fatalf("found only %d variable names in docs/deployment.md; the pattern is broken", seen)
+	}
+}
