@@ -83,13 +83,19 @@ func (c *Client) live(ctx context.Context, boundary string) bool {
 }
 
 // fed reports whether a status says the boundary's stream is being fed.
-// With a shared NATS the lease stands for the publisher: its expiry is in
+// With a shared NATS the lease of another node stands for that node's
+// publisher: its expiry is in
 // the store's clock and st.Time in the node's, so a skew between the two
 // only moves the moment the hint turns, as it does for the node's own
 // subscriptions (the lease loop reads the same row).
 func fed(st Status, b BoundaryStatus) bool {
 	if b.State == publisher.StateLeading {
 		return true
+	}
+	if b.LeaseHolder == st.LeaseHolder {
+		// The answering node holds the lease: its publisher's state
+		// (stalled, paused) is the answer.
+		return false
 	}
 	shared := st.NATS.Kind == "embedded-cluster" || st.NATS.Kind == "external"
 	return shared && b.LeaseHolder != "" && b.LeaseExpires.After(st.Time)
