@@ -8,6 +8,7 @@ import (
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/publisher"
 )
 
 // Handler processes one event; its return acknowledges it.
@@ -55,11 +56,15 @@ func (c *Client) Subscribe(ctx context.Context, boundary string, after uint64, h
 }
 
 // live reports whether the boundary's stream is fed: its publisher leads on
-// the node that answers. When that cannot be asked, it is not (the store is
-// read instead): a wrong "no" costs a read, a wrong "yes" would wait on a
-// stream nobody feeds. The answer is shared by all the client's
-// subscriptions for a second, so that many subscriptions cost one status
-// request a second, not one each every time they wake.
+// the node that answers or, with a NATS the nodes share (an embedded
+// cluster or an external deployment, where the stream is the same on every
+// node and any node may answer), some node holds the boundary's lease as
+// the answering node saw it. When that cannot be asked, it is not (the
+// store is read instead): a wrong "no" costs a read, a wrong "yes" would
+// wait on a stream nobody feeds until the next answer. The answer is
+// shared by all the client's subscriptions for a second, so that many
+// subscriptions cost one status request a second, not one each every time
+// they wake.
 func (c *Client) live(ctx context.Context, boundary string) bool {
 	c.liveMu.Lock()
 	defer c.liveMu.Unlock()
@@ -70,11 +75,30 @@ func (c *Client) live(ctx context.Context, boundary string) bool {
 		c.leading, c.liveAt = map[string]bool{}, time.Now()
 		if err == nil {
 			for _, b := range st.Boundaries {
-				c.leading[b.Name] = b.State == "leading"
+				c.leading[b.Name] = fed(st, b)
 			}
 		}
 	}
 	return c.leading[boundary]
+}
+
+// fed reports whether a status says the boundary's stream is being fed.
+// With a shared NATS the lease of another node stands for that node's
+// publisher: its expiry is in
+// the store's clock and st.Time in the node's, so a skew between the two
+// only moves the moment the hint turns, as it does for the node's own
+// subscriptions (the lease loop reads the same row).
+func fed(st Status, b BoundaryStatus) bool {
+	if b.State == publisher.StateLeading {
+		return true
+	}
+	if b.LeaseHolder == st.LeaseHolder {
+		// The answering node holds the lease: its publisher's state
+		// (stalled, paused) is the answer.
+		return false
+	}
+	shared := st.NATS.Kind == "embedded-cluster" || st.NATS.Kind == "external"
+	return shared && b.LeaseHolder != "" && b.LeaseExpires.After(st.Time)
 }
 
 // pageReader is the subscription's Reader: the API's read, with two

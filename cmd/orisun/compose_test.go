@@ -249,3 +249,130 @@ func TestHealthcheckCommand(t *testing.T) {
 		t.Fatalf("healthcheck of a stopped node: exit %d, want 1", code)
 	}
 }
+
+// composeWiring lists what is wrong with how a compose file's services
+// are wired together: an orisun service (one that sets ORISUN_BACKEND)
+// that does not wait for the PostgreSQL service named in its ORISUN_PG_URL
+// to be healthy (depends_on with condition: service_healthy, and that
+// service has a health check), a named volume used but not declared under
+// the top-level volumes, and a host port published by two services (or
+// twice by one).
+func composeWiring(doc *yamlNode) []string {
+	var problems []string
+	services := doc.get("services")
+	if services == nil {
+		return []string{"no services"}
+	}
+	declared := doc.get("volumes")
+	hostPorts := map[string]string{}
+	for _, name := range services.keys {
+		svc := services.get(name)
+		if pgURL := svc.get("environment", "ORISUN_PG_URL"); svc.get("environment", "ORISUN_BACKEND") != nil && pgURL != nil {
+			u, err := url.Parse(pgURL.value)
+			switch {
+			case err != nil || u.Hostname() == "":
+				problems = append(problems, fmt.Sprintf("%s: ORISUN_PG_URL %q names no host", name, pgURL.value))
+			case svc.get("depends_on", u.Hostname(), "condition") == nil ||
+				svc.get("depends_on", u.Hostname(), "condition").value != "service_healthy":
+				problems = append(problems, fmt.Sprintf("%s: does not depend on %s with condition: service_healthy "+
+					"(it would start before PostgreSQL accepts connections)", name, u.Hostname()))
+			case services.get(u.Hostname(), "healthcheck", "test") == nil:
+				problems = append(problems, fmt.Sprintf("%s: waits for %s to be healthy, which has no health check", name, u.Hostname()))
+			}
+		}
+		for _, v := range itemsOf(svc.get("volumes")) {
+			source, _, ok := strings.Cut(v, ":")
+			if !ok || strings.HasPrefix(source, "/") || strings.HasPrefix(source, ".") || strings.HasPrefix(source, "~") {
+				continue // a bind mount or an anonymous volume
+			}
+			if declared == nil || declared.children[source] == nil {
+				problems = append(problems, fmt.Sprintf("%s: volume %q is not declared under the top-level volumes", name, source))
+			}
+		}
+		for _, p := range itemsOf(svc.get("ports")) {
+			parts := strings.Split(p, ":")
+			if len(parts) < 2 {
+				continue // a container port only: Docker picks the host port
+			}
+			host := strings.Join(parts[:len(parts)-1], ":")
+			if len(parts) == 2 {
+				host = "0.0.0.0:" + parts[0]
+			}
+			if other, dup := hostPorts[host]; dup {
+				problems = append(problems, fmt.Sprintf("%s: host port %s is published by %s too", name, host, other))
+			}
+			hostPorts[host] = name
+		}
+	}
+	return problems
+}
+
+// itemsOf returns a list node's items (none for a missing node).
+func itemsOf(n *yamlNode) []string {
+	if n == nil {
+		return nil
+	}
+	return n.items
+}
+
+// TestComposeFileWiring: in docker-compose.yml every orisun node waits for
+// PostgreSQL to be healthy, every named volume is declared and no two
+// services publish the same host port. The check is shown to catch each
+// fault on a broken copy of the file first.
+func TestComposeFileWiring(t *testing.T) {
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	for _, broken := range []struct {
+		what, old, new, want string
+	}{
+		{"a node that only waits for the container to start", "        condition: service_healthy\n    environment:\n      ORISUN_BACKEND: postgres\n      ORISUN_PG_URL: postgres://orisun:orisun@postgres:5432/orisun\n      ORISUN_NODE_ID: orisun2",
+			"        condition: service_started\n    environment:\n      ORISUN_BACKEND: postgres\n      ORISUN_PG_URL: postgres://orisun:orisun@postgres:5432/orisun\n      ORISUN_NODE_ID: orisun2",
+			"orisun2: does not depend on postgres with condition: service_healthy"},
+		{"a volume not declared", "      - orisun3-data:/data", "      - orisun3-state:/data", `orisun3: volume "orisun3-state" is not declared`},
+		{"a host port twice", `      - "8991:8990"`, `      - "8990:8990"`, "host port 0.0.0.0:8990 is published by orisun1 too"},
+	} {
+		if !strings.Contains(text, broken.old) {
+			t.Fatalf("negative control %q: docker-compose.yml no longer contains %q; update the control", broken.what, broken.old)
+		}
+		doc, err := parseYAML(strings.Replace(text, broken.old, broken.new, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems := composeWiring(doc)
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, broken.want) }) {
+			t.Errorf("negative control %q: the check found %q, want %q", broken.what, problems, broken.want)
+		}
+	}
+	doc, err := parseYAML(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range composeWiring(doc) {
+		t.Error(p)
+	}
+}
+
+// TestDeploymentDocVariables: every ORISUN_* variable docs/deployment.md
+// names is one the configuration reads (or the CLI's ORISUN_URL), so the
+// guide cannot tell anyone to set a variable that does nothing.
+func TestDeploymentDocVariables(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/deployment.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := configVariables()
+	seen := 0
+	for _, m := range regexp.MustCompile(`(?:^|[^_A-Za-z0-9])(ORISUN_[A-Z0-9_]*[A-Z0-9])`).FindAllStringSubmatch(string(raw), -1) {
+		name := m[1]
+		seen++
+		if _, ok := vars[name]; !ok && name != "ORISUN_URL" {
+			t.Errorf("docs/deployment.md names %s, which is not a configuration variable", name)
+		}
+	}
+	if seen < 20 {
+		t.Fatalf("found only %d variable names in docs/deployment.md; the pattern is broken", seen)
+	}
+}

@@ -1,0 +1,422 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/postgres"
+	"github.com/orisun-io/orisun/client"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// loader appends 10-event batches through one client until halted. A
+// failed append is retried with the same event ids (an idempotent retry),
+// so every batch ends acknowledged; it records each acknowledged position
+// and its event id.
+type loader struct {
+	c      *client.Client
+	mu     sync.Mutex
+	acked  map[uint64]string
+	failed int
+	lastEr error
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func startLoader(t *testing.T, c *client.Client) *loader {
+	l := &loader{c: c, acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for i := 0; ; i++ {
+			select {
+			case <-l.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			in := make([]event.Input, 10)
+			for j := range in {
+				in[j] = event.Input{ID: event.NewID(), Type: "scaleout.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
+			}
+			for {
+				// A short timeout: a request that went to the node just
+				// killed is retried soon (with the same ids), so the
+				// load goes on through the takeover.
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				res, err := c.Append(ctx, "default", in, nil)
+				cancel()
+				l.mu.Lock()
+				if err == nil {
+					for j := range in {
+						l.acked[res.First+uint64(j)] = in[j].ID
+					}
+				} else {
+					l.failed++
+					l.lastEr = err
+				}
+				l.mu.Unlock()
+				if err == nil {
+					break
+				}
+				select {
+				case <-l.stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}()
+	t.Cleanup(l.halt)
+	return l
+}
+
+func (l *loader) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+}
+
+// collector is a subscription's record: every delivered position must be
+// the one after the last (exactly once, in order); the first violation is
+// kept.
+type collector struct {
+	mu        sync.Mutex
+	last      uint64
+	ids       map[uint64]string
+	violation string
+	live      int
+}
+
+func (c *collector) handle(_ context.Context, e event.Event) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Position != c.last+1 && c.violation == "" {
+		c.violation = fmt.Sprintf("position %d delivered after %d", e.Position, c.last)
+	}
+	if _, dup := c.ids[e.Position]; dup && c.violation == "" {
+		c.violation = fmt.Sprintf("position %d delivered twice", e.Position)
+	}
+	c.ids[e.Position] = e.ID
+	c.last = max(c.last, e.Position)
+	return nil
+}
+
+func (c *collector) delivered() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// storeIDs reads the boundary's events 1..head through the API.
+func storeIDs(t *testing.T, c *client.Client, head uint64) map[uint64]string {
+	t.Helper()
+	ids := map[uint64]string{}
+	for after := uint64(0); after < head; {
+		res, err := c.Read(contextFor(t, 30*time.Second), "default", after, 1000, nil)
+		if err != nil {
+			t.Fatalf("read after %d: %v", after, err)
+		}
+		if len(res.Events) == 0 {
+			t.Fatalf("read after %d: no events, head %d", after, head)
+		}
+		for _, e := range res.Events {
+			ids[e.Position] = e.ID
+		}
+		after = res.Events[len(res.Events)-1].Position
+	}
+	return ids
+}
+
+// checkStream reads every message of the boundary's stream through url
+// and checks that it holds 1..head, sequence s carrying position s and the
+// store's event (I2); it returns the stream's info.
+func checkStream(t *testing.T, url string, opts []nats.Option, ids map[uint64]string, head uint64) *jetstream.StreamInfo {
+	t.Helper()
+	ctx := contextFor(t, 120*time.Second)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatalf("the stream after the kill: %v", err)
+	}
+	info := s.CachedInfo()
+	if info.State.FirstSeq != 1 || info.State.LastSeq != head || info.State.Msgs != head {
+		t.Fatalf("the stream holds %d messages %d..%d after the kill; want all of 1..%d (the killed leader's included)",
+			info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, head)
+	}
+	// One message at a time, each read retried: right after a server of
+	// the cluster died, a JetStream API request may find no responder for
+	// a moment while the stream's Raft group settles.
+	for seq := uint64(1); seq <= head; seq++ {
+		var msg *jetstream.RawStreamMsg
+		waitFor(t, fmt.Sprintf("stream message %d", seq), 30*time.Second, 100*time.Millisecond, func() bool {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			msg, err = s.GetMsg(rctx, seq)
+			return err == nil
+		})
+		pos, id := msg.Header.Get(stream.HeaderPosition), msg.Header.Get(stream.HeaderEventID)
+		if msg.Sequence != seq || pos != strconv.FormatUint(seq, 10) || id != ids[seq] {
+			t.Fatalf("I2: stream sequence %d (read %d) carries position %s, event %s; the store has %s",
+				seq, msg.Sequence, pos, id, ids[seq])
+		}
+	}
+	return info
+}
+
+// streamLeaderOf names the NATS server that leads the boundary's stream's
+// Raft group (an embedded server is named after its node id).
+func streamLeaderOf(t *testing.T, url string, opts []nats.Option) string {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(contextFor(t, 10*time.Second), stream.Name("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := s.CachedInfo(); info.Cluster != nil {
+		return info.Cluster.Leader
+	}
+	return "(none)"
+}
+
+// failover is the scenario both tests run on three orisun nodes that share
+// one NATS: appends through node A (a node that does not lead), a
+// subscriber (the Go client) connected to node C (the third), the leader
+// killed with SIGKILL during the load. Another node takes over within the
+// lease TTL plus 15 s; the subscriber receives every position exactly once
+// in order; the three-replica stream holds every message, the ones the
+// killed leader published included. natsOpts log the test's clients in.
+// afterTakeover, when set, runs a further fault under the load.
+func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, natsOpts []nats.Option, afterTakeover func()) {
+	t.Helper()
+	var lead int
+	waitFor(t, "one node to lead the boundary", 90*time.Second, 50*time.Millisecond, func() bool {
+		l := leading(nodes, "default")
+		if len(l) == 1 {
+			lead = l[0]
+		}
+		return len(l) == 1
+	})
+	a, c := nodes[(lead+1)%3], nodes[(lead+2)%3]
+	t.Logf("%s leads; appends through %s, the subscriber is on %s", nodes[lead].name, a.name, c.name)
+	copts := []client.Option{client.Name("scaleout-test"), client.NATSOptions(natsOpts...)}
+	ca, err := client.Connect(a.nats, copts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	cc, err := client.Connect(c.nats, copts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+
+	col := &collector{ids: map[uint64]string{}}
+	sctx, stopSub := context.WithCancel(context.Background())
+	var subErr error
+	subDone := make(chan struct{})
+	go func() {
+		defer close(subDone)
+		subErr = cc.Subscribe(sctx, "default", 0, col.handle, client.SubscribeOptions{
+			OnCaughtUp: func(uint64) { col.mu.Lock(); col.live++; col.mu.Unlock() },
+		})
+	}()
+	defer func() { stopSub(); <-subDone }()
+
+	load := startLoader(t, ca)
+	published := func(p *proc) uint64 {
+		st, err := p.status()
+		if err != nil {
+			return 0
+		}
+		b, _ := boundary(st, "default")
+		return b.Published
+	}
+	waitFor(t, "the leader to publish 300 events", 60*time.Second, 50*time.Millisecond, func() bool { return published(c) > 300 })
+	waitFor(t, "the subscriber to reach position 300", 60*time.Second, 50*time.Millisecond, func() bool { return col.delivered() >= 300 })
+
+	// The subscriber's node does not lead: with a shared NATS the stream it
+	// can go live on is fed all the same.
+	waitFor(t, fmt.Sprintf("the subscriber on %s (not leading) to go live on the shared stream", c.name), 30*time.Second, 50*time.Millisecond,
+		func() bool { col.mu.Lock(); defer col.mu.Unlock(); return col.live > 0 })
+
+	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	dbCtx := func() context.Context { return contextFor(t, 10*time.Second) }
+	before, err := store.LeaseHolder(dbCtx(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamLeader := streamLeaderOf(t, c.nats, natsOpts)
+	nodes[lead].kill(t)
+	killed := time.Now()
+	atKill, err := store.Checkpoint(dbCtx(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Takeover, read in the store: a newer lease term, then the checkpoint
+	// past where the killed leader left it (only the new term's publisher
+	// can move it). Bound: the lease TTL plus 15 s, generous for a loaded
+	// machine.
+	var leased time.Duration
+	var after backend.Lease
+	waitFor(t, "a surviving node to take the lease and publish", ttl+15*time.Second, 25*time.Millisecond, func() bool {
+		l, err := store.LeaseHolder(dbCtx(), "default")
+		if err != nil || l.Term <= before.Term {
+			return false
+		}
+		if leased == 0 {
+			leased, after = time.Since(killed), l
+		}
+		cp, err := store.Checkpoint(dbCtx(), "default")
+		return err == nil && cp > atKill
+	})
+	took := time.Since(killed)
+	if took > ttl+15*time.Second {
+		t.Fatalf("takeover took %s after the SIGKILL; the bound is the lease TTL %s plus 15 s", took, ttl)
+	}
+	// The new holder's /status says so.
+	var newLead int
+	waitFor(t, "the new lease holder's /status to say leading", 30*time.Second, 50*time.Millisecond, func() bool {
+		l := leading(nodes, "default")
+		if len(l) == 1 {
+			newLead = l[0]
+		}
+		return len(l) == 1
+	})
+	t.Logf("takeover: %s (term %d) killed with SIGKILL at checkpoint %d, the stream's Raft leader being %s; %s took the lease (term %d) "+
+		"%s after the kill and checkpointed new events %s after it (lease TTL %s)",
+		nodes[lead].name, before.Term, atKill, streamLeader, after.Holder, after.Term, leased.Round(time.Millisecond), took.Round(time.Millisecond), ttl)
+
+	if afterTakeover != nil {
+		afterTakeover()
+	}
+	time.Sleep(time.Second)
+	load.halt()
+	load.mu.Lock()
+	t.Logf("%d events acknowledged through %s; %d appends failed and were retried (last error: %v)", len(load.acked), a.name, load.failed, load.lastEr)
+	load.mu.Unlock()
+
+	var head uint64
+	waitFor(t, "the new leader to publish up to the head", 60*time.Second, 100*time.Millisecond, func() bool {
+		st, err := nodes[newLead].status()
+		if err != nil {
+			return false
+		}
+		b, _ := boundary(st, "default")
+		head = b.Head
+		return st.Settled && b.Published == b.Head
+	})
+	waitFor(t, fmt.Sprintf("the subscriber on %s to reach the head %d", c.name, head), 60*time.Second, 50*time.Millisecond,
+		func() bool { return col.delivered() >= head })
+	stopSub()
+	<-subDone
+	if subErr != nil && !errors.Is(subErr, context.Canceled) {
+		t.Fatalf("the subscription on %s ended: %v", c.name, subErr)
+	}
+
+	ids := storeIDs(t, cc, head)
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.violation != "" {
+		t.Fatalf("I5: the subscriber on %s: %s", c.name, col.violation)
+	}
+	if uint64(len(col.ids)) != head || col.last != head {
+		t.Fatalf("I5: the subscriber on %s got %d positions up to %d; the head is %d", c.name, len(col.ids), col.last, head)
+	}
+	for pos, id := range ids {
+		if col.ids[pos] != id {
+			t.Fatalf("I5: position %d delivered as %s; the store has %s", pos, col.ids[pos], id)
+		}
+	}
+	load.mu.Lock()
+	for pos, id := range load.acked {
+		if ids[pos] != id {
+			t.Fatalf("acknowledged append lost: position %d should hold %s, holds %q", pos, id, ids[pos])
+		}
+	}
+	load.mu.Unlock()
+	info := checkStream(t, c.nats, natsOpts, ids, head)
+	if info.Config.Replicas != 3 {
+		t.Fatalf("the stream has %d replicas, want 3", info.Config.Replicas)
+	}
+	var peers []string
+	if info.Cluster != nil {
+		peers = append(peers, info.Cluster.Leader+" (leader)")
+		for _, r := range info.Cluster.Replicas {
+			peers = append(peers, fmt.Sprintf("%s (current %v, offline %v)", r.Name, r.Current, r.Offline))
+		}
+	}
+	t.Logf("the subscriber on %s got 1..%d exactly once in order and went live %d time(s); the stream holds 1..%d on %v",
+		c.name, head, col.live, head, peers)
+}
+
+// TestEmbeddedClusterLeaderSIGKILL: three orisun processes on one
+// PostgreSQL, their embedded NATS servers clustered by routes, streams with
+// three replicas. The boundary's leader is killed with SIGKILL, its NATS
+// server with it: another node takes over, the subscriber connected to a
+// third node gets every position exactly once in order, and the stream
+// survives the loss of the node with every message.
+func TestEmbeddedClusterLeaderSIGKILL(t *testing.T) {
+	ttl := 2 * time.Second
+	pgURL := pgtest.URL(t)
+	nodes := embeddedCluster(t, pgURL, 3, ttl)
+	failover(t, pgURL, nodes, ttl, nil, nil)
+}
+
+// TestExternalNATSClusterLeaderSIGKILL: three orisun processes on one
+// PostgreSQL against a three-server NATS cluster (nats-server processes
+// with JetStream, users and routes) given by ORISUN_NATS_URL; streams with
+// three replicas. The leading orisun is killed with SIGKILL: another takes
+// over and the subscriber gets every position exactly once. Then one NATS
+// server is killed too (neither of the test clients' servers): the
+// three-replica stream goes on with two, and still holds every message.
+func TestExternalNATSClusterLeaderSIGKILL(t *testing.T) {
+	ttl := 2 * time.Second
+	servers := natsCluster(t, 3)
+	pgURL := pgtest.URL(t)
+	nodes := externalNodes(t, pgURL, servers, 3, ttl, "ORISUN_NATS_STREAM_REPLICAS=3")
+	opts := []nats.Option{nats.UserInfo(natsAppUser, natsAppPassword)}
+	failover(t, pgURL, nodes, ttl, opts, func() {
+		// The test's clients are on the servers of the surviving nodes
+		// (node i's client on server i); kill the killed node's server.
+		for i, n := range nodes {
+			if n.dead() {
+				servers[i].kill(t)
+				t.Logf("%s killed with SIGKILL as well", servers[i].name)
+			}
+		}
+	})
+}

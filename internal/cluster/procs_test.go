@@ -1,0 +1,365 @@
+// Package cluster tests scale-out with real processes: three orisun
+// processes (the binary of cmd/orisun) on one PostgreSQL, with their
+// embedded NATS servers clustered or against a three-server NATS cluster
+// (nats-server, built from the module's own dependency) that the test
+// starts, faulted with SIGKILL.
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/status"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// build builds the orisun binary and nats-server (the version go.mod
+// pins) once per test binary.
+var build = sync.OnceValues(func() (map[string]string, error) {
+	dir, err := os.MkdirTemp("", "orisun-cluster-bin")
+	if err != nil {
+		return nil, err
+	}
+	binDir = dir
+	bins := map[string]string{}
+	for name, pkg := range map[string]string{
+		"orisun":      "github.com/orisun-io/orisun/cmd/orisun",
+		"nats-server": "github.com/nats-io/nats-server/v2",
+	} {
+		bin := filepath.Join(dir, name)
+		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+		bins[name] = bin
+	}
+	return bins, nil
+})
+
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	bins, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins[name]
+}
+
+// freePorts picks n distinct free loopback ports (all listeners are held
+// until all are picked, so they differ).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// proc is one child process: an orisun node or a nats-server.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	// nats is the client URL of the NATS server the process runs (orisun
+	// with the embedded server, or nats-server); http the status
+	// listener's host:port (orisun).
+	nats, http string
+
+	mu  sync.Mutex
+	log []string
+}
+
+// start runs bin with args and the environment env on top of this
+// process's (less any ORISUN_* variable but the tests' own), collects its
+// output, and kills it when the test ends.
+func start(t *testing.T, name, bin string, args, env []string) *proc {
+	t.Helper()
+	p := &proc{name: name, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "ORISUN_") && !strings.HasPrefix(kv, "ORISUN_TEST_") {
+			continue
+		}
+		p.cmd.Env = append(p.cmd.Env, kv)
+	}
+	p.cmd.Env = append(p.cmd.Env, env...)
+	dieWithParent(p.cmd)
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		s := bufio.NewScanner(out)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			p.mu.Lock()
+			p.log = append(p.log, s.Text())
+			p.mu.Unlock()
+		}
+		io.Copy(io.Discard, out)
+	}()
+	go func() { <-read; p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			p.mu.Lock()
+			lines := p.log[max(0, len(p.log)-300):]
+			t.Logf("last %d lines of %s's output:\n%s", len(lines), name, strings.Join(lines, "\n"))
+			p.mu.Unlock()
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL %s: %v", p.name, err)
+	}
+	<-p.done
+}
+
+func (p *proc) dead() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// status reads the node's GET /status.
+func (p *proc) status() (status.Status, error) {
+	var st status.Status
+	if p.dead() {
+		return st, fmt.Errorf("%s is not running", p.name)
+	}
+	resp, err := httpClient.Get("http://" + p.http + "/status")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return st, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s /status: %d %s", p.name, resp.StatusCode, body)
+	}
+	return st, json.Unmarshal(body, &st)
+}
+
+// boundary returns a boundary's entry of a status.
+func boundary(st status.Status, name string) (status.BoundaryStatus, bool) {
+	for _, b := range st.Boundaries {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return status.BoundaryStatus{}, false
+}
+
+// waitFor polls ok every interval until it holds, and fails the test after
+// timeout; it returns how long it took.
+func waitFor(t *testing.T, what string, timeout, interval time.Duration, ok func() bool) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	for !ok() {
+		if time.Since(begin) > timeout {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(interval)
+	}
+	return time.Since(begin)
+}
+
+// orisunEnv is what every orisun node of these tests runs with: PostgreSQL,
+// a short lease, its own data directory and status port.
+func orisunEnv(t *testing.T, pgURL, id string, httpPort int, ttl time.Duration) []string {
+	return []string{
+		"ORISUN_BACKEND=postgres", "ORISUN_PG_URL=" + pgURL, "ORISUN_NODE_ID=" + id,
+		"ORISUN_DATA_DIR=" + t.TempDir(), "ORISUN_HTTP_ADDR=127.0.0.1:" + strconv.Itoa(httpPort),
+		"ORISUN_LEASE_TTL=" + ttl.String(), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_PUBLISH_BATCH=200",
+		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES=67108864", "ORISUN_LOG_FORMAT=text",
+	}
+}
+
+// embeddedCluster starts n orisun nodes whose embedded NATS servers form
+// one cluster (every node is given every route, its own included, as in
+// docker-compose.yml), with streams of three replicas.
+func embeddedCluster(t *testing.T, pgURL string, n int, ttl time.Duration, extra ...string) []*proc {
+	t.Helper()
+	ports := freePorts(t, 3*n)
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+	}
+	var nodes []*proc
+	for i := range n {
+		id := fmt.Sprintf("node-%d", i+1)
+		env := append(orisunEnv(t, pgURL, id, ports[2*n+i], ttl),
+			"ORISUN_NATS_PORT="+strconv.Itoa(ports[i]),
+			"ORISUN_NATS_CLUSTER_NAME=orisun_test",
+			"ORISUN_NATS_CLUSTER_PORT="+strconv.Itoa(ports[n+i]),
+			"ORISUN_NATS_CLUSTER_ROUTES="+strings.Join(routes, ","),
+			"ORISUN_NATS_STREAM_REPLICAS=3")
+		p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
+		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+		p.http = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
+		nodes = append(nodes, p)
+	}
+	return nodes
+}
+
+// Users of the external NATS cluster: orisun logs in as one, the test's
+// clients (the application) as the other.
+const (
+	natsOrisunUser, natsOrisunPassword = "orisun", "orisun-secret"
+	natsAppUser, natsAppPassword       = "app", "app-secret"
+)
+
+// natsCluster starts n nats-server processes with JetStream, joined into
+// one cluster by routes, each from a configuration file. It returns them;
+// each proc's nats is its client URL.
+func natsCluster(t *testing.T, n int) []*proc {
+	t.Helper()
+	ports := freePorts(t, 2*n)
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+	}
+	var servers []*proc
+	for i := range n {
+		dir := t.TempDir()
+		conf := fmt.Sprintf(`server_name: ext-%d
+listen: 127.0.0.1:%d
+jetstream {
+  store_dir: %q
+}
+authorization {
+  users: [
+    {user: %q, password: %q}
+    {user: %q, password: %q}
+  ]
+}
+cluster {
+  name: ext
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, i+1, ports[i], filepath.Join(dir, "js"), natsOrisunUser, natsOrisunPassword, natsAppUser, natsAppPassword,
+			ports[n+i], strings.Join(routes, ", "))
+		file := filepath.Join(dir, "nats.conf")
+		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := start(t, fmt.Sprintf("nats-%d", i+1), binary(t, "nats-server"), []string{"-c", file}, nil)
+		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+		servers = append(servers, p)
+	}
+	// JetStream is usable once the servers see each other and elect a
+	// meta leader; orisun's start-up waits for that itself, this only
+	// makes a broken configuration fail here, by name.
+	for _, s := range servers {
+		waitFor(t, s.name+" to accept connections", 30*time.Second, 50*time.Millisecond, func() bool {
+			c, err := net.DialTimeout("tcp", strings.TrimPrefix(s.nats, "nats://"), time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		})
+	}
+	return servers
+}
+
+// externalNodes starts n orisun nodes against the external NATS servers
+// (ORISUN_NATS_URL lists them all, each node's list starting at a
+// different server), logged in as natsOrisunUser.
+func externalNodes(t *testing.T, pgURL string, servers []*proc, n int, ttl time.Duration, extra ...string) []*proc {
+	t.Helper()
+	ports := freePorts(t, n)
+	var nodes []*proc
+	for i := range n {
+		var urls []string
+		for j := range servers {
+			urls = append(urls, servers[(i+j)%len(servers)].nats)
+		}
+		id := fmt.Sprintf("node-%d", i+1)
+		env := append(orisunEnv(t, pgURL, id, ports[i], ttl),
+			"ORISUN_NATS_URL="+strings.Join(urls, ","),
+			"ORISUN_NATS_USER="+natsOrisunUser, "ORISUN_NATS_PASSWORD="+natsOrisunPassword)
+		p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
+		p.nats = servers[i%len(servers)].nats
+		p.http = fmt.Sprintf("127.0.0.1:%d", ports[i])
+		nodes = append(nodes, p)
+	}
+	return nodes
+}
+
+// leading returns the indexes of the running nodes whose /status says
+// their publisher leads the boundary.
+func leading(nodes []*proc, name string) []int {
+	var out []int
+	for i, p := range nodes {
+		if p.dead() {
+			continue
+		}
+		st, err := p.status()
+		if err != nil {
+			continue
+		}
+		if b, ok := boundary(st, name); ok && b.State == "leading" {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func contextFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
