@@ -137,10 +137,19 @@ func (r *boundaryRunner) fed(shared bool, ttl time.Duration) bool {
 }
 
 // New checks the configuration and returns a node that is not started.
+// Without a node id it reads (or, the first time, writes) the data
+// directory's node-id file.
 func New(cfg Config, opts ...Option) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("orisun: configuration: %w", err)
+	}
+	if cfg.NodeID == "" {
+		id, err := persistedNodeID(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("orisun: node id: %w", err)
+		}
+		cfg.NodeID = id
 	}
 	// The lease holder is the node id plus a part of this process's own:
 	// two processes given the same ORISUN_NODE_ID (or a restarted one and
