@@ -539,4 +539,3 @@ func (c Config) natsAccess() (*natsembed.Auth, *natsembed.TLS) {
 	}
 	return auth, t
 }
-
