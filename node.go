@@ -437,6 +437,7 @@ func (n *Node) startBoundaryLocked(name string) {
 		BatchSize:    n.cfg.PublishBatch,
 		Window:       n.cfg.PublishWindow,
 		PollInterval: n.cfg.PollInterval,
+		LeaseTTL:     n.cfg.LeaseTTL,
 		MsgID:        !n.cfg.DisableMsgID,
 		Wake:         r.wake,
 		Logger:       n.log.With("component", "publisher"),

@@ -23,9 +23,9 @@ type Store interface {
 	Boundary(ctx context.Context, name string) (event.Boundary, error)
 	Checkpoint(ctx context.Context, boundary string) (uint64, error)
 	SaveCheckpoint(ctx context.Context, boundary string, lease backend.Lease, position uint64) error
-	// LeaseHolder is read just before the stream is deleted, purged or
-	// recreated (see fence).
-	LeaseHolder(ctx context.Context, boundary string) (backend.Lease, error)
+	// RenewLease extends this run's lease just before the stream is
+	// deleted, purged or recreated (see fence).
+	RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error)
 }
 
 // HeadProber is implemented by stores where an append transaction can hold
@@ -50,6 +50,10 @@ type Config struct {
 	PollInterval time.Duration
 	// AckTimeout bounds the wait for one acknowledgement.
 	AckTimeout time.Duration
+	// LeaseTTL is what the fence renews the lease for before it deletes,
+	// purges or recreates the stream (the node's ORISUN_LEASE_TTL; 10s
+	// when zero).
+	LeaseTTL time.Duration
 	// MsgID sets Nats-Msg-Id to the event id.
 	MsgID bool
 	// Wake receives a value when the boundary may have new events.
@@ -90,6 +94,9 @@ func New(cfg Config) *Publisher {
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 10 * time.Second
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -218,13 +225,15 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
 		p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
 			"stream", name, "stream_epoch", got, "epoch", b.Epoch)
-		if err := r.fence(ctx, "delete stream "+name); err != nil {
+		fctx, cancel, err := r.fence(ctx, "delete stream "+name)
+		if err != nil {
 			return 0, err
 		}
-		if err := p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		defer cancel()
+		if err := p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return 0, fmt.Errorf("delete stream %s of epoch %q: %w", name, got, err)
 		}
-		if _, err := p.cfg.JS.CreateStream(ctx, want); err != nil {
+		if _, err := p.cfg.JS.CreateStream(fctx, want); err != nil {
 			return 0, fmt.Errorf("create stream %s: %w", name, err)
 		}
 		return cp + 1, nil
@@ -269,10 +278,12 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	}
 	// The stream is behind the checkpoint (purged or lost): make its next
 	// sequence checkpoint+1, so that sequence and position agree.
-	if err := r.fence(ctx, "purge stream "+name); err != nil {
+	fctx, cancel, err := r.fence(ctx, "purge stream "+name)
+	if err != nil {
 		return 0, err
 	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
+	defer cancel()
+	if err := s.Purge(fctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
 		return 0, fmt.Errorf("purge stream %s to sequence %d: %w", name, cp+1, err)
 	}
 	p.log.Info("stream purged to the checkpoint", "stream", name, "next", cp+1)
@@ -287,50 +298,53 @@ func (r *run) recreate(ctx context.Context, want jetstream.StreamConfig, cp uint
 	name := want.Name
 	r.p.log.Warn("stream cannot be trusted after the checkpoint: recreating it from the checkpoint",
 		"stream", name, "checkpoint", cp, "why", why)
-	if err := r.fence(ctx, "recreate stream "+name); err != nil {
+	fctx, cancel, err := r.fence(ctx, "recreate stream "+name)
+	if err != nil {
 		return 0, err
 	}
-	if err := r.p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	defer cancel()
+	if err := r.p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("delete stream %s (%s): %w", name, why, err)
 	}
-	if _, err := r.p.cfg.JS.CreateStream(ctx, want); err != nil {
+	if _, err := r.p.cfg.JS.CreateStream(fctx, want); err != nil {
 		return 0, fmt.Errorf("create stream %s: %w", name, err)
 	}
 	return cp + 1, nil
 }
 
-// fence re-reads the lease just before an operation that destroys stream
-// content (delete, purge, recreate) and refuses it unless this run's term is
-// still the boundary's current one. Publishes need no fence (the expected
-// last sequence refuses a stale publisher, I2, I6), but a delete or purge
-// does not check a sequence: with a NATS shared by several nodes, a deposed
-// publisher acting on what it read before it lost the lease could erase a
-// stream the new leader is already publishing to. What remains is the
-// window between this read and the server executing the operation: the
-// lease would have to expire and be taken over inside it (a pause of a
-// whole TTL at exactly that point). Even then nothing is lost: positions
-// live in the store, and the new leader re-syncs (§5 step 1) from its
-// checkpoint; subscribers meet a gap and read the store (I5).
-func (r *run) fence(ctx context.Context, what string) error {
+// fence renews this run's lease (in the store's time, fenced by holder and
+// term) just before an operation that destroys stream content (delete,
+// purge, recreate), and refuses the operation unless the renewal succeeded.
+// Publishes need no fence (the expected last sequence refuses a stale
+// publisher, I2, I6), but a delete or purge does not check a sequence: with
+// a NATS shared by several nodes, a deposed publisher acting on what it read
+// before it lost the lease could erase a stream the new leader is already
+// publishing to. A renewal, unlike a read, also refuses a lease that has
+// expired without anyone taking it yet (another node may be taking it right
+// now) and gives the operation a whole TTL: it runs under a context that
+// ends when the renewed lease would expire in this process's clock (which
+// starts before the renewal, so it never trusts the lease longer than the
+// store does). What remains is a request already sent when that deadline
+// passes and executed by the server after another node took the lease.
+// Even then nothing is lost: positions live in the store, and the new
+// leader re-syncs (§5 step 1) from its checkpoint; subscribers meet a gap
+// and read the store (I5).
+func (r *run) fence(ctx context.Context, what string) (context.Context, context.CancelFunc, error) {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w", what, ctx.Err())
+		return nil, nil, fmt.Errorf("%s: %w", what, ctx.Err())
 	}
-	cur, err := r.p.cfg.Store.LeaseHolder(ctx, r.p.cfg.Boundary)
+	start := time.Now()
+	l, err := r.p.cfg.Store.RenewLease(ctx, r.lease, r.p.cfg.LeaseTTL)
+	if errors.Is(err, event.ErrLeaseLost) {
+		return nil, nil, fmt.Errorf("%s: not done, lease term %d of %q could not be renewed (expired, or a newer term exists): %w",
+			what, r.lease.Term, r.lease.Holder, err)
+	}
 	if err != nil {
-		return fmt.Errorf("%s: re-read the lease first: %w", what, err)
+		return nil, nil, fmt.Errorf("%s: not done, the lease could not be renewed first: %w", what, err)
 	}
-	if cur.Holder != r.lease.Holder || cur.Term != r.lease.Term {
-		return fmt.Errorf("%s: not done, lease term %d of %q is no longer current (now %s): %w",
-			what, r.lease.Term, r.lease.Holder, describe(cur), event.ErrLeaseLost)
-	}
-	return nil
-}
-
-func describe(l backend.Lease) string {
-	if l.Holder == "" {
-		return "no holder"
-	}
-	return fmt.Sprintf("term %d of %q", l.Term, l.Holder)
+	r.lease = l
+	fctx, cancel := context.WithDeadline(ctx, start.Add(r.p.cfg.LeaseTTL))
+	return fctx, cancel, nil
 }
 
 // ownMessage reports whether the stream's message at seq carries orisun's
