@@ -124,6 +124,7 @@ func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundarySta
 	info := s.CachedInfo()
 	bst.StreamFirst, bst.StreamLast = info.State.FirstSeq, info.State.LastSeq
 	bst.StreamMsgs, bst.StreamBytes = info.State.Msgs, info.State.Bytes
+	bst.StreamReplicas = max(info.Config.Replicas, 1)
 	return nil
 }
 
@@ -136,7 +137,7 @@ func (n *Node) localStatus(bst *BoundaryStatus) {
 		return
 	}
 	ps := r.pub.Status()
-	bst.State, bst.Reason, bst.Since = ps.State, ps.Reason, ps.Since
+	bst.State, bst.Reason, bst.Since, bst.Warning = ps.State, ps.Reason, ps.Since, ps.Warning
 	bst.SubsCatchingUp, bst.SubsLive, bst.SubsFallBacks = r.catchingUp.Load(), r.live.Load(), r.fallBacks.Load()
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -238,16 +239,7 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 		}
 		return cp + 1, nil
 	}
-	if limitsDiffer(&info.Config, &want) {
-		upd := info.Config
-		upd.MaxBytes, upd.MaxMsgs, upd.MaxAge, upd.Duplicates = want.MaxBytes, want.MaxMsgs, want.MaxAge, want.Duplicates
-		if upd.Duplicates == 0 {
-			upd.Duplicates = info.Config.Duplicates
-		}
-		if _, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
-			p.log.Warn("could not apply the configured stream limits", "stream", name, "err", err)
-		}
-	}
+	r.applyConfig(ctx, info, want)
 	last := info.State.LastSeq
 	if last > b.Head {
 		if r.ownMessage(ctx, s, last) {
@@ -422,6 +414,49 @@ func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last u
 		}
 	}
 	return true, "", nil
+}
+
+// applyConfig brings an existing stream's limits and replica count to the
+// configured ones. A refusal is not a stall (the stream still takes the
+// events): it is logged once, with JetStream's reason, and kept in the
+// status as the publisher's warning until an update succeeds.
+func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want jetstream.StreamConfig) {
+	p := r.p
+	name := want.Name
+	have := info.Config
+	var warnings []string
+	if limitsDiffer(&have, &want) {
+		upd := have
+		upd.MaxBytes, upd.MaxMsgs, upd.MaxAge, upd.Duplicates = want.MaxBytes, want.MaxMsgs, want.MaxAge, want.Duplicates
+		if upd.Duplicates == 0 {
+			upd.Duplicates = have.Duplicates
+		}
+		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			warnings = append(warnings, fmt.Sprintf("stream %s keeps its limits (max bytes %d, max msgs %d, max age %s): "+
+				"JetStream refused the configured ones: %v", name, have.MaxBytes, have.MaxMsgs, have.MaxAge, err))
+		} else {
+			have = si.CachedInfo().Config
+		}
+	}
+	// Replicas of an existing stream can change (JetStream adds or removes
+	// peers and copies the messages); without this, a changed
+	// ORISUN_NATS_STREAM_REPLICAS would apply only to streams created
+	// afterwards.
+	if max(have.Replicas, 1) != want.Replicas {
+		upd := have
+		upd.Replicas = want.Replicas
+		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			warnings = append(warnings, fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS: "+
+				"JetStream refused the change: %v (a stream needs as many JetStream servers in the cluster as replicas; "+
+				"a single server takes 1 only)", name, max(have.Replicas, 1), want.Replicas, err))
+		} else {
+			p.log.Info("stream replicas changed", "stream", name, "from", max(have.Replicas, 1), "to", si.CachedInfo().Config.Replicas)
+		}
+	}
+	w := strings.Join(warnings, "; ")
+	if p.setWarning(w) && w != "" {
+		p.log.Warn("stream configuration not applied", "stream", name, "warning", w)
+	}
 }
 
 func limitsDiffer(have, want *jetstream.StreamConfig) bool {

@@ -22,6 +22,10 @@ type Status struct {
 	Reason string `json:"reason"`
 	// Since is when the publisher entered State.
 	Since time.Time `json:"since"`
+	// Warning is a configuration this node's publisher could not apply to
+	// the stream, with JetStream's reason (a replica count or limits it
+	// refused); the publisher still publishes. Empty when none.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Status returns the current state.
@@ -52,7 +56,7 @@ func (p *Publisher) setState(s State, reason string, err error) {
 		if stateChanged {
 			since = time.Now().UTC()
 		}
-		p.state = Status{State: s, Reason: reason, Since: since}
+		p.state = Status{State: s, Reason: reason, Since: since, Warning: p.state.Warning}
 	}
 	p.mu.Unlock()
 	switch {
@@ -71,4 +75,16 @@ func (p *Publisher) troubled() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state.State == StatePaused || p.state.State == StateStalled
+}
+
+// setWarning records the stream configuration warning ("" clears it) and
+// reports whether it changed.
+func (p *Publisher) setWarning(w string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state.Warning == w {
+		return false
+	}
+	p.state.Warning = w
+	return true
 }

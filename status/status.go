@@ -50,6 +50,9 @@ type BoundaryStatus struct {
 	StreamLast  uint64 `json:"stream_last"`
 	StreamMsgs  uint64 `json:"stream_msgs"`
 	StreamBytes uint64 `json:"stream_bytes"`
+	// StreamReplicas is the stream's replica count as JetStream reports
+	// it (0 when the stream is missing).
+	StreamReplicas int `json:"stream_replicas"`
 	// LagEvents is head - published.
 	LagEvents uint64 `json:"lag_events"`
 	// LagSeconds is the age of the oldest unpublished event (0 when none),
@@ -60,6 +63,9 @@ type BoundaryStatus struct {
 	State  publisher.State `json:"state"`
 	Reason string          `json:"reason"`
 	Since  time.Time       `json:"since,omitzero"`
+	// Warning is a stream configuration this node's publisher could not
+	// apply (a replica count or limits JetStream refused), with the reason.
+	Warning string `json:"warning,omitempty"`
 	// LeaseHolder and LeaseTerm describe the current lease (any node's);
 	// LeaseExpires is its expiry in the store's clock.
 	LeaseHolder  string    `json:"lease_holder"`

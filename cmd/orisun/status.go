@@ -279,6 +279,9 @@ func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
 		if b.StreamError != "" {
 			reason += " [stream " + b.StreamError + "]"
 		}
+		if b.Warning != "" {
+			reason += " [warning: " + b.Warning + "]"
+		}
 		since := "-"
 		if !b.Since.IsZero() {
 			since = st.Time.Sub(b.Since).Round(time.Second).String()
