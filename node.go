@@ -101,6 +101,10 @@ type Node struct {
 	leading  atomic.Int64
 	fair     atomic.Int64
 	stepDown atomic.Bool
+	// registry is the store's table of live nodes (nil: no placement);
+	// liveNodes the last count (0: unknown).
+	registry  nodeRegistry
+	liveNodes atomic.Int64
 
 	// rmu guards runners; wake takes only rmu, never mu, so the store's
 	// after-commit callback cannot wait for a Stop that waits for the store.
@@ -235,6 +239,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// Assigned only on success: a nil *sqlite.Store in the interface would
 	// not compare equal to nil.
 	n.store = store
+	if n.cfg.Placement() {
+		// Taken from the store itself, not from a test's wrapper of it.
+		reg, ok := store.(nodeRegistry)
+		if !ok {
+			return fmt.Errorf("orisun: placement needs the store's table of live nodes, which the %s backend lacks", n.cfg.Backend)
+		}
+		n.registry = reg
+	}
 	if n.wrapStore != nil {
 		n.store = n.wrapStore(store)
 	}
@@ -274,9 +286,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		names = append(names, b.Name)
 	}
 	n.phase.Store(phaseRunning)
-	if n.cfg.Placement() {
+	if n.registry != nil {
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.placement(n.runCtx) }()
+		go func() { defer n.wg.Done(); n.placement(n.runCtx, n.registry) }()
 	}
 	// The API comes last: every request it serves finds the node ready.
 	// It has a connection of its own, so that its requests never queue
@@ -568,6 +580,9 @@ func (n *Node) teardown() error {
 	}
 	n.wg.Wait()
 	n.subs.Wait()
+	// The leases are released (the publishers stopped): now this node
+	// stops being counted for placement.
+	n.removeNode()
 	if n.http != nil {
 		if err := n.http.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop status listener: %w", err))

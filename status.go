@@ -27,7 +27,8 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true}
+	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true,
+		Placement: n.placementStatus()}
 	st.Store = status.Health{OK: true, Kind: n.cfg.Backend}
 	st.NATS = status.Health{OK: true, Kind: n.natsKind()}
 	// NATS gets a budget of its own, so that a slow JetStream is reported

@@ -24,6 +24,20 @@ type Status struct {
 	Store      Health           `json:"store"`
 	NATS       Health           `json:"nats"`
 	Boundaries []BoundaryStatus `json:"boundaries"`
+	// Placement is this node's view of boundary placement; absent when
+	// placement is off (SQLite, or a NATS of its own).
+	Placement *Placement `json:"placement,omitempty"`
+}
+
+// Placement is how a node spreads the boundaries' leases with the others.
+type Placement struct {
+	// LiveNodes is how many nodes have a heartbeat in the store fresher
+	// than one lease TTL, this one included (0: the heartbeat failed).
+	LiveNodes int `json:"live_nodes"`
+	// FairShare is ceil(boundaries / live nodes) (0: unknown).
+	FairShare int `json:"fair_share"`
+	// Leading is how many boundaries this node leads.
+	Leading int `json:"leading"`
 }
 
 // Health is whether a dependency answered during the measurement.
