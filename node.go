@@ -461,6 +461,23 @@ func (n *Node) startBoundaryLocked(name string) {
 	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
 	if n.cfg.Placement() {
 		lr.Yield, lr.StepDown = n.yield, n.takeStepDown
+		// A leader whose publisher cannot publish (its NATS connection
+		// is broken, the store fails for it alone, a stream it may not
+		// write) would keep renewing the lease and keep the boundary
+		// from every other node. On a shared NATS another node can feed
+		// the same stream, so a publisher stalled for longer than
+		// ORISUN_STALL_THRESHOLD gives the lease up. A node with a NATS
+		// of its own (or a SQLite node, alone with its store) keeps
+		// leading: nobody else could feed its stream, and stepping down
+		// would only add a hold-off to the stall.
+		lr.Stalled = func() string {
+			d, why := r.pub.Stalled(time.Now())
+			if d <= n.cfg.StallThreshold {
+				return ""
+			}
+			return fmt.Sprintf("publisher stalled for %s, longer than ORISUN_STALL_THRESHOLD (%s): %s",
+				d.Round(time.Millisecond), n.cfg.StallThreshold, why)
+		}
 	}
 	lead := func(ctx context.Context, l backend.Lease) error {
 		n.leading.Add(1)
@@ -471,7 +488,19 @@ func (n *Node) startBoundaryLocked(name string) {
 	go func() {
 		defer n.wg.Done()
 		lr.Run(n.runCtx, name, lead, func(holder backend.Lease, err error) {
-			if errors.Is(err, lease.ErrYielded) {
+			var sd *lease.SteppedDownError
+			if errors.As(err, &sd) {
+				// Holding off after a stall: standby once another node
+				// holds the lease (it feeds the shared stream), stalled
+				// until then.
+				if holder.Holder != "" && holder.Holder != n.holder && holder.Expires.After(time.Now()) {
+					r.heldElsewhere.Store(time.Now().UnixNano())
+					r.pub.SetStandby("lease held by " + lease.Describe(holder) + "; this node " + sd.Error())
+				} else {
+					r.heldElsewhere.Store(0)
+					r.pub.SetStalled(err.Error())
+				}
+			} else if errors.Is(err, lease.ErrYielded) {
 				r.heldElsewhere.Store(0)
 				r.pub.SetStandby("no holder; this node leads its share of boundaries and leaves the lease to the others")
 			} else if errors.Is(err, event.ErrLeaseHeld) {

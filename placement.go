@@ -2,6 +2,7 @@ package orisun
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/orisun-io/orisun/status"
@@ -18,7 +19,8 @@ import (
 // (lease.Runner.StepDown), which a node below its share takes. When a node
 // leaves, the others count one node fewer, their share grows and they take
 // its boundaries: at once when it stopped cleanly (it deletes its row),
-// after a TTL when it died or lost its store (its heartbeat stops). Nodes
+// after a TTL when it died, lost its store or its NATS connection (it stops
+// beating). Nodes
 // are counted in the store, not over NATS: a node whose store is down
 // cannot hold a lease, so it must not be counted as taking a share.
 //
@@ -42,9 +44,18 @@ func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
 	defer tick.Stop()
 	failing := false
 	for {
-		hctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
-		nodes, err := reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.cfg.LeaseTTL)
-		cancel()
+		var nodes int
+		var err error
+		if n.nc.IsConnected() {
+			hctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
+			nodes, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.cfg.LeaseTTL)
+			cancel()
+		} else {
+			// A node that cannot reach NATS cannot publish: it stops
+			// beating, so the others stop counting it and take its share
+			// (its stalled publishers step down, see startBoundaryLocked).
+			err = errors.New("not connected to NATS")
+		}
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,6 +81,13 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	state Status
+
+	// progress is when (Unix nanoseconds) the running publisher last made
+	// progress: it started, had a batch acknowledged, or found nothing to
+	// publish; 0 while it does not run. idle is true while it waits for
+	// new events, caught up. See Stalled.
+	progress atomic.Int64
+	idle     atomic.Bool
 }
 
 // New returns a publisher in state standby.
@@ -113,7 +121,10 @@ func New(cfg Config) *Publisher {
 // was refused because the lease term is stale (a newer publisher exists).
 func (p *Publisher) Run(ctx context.Context, lease backend.Lease) error {
 	r := &run{p: p, lease: lease}
+	p.idle.Store(false)
+	p.markProgress()
 	err := r.loop(ctx)
+	p.progress.Store(0)
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost):
@@ -484,12 +495,17 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 		if len(events) == 0 {
 			p.setState(StateLeading, r.idleReason(ctx), nil)
 			poll.Reset(p.cfg.PollInterval)
+			p.markProgress()
+			p.idle.Store(true)
 			select {
 			case <-ctx.Done():
+				p.idle.Store(false)
 				return nil
 			case <-p.cfg.Wake:
 			case <-poll.C:
 			}
+			p.idle.Store(false)
+			p.markProgress()
 			continue
 		}
 		// After a pause or a stall the state turns back to leading only once
@@ -518,6 +534,7 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 			return err
 		}
 		r.acked = last
+		p.markProgress()
 		p.setState(StateLeading, "publishing", nil)
 		if p.cfg.AfterAck != nil {
 			p.cfg.AfterAck(last)

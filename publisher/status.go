@@ -88,3 +88,28 @@ func (p *Publisher) setWarning(w string) bool {
 	p.state.Warning = w
 	return true
 }
+
+func (p *Publisher) markProgress() { p.progress.Store(time.Now().UnixNano()) }
+
+// Stalled reports, at now, how long the running publisher has gone without
+// progress (no batch acknowledged, not caught up) and why: its stalled
+// reason, or what it was doing when it stopped moving (a call that hangs
+// leaves the state as it was). It is 0 when the publisher does not run,
+// waits caught up, or is paused: JetStream refusing for its own limits
+// refuses every node alike, so another leader would do no better. The
+// node's lease runner uses it to step down on a shared NATS.
+func (p *Publisher) Stalled(now time.Time) (time.Duration, string) {
+	since := p.progress.Load()
+	if since == 0 || p.idle.Load() {
+		return 0, ""
+	}
+	st := p.Status()
+	if st.State == StatePaused {
+		return 0, ""
+	}
+	why := st.Reason
+	if st.State != StateStalled {
+		why = "no batch acknowledged (last state: " + string(st.State) + ", " + st.Reason + ")"
+	}
+	return max(0, now.Sub(time.Unix(0, since))), why
+}
