@@ -91,8 +91,14 @@ func TestStreamReplicasUpdated(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stream not at 3 replicas after the restart with ORISUN_NATS_STREAM_REPLICAS=3: %+v (cluster %+v, err %v)",
-				info.Config.Replicas, info.Cluster, err)
+			var warnings []string
+			for _, n := range nodes {
+				if st, err := n.Status(ctx); err == nil && len(st.Boundaries) == 1 {
+					warnings = append(warnings, st.Boundaries[0].Warning)
+				}
+			}
+			t.Fatalf("stream not at 3 replicas after the restart with ORISUN_NATS_STREAM_REPLICAS=3: %+v (cluster %+v, err %v); warnings %q",
+				info.Config.Replicas, info.Cluster, err, warnings)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

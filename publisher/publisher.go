@@ -150,6 +150,13 @@ type run struct {
 	// heldSince is when the head row was first seen held by an append
 	// transaction while there was nothing to publish.
 	heldSince time.Time
+	// want is the stream configuration of the last sync; while part of it
+	// could not be applied (a warning), the update is tried again at
+	// configRetry, waiting configWait longer each time (up to a minute):
+	// a refusal may pass (a cluster still forming, a peer down).
+	want        jetstream.StreamConfig
+	configRetry time.Time
+	configWait  time.Duration
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -444,7 +451,7 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		}
 		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
 			warnings = append(warnings, fmt.Sprintf("stream %s keeps its limits (max bytes %d, max msgs %d, max age %s): "+
-				"JetStream refused the configured ones: %v", name, have.MaxBytes, have.MaxMsgs, have.MaxAge, err))
+				"JetStream refused the configured ones: %v; trying again", name, have.MaxBytes, have.MaxMsgs, have.MaxAge, err))
 		} else {
 			have = si.CachedInfo().Config
 		}
@@ -457,9 +464,13 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		upd := have
 		upd.Replicas = want.Replicas
 		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			hint := ""
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) {
+				hint = " (a stream needs as many JetStream servers in the cluster as replicas; a single server takes 1 only)"
+			}
 			warnings = append(warnings, fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS: "+
-				"JetStream refused the change: %v (a stream needs as many JetStream servers in the cluster as replicas; "+
-				"a single server takes 1 only)", name, max(have.Replicas, 1), want.Replicas, err))
+				"JetStream refused the change: %v%s; trying again", name, max(have.Replicas, 1), want.Replicas, err, hint))
 		} else {
 			p.log.Info("stream replicas changed", "stream", name, "from", max(have.Replicas, 1), "to", si.CachedInfo().Config.Replicas)
 		}
@@ -468,6 +479,33 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	if p.setWarning(w) && w != "" {
 		p.log.Warn("stream configuration not applied", "stream", name, "warning", w)
 	}
+	r.want = want
+	r.scheduleConfigRetry(w != "")
+}
+
+// scheduleConfigRetry sets when applyConfig runs again: never while the
+// stream matches the configuration, with a growing wait while it does not.
+func (r *run) scheduleConfigRetry(pending bool) {
+	if !pending {
+		r.configRetry, r.configWait = time.Time{}, 0
+		return
+	}
+	r.configWait = min(max(2*r.configWait, time.Second), time.Minute)
+	r.configRetry = time.Now().Add(r.configWait)
+}
+
+// retryConfig applies the configuration again when a retry is due (see
+// run.want). It never fails the run: the stream still takes the events.
+func (r *run) retryConfig(ctx context.Context) {
+	if r.configRetry.IsZero() || time.Now().Before(r.configRetry) {
+		return
+	}
+	s, err := r.p.cfg.JS.Stream(ctx, r.want.Name)
+	if err != nil {
+		r.scheduleConfigRetry(true)
+		return
+	}
+	r.applyConfig(ctx, s.CachedInfo(), r.want)
 }
 
 func limitsDiffer(have, want *jetstream.StreamConfig) bool {
@@ -482,6 +520,7 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 	poll := time.NewTimer(p.cfg.PollInterval)
 	defer poll.Stop()
 	for ctx.Err() == nil {
+		r.retryConfig(ctx)
 		epoch, events, err := p.cfg.Store.Read(ctx, p.cfg.Boundary, next-1, p.cfg.BatchSize, nil)
 		if err != nil {
 			if ctx.Err() != nil {
