@@ -31,8 +31,10 @@ type Config struct {
 	PGMaxConns int32 `envconfig:"PG_MAX_CONNS" default:"8"`
 	// Boundaries are created at start-up (comma-separated in the environment).
 	Boundaries []string `envconfig:"BOUNDARIES" default:"default"`
-	// NodeID names this node as a lease holder; default host name plus a
-	// random suffix.
+	// NodeID names this node as a lease holder (and, in an embedded NATS
+	// cluster, as the NATS server and JetStream peer). When empty, New
+	// uses the id kept in DataDir/node-id, generating it once (host name
+	// plus a random suffix), so a restarted node keeps its name.
 	NodeID string `envconfig:"NODE_ID"`
 
 	// SQLiteSynchronous is SQLite's synchronous pragma: OFF, NORMAL, FULL
@@ -185,9 +187,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Boundaries == nil {
 		c.Boundaries = d.Boundaries
-	}
-	if c.NodeID == "" {
-		c.NodeID = defaultNodeID()
 	}
 	if c.SQLiteSynchronous == "" {
 		c.SQLiteSynchronous = d.SQLiteSynchronous
@@ -539,12 +538,4 @@ func (c Config) natsAccess() (*natsembed.Auth, *natsembed.TLS) {
 		t = &natsembed.TLS{CertFile: c.NATSTLSCert, KeyFile: c.NATSTLSKey, CAFile: c.NATSTLSCA}
 	}
 	return auth, t
-}
-
-func defaultNodeID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "orisun"
-	}
-	return host + "-" + event.NewID()[24:]
 }

@@ -101,6 +101,10 @@ type Node struct {
 	leading  atomic.Int64
 	fair     atomic.Int64
 	stepDown atomic.Bool
+	// registry is the store's table of live nodes (nil: no placement);
+	// liveNodes the last count (0: unknown).
+	registry  nodeRegistry
+	liveNodes atomic.Int64
 
 	// rmu guards runners; wake takes only rmu, never mu, so the store's
 	// after-commit callback cannot wait for a Stop that waits for the store.
@@ -137,10 +141,19 @@ func (r *boundaryRunner) fed(shared bool, ttl time.Duration) bool {
 }
 
 // New checks the configuration and returns a node that is not started.
+// Without a node id it reads (or, the first time, writes) the data
+// directory's node-id file.
 func New(cfg Config, opts ...Option) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("orisun: configuration: %w", err)
+	}
+	if cfg.NodeID == "" {
+		id, err := persistedNodeID(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("orisun: node id: %w", err)
+		}
+		cfg.NodeID = id
 	}
 	// The lease holder is the node id plus a part of this process's own:
 	// two processes given the same ORISUN_NODE_ID (or a restarted one and
@@ -226,6 +239,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// Assigned only on success: a nil *sqlite.Store in the interface would
 	// not compare equal to nil.
 	n.store = store
+	if n.cfg.Placement() {
+		// Taken from the store itself, not from a test's wrapper of it.
+		reg, ok := store.(nodeRegistry)
+		if !ok {
+			return fmt.Errorf("orisun: placement needs the store's table of live nodes, which the %s backend lacks", n.cfg.Backend)
+		}
+		n.registry = reg
+	}
 	if n.wrapStore != nil {
 		n.store = n.wrapStore(store)
 	}
@@ -265,9 +286,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		names = append(names, b.Name)
 	}
 	n.phase.Store(phaseRunning)
-	if n.cfg.Placement() {
+	if n.registry != nil {
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.placement(n.runCtx) }()
+		go func() { defer n.wg.Done(); n.placement(n.runCtx, n.registry) }()
 	}
 	// The API comes last: every request it serves finds the node ready.
 	// It has a connection of its own, so that its requests never queue
@@ -428,6 +449,7 @@ func (n *Node) startBoundaryLocked(name string) {
 		BatchSize:    n.cfg.PublishBatch,
 		Window:       n.cfg.PublishWindow,
 		PollInterval: n.cfg.PollInterval,
+		LeaseTTL:     n.cfg.LeaseTTL,
 		MsgID:        !n.cfg.DisableMsgID,
 		Wake:         r.wake,
 		Logger:       n.log.With("component", "publisher"),
@@ -439,6 +461,23 @@ func (n *Node) startBoundaryLocked(name string) {
 	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
 	if n.cfg.Placement() {
 		lr.Yield, lr.StepDown = n.yield, n.takeStepDown
+		// A leader whose publisher cannot publish (its NATS connection
+		// is broken, the store fails for it alone, a stream it may not
+		// write) would keep renewing the lease and keep the boundary
+		// from every other node. On a shared NATS another node can feed
+		// the same stream, so a publisher stalled for longer than
+		// ORISUN_STALL_THRESHOLD gives the lease up. A node with a NATS
+		// of its own (or a SQLite node, alone with its store) keeps
+		// leading: nobody else could feed its stream, and stepping down
+		// would only add a hold-off to the stall.
+		lr.Stalled = func() string {
+			d, why := r.pub.Stalled(time.Now())
+			if d <= n.cfg.StallThreshold {
+				return ""
+			}
+			return fmt.Sprintf("publisher stalled for %s, longer than ORISUN_STALL_THRESHOLD (%s): %s",
+				d.Round(time.Millisecond), n.cfg.StallThreshold, why)
+		}
 	}
 	lead := func(ctx context.Context, l backend.Lease) error {
 		n.leading.Add(1)
@@ -449,7 +488,19 @@ func (n *Node) startBoundaryLocked(name string) {
 	go func() {
 		defer n.wg.Done()
 		lr.Run(n.runCtx, name, lead, func(holder backend.Lease, err error) {
-			if errors.Is(err, lease.ErrYielded) {
+			var sd *lease.SteppedDownError
+			if errors.As(err, &sd) {
+				// Holding off after a stall: standby once another node
+				// holds the lease (it feeds the shared stream), stalled
+				// until then.
+				if holder.Holder != "" && holder.Holder != n.holder && holder.Expires.After(time.Now()) {
+					r.heldElsewhere.Store(time.Now().UnixNano())
+					r.pub.SetStandby("lease held by " + lease.Describe(holder) + "; this node " + sd.Error())
+				} else {
+					r.heldElsewhere.Store(0)
+					r.pub.SetStalled(err.Error())
+				}
+			} else if errors.Is(err, lease.ErrYielded) {
 				r.heldElsewhere.Store(0)
 				r.pub.SetStandby("no holder; this node leads its share of boundaries and leaves the lease to the others")
 			} else if errors.Is(err, event.ErrLeaseHeld) {
@@ -558,6 +609,9 @@ func (n *Node) teardown() error {
 	}
 	n.wg.Wait()
 	n.subs.Wait()
+	// The leases are released (the publishers stopped): now this node
+	// stops being counted for placement.
+	n.removeNode()
 	if n.http != nil {
 		if err := n.http.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop status listener: %w", err))

@@ -2,86 +2,113 @@ package orisun
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"time"
 
-	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/status"
 )
 
-// Boundary placement (shared NATS only). Leases are first come, first
-// served: without placement the first node up would lead every boundary
-// while the others idle. Every third of a lease TTL each node counts the
-// live nodes (the instances of the "orisun" micro service answering a
-// PING over the shared NATS) and the boundaries, and takes
-// ceil(boundaries / nodes) as its fair share. A node at its share leaves
-// free leases to the others (lease.Runner.Yield); a node above it gives up
-// one lease per round (lease.Runner.StepDown), which a node below its share
-// takes. When a node leaves, the others count one node fewer, their share
-// grows and they take its boundaries.
+// Boundary placement (several PostgreSQL nodes on a shared NATS only).
+// Leases are first come, first served: without placement the first node up
+// would lead every boundary while the others idle. Every third of a lease
+// TTL each node writes a heartbeat into the store (orisun_nodes, in the
+// database's clock) and counts the live nodes: those whose heartbeat is
+// fresher than one lease TTL. It takes ceil(boundaries / nodes) as its fair
+// share. A node at its share leaves free leases to the others
+// (lease.Runner.Yield); a node above it gives up one lease per round
+// (lease.Runner.StepDown), which a node below its share takes. When a node
+// leaves, the others count one node fewer, their share grows and they take
+// its boundaries: at once when it stopped cleanly (it deletes its row),
+// after a TTL when it died, lost its store or its NATS connection (it stops
+// beating). Nodes
+// are counted in the store, not over NATS: a node whose store is down
+// cannot hold a lease, so it must not be counted as taking a share.
 //
 // Placement is a hint and never safety (DESIGN §9): a wrong count only makes
 // a lease change hands more or less than needed, and a yielding node
 // acquires anyway after two attempts, so a boundary is never left without a
 // publisher for long.
 
-// placement recomputes the fair share until ctx ends.
-func (n *Node) placement(ctx context.Context) {
+// nodeRegistry is what placement needs from the store: the table of live
+// nodes (PostgreSQL, backend/postgres/nodes.go).
+type nodeRegistry interface {
+	Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, err error)
+	RemoveNode(ctx context.Context, holder string) error
+}
+
+// placement writes this node's heartbeat and recomputes the fair share
+// until ctx ends.
+func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
+	log := n.log.With("component", "placement")
 	tick := time.NewTicker(max(n.cfg.LeaseTTL/3, 50*time.Millisecond))
 	defer tick.Stop()
+	failing := false
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		var nodes int
+		var err error
+		if n.nc.IsConnected() {
+			hctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
+			nodes, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.cfg.LeaseTTL)
+			cancel()
+		} else {
+			// A node that cannot reach NATS cannot publish: it stops
+			// beating, so the others stop counting it and take its share
+			// (its stalled publishers step down, see startBoundaryLocked).
+			err = errors.New("not connected to NATS")
 		}
-		nodes := n.countNodes(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			// Without a count, no yielding and no stepping down: this
+			// node cannot hold leases while its store fails anyway.
+			if !failing {
+				log.Warn("placement: heartbeat failing; not counting nodes until it works", "err", err)
+				failing = true
+			}
+			nodes = 0
+		case failing:
+			log.Info("placement: heartbeat works again", "live_nodes", nodes)
+			failing = false
+		}
+		n.liveNodes.Store(int64(nodes))
 		n.rmu.RLock()
 		boundaries := len(n.runners)
 		n.rmu.RUnlock()
 		if nodes < 1 || boundaries < 1 {
 			n.fair.Store(0)
-			continue
+		} else {
+			n.fair.Store(int64((boundaries + nodes - 1) / nodes))
+			n.stepDown.Store(true)
 		}
-		n.fair.Store(int64((boundaries + nodes - 1) / nodes))
-		n.stepDown.Store(true)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 
-// countNodes counts the orisun nodes answering a micro service PING within
-// a short window (0 when it cannot tell). Each node serves the API as one
-// instance of the service.
-func (n *Node) countNodes(ctx context.Context) int {
-	nc := n.nc
-	if nc == nil {
-		return 0
+// removeNode deletes this node's heartbeat on a clean stop, so the others
+// stop counting it at once.
+func (n *Node) removeNode() {
+	if n.registry == nil {
+		return
 	}
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return 0
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.registry.RemoveNode(ctx, n.holder); err != nil {
+		n.log.Warn("placement: heartbeat row not removed; the others stop counting this node after a lease TTL", "err", err)
 	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest("$SRV.PING."+api.ServiceName, inbox, nil); err != nil {
-		return 0
+}
+
+// placementStatus is this node's view of placement for the status (nil
+// when placement is off).
+func (n *Node) placementStatus() *status.Placement {
+	if n.registry == nil {
+		return nil
 	}
-	ids := map[string]bool{}
-	wait := 250 * time.Millisecond
-	for {
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		msg, err := sub.NextMsgWithContext(wctx)
-		cancel()
-		if err != nil {
-			break
-		}
-		var ping struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(msg.Data, &ping) == nil && ping.ID != "" {
-			ids[ping.ID] = true
-		}
-		wait = 100 * time.Millisecond // the others answer about together
-	}
-	return len(ids)
+	return &status.Placement{LiveNodes: int(n.liveNodes.Load()), FairShare: int(n.fair.Load()), Leading: int(n.leading.Load())}
 }
 
 // yield reports whether this node leads its fair share already.

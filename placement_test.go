@@ -3,8 +3,11 @@ package orisun_test
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -78,4 +81,137 @@ func TestPlacementSpreadsBoundaries(t *testing.T) {
 		}
 	}
 	waitSettled(t, nodes[1], 30*time.Second)
+}
+
+// TestPlacementCountsHeartbeats: nodes are counted by their heartbeats in
+// the store, not by who answers over NATS. Node C loses its database (its
+// role may no longer log in and its connections are ended) while its NATS
+// connection and API stay up: its heartbeat stops, A and B stop counting it
+// within a lease TTL, take its share (6 each) and keep it, without leases
+// changing hands among themselves. Events appended afterwards are published
+// for every boundary (I4). A node that stops cleanly deletes its row at
+// once.
+func TestPlacementCountsHeartbeats(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	// A role of C's own, so that its store alone can be taken away.
+	role := fmt.Sprintf("orisun_test_node_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN SUPERUSER"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	roleURL := u.String()
+
+	ns := usersNATS(t)
+	var names []string
+	for i := range 12 {
+		names = append(names, fmt.Sprintf("b%02d", i))
+	}
+	cfg := func(pg string) func(*orisun.Config) {
+		return func(c *orisun.Config) {
+			c.Backend, c.PGURL = "postgres", pg
+			c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+			c.Boundaries = names
+			c.LeaseTTL = 2 * time.Second
+		}
+	}
+	nodes := []*orisun.Node{setup(t, "", cfg(url)), setup(t, "", cfg(url)), setup(t, "", cfg(roleURL))}
+	waitCounts(t, nodes, []int{4, 4, 4}, 90*time.Second)
+	waitLiveNodes(t, nodes, 3, 30*time.Second)
+
+	// C's store goes away; its NATS connection stays.
+	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role); err != nil {
+		t.Fatal(err)
+	}
+	waitLiveNodes(t, nodes[:2], 2, 30*time.Second)
+	waitCounts(t, nodes, []int{6, 6, 0}, 90*time.Second)
+
+	// Settled: for two lease TTLs (six placement rounds) no lease changes
+	// hands. Counting C (as a NATS PING would) made A and B give leases up
+	// to each other every round.
+	terms := leaseTerms(t, nodes[0])
+	time.Sleep(4 * time.Second)
+	if after := leaseTerms(t, nodes[0]); fmt.Sprint(after) != fmt.Sprint(terms) {
+		t.Fatalf("leases changed hands after placement settled: terms %v, then %v", terms, after)
+	}
+	if got := leadCounts(nodes); fmt.Sprint(got) != "[6 6 0]" {
+		t.Fatalf("boundaries led per node after settling: %v, want [6 6 0]", got)
+	}
+	for _, b := range names {
+		if _, err := nodes[0].Append(ctx, b, events(3, "after", 32), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSettled(t, nodes[1], 60*time.Second)
+
+	// A clean stop deletes the node's row: B is no longer counted at once.
+	stB, err := nodes[1].Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[1].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM orisun_nodes WHERE holder = $1", stB.LeaseHolder).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("after a clean stop node B has %d rows in orisun_nodes (err %v), want 0", rows, err)
+	}
+	waitLiveNodes(t, nodes[:1], 1, 30*time.Second)
+	waitCounts(t, nodes[:1], []int{12}, 60*time.Second)
+}
+
+// waitLiveNodes waits until every node's placement counts want live nodes.
+func waitLiveNodes(t *testing.T, nodes []*orisun.Node, want int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var got []int
+		for _, n := range nodes {
+			st, err := n.Status(context.Background())
+			if err != nil || st.Placement == nil {
+				got = append(got, -1)
+				continue
+			}
+			got = append(got, st.Placement.LiveNodes)
+		}
+		all := true
+		for _, g := range got {
+			all = all && g == want
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("live nodes counted per node: %v, want %d each within %s", got, want, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// leaseTerms returns each boundary's lease holder and term, as the store
+// has them.
+func leaseTerms(t *testing.T, n *orisun.Node) map[string]string {
+	t.Helper()
+	st, err := n.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, b := range st.Boundaries {
+		out[b.Name] = fmt.Sprintf("%s/%d", b.LeaseHolder, b.LeaseTerm)
+	}
+	return out
 }

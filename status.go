@@ -27,7 +27,8 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true}
+	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true,
+		Placement: n.placementStatus()}
 	st.Store = status.Health{OK: true, Kind: n.cfg.Backend}
 	st.NATS = status.Health{OK: true, Kind: n.natsKind()}
 	// NATS gets a budget of its own, so that a slow JetStream is reported
@@ -124,6 +125,7 @@ func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundarySta
 	info := s.CachedInfo()
 	bst.StreamFirst, bst.StreamLast = info.State.FirstSeq, info.State.LastSeq
 	bst.StreamMsgs, bst.StreamBytes = info.State.Msgs, info.State.Bytes
+	bst.StreamReplicas = max(info.Config.Replicas, 1)
 	return nil
 }
 
@@ -136,7 +138,7 @@ func (n *Node) localStatus(bst *BoundaryStatus) {
 		return
 	}
 	ps := r.pub.Status()
-	bst.State, bst.Reason, bst.Since = ps.State, ps.Reason, ps.Since
+	bst.State, bst.Reason, bst.Since, bst.Warning = ps.State, ps.Reason, ps.Since, ps.Warning
 	bst.SubsCatchingUp, bst.SubsLive, bst.SubsFallBacks = r.catchingUp.Load(), r.live.Load(), r.fallBacks.Load()
 }
 

@@ -433,6 +433,16 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 	if got := logs.count("publisher stalled"); got != 1 {
 		t.Fatalf("\"publisher stalled\" logged %d times at info or above while retrying, want once", got)
 	}
+	// A single node with a NATS of its own keeps its lease however long the
+	// stall: nobody else could feed its stream. (Checked once the stall is
+	// older than the threshold plus a lease TTL: several renewals later.)
+	for time.Since(s.Since) < 200*time.Millisecond+3*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := boundaryStatus(t, n, "default"); st.LeaseTerm != s.LeaseTerm || st.State != "stalled" ||
+		logs.count("stepped down: the leader work made no progress; lease released for another node") != 0 {
+		t.Fatalf("a single node stepped down from a stalled boundary: term %d then %d, state %s", s.LeaseTerm, st.LeaseTerm, st.State)
+	}
 
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -596,4 +606,19 @@ func (l *logCounter) count(msg string) int {
 		}
 	}
 	return n
+}
+
+func boundaryStatus(t *testing.T, n *orisun.Node, boundary string) orisun.BoundaryStatus {
+	t.Helper()
+	st, err := n.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range st.Boundaries {
+		if b.Name == boundary {
+			return b
+		}
+	}
+	t.Fatalf("no boundary %q in the status", boundary)
+	return orisun.BoundaryStatus{}
 }

@@ -5,7 +5,9 @@
 //
 //	standby ──acquire ok──▶ leading ──renew refused / expired locally──▶ standby
 //	   ▲                       │
-//	   └──── ctx ends: the leader work returns, the lease is released ─┘
+//	   ├──── ctx ends: the leader work returns, the lease is released ─┘
+//	   │                       │
+//	   └── hold-off ◀── stalled (Runner.Stalled): work stopped, lease released
 //
 // The lease is acquired and renewed in the store's time; renewal runs every
 // TTL/3. Safety never depends on the lease: the publisher's checkpoint write is
@@ -42,6 +44,27 @@ type Runner struct {
 	// node leads more than its share and gives this lease up (the leader
 	// work stops, the lease is released, another node takes it).
 	StepDown func() bool
+	// Stalled, when set, is asked after each renewal: a reason means the
+	// leader work has made no progress for too long while another node
+	// could do it (a shared NATS). The work stops, the lease is released,
+	// and this node leaves it alone for a hold-off (two TTLs, doubling
+	// with each step-down in a row up to sixteen), so another node takes
+	// it; a renewing node that cannot publish would otherwise keep the
+	// boundary from everyone.
+	Stalled func() string
+}
+
+// SteppedDownError is what the leader work's context and the standby
+// observer are told when this node gave a lease up because its leader work
+// was stalled (Runner.Stalled).
+type SteppedDownError struct {
+	Why       string
+	At, Until time.Time // when it stepped down; when it seeks the lease again
+}
+
+func (e *SteppedDownError) Error() string {
+	return fmt.Sprintf("stepped down at %s (%s) and left the lease to another node until %s",
+		e.At.UTC().Format(time.RFC3339), e.Why, e.Until.UTC().Format(time.RFC3339))
 }
 
 // ErrYielded is what the standby observer is told when this node left a
@@ -60,6 +83,7 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 	retry := max(r.TTL/3, 50*time.Millisecond)
 	failing := false // log a failing acquisition once, not every retry
 	yielded := 0
+	steppedDown := 0 // step-downs in a row, for the hold-off
 	for ctx.Err() == nil {
 		if r.Yield != nil && yielded < 2 && r.Yield() {
 			yielded++
@@ -108,12 +132,35 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 			failing = false
 		}
 		log.Info("lease acquired", "term", l.Term)
-		r.hold(ctx, l, acquired, lead, log)
+		holdOff := 2 * r.TTL << min(steppedDown, 3)
+		sd := r.hold(ctx, l, acquired, holdOff, lead, standby, log)
+		if sd == nil {
+			steppedDown = 0
+			continue
+		}
+		steppedDown++
+		// Out of the race until the hold-off ends, so that another node
+		// takes the lease; the observer hears who holds it meanwhile.
+		for ctx.Err() == nil && time.Now().Before(sd.Until) {
+			if standby != nil {
+				cur, err := r.Store.LeaseHolder(ctx, boundary)
+				if err != nil {
+					standby(cur, fmt.Errorf("%w; lease not read: %w", sd, err))
+				} else {
+					standby(cur, sd)
+				}
+			}
+			if !sleep(ctx, min(retry, time.Until(sd.Until))) {
+				return
+			}
+		}
 	}
 }
 
-// hold runs lead while renewing l.
-func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, lead func(ctx context.Context, l backend.Lease) error, log *slog.Logger) {
+// hold runs lead while renewing l. It returns the reason when it stepped
+// down because the leader work stalled (Runner.Stalled), nil otherwise.
+func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, holdOff time.Duration,
+	lead func(ctx context.Context, l backend.Lease) error, standby Observer, log *slog.Logger) *SteppedDownError {
 	// The cause tells lead why its context ended: a lost or locally
 	// expired lease is not a stop, and the publisher's status says which.
 	lctx, cancelCause := context.WithCancelCause(ctx)
@@ -137,10 +184,10 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 			}
 			if errors.Is(err, event.ErrLeaseLost) {
 				log.Warn("lease lost: a newer term exists; stepping down", "term", l.Term, "err", err)
-				return
+				return nil
 			}
 			r.release(l, log)
-			return
+			return nil
 		case <-tick.C:
 			start := time.Now()
 			// Bounded by the local deadline: a database that stops
@@ -155,11 +202,34 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 					log.Info("stepping down: this node leads more than its share of boundaries", "term", l.Term)
 					cancel() // lead returns; done releases the lease
 				}
+				if r.Stalled != nil && lctx.Err() == nil {
+					if why := r.Stalled(); why != "" {
+						now := time.Now()
+						sd := &SteppedDownError{Why: why, At: now, Until: now.Add(holdOff)}
+						log.Warn("stepped down: the leader work made no progress; lease released for another node",
+							"term", l.Term, "why", why, "retry_after", holdOff)
+						cancelCause(sd)
+						// Released before the work returns: a stalled
+						// publisher may hang in a call (an acknowledgement
+						// that never comes) for a while, and the lease is
+						// what keeps the others out. Safety never rests on
+						// it: a late publish is refused by its expected
+						// last sequence, a late checkpoint only records
+						// what JetStream acknowledged and is fenced by the
+						// term (I2, I3).
+						r.release(l, log)
+						if standby != nil {
+							standby(l, sd)
+						}
+						<-done
+						return sd
+					}
+				}
 			case errors.Is(err, event.ErrLeaseLost):
 				log.Warn("lease lost on renewal: stepping down", "term", l.Term)
 				cancelCause(fmt.Errorf("lease term %d lost on renewal: %w", l.Term, err))
 				<-done
-				return
+				return nil
 			case lctx.Err() != nil:
 				// Stopping: lead is returning; done follows.
 			default:
@@ -168,7 +238,7 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 					log.Warn("lease expired locally: stepping down", "term", l.Term)
 					cancelCause(&ExpiredError{TTL: r.TTL, Err: err})
 					<-done
-					return
+					return nil
 				}
 			}
 		}

@@ -198,3 +198,97 @@ func TestStepDownReleasesTheLease(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestStalledLeaderStepsDown: a runner whose leader work reports a stall
+// gives the lease up after a renewal: the work's context ends with a
+// SteppedDownError, the lease is released at once even though the work
+// takes its time to return (a hanging call), another holder takes it, the
+// standby observer hears the step-down, and the runner does not seek the
+// lease again before the hold-off (two TTLs) ends.
+func TestStalledLeaderStepsDown(t *testing.T) {
+	s := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ttl := 300 * time.Millisecond
+	var stalled atomic.Bool
+	var causes, observed sync.Map
+	returned, unblock := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	lead := func(lctx context.Context, l backend.Lease) error {
+		<-lctx.Done()
+		if runs.Add(1) > 1 {
+			return nil // leading again after the hold-off
+		}
+		causes.Store("cause", context.Cause(lctx))
+		// The work hangs on after its context ended (a call that does
+		// not return); the lease must be free for others meanwhile.
+		<-unblock
+		close(returned)
+		return nil
+	}
+	r := &lease.Runner{Store: s, Holder: "a", TTL: ttl, Stalled: func() string {
+		if stalled.Load() {
+			return "no progress"
+		}
+		return ""
+	}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx, "b", lead, func(_ backend.Lease, err error) {
+			var sd *lease.SteppedDownError
+			if errors.As(err, &sd) {
+				observed.Store("sd", sd)
+			}
+		})
+	}()
+	waitFor(t, "a to lead", 5*time.Second, func() bool {
+		cur, _ := s.LeaseHolder(ctx, "b")
+		return cur.Holder == "a" && cur.Expires.After(time.Now())
+	})
+	stalled.Store(true)
+	// Released (a release expires the lease at the Unix epoch, unlike a
+	// lease running out) while the work still hangs.
+	waitFor(t, "the lease released", 5*time.Second, func() bool {
+		cur, _ := s.LeaseHolder(ctx, "b")
+		return cur.Holder == "a" && cur.Expires.Unix() <= 0
+	})
+	select {
+	case <-returned:
+		t.Fatal("the work returned before the test let it")
+	default:
+	}
+	c, _ := causes.Load("cause")
+	var sd *lease.SteppedDownError
+	if err, _ := c.(error); !errors.As(err, &sd) || sd.Why != "no progress" {
+		t.Fatalf("the leader work's context ended with %v, want a SteppedDownError", c)
+	}
+	// Another holder takes the lease at once.
+	other, err := s.AcquireLease(ctx, "b", "b-node", time.Minute)
+	if err != nil {
+		t.Fatalf("another holder could not take the released lease: %v", err)
+	}
+	close(unblock)
+	<-returned
+	waitFor(t, "the observer to hear the step-down", 5*time.Second, func() bool { _, ok := observed.Load("sd"); return ok })
+	// The other holder releases it again at once: a ranks only after the hold-off.
+	if err := s.ReleaseLease(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(sd.Until.Add(-ttl / 2)) {
+		if cur, _ := s.LeaseHolder(ctx, "b"); cur.Holder == "a" && cur.Term > other.Term {
+			t.Fatalf("a took the lease again %s before its hold-off ended", time.Until(sd.Until))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if hold := sd.Until.Sub(sd.At); hold != 2*ttl {
+		t.Fatalf("hold-off %s, want two TTLs (%s)", hold, 2*ttl)
+	}
+	stalled.Store(false)
+	waitFor(t, "a to lead again after the hold-off", 10*time.Second, func() bool {
+		cur, _ := s.LeaseHolder(ctx, "b")
+		return cur.Holder == "a" && cur.Term > other.Term
+	})
+	cancel()
+	<-done
+}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,9 +25,9 @@ type Store interface {
 	Boundary(ctx context.Context, name string) (event.Boundary, error)
 	Checkpoint(ctx context.Context, boundary string) (uint64, error)
 	SaveCheckpoint(ctx context.Context, boundary string, lease backend.Lease, position uint64) error
-	// LeaseHolder is read just before the stream is deleted, purged or
-	// recreated (see fence).
-	LeaseHolder(ctx context.Context, boundary string) (backend.Lease, error)
+	// RenewLease extends this run's lease just before the stream is
+	// deleted, purged or recreated (see fence).
+	RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error)
 }
 
 // HeadProber is implemented by stores where an append transaction can hold
@@ -50,6 +52,10 @@ type Config struct {
 	PollInterval time.Duration
 	// AckTimeout bounds the wait for one acknowledgement.
 	AckTimeout time.Duration
+	// LeaseTTL is what the fence renews the lease for before it deletes,
+	// purges or recreates the stream (the node's ORISUN_LEASE_TTL; 10s
+	// when zero).
+	LeaseTTL time.Duration
 	// MsgID sets Nats-Msg-Id to the event id.
 	MsgID bool
 	// Wake receives a value when the boundary may have new events.
@@ -75,6 +81,13 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	state Status
+
+	// progress is when (Unix nanoseconds) the running publisher last made
+	// progress: it started, had a batch acknowledged, or found nothing to
+	// publish; 0 while it does not run. idle is true while it waits for
+	// new events, caught up. See Stalled.
+	progress atomic.Int64
+	idle     atomic.Bool
 }
 
 // New returns a publisher in state standby.
@@ -91,6 +104,9 @@ func New(cfg Config) *Publisher {
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 10 * time.Second
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -105,7 +121,10 @@ func New(cfg Config) *Publisher {
 // was refused because the lease term is stale (a newer publisher exists).
 func (p *Publisher) Run(ctx context.Context, lease backend.Lease) error {
 	r := &run{p: p, lease: lease}
+	p.idle.Store(false)
+	p.markProgress()
 	err := r.loop(ctx)
+	p.progress.Store(0)
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost):
@@ -131,6 +150,13 @@ type run struct {
 	// heldSince is when the head row was first seen held by an append
 	// transaction while there was nothing to publish.
 	heldSince time.Time
+	// want is the stream configuration of the last sync; while part of it
+	// could not be applied (a warning), the update is tried again at
+	// configRetry, waiting configWait longer each time (up to a minute):
+	// a refusal may pass (a cluster still forming, a peer down).
+	want        jetstream.StreamConfig
+	configRetry time.Time
+	configWait  time.Duration
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -218,27 +244,20 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
 		p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
 			"stream", name, "stream_epoch", got, "epoch", b.Epoch)
-		if err := r.fence(ctx, "delete stream "+name); err != nil {
+		fctx, cancel, err := r.fence(ctx, "delete stream "+name)
+		if err != nil {
 			return 0, err
 		}
-		if err := p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		defer cancel()
+		if err := p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return 0, fmt.Errorf("delete stream %s of epoch %q: %w", name, got, err)
 		}
-		if _, err := p.cfg.JS.CreateStream(ctx, want); err != nil {
+		if _, err := p.cfg.JS.CreateStream(fctx, want); err != nil {
 			return 0, fmt.Errorf("create stream %s: %w", name, err)
 		}
 		return cp + 1, nil
 	}
-	if limitsDiffer(&info.Config, &want) {
-		upd := info.Config
-		upd.MaxBytes, upd.MaxMsgs, upd.MaxAge, upd.Duplicates = want.MaxBytes, want.MaxMsgs, want.MaxAge, want.Duplicates
-		if upd.Duplicates == 0 {
-			upd.Duplicates = info.Config.Duplicates
-		}
-		if _, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
-			p.log.Warn("could not apply the configured stream limits", "stream", name, "err", err)
-		}
-	}
+	r.applyConfig(ctx, info, want)
 	last := info.State.LastSeq
 	if last > b.Head {
 		if r.ownMessage(ctx, s, last) {
@@ -269,10 +288,12 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	}
 	// The stream is behind the checkpoint (purged or lost): make its next
 	// sequence checkpoint+1, so that sequence and position agree.
-	if err := r.fence(ctx, "purge stream "+name); err != nil {
+	fctx, cancel, err := r.fence(ctx, "purge stream "+name)
+	if err != nil {
 		return 0, err
 	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
+	defer cancel()
+	if err := s.Purge(fctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
 		return 0, fmt.Errorf("purge stream %s to sequence %d: %w", name, cp+1, err)
 	}
 	p.log.Info("stream purged to the checkpoint", "stream", name, "next", cp+1)
@@ -287,50 +308,53 @@ func (r *run) recreate(ctx context.Context, want jetstream.StreamConfig, cp uint
 	name := want.Name
 	r.p.log.Warn("stream cannot be trusted after the checkpoint: recreating it from the checkpoint",
 		"stream", name, "checkpoint", cp, "why", why)
-	if err := r.fence(ctx, "recreate stream "+name); err != nil {
+	fctx, cancel, err := r.fence(ctx, "recreate stream "+name)
+	if err != nil {
 		return 0, err
 	}
-	if err := r.p.cfg.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	defer cancel()
+	if err := r.p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("delete stream %s (%s): %w", name, why, err)
 	}
-	if _, err := r.p.cfg.JS.CreateStream(ctx, want); err != nil {
+	if _, err := r.p.cfg.JS.CreateStream(fctx, want); err != nil {
 		return 0, fmt.Errorf("create stream %s: %w", name, err)
 	}
 	return cp + 1, nil
 }
 
-// fence re-reads the lease just before an operation that destroys stream
-// content (delete, purge, recreate) and refuses it unless this run's term is
-// still the boundary's current one. Publishes need no fence (the expected
-// last sequence refuses a stale publisher, I2, I6), but a delete or purge
-// does not check a sequence: with a NATS shared by several nodes, a deposed
-// publisher acting on what it read before it lost the lease could erase a
-// stream the new leader is already publishing to. What remains is the
-// window between this read and the server executing the operation: the
-// lease would have to expire and be taken over inside it (a pause of a
-// whole TTL at exactly that point). Even then nothing is lost: positions
-// live in the store, and the new leader re-syncs (§5 step 1) from its
-// checkpoint; subscribers meet a gap and read the store (I5).
-func (r *run) fence(ctx context.Context, what string) error {
+// fence renews this run's lease (in the store's time, fenced by holder and
+// term) just before an operation that destroys stream content (delete,
+// purge, recreate), and refuses the operation unless the renewal succeeded.
+// Publishes need no fence (the expected last sequence refuses a stale
+// publisher, I2, I6), but a delete or purge does not check a sequence: with
+// a NATS shared by several nodes, a deposed publisher acting on what it read
+// before it lost the lease could erase a stream the new leader is already
+// publishing to. A renewal, unlike a read, also refuses a lease that has
+// expired without anyone taking it yet (another node may be taking it right
+// now) and gives the operation a whole TTL: it runs under a context that
+// ends when the renewed lease would expire in this process's clock (which
+// starts before the renewal, so it never trusts the lease longer than the
+// store does). What remains is a request already sent when that deadline
+// passes and executed by the server after another node took the lease.
+// Even then nothing is lost: positions live in the store, and the new
+// leader re-syncs (§5 step 1) from its checkpoint; subscribers meet a gap
+// and read the store (I5).
+func (r *run) fence(ctx context.Context, what string) (context.Context, context.CancelFunc, error) {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%s: %w", what, ctx.Err())
+		return nil, nil, fmt.Errorf("%s: %w", what, ctx.Err())
 	}
-	cur, err := r.p.cfg.Store.LeaseHolder(ctx, r.p.cfg.Boundary)
+	start := time.Now()
+	l, err := r.p.cfg.Store.RenewLease(ctx, r.lease, r.p.cfg.LeaseTTL)
+	if errors.Is(err, event.ErrLeaseLost) {
+		return nil, nil, fmt.Errorf("%s: not done, lease term %d of %q could not be renewed (expired, or a newer term exists): %w",
+			what, r.lease.Term, r.lease.Holder, err)
+	}
 	if err != nil {
-		return fmt.Errorf("%s: re-read the lease first: %w", what, err)
+		return nil, nil, fmt.Errorf("%s: not done, the lease could not be renewed first: %w", what, err)
 	}
-	if cur.Holder != r.lease.Holder || cur.Term != r.lease.Term {
-		return fmt.Errorf("%s: not done, lease term %d of %q is no longer current (now %s): %w",
-			what, r.lease.Term, r.lease.Holder, describe(cur), event.ErrLeaseLost)
-	}
-	return nil
-}
-
-func describe(l backend.Lease) string {
-	if l.Holder == "" {
-		return "no holder"
-	}
-	return fmt.Sprintf("term %d of %q", l.Term, l.Holder)
+	r.lease = l
+	fctx, cancel := context.WithDeadline(ctx, start.Add(r.p.cfg.LeaseTTL))
+	return fctx, cancel, nil
 }
 
 // ownMessage reports whether the stream's message at seq carries orisun's
@@ -410,6 +434,80 @@ func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last u
 	return true, "", nil
 }
 
+// applyConfig brings an existing stream's limits and replica count to the
+// configured ones. A refusal is not a stall (the stream still takes the
+// events): it is logged once, with JetStream's reason, and kept in the
+// status as the publisher's warning until an update succeeds.
+func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want jetstream.StreamConfig) {
+	p := r.p
+	name := want.Name
+	have := info.Config
+	var warnings []string
+	if limitsDiffer(&have, &want) {
+		upd := have
+		upd.MaxBytes, upd.MaxMsgs, upd.MaxAge, upd.Duplicates = want.MaxBytes, want.MaxMsgs, want.MaxAge, want.Duplicates
+		if upd.Duplicates == 0 {
+			upd.Duplicates = have.Duplicates
+		}
+		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			warnings = append(warnings, fmt.Sprintf("stream %s keeps its limits (max bytes %d, max msgs %d, max age %s): "+
+				"JetStream refused the configured ones: %v; trying again", name, have.MaxBytes, have.MaxMsgs, have.MaxAge, err))
+		} else {
+			have = si.CachedInfo().Config
+		}
+	}
+	// Replicas of an existing stream can change (JetStream adds or removes
+	// peers and copies the messages); without this, a changed
+	// ORISUN_NATS_STREAM_REPLICAS would apply only to streams created
+	// afterwards.
+	if max(have.Replicas, 1) != want.Replicas {
+		upd := have
+		upd.Replicas = want.Replicas
+		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			hint := ""
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) {
+				hint = " (a stream needs as many JetStream servers in the cluster as replicas; a single server takes 1 only)"
+			}
+			warnings = append(warnings, fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS: "+
+				"JetStream refused the change: %v%s; trying again", name, max(have.Replicas, 1), want.Replicas, err, hint))
+		} else {
+			p.log.Info("stream replicas changed", "stream", name, "from", max(have.Replicas, 1), "to", si.CachedInfo().Config.Replicas)
+		}
+	}
+	w := strings.Join(warnings, "; ")
+	if p.setWarning(w) && w != "" {
+		p.log.Warn("stream configuration not applied", "stream", name, "warning", w)
+	}
+	r.want = want
+	r.scheduleConfigRetry(w != "")
+}
+
+// scheduleConfigRetry sets when applyConfig runs again: never while the
+// stream matches the configuration, with a growing wait while it does not.
+func (r *run) scheduleConfigRetry(pending bool) {
+	if !pending {
+		r.configRetry, r.configWait = time.Time{}, 0
+		return
+	}
+	r.configWait = min(max(2*r.configWait, time.Second), time.Minute)
+	r.configRetry = time.Now().Add(r.configWait)
+}
+
+// retryConfig applies the configuration again when a retry is due (see
+// run.want). It never fails the run: the stream still takes the events.
+func (r *run) retryConfig(ctx context.Context) {
+	if r.configRetry.IsZero() || time.Now().Before(r.configRetry) {
+		return
+	}
+	s, err := r.p.cfg.JS.Stream(ctx, r.want.Name)
+	if err != nil {
+		r.scheduleConfigRetry(true)
+		return
+	}
+	r.applyConfig(ctx, s.CachedInfo(), r.want)
+}
+
 func limitsDiffer(have, want *jetstream.StreamConfig) bool {
 	return have.MaxBytes != want.MaxBytes || have.MaxMsgs != want.MaxMsgs || have.MaxAge != want.MaxAge ||
 		want.Duplicates != 0 && have.Duplicates != want.Duplicates
@@ -422,6 +520,7 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 	poll := time.NewTimer(p.cfg.PollInterval)
 	defer poll.Stop()
 	for ctx.Err() == nil {
+		r.retryConfig(ctx)
 		epoch, events, err := p.cfg.Store.Read(ctx, p.cfg.Boundary, next-1, p.cfg.BatchSize, nil)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -435,12 +534,17 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 		if len(events) == 0 {
 			p.setState(StateLeading, r.idleReason(ctx), nil)
 			poll.Reset(p.cfg.PollInterval)
+			p.markProgress()
+			p.idle.Store(true)
 			select {
 			case <-ctx.Done():
+				p.idle.Store(false)
 				return nil
 			case <-p.cfg.Wake:
 			case <-poll.C:
 			}
+			p.idle.Store(false)
+			p.markProgress()
 			continue
 		}
 		// After a pause or a stall the state turns back to leading only once
@@ -469,6 +573,7 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 			return err
 		}
 		r.acked = last
+		p.markProgress()
 		p.setState(StateLeading, "publishing", nil)
 		if p.cfg.AfterAck != nil {
 			p.cfg.AfterAck(last)

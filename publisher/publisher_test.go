@@ -422,7 +422,7 @@ func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 // several nodes, a publisher whose lease term is no longer current must not
 // delete, purge or recreate the stream the new leader publishes to. Here the
 // stream holds another epoch (which a current leader would recreate) and a
-// message; the deposed publisher re-reads the lease before deleting, ends
+// message; the deposed publisher renews the lease before deleting (refused: a newer term exists), ends
 // with ErrLeaseLost, and the stream is untouched.
 func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
 	e := setup(t)
@@ -458,5 +458,91 @@ func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
 	info := s.CachedInfo()
 	if stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
 		t.Fatalf("deposed publisher changed the stream: epoch %q, %d messages", stream.Epoch(&info.Config), info.State.Msgs)
+	}
+}
+
+// TestFenceRenewsTheLease_I6: the fence before a delete, purge or recreate
+// renews the lease rather than only reading it. A lease that expired
+// without anyone taking it yet still names this holder and term, so a read
+// would let the delete through while another node may be taking the lease;
+// the renewal refuses it and the stream is untouched. With a current lease
+// the fence extends it (in the store's time) before the purge, so the
+// lease cannot run out unnoticed during the operation.
+func TestFenceRenewsTheLease_I6(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	expired, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lease to expire", 10*time.Second, func() bool {
+		l, err := e.store.LeaseHolder(ctx, "b")
+		return err == nil && time.Now().After(l.Expires.Add(10*time.Millisecond))
+	})
+	if l, _ := e.store.LeaseHolder(ctx, "b"); l.Holder != "node-a" || l.Term != expired.Term {
+		t.Fatalf("lease row %+v, want node-a's expired term %d still there", l, expired.Term)
+	}
+	if _, err := e.js.CreateStream(ctx, stream.Config("b", "another-epoch", stream.Limits{}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	p := e.publisher(e.js, nil)
+	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.Run(runCtx, expired); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("publisher with an expired lease ended with %v, want ErrLeaseLost", err)
+	}
+	s, err := e.js.Stream(ctx, stream.Name("b"))
+	if err != nil {
+		t.Fatalf("stream gone after a publisher with an expired lease ran: %v", err)
+	}
+	if info := s.CachedInfo(); stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
+		t.Fatalf("a publisher with an expired lease changed the stream: epoch %q, %d messages",
+			stream.Epoch(&info.Config), info.State.Msgs)
+	}
+
+	// A current lease, short, and a stream behind the checkpoint: the
+	// fence renews the lease for the publisher's TTL before purging.
+	if err := e.js.DeleteStream(ctx, stream.Name("b")); err != nil {
+		t.Fatal(err)
+	}
+	e.append(t, 5)
+	cur, err := e.store.AcquireLease(ctx, "b", "node-b", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SaveCheckpoint(ctx, "b", cur, 5); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.store.Boundary(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream of this epoch, empty: behind the checkpoint, so the
+	// publisher purges it to sequence 6 (a fenced operation).
+	if _, err := e.js.CreateStream(ctx, stream.Config("b", b.Epoch, stream.Limits{}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	p = publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+		PollInterval: 20 * time.Millisecond, LeaseTTL: time.Hour})
+	runCtx2, cancel2 := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx2, cur) }()
+	waitFor(t, "the lease renewed by the fence", 10*time.Second, func() bool {
+		l, err := e.store.LeaseHolder(ctx, "b")
+		return err == nil && l.Term == cur.Term && l.Expires.After(cur.Expires.Add(10*time.Minute))
+	})
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatalf("publisher with a current lease: %v", err)
+	}
+	s, err = e.js.Stream(ctx, stream.Name("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := s.CachedInfo(); info.State.FirstSeq != 6 || info.State.Msgs != 0 {
+		t.Fatalf("stream after the fenced purge: first %d, %d messages; want first 6, empty", info.State.FirstSeq, info.State.Msgs)
 	}
 }

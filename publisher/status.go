@@ -22,6 +22,10 @@ type Status struct {
 	Reason string `json:"reason"`
 	// Since is when the publisher entered State.
 	Since time.Time `json:"since"`
+	// Warning is a configuration this node's publisher could not apply to
+	// the stream, with JetStream's reason (a replica count or limits it
+	// refused); the publisher still publishes. Empty when none.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Status returns the current state.
@@ -52,7 +56,7 @@ func (p *Publisher) setState(s State, reason string, err error) {
 		if stateChanged {
 			since = time.Now().UTC()
 		}
-		p.state = Status{State: s, Reason: reason, Since: since}
+		p.state = Status{State: s, Reason: reason, Since: since, Warning: p.state.Warning}
 	}
 	p.mu.Unlock()
 	switch {
@@ -71,4 +75,41 @@ func (p *Publisher) troubled() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state.State == StatePaused || p.state.State == StateStalled
+}
+
+// setWarning records the stream configuration warning ("" clears it) and
+// reports whether it changed.
+func (p *Publisher) setWarning(w string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state.Warning == w {
+		return false
+	}
+	p.state.Warning = w
+	return true
+}
+
+func (p *Publisher) markProgress() { p.progress.Store(time.Now().UnixNano()) }
+
+// Stalled reports, at now, how long the running publisher has gone without
+// progress (no batch acknowledged, not caught up) and why: its stalled
+// reason, or what it was doing when it stopped moving (a call that hangs
+// leaves the state as it was). It is 0 when the publisher does not run,
+// waits caught up, or is paused: JetStream refusing for its own limits
+// refuses every node alike, so another leader would do no better. The
+// node's lease runner uses it to step down on a shared NATS.
+func (p *Publisher) Stalled(now time.Time) (time.Duration, string) {
+	since := p.progress.Load()
+	if since == 0 || p.idle.Load() {
+		return 0, ""
+	}
+	st := p.Status()
+	if st.State == StatePaused {
+		return 0, ""
+	}
+	why := st.Reason
+	if st.State != StateStalled {
+		why = "no batch acknowledged (last state: " + string(st.State) + ", " + st.Reason + ")"
+	}
+	return max(0, now.Sub(time.Unix(0, since))), why
 }

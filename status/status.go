@@ -24,6 +24,20 @@ type Status struct {
 	Store      Health           `json:"store"`
 	NATS       Health           `json:"nats"`
 	Boundaries []BoundaryStatus `json:"boundaries"`
+	// Placement is this node's view of boundary placement; absent when
+	// placement is off (SQLite, or a NATS of its own).
+	Placement *Placement `json:"placement,omitempty"`
+}
+
+// Placement is how a node spreads the boundaries' leases with the others.
+type Placement struct {
+	// LiveNodes is how many nodes have a heartbeat in the store fresher
+	// than one lease TTL, this one included (0: the heartbeat failed).
+	LiveNodes int `json:"live_nodes"`
+	// FairShare is ceil(boundaries / live nodes) (0: unknown).
+	FairShare int `json:"fair_share"`
+	// Leading is how many boundaries this node leads.
+	Leading int `json:"leading"`
 }
 
 // Health is whether a dependency answered during the measurement.
@@ -50,6 +64,9 @@ type BoundaryStatus struct {
 	StreamLast  uint64 `json:"stream_last"`
 	StreamMsgs  uint64 `json:"stream_msgs"`
 	StreamBytes uint64 `json:"stream_bytes"`
+	// StreamReplicas is the stream's replica count as JetStream reports
+	// it (0 when the stream is missing).
+	StreamReplicas int `json:"stream_replicas"`
 	// LagEvents is head - published.
 	LagEvents uint64 `json:"lag_events"`
 	// LagSeconds is the age of the oldest unpublished event (0 when none),
@@ -60,6 +77,9 @@ type BoundaryStatus struct {
 	State  publisher.State `json:"state"`
 	Reason string          `json:"reason"`
 	Since  time.Time       `json:"since,omitzero"`
+	// Warning is a stream configuration this node's publisher could not
+	// apply (a replica count or limits JetStream refused), with the reason.
+	Warning string `json:"warning,omitempty"`
 	// LeaseHolder and LeaseTerm describe the current lease (any node's);
 	// LeaseExpires is its expiry in the store's clock.
 	LeaseHolder  string    `json:"lease_holder"`

@@ -127,6 +127,12 @@
 // locks are not used as leases: a pooler or a half-open connection would
 // break them (DESIGN §9).
 //
+// Beyond the seam, the store keeps the nodes of a cluster for placement
+// (nodes.go): each node's row in orisun_nodes carries a heartbeat in the
+// database's clock, written every third of a lease TTL; Heartbeat counts
+// the rows younger than the TTL in the same statement, so a node that lost
+// its database stops being counted within a TTL.
+//
 // # Choices where the seam is silent
 //
 //   - data and metadata are stored as json, not jsonb: json keeps the exact

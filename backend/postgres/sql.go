@@ -184,6 +184,25 @@ RETURNING expires_at`
 	// the next acquisition begins the next term.
 	sqlReleaseLease = `UPDATE orisun_leases SET expires_at = to_timestamp(0) WHERE boundary = $1 AND holder = $2 AND term = $3`
 	sqlSelectLease  = `SELECT holder, term, expires_at FROM orisun_leases WHERE boundary = $1`
+
+	// Nodes (placement). sqlHeartbeat writes this node's heartbeat and
+	// counts the nodes whose heartbeat is fresher than the TTL ($3, in
+	// microseconds), in one statement: the count sees the table as it was
+	// before the upsert, so this node is added to the others.
+	sqlHeartbeat = `WITH beat AS (
+    INSERT INTO orisun_nodes (holder, node_id, heartbeat_at) VALUES ($1, $2, clock_timestamp())
+    ON CONFLICT (holder) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
+    RETURNING holder
+)
+SELECT count(*) + 1 FROM orisun_nodes
+WHERE holder <> $1 AND heartbeat_at > clock_timestamp() - $3::bigint * interval '1 microsecond'`
+	// sqlPruneNodes deletes rows of nodes silent for far longer than a
+	// TTL (nodes that died). SKIP LOCKED: two nodes pruning at once never
+	// wait for, nor deadlock on, each other.
+	sqlPruneNodes = `DELETE FROM orisun_nodes WHERE holder IN (
+    SELECT holder FROM orisun_nodes WHERE heartbeat_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+    ORDER BY holder FOR UPDATE SKIP LOCKED)`
+	sqlRemoveNode = `DELETE FROM orisun_nodes WHERE holder = $1`
 )
 
 // Savepoint statements of the group transaction.

@@ -250,7 +250,11 @@ func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
 		settled = "yes"
 	}
 	fmt.Fprintf(w, "node %s (%s), version %s, at %s\n", st.NodeID, st.LeaseHolder, st.Version, st.Time.Format(time.RFC3339))
-	fmt.Fprintf(w, "store: %s   nats: %s   settled: %s\n\n", healthText(st.Store), healthText(st.NATS), settled)
+	fmt.Fprintf(w, "store: %s   nats: %s   settled: %s\n", healthText(st.Store), healthText(st.NATS), settled)
+	if p := st.Placement; p != nil {
+		fmt.Fprintf(w, "placement: %d live nodes, fair share %d, leading %d\n", p.LiveNodes, p.FairShare, p.Leading)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BOUNDARY\tSTATE\tFOR\tHEAD\tPUBLISHED\tLAG\tLAG AGE\tSTREAM\tLEASE\tREASON")
 	for _, b := range st.Boundaries {
@@ -278,6 +282,9 @@ func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
 		}
 		if b.StreamError != "" {
 			reason += " [stream " + b.StreamError + "]"
+		}
+		if b.Warning != "" {
+			reason += " [warning: " + b.Warning + "]"
 		}
 		since := "-"
 		if !b.Since.IsZero() {

@@ -1,0 +1,49 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// pruneAfter is how many TTLs a node may stay silent before its row is
+// deleted: far beyond being counted (one TTL), so a pruned row never
+// changes a count.
+const pruneAfter = 100
+
+// Heartbeat records that holder (a node, named nodeID) is alive, in the
+// database's clock, and returns how many nodes are live: those whose last
+// heartbeat is younger than ttl, this one included. It also deletes the rows
+// of nodes silent for a hundred TTLs (nodes that died without removing
+// theirs). Placement calls it every third of the lease TTL.
+func (s *Store) Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (int, error) {
+	op := fmt.Sprintf("heartbeat of node %q", holder)
+	if err := checkLeaseArgs(holder, ttl); err != nil {
+		return 0, fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	if s.isClosed() {
+		return 0, errClosed(op)
+	}
+	var live int
+	if err := s.pool.QueryRow(ctx, sqlHeartbeat, holder, nodeID, ttl.Microseconds()).Scan(&live); err != nil {
+		return 0, s.translate(op, err)
+	}
+	if _, err := s.pool.Exec(ctx, sqlPruneNodes, (pruneAfter * ttl).Microseconds()); err != nil {
+		return 0, s.translate("prune silent nodes", err)
+	}
+	return live, nil
+}
+
+// RemoveNode deletes holder's heartbeat row: a node stopping cleanly stops
+// being counted at once, so the others take its share without waiting a
+// TTL.
+func (s *Store) RemoveNode(ctx context.Context, holder string) error {
+	op := fmt.Sprintf("remove node %q", holder)
+	if s.isClosed() {
+		return errClosed(op)
+	}
+	if _, err := s.pool.Exec(ctx, sqlRemoveNode, holder); err != nil {
+		return s.translate(op, err)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package orisun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// nodeIDFile holds the generated node id in the data directory.
+const nodeIDFile = "node-id"
+
+// persistedNodeID returns the node id kept in dir/node-id, generating it
+// (host name plus a random suffix) and writing it once when the file does
+// not exist. Without ORISUN_NODE_ID a node must keep its id across
+// restarts: in an embedded NATS cluster the id is the server name, hence the
+// JetStream peer's name, and a new name on every start would leave the old
+// peers behind in the cluster's meta group.
+//
+// The file is written to a temporary name, synced, and linked into place:
+// a link never replaces an existing file, so two processes starting at once
+// on one directory agree on the first id written, and a crash never leaves
+// a half-written id.
+func persistedNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, nodeIDFile)
+	if id, err := readNodeID(path); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return id, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("ORISUN_DATA_DIR: create %s to keep the node id: %w", dir, err)
+	}
+	id := defaultNodeID()
+	tmp, err := os.CreateTemp(dir, nodeIDFile+".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("ORISUN_DATA_DIR: write the node id into %s: %w (or set ORISUN_NODE_ID)", dir, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(id + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+		if errors.Is(err, os.ErrExist) {
+			// Another process on this directory wrote it first: use its id.
+			return readNodeID(path)
+		}
+		if err != nil {
+			// A file system without hard links: a rename is atomic too,
+			// only not exclusive.
+			err = os.Rename(tmp.Name(), path)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("ORISUN_DATA_DIR: write the node id to %s: %w (or set ORISUN_NODE_ID)", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // the new directory entry survives a power loss
+		d.Close()
+	}
+	return id, nil
+}
+
+// readNodeID reads and checks a node id file.
+func readNodeID(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(b))
+	if err := checkNodeID(id); err != nil {
+		return "", fmt.Errorf("ORISUN_DATA_DIR: %s holds %q: %v; delete the file to generate a new id, or set ORISUN_NODE_ID", path, id, err)
+	}
+	return id, nil
+}
+
+// checkNodeID accepts what defaultNodeID and a sensible ORISUN_NODE_ID
+// produce: printable, no white space, at most 128 bytes.
+func checkNodeID(id string) error {
+	if id == "" {
+		return errors.New("the node id is empty")
+	}
+	if len(id) > 128 {
+		return fmt.Errorf("the node id is %d bytes, more than 128", len(id))
+	}
+	if strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errors.New("the node id holds white space or control characters")
+	}
+	return nil
+}
+
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "orisun"
+	}
+	return host + "-" + event.NewID()[24:]
+}

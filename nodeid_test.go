@@ -1,0 +1,74 @@
+package orisun_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orisun-io/orisun"
+)
+
+// TestNodeIDKeptInDataDir: without ORISUN_NODE_ID a node generates its id
+// once, keeps it in <data dir>/node-id, and a restart on the same data
+// directory reuses it (in an embedded cluster the id names the JetStream
+// peer, so a new one on each start would leave stale peers behind). A
+// node id file that holds no id fails New with a message naming the file.
+func TestNodeIDKeptInDataDir(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	first := setup(t, dir, nil)
+	st, err := first.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.NodeID
+	if id == "" || first.Config().NodeID != id {
+		t.Fatalf("node id %q (config %q)", id, first.Config().NodeID)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "node-id"))
+	if err != nil || strings.TrimSpace(string(b)) != id {
+		t.Fatalf("node-id file holds %q (err %v), want %q", b, err, id)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	second := setup(t, dir, nil)
+	st, err = second.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NodeID != id {
+		t.Fatalf("node id after a restart on the same data directory: %q, want %q", st.NodeID, id)
+	}
+	if err := second.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// An explicit id wins and leaves the file alone.
+	third := setup(t, dir, func(c *orisun.Config) { c.NodeID = "explicit" })
+	if third.Config().NodeID != "explicit" {
+		t.Fatalf("explicit node id ignored: %q", third.Config().NodeID)
+	}
+	if err := third.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "node-id")); strings.TrimSpace(string(b)) != id {
+		t.Fatalf("node-id file changed to %q by a node with an explicit id", b)
+	}
+
+	// Another data directory, another id.
+	if other := setup(t, "", nil); other.Config().NodeID == id {
+		t.Fatalf("two data directories share the node id %q", id)
+	}
+
+	// A file that holds no id is refused, naming the file.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "node-id"), []byte("  \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orisun.New(orisun.Config{DataDir: bad}); err == nil || !strings.Contains(err.Error(), "node-id") {
+		t.Fatalf("New with an empty node-id file: %v, want an error naming the file", err)
+	}
+}

@@ -1,0 +1,191 @@
+package orisun_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// streamInfo reads a boundary's stream through a node's NATS.
+func streamInfo(t *testing.T, n *orisun.Node, boundary string) (*jetstream.StreamInfo, error) {
+	t.Helper()
+	nc, err := nats.Connect(n.NATSURL())
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream.Name(boundary))
+	if err != nil {
+		return nil, err
+	}
+	return s.CachedInfo(), nil
+}
+
+// TestStreamReplicasUpdated: a stream created with one replica is changed to
+// three when the nodes of the embedded cluster restart with
+// ORISUN_NATS_STREAM_REPLICAS=3, instead of keeping the replica count it was
+// created with; the status reports the measured count, and publishing goes
+// on at the right positions (I2).
+func TestStreamReplicasUpdated(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	ports, routes := clusterPorts(t, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	start := func(replicas int) []*orisun.Node {
+		var nodes []*orisun.Node
+		for i, p := range ports {
+			nodes = append(nodes, setup(t, dirs[i], func(c *orisun.Config) {
+				c.Backend, c.PGURL = "postgres", url
+				c.NodeID = fmt.Sprintf("node-%d", i+1)
+				c.NATSClusterName = "orisun_test"
+				c.NATSClusterPort = p
+				c.NATSClusterRoutes = routes
+				c.StreamReplicas = replicas
+				c.EventStreamMaxBytes = 8 << 20
+			}))
+		}
+		return nodes
+	}
+	nodes := start(1)
+	lead := leaderOf(t, nodes, "default", 60*time.Second)
+	if _, err := nodes[(lead+1)%3].Append(ctx, "default", events(20, "r1", 64), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, nodes[lead], 60*time.Second)
+	info, err := streamInfo(t, nodes[lead], "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Replicas != 1 {
+		t.Fatalf("stream created with %d replicas, want 1", info.Config.Replicas)
+	}
+	for _, n := range nodes {
+		if err := n.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	nodes = start(3)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		info, err = streamInfo(t, nodes[0], "default")
+		if err == nil && info.Config.Replicas == 3 && info.Cluster != nil && len(info.Cluster.Replicas) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			var warnings []string
+			for _, n := range nodes {
+				if st, err := n.Status(ctx); err == nil && len(st.Boundaries) == 1 {
+					warnings = append(warnings, st.Boundaries[0].Warning)
+				}
+			}
+			t.Fatalf("stream not at 3 replicas after the restart with ORISUN_NATS_STREAM_REPLICAS=3: %+v (cluster %+v, err %v); warnings %q",
+				info.Config.Replicas, info.Cluster, err, warnings)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := nodes[2].Append(ctx, "default", events(10, "r3", 64), nil); err != nil {
+		t.Fatal(err)
+	}
+	lead = leaderOf(t, nodes, "default", 60*time.Second)
+	st := waitSettled(t, nodes[lead], 60*time.Second)
+	if b := st.Boundaries[0]; b.StreamReplicas != 3 || b.Warning != "" || b.Head != 30 {
+		t.Fatalf("status after the update: replicas %d, warning %q, head %d; want 3, none, 30", b.StreamReplicas, b.Warning, b.Head)
+	}
+	if _, last := checkStream(t, nodes[1], "default"); last != 30 {
+		t.Fatalf("stream ends at %d, want 30", last)
+	}
+}
+
+// syncBuffer is a log destination tests can read while the node writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestStreamReplicasRefusedIsReported: when JetStream refuses the configured
+// replica count for an existing stream (a single server takes one replica
+// only), the node logs JetStream's reason once, the status carries it as
+// the boundary's warning with the measured replica count, and publishing
+// goes on (I4, I7).
+func TestStreamReplicasRefusedIsReported(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	ns := usersNATS(t)
+	cfg := func(replicas int) func(*orisun.Config) {
+		return func(c *orisun.Config) {
+			c.Backend, c.PGURL = "postgres", url
+			c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+			c.StreamReplicas = replicas
+		}
+	}
+	first := setup(t, "", cfg(1))
+	if _, err := first.Append(ctx, "default", events(5, "before", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, first, 30*time.Second)
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &syncBuffer{}
+	second := setup(t, "", cfg(3), orisun.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	var warning string
+	deadline := time.Now().Add(30 * time.Second)
+	for warning == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no warning in the status about the refused replica count")
+		}
+		time.Sleep(50 * time.Millisecond)
+		st, err := second.Status(ctx)
+		if err == nil && len(st.Boundaries) == 1 {
+			warning = st.Boundaries[0].Warning
+			if warning != "" && st.Boundaries[0].StreamReplicas != 1 {
+				t.Fatalf("status reports %d stream replicas, the stream has 1", st.Boundaries[0].StreamReplicas)
+			}
+		}
+	}
+	if !strings.Contains(warning, "keeps 1 replica(s), not the 3") || !strings.Contains(warning, "non-clustered") {
+		t.Fatalf("warning %q does not say what was refused and JetStream's reason", warning)
+	}
+	if _, err := second.Append(ctx, "default", events(5, "after", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, second, 30*time.Second)
+	if first, last := checkStream(t, second, "default"); first != 1 || last != 10 {
+		t.Fatalf("stream %d..%d, want 1..10", first, last)
+	}
+	if n := strings.Count(logs.String(), "stream configuration not applied"); n != 1 {
+		t.Fatalf("the refusal was logged %d times, want once:\n%s", n, logs.String())
+	}
+}
