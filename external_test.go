@@ -3,14 +3,17 @@ package orisun_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/stream"
 )
 
 // usersNATS starts a NATS server with JetStream and users in the test
@@ -113,4 +116,83 @@ func TestExternalNATS_I2_I5(t *testing.T) {
 	if st.NATS.Kind != "external" || !st.NATS.OK {
 		t.Fatalf("status NATS %+v, want external and OK", st.NATS)
 	}
+}
+
+// TestPausedRemoteLeaderStoreServes_I5: with a shared NATS a subscription on
+// a node that does not lead takes the stream as fed while another node
+// holds the lease. When that leader is paused (JetStream refuses its
+// publishes: the stream is full and discards new messages), the stream
+// stops short of the store; the subscription must notice (nothing arrives
+// while the store holds its next position) and read the store, not wait
+// for as long as the pause lasts. Every position still arrives exactly
+// once, in order.
+func TestPausedRemoteLeaderStoreServes_I5(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	ns := usersNATS(t)
+	external := func(c *orisun.Config) {
+		c.Backend, c.PGURL = "postgres", url
+		c.NATSURL = ns.ClientURL()
+		c.NATSUser, c.NATSPassword = "orisun", "s3cret"
+		c.EventStreamMaxMsgs = 5
+		withHTTP(c)
+	}
+	nodes := []*orisun.Node{setup(t, "", external), setup(t, "", external)}
+	lead := leaderOf(t, nodes, "default", 30*time.Second)
+	other := nodes[1-lead]
+	if _, err := nodes[lead].Append(ctx, "default", events(5, "fill", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, nodes[lead], 30*time.Second)
+
+	var mu sync.Mutex
+	var reasons []string
+	var live atomic.Int32
+	rec := newRecorder(0)
+	stop := subscribe(t, other, "default", 0, rec, orisun.SubscribeOptions{
+		OnCaughtUp: func(uint64) { live.Add(1) },
+		OnFellBehind: func(_ uint64, reason string) {
+			mu.Lock()
+			reasons = append(reasons, reason)
+			mu.Unlock()
+		},
+	})
+	waitDelivered(t, rec, 5, 30*time.Second)
+	for deadline := time.Now().Add(30 * time.Second); live.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription on the node that does not lead never went live")
+		}
+	}
+
+	// Pause the leader: the stream is at its limit and now refuses new
+	// messages.
+	js := jsOf(t, nodes[lead])
+	s, err := js.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Discard = jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[lead].Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, nodes[lead], "default", "paused", 30*time.Second, nil)
+	waitDelivered(t, rec, 8, 30*time.Second)
+	mu.Lock()
+	got := append([]string(nil), reasons...)
+	mu.Unlock()
+	found := false
+	for _, r := range got {
+		found = found || strings.Contains(r, "behind the store")
+	}
+	if !found {
+		t.Fatalf("positions 6..8 arrived, but not through the store fall-back; reasons: %q", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainstStore(t, other, "default", 0, rec)
 }

@@ -268,6 +268,15 @@ func (s *sub) streamHolds(ctx context.Context, pos uint64) bool {
 	return info.State.LastSeq >= pos && info.State.FirstSeq <= pos
 }
 
+// storeHolds reports whether the store has committed position pos. Any
+// doubt is false, as for streamHolds.
+func (s *sub) storeHolds(ctx context.Context, pos uint64) bool {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	epoch, events, err := s.cfg.Store.Read(rctx, s.boundary, pos-1, 1, nil)
+	return err == nil && epoch == s.epoch && len(events) == 1 && events[0].Position == pos
+}
+
 // live consumes the stream from next. It returns the reason it went back
 // to the store, or an error that ends the subscription.
 func (s *sub) live(ctx context.Context) (string, error) {
@@ -312,6 +321,15 @@ func (s *sub) live(ctx context.Context) (string, error) {
 					if s.streamHolds(ctx, s.next) {
 						return fmt.Sprintf("live consumer silent for %s while the stream holds position %d: reading the store",
 							time.Since(quietSince).Round(time.Second), s.next), nil
+					}
+					// The stream lacks next, but the store has it: the
+					// stream is not being fed, whatever the hint says (a
+					// leader on another node that is paused by the
+					// stream's limits, or stalled and not yet stepped
+					// down). The store serves it meanwhile.
+					if s.storeHolds(ctx, s.next) {
+						return fmt.Sprintf("the stream is behind the store: position %d is committed but was not published for %s: reading the store",
+							s.next, time.Since(quietSince).Round(time.Second)), nil
 					}
 					// Idle, not stuck: look again in a while, so that an
 					// idle subscription costs one stream-info request per
