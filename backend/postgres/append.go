@@ -292,10 +292,12 @@ type groupRun struct {
 	// decided is true once a request's reply is final (written, or failed
 	// with its own error).
 	decided []bool
-	// The head row as locked, then after each request that wrote.
+	// The head row as locked, then after each request that wrote;
+	// lockHead stays the head as locked.
 	head      int64
+	lockHead  int64
 	epoch     string
-	missing   bool // the boundary does not exist
+	missing   bool // the head-row lock found no boundary
 	open      bool // the transaction is open: the COMMIT has not run
 	committed bool // the COMMIT succeeded
 	// decisions of requests whose append statement wrote nothing.
@@ -401,8 +403,8 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 	}
 	g.open = true
 	for len(steps) > 0 {
-		if g.open && writes(steps) {
-			// The NOTIFY and the COMMIT ride with the batch that writes:
+		if g.open && writesUnconditioned(g, steps) {
+			// The NOTIFY and the COMMIT ride with a batch that writes:
 			// a group whose requests all succeed costs one round trip. A
 			// statement that fails makes the database skip the rest of
 			// the batch, the COMMIT with it, so the transaction is still
@@ -411,7 +413,10 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 			// condition matched wrote nothing and fails nothing: the
 			// others commit, and its lookups (bounded by the head it saw,
 			// so they give the same answer after the commit) run in the
-			// next batch.
+			// next batch. Only a batch with an append without a condition
+			// carries the COMMIT: one whose requests all have conditions
+			// may write nothing (a decision load: most conflict), and then
+			// it needs no COMMIT, WAL flush or notification at all.
 			steps = append(steps,
 				step{kind: stepNotify, req: -1, sql: sqlNotify, args: []any{notifyChannel, b}},
 				step{kind: stepCommit, req: -1, sql: sqlCommit})
@@ -422,18 +427,6 @@ func (s *Store) commitGroup(b string, group []*appendRequest) {
 				g.rollback()
 			}
 			g.fail(err)
-			return
-		}
-		if g.missing {
-			if g.open {
-				g.rollback()
-			}
-			for _, i := range todo {
-				if !g.decided[i] {
-					g.replies[i].err = notFound(fmt.Sprintf("append to %q", b), b)
-					g.decided[i] = true
-				}
-			}
 			return
 		}
 		steps = next
@@ -481,10 +474,11 @@ func (g *groupRun) touched() bool {
 	return false
 }
 
-// writes reports whether steps hold an append statement.
-func writes(steps []step) bool {
+// writesUnconditioned reports whether steps hold an append statement of a
+// request (or run) without a condition: one that writes unless it fails.
+func writesUnconditioned(g *groupRun, steps []step) bool {
 	for _, st := range steps {
-		if st.kind == stepAppend || st.kind == stepAppendRun {
+		if st.kind == stepAppendRun || st.kind == stepAppend && g.reqs[st.req].cond == nil {
 			return true
 		}
 	}
@@ -586,6 +580,7 @@ func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
 	for _, st := range steps {
 		batch.Queue(st.sql, st.args...)
 	}
+	g.s.batches.Add(1)
 	br := g.conn.SendBatch(ctx, batch)
 	failed := -1
 	var failErr error
@@ -598,10 +593,6 @@ func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
 		}
 		if undecided {
 			needDecision = append(needDecision, st.req)
-		}
-		if g.missing {
-			_ = br.Close()
-			return nil, nil
 		}
 	}
 	closeErr := br.Close()
@@ -670,14 +661,26 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 	case stepLock:
 		err := br.QueryRow().Scan(&g.head, &g.epoch)
 		if isNoRows(err) {
+			// The boundary does not exist, as of this statement. The
+			// batch goes on: an append statement after it takes a snapshot
+			// of its own and may find the boundary created meanwhile, and
+			// then it writes (and the COMMIT in the batch commits it). Each
+			// append statement's own result says which it was.
 			g.missing = true
 			return false, nil
 		}
+		g.lockHead = g.head
 		return false, err
 	case stepAppend:
 		var head int64
 		var epoch string
 		err := br.QueryRow().Scan(&head, &epoch)
+		if isNoRows(err) && g.missing {
+			// No boundary to update (nor any event to match).
+			g.replies[st.req].err = notFound(fmt.Sprintf("append to %q", g.boundary), g.boundary)
+			g.decided[st.req] = true
+			return false, nil
+		}
 		if isNoRows(err) {
 			g.decisions[st.req] = &decision{headAt: g.head}
 			return true, nil
@@ -693,7 +696,15 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 	case stepAppendRun:
 		var head int64
 		var epoch string
-		if err := br.QueryRow().Scan(&head, &epoch); err != nil {
+		err := br.QueryRow().Scan(&head, &epoch)
+		if isNoRows(err) && g.missing {
+			for _, i := range st.run {
+				g.replies[i].err = notFound(fmt.Sprintf("append to %q", g.boundary), g.boundary)
+				g.decided[i] = true
+			}
+			return false, nil
+		}
+		if err != nil {
 			return false, err
 		}
 		g.head = head
@@ -841,6 +852,7 @@ func (g *groupRun) commit(ctx context.Context) error {
 	batch := &pgx.Batch{}
 	batch.Queue(sqlNotify, notifyChannel, g.boundary)
 	batch.Queue(sqlCommit)
+	g.s.batches.Add(1)
 	br := g.conn.SendBatch(ctx, batch)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
@@ -878,15 +890,26 @@ func (g *groupRun) rollback() {
 	_, _ = g.conn.Exec(ctx, sqlRollback)
 }
 
-// fail answers every request not yet decided with err: nothing of the
-// group is written.
+// fail answers with err every request whose outcome the failure takes:
+// those not yet decided; those that wrote, unless the COMMIT already
+// succeeded (a lookup after it failed: their events are committed, their
+// answers stand); and, when the transaction is lost, the retries decided
+// against events this transaction wrote (they are gone with it).
 func (g *groupRun) fail(err error) {
 	for i := range g.reqs {
-		if !g.decided[i] || g.wrote[i] {
-			g.replies[i] = appendReply{err: err}
-			g.wrote[i] = false
-			g.decided[i] = true
+		rep := &g.replies[i]
+		switch {
+		case g.wrote[i] && g.committed:
+			continue
+		case g.wrote[i], !g.decided[i]:
+		case rep.err == nil && !g.committed && rep.res.Last > uint64(g.lockHead):
+			// A retry of a request earlier in this group.
+		default:
+			continue
 		}
+		g.replies[i] = appendReply{err: err}
+		g.wrote[i] = false
+		g.decided[i] = true
 	}
 }
 

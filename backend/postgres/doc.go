@@ -40,10 +40,14 @@
 // other boundaries wait only when every worker is so tied up.
 //
 // Inside the group transaction (READ COMMITTED, explicitly) each request runs
-// in its own SAVEPOINT, and the statements are pipelined: the first batch is
-// BEGIN, the head-row lock, and every request's SAVEPOINT, append statement
-// and RELEASE; a group whose requests all write costs that one round trip
-// and a second one for the notification and the COMMIT. The append statement
+// in its own SAVEPOINT (a run of consecutive requests without conditions in
+// one), and the statements are pipelined: the first batch is BEGIN, the
+// head-row lock, every request's SAVEPOINT, append statement and RELEASE,
+// and, when the batch holds an append without a condition, the notification
+// and the COMMIT. A group whose requests all write costs that one round
+// trip. A statement that fails makes the database skip the rest of the
+// batch, the COMMIT with it; a batch whose requests all have conditions
+// commits separately, and only if one of them wrote. The append statement
 // does the draw and the insert at once: UPDATE the head row (unless the
 // request's condition matches an event) and INSERT the events from arrays
 // (unnest), at positions head-n+1 … head. One statement text serves every
@@ -68,7 +72,15 @@
 // at its turn, even when later requests of the group already wrote: a retry
 // of an append earlier in the same group is recognised, and a condition sees
 // everything that commits before it. If the COMMIT fails, no request of the
-// group is answered with success.
+// group is answered with success (a retry of an earlier request of the group
+// included). Lookups that run after the COMMIT (a condition that matched in
+// a batch that committed) and fail take only the undecided requests: the
+// committed ones keep their answers.
+//
+// The head-row lock of a boundary that does not exist finds no row; the
+// batch still runs, and each append statement's own result decides: one
+// that found the boundary (created meanwhile) wrote and is committed, one
+// that did not is answered ErrNotFound.
 //
 // After the COMMIT the worker answers each request and calls the OnAppend
 // callbacks for the boundary, so a callback always finds its events readable.
@@ -86,7 +98,7 @@
 // # Notifications
 //
 // The group transaction ends with SELECT pg_notify('orisun_events',
-// boundary), pipelined with the COMMIT. PostgreSQL delivers a notification
+// boundary), pipelined with the COMMIT (and with the appends, see above). PostgreSQL delivers a notification
 // only when its transaction commits, so a notified boundary has its events
 // readable. Each store keeps one connection of its own (not from the pool:
 // LISTEN belongs to a session) listening on the channel, and calls the

@@ -151,11 +151,13 @@ type Store struct {
 	callbacks backend.Callbacks
 
 	// waiting counts appends queued and not yet taken by a group; groups
-	// counts group transactions begun; listens counts LISTEN connections
-	// established, notifications the notifications they received. Tests use them to see the queue and the listener
-	// instead of sleeping.
+	// counts group transactions begun, batches the pipelined batches (round
+	// trips) they sent; listens counts LISTEN connections established,
+	// notifications the notifications they received. Tests use them to see
+	// the queue, the groups and the listener instead of sleeping.
 	waiting       atomic.Int64
 	groups        atomic.Int64
+	batches       atomic.Int64
 	listens       atomic.Int64
 	notifications atomic.Int64
 }

@@ -824,3 +824,100 @@ func TestMergedRun(t *testing.T) {
 		t.Fatalf("%d events stored, want %d", len(evs), want)
 	}
 }
+
+// TestMergedRunEdges: a run whose caller gave up in the middle, a run to a
+// boundary that does not exist, and a run split by another boundary: the
+// cancelled request writes nothing, the others keep the positions of their
+// order (no gap where the cancelled one was), the missing boundary's
+// requests are each answered ErrNotFound.
+func TestMergedRunEdges(t *testing.T) {
+	ctx := context.Background()
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		res event.AppendResult
+		err error
+	}
+	send := func(c context.Context, b string, in []event.Input) <-chan out {
+		ch := make(chan out, 1)
+		go func() { r, err := s.Append(c, b, in, nil); ch <- out{r, err} }()
+		return ch
+	}
+	queued, release := s.holdGroups()
+	defer release()
+	cctx, cancel := context.WithCancel(ctx)
+	var outs []<-chan out
+	for i, r := range []struct {
+		ctx      context.Context
+		boundary string
+		n        int
+	}{{ctx, "orders", 1}, {cctx, "orders", 2}, {ctx, "orders", 1}, {ctx, "nope", 1}, {ctx, "nope", 1}, {ctx, "orders", 1}} {
+		outs = append(outs, send(r.ctx, r.boundary, prepared(t, r.boundary, r.n)))
+		waitFor(t, "request held", func() bool { return queued() == i+1 })
+	}
+	cancel()
+	if o := <-outs[1]; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("the cancelled request: %+v, %v", o.res, o.err)
+	}
+	release()
+	for i, want := range []uint64{1, 0, 2, 0, 0, 3} {
+		if i == 1 {
+			continue
+		}
+		o := <-outs[i]
+		if want == 0 {
+			if !errors.Is(o.err, event.ErrNotFound) {
+				t.Fatalf("request %d to a missing boundary: %+v, %v", i, o.res, o.err)
+			}
+			continue
+		}
+		if o.err != nil || o.res.First != want || o.res.Last != want {
+			t.Fatalf("request %d: %+v, %v; want position %d", i, o.res, o.err, want)
+		}
+	}
+	if _, evs, err := s.Read(ctx, "orders", 0, 10, nil); err != nil || len(evs) != 3 {
+		t.Fatalf("read: %d events, %v; want 3", len(evs), err)
+	}
+}
+
+// TestConditionStatementsPreparedOnce: conditions of one query shape share
+// one statement prepared on the write connection, whatever their values;
+// another shape adds one; and no more than maxDynStmts are kept.
+func TestConditionStatementsPreparedOnce(t *testing.T) {
+	ctx := context.Background()
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	appendIf := func(q event.Query) {
+		t.Helper()
+		if _, err := s.Append(ctx, "orders", prepared(t, "orders", 1), &event.Condition{Query: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Append returns after the writer's group: s.dyn is read after the
+	// writer wrote it (the reply orders the two).
+	for i := range 3 {
+		appendIf(event.Query{Items: []event.QueryItem{{Tags: []string{"order:" + strconv.Itoa(i)}}}})
+	}
+	if n := len(s.dyn); n != 1 {
+		t.Fatalf("%d condition statements prepared for one shape, want 1", n)
+	}
+	appendIf(event.Query{Items: []event.QueryItem{{Types: []string{"x"}, Tags: []string{"a", "b"}}}})
+	if n := len(s.dyn); n != 2 {
+		t.Fatalf("%d condition statements prepared for two shapes, want 2", n)
+	}
+	for i := range maxDynStmts + 5 {
+		// Shapes with 1, 2, … types: each its own text.
+		types := make([]string, i+3)
+		for k := range types {
+			types[k] = "t" + strconv.Itoa(k)
+		}
+		appendIf(event.Query{Items: []event.QueryItem{{Types: types}}})
+	}
+	if n := len(s.dyn); n != maxDynStmts {
+		t.Fatalf("%d condition statements kept, want the bound %d", n, maxDynStmts)
+	}
+}

@@ -125,7 +125,7 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		limit                         int
 		create                        string
 		qTypes, qTags                 string
-		ifNoneAfter                   int64
+		ifNoneAfter                   uint64
 	)
 	addQuery := func(what string) {
 		fs.StringVar(&qTypes, "query-types", "", "comma-separated event types "+what+" (any of them)")
@@ -139,7 +139,7 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(&metadata, "metadata", "", "event metadata, a JSON value")
 		fs.StringVar(&tags, "tags", "", "comma-separated tags")
 		fs.StringVar(&id, "id", "", "event id (a UUID; default: generated, so a retry of this command appends again)")
-		fs.Int64Var(&ifNoneAfter, "if-none-after", -1, "append only if no event matching --query-types/--query-tags is after this position (the head `orisun latest` printed)")
+		fs.Uint64Var(&ifNoneAfter, "if-none-after", 0, "append only if no event matching --query-types/--query-tags is after this position (the head `orisun latest` printed)")
 		addQuery("of the condition")
 	case "read":
 		fs.Uint64Var(&after, "after", 0, "read events after this position")
@@ -169,7 +169,9 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	q := cliQuery(qTypes, qTags)
-	if cmd == "append" && ifNoneAfter < 0 && q != nil {
+	conditional := false
+	fs.Visit(func(f *flag.Flag) { conditional = conditional || f.Name == "if-none-after" })
+	if cmd == "append" && !conditional && q != nil {
 		fmt.Fprintln(stderr, "orisun append: --query-types/--query-tags make a condition and need --if-none-after N (the head `orisun latest` printed)")
 		return 2
 	}
@@ -217,9 +219,9 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		var cond *event.Condition
-		if ifNoneAfter >= 0 {
+		if conditional {
 			// No query: any newer event fails the condition.
-			cond = &event.Condition{After: uint64(ifNoneAfter)}
+			cond = &event.Condition{After: ifNoneAfter}
 			if q != nil {
 				cond.Query = *q
 			}

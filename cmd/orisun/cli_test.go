@@ -102,6 +102,15 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "--if-none-after") {
 		t.Fatalf("a query without --if-none-after: %d %q", code, errs)
 	}
+	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "1", "--if-none-after", "-3")
+	if code != 2 || !strings.Contains(errs, "if-none-after") {
+		t.Fatalf("a negative --if-none-after: %d %q", code, errs)
+	}
+	// No query: any event after the position fails the condition.
+	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "1", "--if-none-after", "3")
+	if code != 1 || !strings.Contains(errs, "conflict") {
+		t.Fatalf("--if-none-after 3 without a query on a head of 4: %d %q", code, errs)
+	}
 
 	code, out, _ = cli(t, "", "boundaries", "--create", "late")
 	if code != 0 || !strings.HasPrefix(out, "late\thead 0\tepoch ") {

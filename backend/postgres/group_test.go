@@ -1,0 +1,214 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun/event"
+)
+
+// The outcomes of a group transaction at its edges: a COMMIT that fails, a
+// lookup after a COMMIT that fails, a boundary created while an append to
+// it runs, and a group that writes nothing. Each test holds the requests
+// in one group (holdGroups) and makes the failure happen for real, with a
+// trigger in the database.
+
+// failAtCommit installs a deferred trigger that makes the COMMIT of any
+// transaction that inserted an event whose data has the key "boom" fail.
+func failAtCommit(t *testing.T, s *Store) {
+	t.Helper()
+	conn := connect(t, s)
+	_, err := conn.Exec(context.Background(), `
+CREATE FUNCTION test_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.data::jsonb ? 'boom' THEN RAISE EXCEPTION 'boom at commit'; END IF; RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER test_boom AFTER INSERT ON orisun_events DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION test_boom();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetryInAGroupWhoseCommitFails: a request retrying the events of an
+// earlier request of the same group is judged against that request's
+// uncommitted write; when the COMMIT fails, the retry must fail with it, not
+// answer positions nothing holds. With a request without a condition after
+// them, the COMMIT rides in the first batch; without, it is sent apart.
+func TestRetryInAGroupWhoseCommitFails(t *testing.T) {
+	for _, tail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tail=%v", tail), func(t *testing.T) {
+			s := setup(t, Config{})
+			create(t, s, "orders")
+			failAtCommit(t, s)
+			a := prepared(t, "orders", 1)
+			a[0].Data = []byte(`{"boom":true}`)
+			queued, release := s.holdGroups("orders")
+			outs := []<-chan appendOutcome{appendAsync(s, context.Background(), "orders", a, nil)}
+			waitFor(t, "first queued", func() bool { return queued() == 1 })
+			outs = append(outs, appendAsync(s, context.Background(), "orders", append(a[:0:0], a...), nil))
+			waitFor(t, "retry queued", func() bool { return queued() == 2 })
+			if tail {
+				outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), nil))
+				waitFor(t, "tail queued", func() bool { return queued() == 3 })
+			}
+			release()
+			for i, o := range outs {
+				if r := <-o; r.err == nil {
+					t.Errorf("request %d answered written at %d..%d, but the group's COMMIT failed", i, r.res.First, r.res.Last)
+				}
+			}
+			if evs := mustRead(t, s, "orders"); len(evs) != 0 {
+				t.Fatalf("%d events stored after a failed COMMIT", len(evs))
+			}
+		})
+	}
+}
+
+// TestLookupAfterCommitFails: a group commits in its first batch while a
+// conditional request in it matched; that request's lookups run after the
+// COMMIT. When they fail, the committed request keeps its success (its
+// events are stored) and only the undecided one gets the error.
+func TestLookupAfterCommitFails(t *testing.T) {
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	conn := connect(t, s)
+	// At COMMIT, an event with "poison" breaks the session's search_path:
+	// every statement after the commit on that connection fails.
+	_, err := conn.Exec(context.Background(), `
+CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.data::jsonb ? 'poison' THEN PERFORM set_config('search_path', 'nowhere', false); END IF; RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER test_poison AFTER INSERT ON orisun_events DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION test_poison();`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := prepared(t, "orders", 1)
+	seed[0].Tags = []string{"seed"}
+	if _, err := s.Append(context.Background(), "orders", seed, nil); err != nil {
+		t.Fatal(err)
+	}
+	cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
+	written := prepared(t, "orders", 1)
+	written[0].Data = []byte(`{"poison":true}`)
+	queued, release := s.holdGroups("orders")
+	oc := appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), cond)
+	waitFor(t, "conditional queued", func() bool { return queued() == 1 })
+	ow := appendAsync(s, context.Background(), "orders", written, nil)
+	waitFor(t, "unconditional queued", func() bool { return queued() == 2 })
+	release()
+	rc, rw := <-oc, <-ow
+	if rw.err != nil || rw.res.First != 2 {
+		t.Fatalf("the committed request: %+v, %v; want success at position 2", rw.res, rw.err)
+	}
+	if rc.err == nil {
+		t.Fatalf("the conditional request whose lookups failed: %+v, want an error", rc.res)
+	}
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM orisun_events WHERE id = $1`, written[0].ID).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the committed event is stored %d times (%v), want once", n, err)
+	}
+}
+
+// TestAppendRacingCreateBoundary: an append racing the creation of its
+// boundary is either written (and answered with its positions) or answered
+// ErrNotFound with nothing stored; never "not found" with its events
+// committed. The head-row lock can miss a boundary that the append
+// statement, with a later snapshot, finds.
+func TestAppendRacingCreateBoundary(t *testing.T) {
+	s := setup(t, Config{})
+	written, notFound := 0, 0
+	for i := range 300 {
+		name := fmt.Sprintf("b%d", i)
+		in := prepared(t, name, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _, _ = s.CreateBoundary(context.Background(), name)
+		}()
+		res, err := s.Append(context.Background(), name, in, nil)
+		<-done
+		evs := mustRead(t, s, name)
+		switch {
+		case err == nil:
+			written++
+			if len(evs) != 1 || res.First != 1 {
+				t.Fatalf("%s: answered %+v, %d events stored", name, res, len(evs))
+			}
+		case errors.Is(err, event.ErrNotFound):
+			notFound++
+			if len(evs) != 0 {
+				t.Fatalf("%s: answered %v, yet %d events are stored", name, err, len(evs))
+			}
+		default:
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	t.Logf("%d written, %d not found", written, notFound)
+}
+
+// TestConflictOnlyGroupCommitsNothing: a group whose requests all have
+// conditions that match writes nothing: no COMMIT, and no notification
+// wakes the publishers.
+func TestConflictOnlyGroupCommitsNothing(t *testing.T) {
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	seed := prepared(t, "orders", 1)
+	seed[0].Tags = []string{"seed"}
+	if _, err := s.Append(context.Background(), "orders", seed, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, s)
+	if _, err := conn.Exec(context.Background(), "LISTEN "+pgx.Identifier{notifyChannel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
+	var ce *event.ConflictError
+	if _, err := s.Append(context.Background(), "orders", prepared(t, "orders", 1), cond); !errors.As(err, &ce) || ce.Position != 1 {
+		t.Fatalf("conditional append: %v, want a conflict at position 1", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if n, err := conn.WaitForNotification(ctx); err == nil {
+		t.Fatalf("a notification for %q arrived although nothing was written", n.Payload)
+	}
+}
+
+// TestGroupIsOneRoundTrip: a group whose requests all write (a run without
+// conditions and a request with a condition that holds) sends one batch:
+// BEGIN, the lock, the appends, the NOTIFY and the COMMIT together. A
+// group of conditional requests only commits in a batch of its own.
+func TestGroupIsOneRoundTrip(t *testing.T) {
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	group := func(conds []*event.Condition) int64 {
+		t.Helper()
+		queued, release := s.holdGroups("orders")
+		var outs []<-chan appendOutcome
+		for i, c := range conds {
+			outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), c))
+			waitFor(t, "request queued", func() bool { return queued() == i+1 })
+		}
+		before, groups := s.batches.Load(), s.groups.Load()
+		release()
+		for _, o := range outs {
+			if r := <-o; r.err != nil {
+				t.Fatal(r.err)
+			}
+		}
+		if n := s.groups.Load() - groups; n != 1 {
+			t.Fatalf("%d groups, want 1", n)
+		}
+		return s.batches.Load() - before
+	}
+	holds := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"nothing"}}}}, After: 0}
+	if n := group([]*event.Condition{nil, nil, holds}); n != 1 {
+		t.Fatalf("a group with appends without conditions sent %d batches, want 1", n)
+	}
+	if n := group([]*event.Condition{holds, holds}); n != 2 {
+		t.Fatalf("a group of conditional appends sent %d batches, want 2 (the appends, then the COMMIT)", n)
+	}
+}
