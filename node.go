@@ -354,6 +354,12 @@ func (n *Node) startNATS() error {
 		n.log.Warn("the embedded NATS server accepts routes beyond loopback without authentication: any server that can reach "+
 			"the cluster port can join the cluster; set ORISUN_NATS_CLUSTER_USER/ORISUN_NATS_CLUSTER_PASSWORD", "host", cluster.Host)
 	}
+	if cluster != nil && n.cfg.StreamReplicas == 1 {
+		n.log.Warn("the event streams have one replica in an embedded NATS cluster: each boundary's stream lives on one "+
+			"server, and while that node is down the boundary's stream is offline for every node (JetStream error 10118), "+
+			"so no node can publish the boundary and live subscriptions wait until it returns; set ORISUN_NATS_STREAM_REPLICAS=3 "+
+			"(three or more nodes) so that a stream survives the loss of a node", "stream_replicas", n.cfg.StreamReplicas)
+	}
 	var err error
 	n.ns, err = natsembed.New(natsembed.Config{
 		Host:       n.cfg.NATSHost,
