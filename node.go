@@ -60,7 +60,13 @@ type Node struct {
 	cfg    Config
 	holder string
 	log    *slog.Logger
-	limits event.Limits
+	// idFile is the file the node id was read from or written to; empty
+	// when ORISUN_NODE_ID set it.
+	idFile string
+	// warning is a node-level problem for the status (a live twin with
+	// this node id), "" when none.
+	warning atomic.Pointer[string]
+	limits  event.Limits
 
 	version string
 	http    *statushttp.Server
@@ -148,17 +154,19 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("orisun: configuration: %w", err)
 	}
+	idFile := ""
 	if cfg.NodeID == "" {
 		id, err := persistedNodeID(cfg.DataDir)
 		if err != nil {
 			return nil, fmt.Errorf("orisun: node id: %w", err)
 		}
-		cfg.NodeID = id
+		cfg.NodeID, idFile = id, filepath.Join(cfg.DataDir, nodeIDFile)
 	}
-	// The lease holder is the node id plus a part of this process's own:
-	// two processes given the same ORISUN_NODE_ID (or a restarted one and
-	// the zombie of the old) must never share a (holder, term).
-	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
+	// The lease holder is the node id plus a random part of this process's
+	// own (its instance token): two processes given the same node id (or a
+	// restarted one and the zombie of the old) must never share a (holder,
+	// term), and placement's heartbeats find such twins by it.
+	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
 	for _, o := range opts {
 		o(n)
 	}
