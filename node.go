@@ -64,7 +64,7 @@ type Node struct {
 	// when ORISUN_NODE_ID set it.
 	idFile string
 	// warning is a node-level problem for the status (a live twin with
-	// this node id), "" when none.
+	// this node id); nil when none.
 	warning atomic.Pointer[string]
 	limits  event.Limits
 
