@@ -397,10 +397,28 @@ func (c Config) validateNATSCluster(bad func(variable, format string, args ...an
 		}
 	}
 	if c.NATSClusterName == "" {
+		// Every cluster variable means nothing without a cluster: refuse
+		// it rather than ignore it. Host and port are refused only when
+		// they differ from their defaults (an unset variable reads as its
+		// default; a Config built in Go may leave them zero).
+		d := Defaults()
+		port := ""
+		if c.NATSClusterPort != 0 && c.NATSClusterPort != d.NATSClusterPort {
+			port = strconv.Itoa(c.NATSClusterPort)
+		}
+		host := ""
+		if c.NATSClusterHost != "" && c.NATSClusterHost != d.NATSClusterHost {
+			host = c.NATSClusterHost
+		}
 		for _, v := range []struct{ name, value string }{
 			{"NATS_CLUSTER_ROUTES", strings.Join(c.NATSClusterRoutes, ",")},
+			{"NATS_CLUSTER_HOST", host},
+			{"NATS_CLUSTER_PORT", port},
 			{"NATS_CLUSTER_USER", c.NATSClusterUser},
+			{"NATS_CLUSTER_PASSWORD", c.NATSClusterPassword},
 			{"NATS_CLUSTER_TLS_CERT", c.NATSClusterTLSCert},
+			{"NATS_CLUSTER_TLS_KEY", c.NATSClusterTLSKey},
+			{"NATS_CLUSTER_TLS_CA", c.NATSClusterTLSCA},
 		} {
 			if v.value != "" {
 				bad(v.name, "is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers")

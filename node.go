@@ -60,7 +60,13 @@ type Node struct {
 	cfg    Config
 	holder string
 	log    *slog.Logger
-	limits event.Limits
+	// idFile is the file the node id was read from or written to; empty
+	// when ORISUN_NODE_ID set it.
+	idFile string
+	// warning is a node-level problem for the status (a live twin with
+	// this node id); nil when none.
+	warning atomic.Pointer[string]
+	limits  event.Limits
 
 	version string
 	http    *statushttp.Server
@@ -148,17 +154,19 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("orisun: configuration: %w", err)
 	}
+	idFile := ""
 	if cfg.NodeID == "" {
 		id, err := persistedNodeID(cfg.DataDir)
 		if err != nil {
 			return nil, fmt.Errorf("orisun: node id: %w", err)
 		}
-		cfg.NodeID = id
+		cfg.NodeID, idFile = id, filepath.Join(cfg.DataDir, nodeIDFile)
 	}
-	// The lease holder is the node id plus a part of this process's own:
-	// two processes given the same ORISUN_NODE_ID (or a restarted one and
-	// the zombie of the old) must never share a (holder, term).
-	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
+	// The lease holder is the node id plus a random part of this process's
+	// own (its instance token): two processes given the same node id (or a
+	// restarted one and the zombie of the old) must never share a (holder,
+	// term), and placement's heartbeats find such twins by it.
+	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
 	for _, o := range opts {
 		o(n)
 	}
@@ -353,6 +361,12 @@ func (n *Node) startNATS() error {
 	if cluster != nil && cluster.User == "" && !isLoopback(cluster.Host) {
 		n.log.Warn("the embedded NATS server accepts routes beyond loopback without authentication: any server that can reach "+
 			"the cluster port can join the cluster; set ORISUN_NATS_CLUSTER_USER/ORISUN_NATS_CLUSTER_PASSWORD", "host", cluster.Host)
+	}
+	if cluster != nil && n.cfg.StreamReplicas == 1 {
+		n.log.Warn("the event streams have one replica in an embedded NATS cluster: each boundary's stream lives on one "+
+			"server, and while that node is down the boundary's stream is offline for every node (JetStream error 10118), "+
+			"so no node can publish the boundary and live subscriptions wait until it returns; set ORISUN_NATS_STREAM_REPLICAS=3 "+
+			"(three or more nodes) so that a stream survives the loss of a node", "stream_replicas", n.cfg.StreamReplicas)
 	}
 	var err error
 	n.ns, err = natsembed.New(natsembed.Config{

@@ -26,16 +26,29 @@ const nodeIDFile = "node-id"
 // a half-written id.
 func persistedNodeID(dir string) (string, error) {
 	path := filepath.Join(dir, nodeIDFile)
-	if id, err := readNodeID(path); err == nil || !errors.Is(err, os.ErrNotExist) {
-		return id, err
+	// Every failure names the file and the way out: the file is written
+	// even with an external NATS and PostgreSQL, where nothing else needs
+	// a writable data directory.
+	fail := func(what string, err error) (string, error) {
+		return "", fmt.Errorf("ORISUN_DATA_DIR: %s the node id file %s: %w; make the data directory writable, or set ORISUN_NODE_ID "+
+			"(a name unique among the nodes, stable across restarts)", what, path, err)
+	}
+	id, err := readNodeID(path)
+	switch {
+	case err == nil:
+		return id, nil
+	case errors.Is(err, errBadNodeID):
+		return "", err
+	case !errors.Is(err, os.ErrNotExist):
+		return fail("cannot read", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("ORISUN_DATA_DIR: create %s to keep the node id: %w", dir, err)
+		return fail("cannot create the directory of", err)
 	}
-	id := defaultNodeID()
+	id = defaultNodeID()
 	tmp, err := os.CreateTemp(dir, nodeIDFile+".tmp-*")
 	if err != nil {
-		return "", fmt.Errorf("ORISUN_DATA_DIR: write the node id into %s: %w (or set ORISUN_NODE_ID)", dir, err)
+		return fail("cannot write", err)
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.WriteString(id + "\n")
@@ -49,7 +62,10 @@ func persistedNodeID(dir string) (string, error) {
 		err = os.Link(tmp.Name(), path)
 		if errors.Is(err, os.ErrExist) {
 			// Another process on this directory wrote it first: use its id.
-			return readNodeID(path)
+			if id, err := readNodeID(path); err == nil || errors.Is(err, errBadNodeID) {
+				return id, err
+			}
+			return fail("cannot read", err)
 		}
 		if err != nil {
 			// A file system without hard links: a rename is atomic too,
@@ -58,7 +74,7 @@ func persistedNodeID(dir string) (string, error) {
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("ORISUN_DATA_DIR: write the node id to %s: %w (or set ORISUN_NODE_ID)", path, err)
+		return fail("cannot write", err)
 	}
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // the new directory entry survives a power loss
@@ -66,6 +82,9 @@ func persistedNodeID(dir string) (string, error) {
 	}
 	return id, nil
 }
+
+// errBadNodeID marks a node id file that was read but holds no valid id.
+var errBadNodeID = errors.New("not a node id")
 
 // readNodeID reads and checks a node id file.
 func readNodeID(path string) (string, error) {
@@ -75,7 +94,7 @@ func readNodeID(path string) (string, error) {
 	}
 	id := strings.TrimSpace(string(b))
 	if err := checkNodeID(id); err != nil {
-		return "", fmt.Errorf("ORISUN_DATA_DIR: %s holds %q: %v; delete the file to generate a new id, or set ORISUN_NODE_ID", path, id, err)
+		return "", fmt.Errorf("ORISUN_DATA_DIR: %s holds %q: %v (%w); delete the file to generate a new id, or set ORISUN_NODE_ID", path, id, err, errBadNodeID)
 	}
 	return id, nil
 }

@@ -72,3 +72,47 @@ func TestNodeIDKeptInDataDir(t *testing.T) {
 		t.Fatalf("New with an empty node-id file: %v, want an error naming the file", err)
 	}
 }
+
+// TestNodeIDFileNotWritable: the node-id file is written even with an
+// external NATS and PostgreSQL, so a data directory where it cannot be
+// kept fails New with a message that names the file and says to set
+// ORISUN_NODE_ID; with ORISUN_NODE_ID set the same directory is no
+// obstacle.
+func TestNodeIDFileNotWritable(t *testing.T) {
+	blocked := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocked, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := t.TempDir()
+	if err := os.Mkdir(filepath.Join(unreadable, "node-id"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ name, dir string }{
+		{"data dir below a file", filepath.Join(blocked, "data")},
+		{"node-id is a directory", unreadable},
+	}
+	if os.Geteuid() != 0 { // root writes into a read-only directory anyway
+		ro := t.TempDir()
+		if err := os.Chmod(ro, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(ro, 0o755) })
+		cases = append(cases, struct{ name, dir string }{"read-only data dir", ro})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := orisun.New(orisun.Config{DataDir: c.dir})
+			if err == nil {
+				t.Fatal("New succeeded without a place for the node id")
+			}
+			for _, want := range []string{filepath.Join(c.dir, "node-id"), "ORISUN_NODE_ID"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not name %q", err, want)
+				}
+			}
+			if _, err := orisun.New(orisun.Config{DataDir: c.dir, NodeID: "explicit"}); err != nil {
+				t.Fatalf("New with ORISUN_NODE_ID set: %v", err)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package orisun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/orisun-io/orisun/status"
@@ -32,7 +33,8 @@ import (
 // nodeRegistry is what placement needs from the store: the table of live
 // nodes (PostgreSQL, backend/postgres/nodes.go).
 type nodeRegistry interface {
-	Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, err error)
+	// Heartbeat also names twin: another live process with this node id.
+	Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, twin string, err error)
 	RemoveNode(ctx context.Context, holder string) error
 }
 
@@ -43,13 +45,18 @@ func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
 	tick := time.NewTicker(max(n.cfg.LeaseTTL/3, 50*time.Millisecond))
 	defer tick.Stop()
 	failing := false
+	var twins twinWatch
 	for {
 		var nodes int
+		var twin string
 		var err error
 		if n.nc.IsConnected() {
 			hctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
-			nodes, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.cfg.LeaseTTL)
+			nodes, twin, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.cfg.LeaseTTL)
 			cancel()
+			if err == nil {
+				n.watchTwin(&twins, twin)
+			}
 		} else {
 			// A node that cannot reach NATS cannot publish: it stops
 			// beating, so the others stop counting it and take its share
@@ -122,4 +129,49 @@ func (n *Node) yield() bool {
 func (n *Node) takeStepDown() bool {
 	f := n.fair.Load()
 	return f > 0 && n.leading.Load() > f && n.stepDown.CompareAndSwap(true, false)
+}
+
+// twinWatch is what placement remembers about twins between heartbeats.
+type twinWatch struct {
+	last     string          // the twin seen at the previous heartbeat
+	reported map[string]bool // twins already logged
+}
+
+// watchTwin reports another live process using this node's id, found by a
+// heartbeat: most likely a copy of this node's data directory, node-id file
+// included. In an embedded NATS cluster the node id is the server's name,
+// so the two servers refuse each other's routes ("duplicate name") and
+// their JetStream peers collide, without anything else saying why. A twin
+// counts once seen at two heartbeats in a row (a process still stopping as
+// this one starts is not one); it is logged once, at ERROR, and shown in
+// the status while it lives.
+func (n *Node) watchTwin(w *twinWatch, twin string) {
+	seen := twin != "" && twin == w.last
+	w.last = twin
+	if !seen {
+		if twin == "" {
+			n.warning.Store(nil)
+		}
+		return
+	}
+	var msg string
+	if n.idFile != "" {
+		msg = fmt.Sprintf("node id %q is also used by another live process (lease holder %s) on this database: its data directory "+
+			"was most likely copied from this node's, node id file %s included; in an embedded NATS cluster the two servers share "+
+			"a name, so their routes are refused and their JetStream peers collide. Stop the copy, delete the node-id file in its "+
+			"data directory (a new id is generated at its next start), or give each node a distinct ORISUN_NODE_ID",
+			n.cfg.NodeID, twin, n.idFile)
+	} else {
+		msg = fmt.Sprintf("node id %q is also used by another live process (lease holder %s) on this database: ORISUN_NODE_ID "+
+			"is set to the same value on two nodes; in an embedded NATS cluster the two servers share a name, so their routes "+
+			"are refused and their JetStream peers collide. Give each node a distinct ORISUN_NODE_ID", n.cfg.NodeID, twin)
+	}
+	n.warning.Store(&msg)
+	if w.reported == nil {
+		w.reported = map[string]bool{}
+	}
+	if !w.reported[twin] {
+		w.reported[twin] = true
+		n.log.Error(msg, "node_id", n.cfg.NodeID, "node_id_file", n.idFile, "twin", twin)
+	}
 }

@@ -3,7 +3,11 @@ package orisun_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,4 +218,93 @@ func leaseTerms(t *testing.T, n *orisun.Node) map[string]string {
 		out[b.Name] = fmt.Sprintf("%s/%d", b.LeaseHolder, b.LeaseTerm)
 	}
 	return out
+}
+
+// TestDuplicateNodeIDReported: a data directory copied with its node-id
+// file gives a second node the first one's id. Both run on one PostgreSQL
+// and a shared NATS; each finds the other's live heartbeat under its id,
+// logs an ERROR once that names the id, the node-id file and what to do,
+// and shows it as the node's status warning. A node with another id sees
+// no warning, and neither does a node restarted on its own data directory
+// (its previous process's row is not a twin).
+func TestDuplicateNodeIDReported(t *testing.T) {
+	url := pgtest.URL(t)
+	ns := usersNATS(t)
+	cfg := func(c *orisun.Config) {
+		c.Backend, c.PGURL = "postgres", url
+		c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+		c.LeaseTTL = 300 * time.Millisecond
+	}
+	ctx := context.Background()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	// A restart on the own data directory first: no warning.
+	first := setup(t, dirA, cfg)
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	logsA, logsB := &syncBuffer{}, &syncBuffer{}
+	a := setup(t, dirA, cfg, orisun.WithLogger(slog.New(slog.NewTextHandler(logsA, nil))))
+	other := setup(t, "", cfg)
+	time.Sleep(5 * a.Config().LeaseTTL) // a dozen heartbeats
+	for _, n := range []*orisun.Node{a, other} {
+		if st, err := n.Status(ctx); err != nil || st.Warning != "" {
+			t.Fatalf("node %s before any copy: warning %q (err %v), want none", n.Config().NodeID, st.Warning, err)
+		}
+	}
+	// The copy.
+	id, err := os.ReadFile(filepath.Join(dirA, "node-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dirB, "node-id"), id, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, dirB, cfg, orisun.WithLogger(slog.New(slog.NewTextHandler(logsB, nil))))
+	if b.Config().NodeID != a.Config().NodeID {
+		t.Fatalf("the copy has node id %q, want %q", b.Config().NodeID, a.Config().NodeID)
+	}
+	for _, c := range []struct {
+		n    *orisun.Node
+		dir  string
+		logs *syncBuffer
+	}{{a, dirA, logsA}, {b, dirB, logsB}} {
+		var warning string
+		deadline := time.Now().Add(30 * time.Second)
+		for warning == "" {
+			if time.Now().After(deadline) {
+				t.Fatalf("node in %s: no status warning about the duplicate node id", c.dir)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if st, err := c.n.Status(ctx); err == nil {
+				warning = st.Warning
+			}
+		}
+		for _, want := range []string{c.n.Config().NodeID, filepath.Join(c.dir, "node-id"), "ORISUN_NODE_ID", "delete"} {
+			if !strings.Contains(warning, want) {
+				t.Fatalf("warning %q does not name %q", warning, want)
+			}
+		}
+		time.Sleep(3 * c.n.Config().LeaseTTL) // more heartbeats: still one ERROR
+		logged := c.logs.String()
+		if got := strings.Count(logged, "is also used by another live process"); got != 1 || !strings.Contains(logged, "level=ERROR") {
+			t.Fatalf("node in %s logged the duplicate %d times, want once at ERROR:\n%s", c.dir, got, logged)
+		}
+	}
+	if st, err := other.Status(ctx); err != nil || st.Warning != "" {
+		t.Fatalf("a node with another id: warning %q (err %v), want none", st.Warning, err)
+	}
+	// The copy goes away: the warning clears.
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if st, err := a.Status(ctx); err == nil && st.Warning == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the warning did not clear once the copy stopped")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -189,3 +189,34 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 		t.Fatalf("the refusal was logged %d times, want once:\n%s", n, logs.String())
 	}
 }
+
+// TestR1StreamsInAClusterWarn: an embedded cluster with one replica per
+// stream (the default) logs at start-up that losing the node that hosts a
+// stream blocks that boundary for every node, and recommends 3; with 3
+// replicas it says nothing of the kind.
+func TestR1StreamsInAClusterWarn(t *testing.T) {
+	url := pgtest.URL(t)
+	const warning = "set ORISUN_NATS_STREAM_REPLICAS=3"
+	for _, replicas := range []int{1, 3} {
+		ports, routes := clusterPorts(t, 1)
+		logs := &syncBuffer{}
+		n := setup(t, "", func(c *orisun.Config) {
+			c.Backend, c.PGURL = "postgres", url
+			c.NodeID = fmt.Sprintf("r%d", replicas)
+			c.NATSClusterName = "orisun_test"
+			c.NATSClusterPort = ports[0]
+			c.NATSClusterRoutes = routes
+			c.StreamReplicas = replicas
+		}, orisun.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		got := strings.Count(logs.String(), warning)
+		if err := n.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case replicas == 1 && (got != 1 || !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "10118")):
+			t.Fatalf("replicas 1 in a cluster: warning logged %d times, want once at WARN naming error 10118:\n%s", got, logs.String())
+		case replicas == 3 && got != 0:
+			t.Fatalf("replicas 3: the one-replica warning was logged:\n%s", logs.String())
+		}
+	}
+}

@@ -29,6 +29,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true,
 		Placement: n.placementStatus()}
+	if w := n.warning.Load(); w != nil {
+		st.Warning = *w
+	}
 	st.Store = status.Health{OK: true, Kind: n.cfg.Backend}
 	st.NATS = status.Health{OK: true, Kind: n.natsKind()}
 	// NATS gets a budget of its own, so that a slow JetStream is reported

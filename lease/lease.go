@@ -8,6 +8,12 @@
 //	   ├──── ctx ends: the leader work returns, the lease is released ─┘
 //	   │                       │
 //	   └── hold-off ◀── stalled (Runner.Stalled): work stopped, lease released
+//	                    (after any fenced section in flight, see EnterFence)
+//
+// A hold-off lasts two TTLs, growing with step-downs in a row after which
+// another node took the lease, and ends early once the lease has been free
+// for a TTL: a stall that hits every node must not leave the boundary with
+// nobody trying.
 //
 // The lease is acquired and renewed in the store's time; renewal runs every
 // TTL/3. Safety never depends on the lease: the publisher's checkpoint write is
@@ -46,11 +52,14 @@ type Runner struct {
 	StepDown func() bool
 	// Stalled, when set, is asked after each renewal: a reason means the
 	// leader work has made no progress for too long while another node
-	// could do it (a shared NATS). The work stops, the lease is released,
-	// and this node leaves it alone for a hold-off (two TTLs, doubling
-	// with each step-down in a row up to sixteen), so another node takes
-	// it; a renewing node that cannot publish would otherwise keep the
-	// boundary from everyone.
+	// could do it (a shared NATS). The work stops, the lease is released
+	// (after any fenced section in flight, see EnterFence), and this node
+	// leaves it alone for a hold-off (two TTLs, doubling with each
+	// step-down in a row after which another node took the lease, up to
+	// sixteen), so another node takes it; a renewing node that cannot
+	// publish would otherwise keep the boundary from everyone. The
+	// hold-off ends early when the lease stays free for a TTL: nobody else
+	// took it (see holdOff).
 	Stalled func() string
 }
 
@@ -138,23 +147,69 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 			steppedDown = 0
 			continue
 		}
-		steppedDown++
-		// Out of the race until the hold-off ends, so that another node
-		// takes the lease; the observer hears who holds it meanwhile.
-		for ctx.Err() == nil && time.Now().Before(sd.Until) {
-			if standby != nil {
-				cur, err := r.Store.LeaseHolder(ctx, boundary)
-				if err != nil {
-					standby(cur, fmt.Errorf("%w; lease not read: %w", sd, err))
-				} else {
-					standby(cur, sd)
-				}
-			}
-			if !sleep(ctx, min(retry, time.Until(sd.Until))) {
-				return
-			}
+		if r.holdOff(ctx, boundary, l.Term, sd, standby, log) {
+			steppedDown++
 		}
 	}
+}
+
+// holdOff keeps this node out of the race after it stepped down, until
+// sd.Until, so that another node takes the lease; the observer hears who
+// holds it meanwhile. It reports whether another node took the lease.
+//
+// The hold-off ends early once the lease has been free (released or
+// expired) for a TTL: nobody else took it, so the others cannot or are
+// holding off too (a stall that affects every node: the stream offline, no
+// JetStream quorum). Without that, nodes taking turns to step down would
+// all hold off at once, with hold-offs growing, and leave the boundary
+// without a publisher for many TTLs. A node that leads stalled is no worse
+// than none, and it notices when the stall ends. Likewise the hold-off only
+// escalates (the caller counts the step-downs) when another node took the
+// lease: a node that steps down from a lease nobody else wants learns
+// nothing about its own health.
+func (r *Runner) holdOff(ctx context.Context, boundary string, left uint64, sd *SteppedDownError, standby Observer, log *slog.Logger) (taken bool) {
+	retry := max(r.TTL/3, 50*time.Millisecond)
+	var freeSince time.Time // when the lease was first seen free, in a row
+	for ctx.Err() == nil && time.Now().Before(sd.Until) {
+		cur, err := r.Store.LeaseHolder(ctx, boundary)
+		now := time.Now()
+		switch {
+		case err != nil:
+			freeSince = time.Time{} // cannot tell
+		case cur.Holder == "" || !cur.Expires.After(now):
+			// Free: released (expired at the epoch) or run out. The
+			// expiry is in the store's clock: good enough for a hint.
+			if freeSince.IsZero() {
+				freeSince = now
+			}
+		default:
+			freeSince = time.Time{}
+			if cur.Term > left && cur.Holder != r.Holder {
+				taken = true
+			}
+		}
+		if standby != nil {
+			if err != nil {
+				standby(cur, fmt.Errorf("%w; lease not read: %w", sd, err))
+			} else {
+				standby(cur, sd)
+			}
+		}
+		if !freeSince.IsZero() && now.Sub(freeSince) >= r.TTL {
+			log.Info("hold-off ended early: the lease has been free for a TTL and no other node took it",
+				"free_for", now.Sub(freeSince).Round(time.Millisecond), "hold_off_left", sd.Until.Sub(now).Round(time.Millisecond))
+			return taken
+		}
+		wait := min(retry, time.Until(sd.Until))
+		if !freeSince.IsZero() {
+			// Wake when the free period reaches a TTL, not a retry later.
+			wait = min(wait, max(freeSince.Add(r.TTL).Sub(now), time.Millisecond))
+		}
+		if !sleep(ctx, wait) {
+			return taken
+		}
+	}
+	return taken
 }
 
 // hold runs lead while renewing l. It returns the reason when it stepped
@@ -165,8 +220,9 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 	// expired lease is not a stop, and the publisher's status says which.
 	lctx, cancelCause := context.WithCancelCause(ctx)
 	cancel := func() { cancelCause(nil) }
+	fs := newFences()
 	done := make(chan error, 1)
-	go func() { done <- lead(lctx, l) }()
+	go func() { done <- lead(context.WithValue(lctx, fenceKey{}, fs), l) }()
 
 	// The local deadline: acquired is taken before the acquisition call,
 	// so the node never trusts the lease longer than the store does.
@@ -216,12 +272,23 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 						// it: a late publish is refused by its expected
 						// last sequence, a late checkpoint only records
 						// what JetStream acknowledged and is fenced by the
-						// term (I2, I3).
+						// term (I2, I3). A delete or purge checks no
+						// sequence, though: a fenced one in flight (see
+						// EnterFence) ends first, within its renewed
+						// lease, and no new one starts.
+						returned := false
+						select {
+						case <-fs.close():
+						case <-done:
+							returned = true
+						}
 						r.release(l, log)
 						if standby != nil {
 							standby(l, sd)
 						}
-						<-done
+						if !returned {
+							<-done
+						}
 						return sd
 					}
 				}

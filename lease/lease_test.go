@@ -204,7 +204,8 @@ func TestStepDownReleasesTheLease(t *testing.T) {
 // SteppedDownError, the lease is released at once even though the work
 // takes its time to return (a hanging call), another holder takes it, the
 // standby observer hears the step-down, and the runner does not seek the
-// lease again before the hold-off (two TTLs) ends.
+// lease again during the hold-off (two TTLs) unless it has been free for a
+// TTL.
 func TestStalledLeaderStepsDown(t *testing.T) {
 	s := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -271,24 +272,213 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 	close(unblock)
 	<-returned
 	waitFor(t, "the observer to hear the step-down", 5*time.Second, func() bool { _, ok := observed.Load("sd"); return ok })
-	// The other holder releases it again at once: a ranks only after the hold-off.
-	if err := s.ReleaseLease(ctx, other); err != nil {
-		t.Fatal(err)
-	}
-	for time.Now().Before(sd.Until.Add(-ttl / 2)) {
-		if cur, _ := s.LeaseHolder(ctx, "b"); cur.Holder == "a" && cur.Term > other.Term {
-			t.Fatalf("a took the lease again %s before its hold-off ended", time.Until(sd.Until))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	if hold := sd.Until.Sub(sd.At); hold != 2*ttl {
 		t.Fatalf("hold-off %s, want two TTLs (%s)", hold, 2*ttl)
 	}
+	// The other holder releases it again: a, holding off, does not take
+	// it at once; only once it has been free for a TTL (nobody else
+	// wants it), which may end the hold-off early.
 	stalled.Store(false)
-	waitFor(t, "a to lead again after the hold-off", 10*time.Second, func() bool {
+	if err := s.ReleaseLease(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	for time.Since(freed) < ttl/2 && time.Now().Before(sd.Until) {
+		if cur, _ := s.LeaseHolder(ctx, "b"); cur.Holder == "a" && cur.Term > other.Term {
+			t.Fatalf("a took the lease again %s after it was freed, during its hold-off", time.Since(freed))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, "a to lead again", 10*time.Second, func() bool {
 		cur, _ := s.LeaseHolder(ctx, "b")
 		return cur.Holder == "a" && cur.Term > other.Term
 	})
 	cancel()
 	<-done
+}
+
+// TestStepDownWaitsForFencedSection_I6: a stalled leader steps down, but
+// while its leader work is inside a fenced section (lease.EnterFence: the
+// publisher's delete, purge or recreate of the stream) the lease is not
+// released: another node taking it then could have its new stream erased
+// by the old leader's delete. No new fenced section may start once the
+// step-down began, and the lease is released as soon as the section ends,
+// even though the work itself still hangs.
+func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
+	s := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ttl := 1500 * time.Millisecond
+	var stalled, asked atomic.Bool
+	inside, leave, returned, unblock := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var lateErr atomic.Value
+	lead := func(lctx context.Context, l backend.Lease) error {
+		select {
+		case <-inside: // leading again after the hold-off
+			<-lctx.Done()
+			return nil
+		default:
+		}
+		end, err := lease.EnterFence(lctx)
+		if err != nil {
+			t.Errorf("EnterFence while leading: %v", err)
+			return nil
+		}
+		// As the publisher's fence does: renew the lease for the
+		// operation (its deadline is the renewed expiry).
+		if _, err := s.RenewLease(lctx, l, ttl); err != nil {
+			t.Errorf("renewal in the fence: %v", err)
+		}
+		close(inside)
+		<-leave
+		end()
+		<-lctx.Done()
+		_, err = lease.EnterFence(lctx)
+		lateErr.Store(errOrNil{err})
+		<-unblock // the work hangs on after its section ended
+		close(returned)
+		return nil
+	}
+	r := &lease.Runner{Store: s, Holder: "a", TTL: ttl, Stalled: func() string {
+		if stalled.Load() {
+			asked.Store(true)
+			return "no progress"
+		}
+		return ""
+	}}
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, "b", lead, nil) }()
+	<-inside
+	stalled.Store(true)
+	waitFor(t, "the runner to decide to step down", 5*time.Second, asked.Load)
+	// The section is in flight, within its deadline (the renewed expiry,
+	// a TTL after the last renewal): the lease stays with a, and nobody
+	// else can take it.
+	for end := time.Now().Add(ttl / 5); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		cur, err := s.LeaseHolder(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Holder != "a" || cur.Expires.Unix() <= 0 {
+			t.Fatalf("lease %+v released while a fenced section was in flight", cur)
+		}
+	}
+	if _, err := s.AcquireLease(ctx, "b", "b-node", time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
+		t.Fatalf("another holder acquiring during the fenced section: %v, want ErrLeaseHeld", err)
+	}
+	close(leave)
+	waitFor(t, "the lease released once the section ended", 5*time.Second, func() bool {
+		cur, _ := s.LeaseHolder(ctx, "b")
+		return cur.Holder == "a" && cur.Expires.Unix() <= 0
+	})
+	select {
+	case <-returned:
+		t.Fatal("the work returned before the test let it")
+	default:
+	}
+	waitFor(t, "the work to try a section after the step-down", 5*time.Second, func() bool { return lateErr.Load() != nil })
+	if err := lateErr.Load().(errOrNil).err; !errors.Is(err, lease.ErrSteppingDown) {
+		t.Fatalf("EnterFence after the step-down began: %v, want ErrSteppingDown", err)
+	}
+	close(unblock)
+	cancel()
+	<-done
+}
+
+type errOrNil struct{ err error }
+
+// stallMonitor records the leader work of several runners sharing one
+// lease and measures the longest time nobody led.
+type stallMonitor struct {
+	mu       sync.Mutex
+	leading  int
+	freeAt   time.Time // when the last leader stopped (zero while one leads)
+	longest  time.Duration
+	overlap  bool
+	handover map[string]int // leads started, per holder
+}
+
+func (m *stallMonitor) lead(holder string, since *atomic.Int64) func(ctx context.Context, l backend.Lease) error {
+	return func(ctx context.Context, l backend.Lease) error {
+		m.mu.Lock()
+		if m.leading > 0 {
+			m.overlap = true
+		}
+		m.leading++
+		if !m.freeAt.IsZero() {
+			m.longest = max(m.longest, time.Since(m.freeAt))
+		}
+		m.freeAt = time.Time{}
+		m.handover[holder]++
+		m.mu.Unlock()
+		since.Store(time.Now().UnixNano())
+		<-ctx.Done()
+		since.Store(0)
+		m.mu.Lock()
+		m.leading--
+		if m.leading == 0 {
+			m.freeAt = time.Now()
+		}
+		m.mu.Unlock()
+		return nil
+	}
+}
+
+// TestSharedStallKeepsALeader_I4: three runners share a lease; a runner
+// whose leader work has led for half a TTL reports a stall. When the stall
+// hits every node (the stream offline, no JetStream quorum) they take
+// turns stepping down; the hold-offs must not all run at once and leave
+// the boundary with no leader for long: a node ends its hold-off once the
+// lease has been free for a TTL, and its hold-off grows only when another
+// node took the lease. The longest time with nobody leading stays within
+// a few TTLs (before the fix it grew to 8–9 TTLs). When only one node is
+// stalled, the lease still goes to another node, which keeps it.
+func TestSharedStallKeepsALeader_I4(t *testing.T) {
+	ttl := 300 * time.Millisecond
+	run := func(t *testing.T, stalledHolders map[string]bool, d time.Duration) *stallMonitor {
+		s := setup(t)
+		m := &stallMonitor{handover: map[string]int{}}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i, h := range []string{"a", "b", "c"} {
+			since := &atomic.Int64{}
+			r := &lease.Runner{Store: s, Holder: h, TTL: ttl, Stalled: func() string {
+				if v := since.Load(); stalledHolders[h] && v != 0 && time.Since(time.Unix(0, v)) > ttl/2 {
+					return "no progress"
+				}
+				return ""
+			}}
+			wg.Add(1)
+			go func() { defer wg.Done(); r.Run(ctx, "b", m.lead(h, since), nil) }()
+			if i == 0 {
+				waitFor(t, "a to lead first", 5*time.Second, func() bool { return since.Load() != 0 })
+			}
+		}
+		time.Sleep(d)
+		cancel()
+		wg.Wait()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.overlap {
+			t.Fatal("two runners led at once")
+		}
+		return m
+	}
+	t.Run("every node stalled", func(t *testing.T) {
+		m := run(t, map[string]bool{"a": true, "b": true, "c": true}, 40*ttl)
+		t.Logf("longest time without a leader: %s (%.1f TTLs); leads per node %v", m.longest, float64(m.longest)/float64(ttl), m.handover)
+		if m.longest > 3*ttl {
+			t.Fatalf("no leader for %s (%.1f TTLs), want at most 3 TTLs", m.longest, float64(m.longest)/float64(ttl))
+		}
+	})
+	t.Run("one node stalled", func(t *testing.T) {
+		m := run(t, map[string]bool{"a": true}, 20*ttl)
+		t.Logf("longest time without a leader: %s; leads per node %v", m.longest, m.handover)
+		if m.handover["a"] != 1 || m.handover["b"]+m.handover["c"] != 1 {
+			t.Fatalf("leads per node %v: want a once, then one healthy node keeping the lease", m.handover)
+		}
+		if m.longest > 2*ttl {
+			t.Fatalf("no leader for %s after the stalled node stepped down, want at most 2 TTLs", m.longest)
+		}
+	})
 }

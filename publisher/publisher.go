@@ -16,6 +16,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -339,22 +340,35 @@ func (r *run) recreate(ctx context.Context, want jetstream.StreamConfig, cp uint
 // Even then nothing is lost: positions live in the store, and the new
 // leader re-syncs (§5 step 1) from its checkpoint; subscribers meet a gap
 // and read the store (I5).
+//
+// The section is marked for the lease runner (lease.EnterFence): a node
+// stepping down does not release the lease while it is in flight, and the
+// operation runs to its answer or its deadline even when ctx ends (a step-
+// down or a stop): a request abandoned on the client side may still be
+// executed by the server, after the lease was released. The returned
+// cancel ends the section; call it when the operation returned.
 func (r *run) fence(ctx context.Context, what string) (context.Context, context.CancelFunc, error) {
 	if ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("%s: %w", what, ctx.Err())
 	}
+	end, err := lease.EnterFence(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: not done: %w", what, err)
+	}
 	start := time.Now()
 	l, err := r.p.cfg.Store.RenewLease(ctx, r.lease, r.p.cfg.LeaseTTL)
 	if errors.Is(err, event.ErrLeaseLost) {
+		end()
 		return nil, nil, fmt.Errorf("%s: not done, lease term %d of %q could not be renewed (expired, or a newer term exists): %w",
 			what, r.lease.Term, r.lease.Holder, err)
 	}
 	if err != nil {
+		end()
 		return nil, nil, fmt.Errorf("%s: not done, the lease could not be renewed first: %w", what, err)
 	}
 	r.lease = l
-	fctx, cancel := context.WithDeadline(ctx, start.Add(r.p.cfg.LeaseTTL))
-	return fctx, cancel, nil
+	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(r.p.cfg.LeaseTTL))
+	return fctx, func() { cancel(); end() }, nil
 }
 
 // ownMessage reports whether the stream's message at seq carries orisun's

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/stream"
@@ -545,4 +547,83 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if info := s.CachedInfo(); info.State.FirstSeq != 6 || info.State.Msgs != 0 {
 		t.Fatalf("stream after the fenced purge: first %d, %d messages; want first 6, empty", info.State.FirstSeq, info.State.Msgs)
 	}
+}
+
+// slowDelete is the real JetStream whose DeleteStream waits for the test
+// before it is sent: a delete that takes its time on a loaded cluster.
+type slowDelete struct {
+	jetstream.JetStream
+	entered, proceed chan struct{}
+	once             sync.Once
+	ctxErr, err      chan error
+}
+
+func (s *slowDelete) DeleteStream(ctx context.Context, name string) error {
+	s.once.Do(func() { close(s.entered) })
+	<-s.proceed
+	s.ctxErr <- ctx.Err()
+	err := s.JetStream.DeleteStream(ctx, name)
+	s.err <- err
+	return err
+}
+
+// TestStepDownWaitsForFencedDelete_I6: a leader that steps down because it
+// is stalled (lease.Runner.Stalled) while its publisher is inside a fenced
+// delete of the stream keeps the lease until the delete has returned: were
+// it released first, another node could take it and have its new stream
+// erased by the old leader's delete. The delete is not abandoned by the
+// step-down (its context lives until the renewed lease's deadline), and
+// the lease is released once it returned.
+func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A stream of another epoch: the publisher deletes it (fenced).
+	if _, err := e.js.CreateStream(ctx, stream.Config("b", "another-epoch", stream.Limits{}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	e.append(t, 5)
+	js := &slowDelete{JetStream: e.js, entered: make(chan struct{}), proceed: make(chan struct{}),
+		ctxErr: make(chan error, 1), err: make(chan error, 1)}
+	ttl := 3 * time.Second
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: js, BatchSize: 50,
+		PollInterval: 20 * time.Millisecond, LeaseTTL: ttl})
+	var stalled, asked atomic.Bool
+	r := &lease.Runner{Store: e.store, Holder: "a", TTL: ttl, Stalled: func() string {
+		if stalled.Load() {
+			asked.Store(true)
+			return "no progress"
+		}
+		return ""
+	}}
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, "b", p.Run, nil) }()
+	select {
+	case <-js.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the publisher never deleted the stream of another epoch")
+	}
+	stalled.Store(true)
+	waitFor(t, "the runner to decide to step down", 10*time.Second, asked.Load)
+	for end := time.Now().Add(ttl / 10); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cur, err := e.store.LeaseHolder(ctx, "b"); err != nil || cur.Holder != "a" || cur.Expires.Unix() <= 0 {
+			t.Fatalf("lease %+v (err %v) released while the fenced delete was in flight", cur, err)
+		}
+	}
+	if _, err := e.store.AcquireLease(ctx, "b", "node-b", time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
+		t.Fatalf("another node acquiring during the fenced delete: %v, want ErrLeaseHeld", err)
+	}
+	close(js.proceed)
+	if err := <-js.ctxErr; err != nil {
+		t.Fatalf("the fenced delete was sent with an ended context (%v): abandoned by the step-down", err)
+	}
+	if err := <-js.err; err != nil {
+		t.Fatalf("the fenced delete failed: %v", err)
+	}
+	waitFor(t, "the lease released after the delete returned", 10*time.Second, func() bool {
+		cur, _ := e.store.LeaseHolder(ctx, "b")
+		return cur.Holder == "a" && cur.Expires.Unix() <= 0
+	})
+	cancel()
+	<-done
 }

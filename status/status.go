@@ -27,6 +27,10 @@ type Status struct {
 	// Placement is this node's view of boundary placement; absent when
 	// placement is off (SQLite, or a NATS of its own).
 	Placement *Placement `json:"placement,omitempty"`
+	// Warning is a problem of the node as a whole, with what to do: another
+	// live process uses this node's id (a copied data directory). Absent
+	// when none.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Placement is how a node spreads the boundaries' leases with the others.

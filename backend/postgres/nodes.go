@@ -11,27 +11,31 @@ import (
 // changes a count.
 const pruneAfter = 100
 
-// Heartbeat records that holder (a node, named nodeID) is alive, in the
-// database's clock, and returns how many nodes are live: those whose last
-// heartbeat is younger than ttl, this one included. It also deletes the rows
-// of nodes silent for a hundred TTLs (nodes that died without removing
+// Heartbeat records that holder (a process of the node named nodeID) is
+// alive, in the database's clock, and returns how many nodes are live:
+// those whose last heartbeat is younger than ttl, this one included. The
+// holder is unique to the process (the node id plus a random instance
+// part), so twin names the holder of another live process that uses the
+// same node id: one that has beaten within ttl and after this process's
+// first heartbeat ("" when none). A node's previous process, dead, stopped
+// beating before this one began and is never named. It also deletes the
+// rows of nodes silent for a hundred TTLs (nodes that died without removing
 // theirs). Placement calls it every third of the lease TTL.
-func (s *Store) Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (int, error) {
+func (s *Store) Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, twin string, err error) {
 	op := fmt.Sprintf("heartbeat of node %q", holder)
 	if err := checkLeaseArgs(holder, ttl); err != nil {
-		return 0, fmt.Errorf("postgres: %s: %w", op, err)
+		return 0, "", fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	if s.isClosed() {
-		return 0, errClosed(op)
+		return 0, "", errClosed(op)
 	}
-	var live int
-	if err := s.pool.QueryRow(ctx, sqlHeartbeat, holder, nodeID, ttl.Microseconds()).Scan(&live); err != nil {
-		return 0, s.translate(op, err)
+	if err := s.pool.QueryRow(ctx, sqlHeartbeat, holder, nodeID, ttl.Microseconds()).Scan(&live, &twin); err != nil {
+		return 0, "", s.translate(op, err)
 	}
 	if _, err := s.pool.Exec(ctx, sqlPruneNodes, (pruneAfter * ttl).Microseconds()); err != nil {
-		return 0, s.translate("prune silent nodes", err)
+		return 0, "", s.translate("prune silent nodes", err)
 	}
-	return live, nil
+	return live, twin, nil
 }
 
 // RemoveNode deletes holder's heartbeat row: a node stopping cleanly stops

@@ -19,7 +19,7 @@ func TestHeartbeats(t *testing.T) {
 	ttl := time.Minute
 	beat := func(holder string) int {
 		t.Helper()
-		n, err := s.Heartbeat(ctx, holder, "node", ttl)
+		n, _, err := s.Heartbeat(ctx, holder, "node-"+holder, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,53 @@ func TestHeartbeats(t *testing.T) {
 	if n := beat("a#1"); n != 1 {
 		t.Fatalf("after b removed itself a counts %d, want 1", n)
 	}
-	if _, err := s.Heartbeat(ctx, "", "node", ttl); err == nil {
+	if _, _, err := s.Heartbeat(ctx, "", "node", ttl); err == nil {
 		t.Fatal("a heartbeat without a holder was accepted")
+	}
+}
+
+// TestHeartbeatFindsTwins: two live processes with one node id (a copied
+// data directory) each find the other's holder; a process of another node
+// id is no twin, and neither is the row of the node's previous process,
+// which stopped beating before this one began (a restart after a crash).
+func TestHeartbeatFindsTwins(t *testing.T) {
+	s := setup(t, Config{URL: pgtest.URL(t)})
+	ctx := context.Background()
+	ttl := time.Minute
+	beat := func(holder, nodeID string) string {
+		t.Helper()
+		_, twin, err := s.Heartbeat(ctx, holder, nodeID, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return twin
+	}
+	// The previous process of node n1 beat, then died.
+	beat("n1#dead", "n1")
+	if twin := beat("n1#new", "n1"); twin != "" {
+		t.Fatalf("a restarted node takes its dead predecessor %q for a twin", twin)
+	}
+	if twin := beat("n1#new", "n1"); twin != "" {
+		t.Fatalf("a restarted node takes its dead predecessor %q for a twin on its second beat", twin)
+	}
+	if twin := beat("n2#x", "n2"); twin != "" {
+		t.Fatalf("another node id found twin %q", twin)
+	}
+	// A copy of n1's data directory starts: both beat.
+	beat("n1#copy", "n1")
+	if twin := beat("n1#new", "n1"); twin != "n1#copy" {
+		t.Fatalf("n1#new found twin %q, want n1#copy", twin)
+	}
+	if twin := beat("n1#copy", "n1"); twin != "n1#new" {
+		t.Fatalf("n1#copy found twin %q, want n1#new", twin)
+	}
+	// The copy stops beating: once its heartbeat is older than the TTL it
+	// is no twin any more.
+	conn := connect(t, s)
+	if _, err := conn.Exec(ctx, `UPDATE orisun_nodes SET heartbeat_at = clock_timestamp() - interval '2 minutes' WHERE holder = 'n1#copy'`); err != nil {
+		t.Fatal(err)
+	}
+	if twin := beat("n1#new", "n1"); twin != "" {
+		t.Fatalf("a twin silent for two TTLs is still reported: %q", twin)
 	}
 }

@@ -188,14 +188,20 @@ RETURNING expires_at`
 	// Nodes (placement). sqlHeartbeat writes this node's heartbeat and
 	// counts the nodes whose heartbeat is fresher than the TTL ($3, in
 	// microseconds), in one statement: the count sees the table as it was
-	// before the upsert, so this node is added to the others.
+	// before the upsert, so this node is added to the others. It also names
+	// another process with this node id ($2) that has beaten within the TTL
+	// and after this process's row was created: a live twin (a copied
+	// data directory), not the row of this node's previous, dead process.
 	sqlHeartbeat = `WITH beat AS (
     INSERT INTO orisun_nodes (holder, node_id, heartbeat_at) VALUES ($1, $2, clock_timestamp())
     ON CONFLICT (holder) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
-    RETURNING holder
+    RETURNING started_at
 )
-SELECT count(*) + 1 FROM orisun_nodes
-WHERE holder <> $1 AND heartbeat_at > clock_timestamp() - $3::bigint * interval '1 microsecond'`
+SELECT (SELECT count(*) + 1 FROM orisun_nodes
+        WHERE holder <> $1 AND heartbeat_at > clock_timestamp() - $3::bigint * interval '1 microsecond'),
+       (SELECT coalesce(min(o.holder), '') FROM orisun_nodes o, beat
+        WHERE o.node_id = $2 AND o.holder <> $1 AND o.heartbeat_at > beat.started_at
+          AND o.heartbeat_at > clock_timestamp() - $3::bigint * interval '1 microsecond')`
 	// sqlPruneNodes deletes rows of nodes silent for far longer than a
 	// TTL (nodes that died). SKIP LOCKED: two nodes pruning at once never
 	// wait for, nor deadlock on, each other.

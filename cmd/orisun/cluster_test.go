@@ -45,6 +45,18 @@ func TestClusterConfig(t *testing.T) {
 		{"replicas 3 without a shared nats", with(pg, "ORISUN_NATS_STREAM_REPLICAS", "3"), "ORISUN_NATS_STREAM_REPLICAS"},
 		{"replicas 2", with(cluster, "ORISUN_NATS_STREAM_REPLICAS", "2"), "ORISUN_NATS_STREAM_REPLICAS"},
 		{"routes without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_ROUTES", "nats-route://a:6222"), "ORISUN_NATS_CLUSTER_ROUTES"},
+		// Every cluster variable without a cluster name is refused, not
+		// ignored; host and port only when they differ from the defaults.
+		{"route user without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_USER", "route"), "ORISUN_NATS_CLUSTER_USER"},
+		{"route password without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_PASSWORD", "pw"), "ORISUN_NATS_CLUSTER_PASSWORD"},
+		{"route tls cert without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_TLS_CERT", certs.Cert), "ORISUN_NATS_CLUSTER_TLS_CERT"},
+		{"route tls key without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_TLS_KEY", certs.Key), "ORISUN_NATS_CLUSTER_TLS_KEY"},
+		{"route tls ca without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_TLS_CA", certs.CA), "ORISUN_NATS_CLUSTER_TLS_CA"},
+		{"cluster host without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_HOST", "0.0.0.0"), "ORISUN_NATS_CLUSTER_HOST"},
+		{"cluster port without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_PORT", "7222"), "ORISUN_NATS_CLUSTER_PORT"},
+		{"cluster host and port at their defaults without a cluster name", with(pg, "ORISUN_NATS_CLUSTER_HOST", "127.0.0.1",
+			"ORISUN_NATS_CLUSTER_PORT", "6222"), ""},
+		{"cluster port on sqlite", map[string]string{"ORISUN_NATS_CLUSTER_PORT": "7222"}, "ORISUN_NATS_CLUSTER_PORT"},
 		{"bad route", with(cluster, "ORISUN_NATS_CLUSTER_ROUTES", "orisun2"), "ORISUN_NATS_CLUSTER_ROUTES"},
 		{"bad cluster port", with(cluster, "ORISUN_NATS_CLUSTER_PORT", "70000"), "ORISUN_NATS_CLUSTER_PORT"},
 		{"route user without password", with(cluster, "ORISUN_NATS_CLUSTER_USER", "route"), "ORISUN_NATS_CLUSTER_PASSWORD"},

@@ -254,6 +254,9 @@ func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
 	if p := st.Placement; p != nil {
 		fmt.Fprintf(w, "placement: %d live nodes, fair share %d, leading %d\n", p.LiveNodes, p.FairShare, p.Leading)
 	}
+	if st.Warning != "" {
+		fmt.Fprintf(w, "WARNING: %s\n", st.Warning)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BOUNDARY\tSTATE\tFOR\tHEAD\tPUBLISHED\tLAG\tLAG AGE\tSTREAM\tLEASE\tREASON")
