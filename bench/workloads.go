@@ -143,32 +143,37 @@ func (r *runner) checkPublished(ctx context.Context, boundary string, appended i
 func (r *runner) catchup(ctx context.Context) error {
 	r.progress("catch-up: a subscriber from 0 over %d events", r.cfg.Events)
 	n := uint64(r.cfg.Events)
-	var got uint64
+	var got atomic.Uint64
 	var order error
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := r.watchdog(sctx, cancel, "catch-up", func() uint64 { return got.Load() })
+	defer stop()
 	m := startMeter()
 	err := r.node.Subscribe(sctx, relayBoundary, 0, func(_ context.Context, e orisun.Event) error {
-		got++
-		if e.Position != got && order == nil {
-			order = fmt.Errorf("bench: catch-up: event %d has position %d", got, e.Position)
+		k := got.Add(1)
+		if e.Position != k && order == nil {
+			order = fmt.Errorf("bench: catch-up: event %d has position %d", k, e.Position)
 		}
-		if got == n {
+		if k == n {
 			m.finish()
-			cancel()
+			cancel(nil)
 		}
 		return nil
 	}, orisun.SubscribeOptions{})
+	if cause := context.Cause(sctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("bench: catch-up: %w", err)
 	}
 	if order != nil {
 		return order
 	}
-	row := m.row("catchup", "subscriber from 0", int64(got), r.cfg.EventBytes)
+	row := m.row("catchup", "subscriber from 0", int64(got.Load()), r.cfg.EventBytes)
 	row.against(r.rep.Limit("raw_read"))
 	r.rep.Rows = append(r.rep.Rows, row)
-	r.rep.check("catch-up: events received = events appended", int64(n), int64(got))
+	r.rep.check("catch-up: events received = events appended", int64(n), int64(got.Load()))
 	return nil
 }
 
@@ -473,4 +478,34 @@ func (r *runner) scale(ctx context.Context) error {
 	r.rep.Rows = append(r.rep.Rows, row)
 	r.rep.check("scale: events received = events appended", res.appended, res.received)
 	return nil
+}
+
+// stall is how long a workload may make no progress before the run fails.
+var stall = 2 * time.Minute
+
+// watchdog cancels ctx with an error when progress() has not moved for
+// stall. It returns a function that stops it.
+func (r *runner) watchdog(ctx context.Context, cancel context.CancelCauseFunc, what string, progress func() uint64) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		last, since := progress(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if p := progress(); p != last {
+					last, since = p, time.Now()
+				} else if time.Since(since) > stall {
+					cancel(fmt.Errorf("bench: %s: no progress for %s at %d events", what, stall, p))
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }

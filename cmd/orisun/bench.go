@@ -33,6 +33,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		only       string
 		cpuprofile string
 		logLevel   string
+		saved      string
 	)
 	fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "store: sqlite or postgres")
 	fs.StringVar(&cfg.PGURL, "pg-url", os.Getenv("ORISUN_PG_URL"), "PostgreSQL server URL; a fresh database orisun_bench_<random> is created on it and dropped after (env ORISUN_PG_URL)")
@@ -52,6 +53,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.ScaleIdle, "scale-idle", cfg.ScaleIdle, "idle window of the scale workload")
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", cfg.StreamMaxBytes, "byte limit of every event stream (JetStream reserves it in memory per stream)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
 	if _, err := parse(fs, args); errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -61,6 +63,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "orisun bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if saved != "" {
+		return printSaved(saved, stdout, stderr)
 	}
 	cfg.Rates, cfg.Callers = rates, callers
 	if only != "" {
@@ -137,4 +142,23 @@ func (l *intList) Set(v string) error {
 	}
 	*l = out
 	return nil
+}
+
+// printSaved prints a JSON report of an earlier run as text.
+func printSaved(path string, stdout, stderr io.Writer) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun bench: --report: %v\n", err)
+		return 2
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintf(stderr, "orisun bench: --report %s: not a report of orisun bench --json: %v\n", path, err)
+		return 2
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		fmt.Fprintf(stderr, "orisun bench: %v\n", err)
+		return 1
+	}
+	return 0
 }
