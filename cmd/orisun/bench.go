@@ -55,13 +55,15 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
-	if _, err := parse(fs, args); errors.Is(err, flag.ErrHelp) {
+	pos, err := parse(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
 		return 0
-	} else if err != nil {
+	}
+	if err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orisun bench: unexpected argument %q\n", fs.Arg(0))
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "orisun bench: unexpected argument %q\n", pos[0])
 		return 2
 	}
 	if saved != "" {
