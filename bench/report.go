@@ -65,6 +65,11 @@ type Row struct {
 	P50Ms  float64 `json:"p50_ms,omitempty"`
 	P99Ms  float64 `json:"p99_ms,omitempty"`
 	P999Ms float64 `json:"p999_ms,omitempty"`
+	// AppendP50Ms and AppendP99Ms are the latencies of the Append calls
+	// alone (latency workloads): the part of the end-to-end figure that
+	// is the commit.
+	AppendP50Ms float64 `json:"append_p50_ms,omitempty"`
+	AppendP99Ms float64 `json:"append_p99_ms,omitempty"`
 	// TargetRate is the rate asked for (latency workloads).
 	TargetRate int `json:"target_rate,omitempty"`
 	// CPUSeconds is user+system CPU of this process over the workload;
@@ -147,6 +152,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	write("orisun", r.Rows)
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, x := range r.Rows {
+		if x.AppendP50Ms > 0 {
+			fmt.Fprintf(&b, "%s %s: the Append call alone took p50 %.2f ms, p99 %.2f ms\n", x.Workload, x.Name, x.AppendP50Ms, x.AppendP99Ms)
+		}
 	}
 	notes := false
 	for _, x := range append(append([]Row{}, r.Limits...), r.Rows...) {

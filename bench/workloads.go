@@ -255,7 +255,7 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 
 // pacedResult is what paced measured.
 type pacedResult struct {
-	lat                []time.Duration
+	lat, calls         []time.Duration
 	appended, received int64
 	sending            time.Duration
 }
@@ -265,6 +265,9 @@ func (p *pacedResult) fill(row *Row) {
 	row.P50Ms = percentile(p.lat, 0.50)
 	row.P99Ms = percentile(p.lat, 0.99)
 	row.P999Ms = percentile(p.lat, 0.999)
+	slices.Sort(p.calls)
+	row.AppendP50Ms = percentile(p.calls, 0.50)
+	row.AppendP99Ms = percentile(p.calls, 0.99)
 	// The rate reached is over the sending phase, not the drain after it.
 	if p.sending > 0 {
 		row.EventsPerSec = float64(p.appended) / p.sending.Seconds()
@@ -315,6 +318,7 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 		}
 	}
 	workers := min(max(rate/20, 4), 256)
+	var callsMu sync.Mutex
 	var wg sync.WaitGroup
 	var appended atomic.Int64
 	errs := make(chan error, len(boundaries)*workers)
@@ -327,10 +331,19 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 			go func() {
 				defer wg.Done()
 				in := []event.Input{{Type: "bench.event", Data: r.data, Tags: []string{"bench"}}}
+				var calls []time.Duration
+				defer func() {
+					callsMu.Lock()
+					res.calls = append(res.calls, calls...)
+					callsMu.Unlock()
+				}()
 				for range jobs {
 					in[0].ID = event.NewID()
-					s.sent.Store(in[0].ID, time.Now())
-					if _, err := r.node.Append(ctx, b, in, nil); err != nil {
+					t0 := time.Now()
+					s.sent.Store(in[0].ID, t0)
+					_, err := r.node.Append(ctx, b, in, nil)
+					calls = append(calls, time.Since(t0))
+					if err != nil {
 						s.sent.Delete(in[0].ID)
 						select {
 						case errs <- fmt.Errorf("bench: append to %s: %w", b, err):

@@ -480,6 +480,15 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 			if err := fl.settle(actx, 0); err != nil {
 				return err
 			}
+			// A commit signalled since the read: read again at once. The
+			// checkpoint flush and the head-row probe of the idle path
+			// are two store round trips that new events would wait
+			// behind; they run when the publisher really waits.
+			select {
+			case <-p.cfg.Wake:
+				continue
+			default:
+			}
 			if fl.cp != nil {
 				// Drained: the checkpoint is written before the wait, and
 				// a refused write is retried by the resync now, not after
