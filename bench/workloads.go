@@ -257,7 +257,10 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 type pacedResult struct {
 	lat, calls         []time.Duration
 	appended, received int64
-	sending            time.Duration
+	// fallBacks counts live subscriptions sent back to the store.
+	fallBacks atomic.Int64
+	reasons   sync.Map // reason → struct{}
+	sending   time.Duration
 }
 
 func (p *pacedResult) fill(row *Row) {
@@ -274,6 +277,11 @@ func (p *pacedResult) fill(row *Row) {
 		row.MBPerSec = 0
 	}
 	row.Note = fmt.Sprintf("%d latencies measured; events/s is the rate reached while sending", len(p.lat))
+	if n := p.fallBacks.Load(); n > 0 {
+		var reasons []string
+		p.reasons.Range(func(k, _ any) bool { reasons = append(reasons, k.(string)); return len(reasons) < 3 })
+		row.Note += fmt.Sprintf("; the live subscription went back to the store %d times (%s)", n, strings.Join(reasons, "; "))
+	}
 }
 
 // paced drives each boundary at rate events/s for d, one event per Append
@@ -307,7 +315,13 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 					s.doneOnce.Do(func() { close(s.done) })
 				}
 				return nil
-			}, orisun.SubscribeOptions{OnCaughtUp: func(uint64) { liveOnce.Do(func() { close(live) }) }})
+			}, orisun.SubscribeOptions{
+				OnCaughtUp: func(uint64) { liveOnce.Do(func() { close(live) }) },
+				OnFellBehind: func(_ uint64, reason string) {
+					res.fallBacks.Add(1)
+					res.reasons.Store(reason, struct{}{})
+				},
+			})
 		}()
 		select {
 		case <-live:

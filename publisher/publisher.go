@@ -131,6 +131,10 @@ type run struct {
 	// heldSince is when the head row was first seen held by an append
 	// transaction while there was nothing to publish.
 	heldSince time.Time
+	// probed is when the head row was last probed, lastReason what the
+	// probe said.
+	probed     time.Time
+	lastReason string
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -711,12 +715,30 @@ func (fl *flight) settle(ctx context.Context, keep int) error {
 // that holds the head row across two looks (a poll interval or more apart)
 // is reported with the time it was first seen: its events get positions
 // only when it commits, so the publisher waits and skips nothing.
+//
+// The probe runs at most once per poll interval: on PostgreSQL it is a row
+// lock (FOR SHARE NOWAIT), a write with a commit of its own, and a
+// publisher that drains and idles hundreds of times a second under a steady
+// trickle of appends made one per idle moment, competing with the appends
+// it relays. Between probes a "caught up" answer stands; a head row seen
+// held is probed again at every idle moment, so "waiting" ends as soon as
+// the append commits.
 func (r *run) idleReason(ctx context.Context) string {
 	const caughtUp = "caught up: every committed event is published"
 	prober, ok := r.p.cfg.Store.(HeadProber)
 	if !ok {
 		return caughtUp
 	}
+	if !r.probed.IsZero() && r.heldSince.IsZero() && time.Since(r.probed) < r.p.cfg.PollInterval {
+		return r.lastReason // not held at the last probe: caught up
+	}
+	r.probed = time.Now()
+	r.lastReason = r.probeReason(ctx, prober)
+	return r.lastReason
+}
+
+func (r *run) probeReason(ctx context.Context, prober HeadProber) string {
+	const caughtUp = "caught up: every committed event is published"
 	held, err := prober.HeadLocked(ctx, r.p.cfg.Boundary)
 	if err != nil || !held {
 		r.heldSince = time.Time{}
