@@ -437,24 +437,13 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 	// finishes and checkpoints what it started.
 	actx := context.WithoutCancel(ctx)
 	fl := &flight{r: r}
-	if !p.cfg.CheckpointBeforeAck {
-		fl.cp = r.startCheckpointer(actx)
-	}
 	var pre chan readResult
 	defer func() {
 		if pre != nil {
 			<-pre // the prefetch ends with ctx or its read
 		}
 	}()
-	err := r.pump(ctx, actx, fl, next, poll, &pre)
-	if fl.cp != nil {
-		// Every checkpoint handed over is written before drain returns:
-		// the caller's next sync, and a clean stop, rely on it.
-		if cerr := fl.cp.close(); err == nil {
-			err = cerr
-		}
-	}
-	return err
+	return r.pump(ctx, actx, fl, next, poll, &pre)
 }
 
 // pump is drain's loop.
@@ -485,23 +474,13 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 				return err
 			}
 			// A commit signalled since the read: read again at once. The
-			// checkpoint flush and the head-row probe of the idle path
-			// are two store round trips that new events would wait
-			// behind; they run when the publisher really waits.
+			// head-row probe of the idle path is a store round trip that
+			// new events would wait behind; it runs when the publisher
+			// really waits.
 			select {
 			case <-p.cfg.Wake:
 				continue
 			default:
-			}
-			if fl.cp != nil {
-				// Drained: the checkpoint is written before the wait, and
-				// a refused write is retried by the resync now, not after
-				// the next event.
-				err := fl.cp.close()
-				fl.cp = r.startCheckpointer(actx)
-				if err != nil {
-					return err
-				}
 			}
 			p.setState(StateLeading, r.idleReason(ctx), nil)
 			poll.Reset(p.cfg.PollInterval)
@@ -567,71 +546,6 @@ type flight struct {
 	positions []uint64
 	// ends are the last positions of the batches in flight, oldest first.
 	ends []uint64
-	// cp writes the checkpoints of acknowledged batches off the publishing
-	// path (nil: written in line, for the broken order of the negative
-	// control).
-	cp *checkpointer
-}
-
-// checkpointer writes checkpoints in the background, the latest position
-// handed over first: the window keeps moving while the store commits (a
-// checkpoint write in line stopped publishing for a commit per batch).
-// Only acknowledged positions are handed over (I3); a refused write is
-// returned by the next handover or by close.
-type checkpointer struct {
-	ch   chan uint64
-	done chan struct{}
-	mu   sync.Mutex
-	err  error
-}
-
-func (r *run) startCheckpointer(ctx context.Context) *checkpointer {
-	c := &checkpointer{ch: make(chan uint64, 1), done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		for pos := range c.ch {
-			if err := r.checkpoint(ctx, pos); err != nil {
-				c.mu.Lock()
-				if c.err == nil || errors.Is(err, event.ErrLeaseLost) {
-					c.err = err
-				}
-				c.mu.Unlock()
-			}
-		}
-	}()
-	return c
-}
-
-// submit hands over an acknowledged position; a position still waiting is
-// replaced by this later one (the write is monotonic).
-func (c *checkpointer) submit(pos uint64) error {
-	c.mu.Lock()
-	err := c.err
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	for {
-		select {
-		case c.ch <- pos:
-			return nil
-		default:
-		}
-		select {
-		case old := <-c.ch:
-			pos = max(pos, old)
-		default:
-		}
-	}
-}
-
-// close writes what was handed over and returns the first refusal.
-func (c *checkpointer) close() error {
-	close(c.ch)
-	<-c.done
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
 }
 
 // send publishes a batch into the window, each message expecting the
@@ -697,13 +611,7 @@ func (fl *flight) settle(ctx context.Context, keep int) error {
 		if r.p.cfg.AfterAck != nil {
 			r.p.cfg.AfterAck(pos)
 		}
-		var err error
-		if fl.cp != nil {
-			err = fl.cp.submit(pos)
-		} else {
-			err = r.checkpoint(ctx, pos)
-		}
-		if err != nil {
+		if err := r.checkpoint(ctx, pos); err != nil {
 			i++
 			return err
 		}
