@@ -894,3 +894,15 @@ func (n *Node) NATSClusterURL() string {
 	}
 	return n.ns.ClusterURL()
 }
+
+// ConnectNATS opens a NATS connection with orisun's own permissions (in
+// process to the embedded server, or to the external NATS): for tools that
+// run inside the node's process, such as `orisun bench`, which measures raw
+// JetStream publishes on the same server as the relay's. Whoever holds it
+// can write into the event streams; never hand it to application code.
+func (n *Node) ConnectNATS(name string) (*nats.Conn, error) {
+	if _, _, err := n.ready(); err != nil {
+		return nil, err
+	}
+	return n.connect(name)
+}

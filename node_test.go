@@ -425,7 +425,10 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	}
 	first, last := checkStream(t, n2, "default")
 	t.Logf("after restart the stream holds %d..%d", first, last)
-	if cp != 2000 || first != cp+1 || last != 20000 {
+	// The publisher pipelines the next batch (2001..2100) behind the one
+	// held at its acknowledgement; a clean stop finishes and checkpoints
+	// what is in flight, so the checkpoint is 2000 or 2100.
+	if cp != 2000 && cp != 2100 || first != cp+1 || last != 20000 {
 		t.Fatalf("stream after restart holds %d..%d, checkpoint %d: want checkpoint+1..20000 with the stop mid-publishing", first, last, cp)
 	}
 	r2 := newRecorder(saved)

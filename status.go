@@ -61,9 +61,29 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		}
 		return st, nil
 	}
+	// A store that measures every boundary in one statement is asked
+	// once: four queries per boundary made the status of a node with 1,000
+	// boundaries take 12 s on PostgreSQL (docs/performance.md).
+	var states map[string]backend.BoundaryState
+	if sr, ok := store.(backend.StateReader); ok {
+		// On an error every boundary is measured on its own, which says
+		// which of them fail.
+		if all, err := sr.BoundaryStates(ctx); err == nil {
+			states = make(map[string]backend.BoundaryState, len(all))
+			for _, s := range all {
+				states[s.Boundary.Name] = s
+			}
+		}
+	}
 	for _, b := range bs {
 		bst := BoundaryStatus{Name: b.Name, Epoch: b.Epoch}
-		if err := n.measureStore(ctx, store, &bst); err != nil {
+		var err error
+		if s, ok := states[b.Name]; ok {
+			fromState(&bst, s)
+		} else {
+			err = n.measureStore(ctx, store, &bst)
+		}
+		if err != nil {
 			bst.Error = "not measured: " + err.Error()
 			storeDown(err)
 		} else if bst.Published != bst.Head {
@@ -111,6 +131,16 @@ func (n *Node) measureStore(ctx context.Context, store backend.Store, bst *Bound
 	bst.Head, bst.Published, bst.LagEvents, bst.LagSeconds = cur.Head, cp, cur.Head-cp, age
 	bst.LeaseHolder, bst.LeaseTerm, bst.LeaseExpires = l.Holder, l.Term, l.Expires
 	return nil
+}
+
+// fromState fills the store's figures from a bulk measurement.
+func fromState(bst *BoundaryStatus, s backend.BoundaryState) {
+	var age float64
+	if s.Boundary.Head > s.Checkpoint && !s.OldestUnpublished.IsZero() {
+		age = max(0, time.Since(s.OldestUnpublished).Seconds())
+	}
+	bst.Head, bst.Published, bst.LagEvents, bst.LagSeconds = s.Boundary.Head, s.Checkpoint, s.Boundary.Head-s.Checkpoint, age
+	bst.LeaseHolder, bst.LeaseTerm, bst.LeaseExpires = s.Lease.Holder, s.Lease.Term, s.Lease.Expires
 }
 
 // measureStream reads the boundary's stream state from JetStream. A missing

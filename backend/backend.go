@@ -128,3 +128,21 @@ type Store interface {
 	Notifier
 	Close() error
 }
+
+// BoundaryState is what the status measures of one boundary (DESIGN §8).
+type BoundaryState struct {
+	Boundary   event.Boundary
+	Checkpoint uint64
+	// OldestUnpublished is the commit time of the event at Checkpoint+1,
+	// zero when there is none (nothing to publish).
+	OldestUnpublished time.Time
+	// Lease is the boundary's lease (zero when there has never been one).
+	Lease Lease
+}
+
+// StateReader measures every boundary at once, in one snapshot: the status
+// of a node with a thousand boundaries is one statement, not four per
+// boundary. Within the snapshot the checkpoint never exceeds the head.
+type StateReader interface {
+	BoundaryStates(ctx context.Context) ([]BoundaryState, error)
+}

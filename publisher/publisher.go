@@ -158,6 +158,10 @@ type run struct {
 	want        jetstream.StreamConfig
 	configRetry time.Time
 	configWait  time.Duration
+	// probed is when the head row was last probed, lastReason what the
+	// probe said.
+	probed     time.Time
+	lastReason string
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -529,16 +533,49 @@ func limitsDiffer(have, want *jetstream.StreamConfig) bool {
 
 // drain publishes from next on, batch after batch, and waits for new events
 // when drained. It returns on the first error (the caller resyncs).
+//
+// The pipeline never empties between batches: while a batch's messages are
+// in flight, the next batch is read from the store, and its messages follow
+// in the same window (at most Window unacknowledged in all). Each batch's
+// checkpoint is written as soon as its last message is acknowledged, which,
+// acknowledgements arriving in order, means all of it (I3). Before this,
+// every batch waited for its whole window to drain and then for its read,
+// and the stream sat idle meanwhile (docs/performance.md).
 func (r *run) drain(ctx context.Context, next uint64) error {
 	p := r.p
 	poll := time.NewTimer(p.cfg.PollInterval)
 	defer poll.Stop()
+	// Acknowledgements are awaited even when ctx ends: a clean stop
+	// finishes and checkpoints what it started.
+	actx := context.WithoutCancel(ctx)
+	fl := &flight{r: r}
+	var pre chan readResult
+	defer func() {
+		if pre != nil {
+			<-pre // the prefetch ends with ctx or its read
+		}
+	}()
+	return r.pump(ctx, actx, fl, next, poll, &pre)
+}
+
+// pump is drain's loop.
+func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *time.Timer, prefetch *chan readResult) error {
+	p := r.p
+	pre := *prefetch
+	defer func() { *prefetch = pre }()
 	for ctx.Err() == nil {
 		r.retryConfig(ctx)
-		epoch, events, err := p.cfg.Store.Read(ctx, p.cfg.Boundary, next-1, p.cfg.BatchSize, nil)
+		var res readResult
+		if pre != nil {
+			res = <-pre
+			pre = nil
+		} else {
+			res = r.read(ctx, next)
+		}
+		epoch, events, err := res.epoch, res.events, res.err
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				break
 			}
 			return fmt.Errorf("read events after %d: %w", next-1, err)
 		}
@@ -546,6 +583,18 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 			return fmt.Errorf("boundary epoch changed from %s to %s: resyncing the stream", r.epoch, epoch)
 		}
 		if len(events) == 0 {
+			if err := fl.settle(actx, 0); err != nil {
+				return err
+			}
+			// A commit signalled since the read: read again at once. The
+			// head-row probe of the idle path is a store round trip that
+			// new events would wait behind; it runs when the publisher
+			// really waits.
+			select {
+			case <-p.cfg.Wake:
+				continue
+			default:
+			}
 			p.setState(StateLeading, r.idleReason(ctx), nil)
 			poll.Reset(p.cfg.PollInterval)
 			p.markProgress()
@@ -571,8 +620,6 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 			// The store broke I1: never publish around a hole.
 			return fmt.Errorf("store returned position %d after %d: a gap in the store", events[0].Position, next-1)
 		}
-		// The batch is finished even when ctx ends meanwhile: a clean stop
-		// publishes and checkpoints what it started.
 		last := events[len(events)-1].Position
 		if p.cfg.CheckpointBeforeAck {
 			// The deliberately broken order of the negative control.
@@ -580,68 +627,59 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 				return err
 			}
 		}
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.AckTimeout+5*time.Second)
-		err = r.publish(bctx, events)
-		cancel()
-		if err != nil {
-			return err
+		// A full batch means more may wait in the store: read it while
+		// this one is in flight. A short one reached the head; the next
+		// read (after it is sent) usually finds nothing.
+		if len(events) == p.cfg.BatchSize {
+			pre = make(chan readResult, 1)
+			go func(after uint64) { pre <- r.read(ctx, after+1) }(last)
 		}
-		r.acked = last
-		p.markProgress()
-		p.setState(StateLeading, "publishing", nil)
-		if p.cfg.AfterAck != nil {
-			p.cfg.AfterAck(last)
-		}
-		if err := r.checkpoint(ctx, last); err != nil {
+		if err := fl.send(actx, events); err != nil {
 			return err
 		}
 		next = last + 1
 	}
-	return nil
+	// Stopping: finish the batches in flight and checkpoint them.
+	return fl.settle(actx, 0)
 }
 
-// idleReason says why there is nothing to publish. An append transaction
-// that holds the head row across two looks (a poll interval or more apart)
-// is reported with the time it was first seen: its events get positions
-// only when it commits, so the publisher waits and skips nothing.
-func (r *run) idleReason(ctx context.Context) string {
-	const caughtUp = "caught up: every committed event is published"
-	prober, ok := r.p.cfg.Store.(HeadProber)
-	if !ok {
-		return caughtUp
-	}
-	held, err := prober.HeadLocked(ctx, r.p.cfg.Boundary)
-	if err != nil || !held {
-		r.heldSince = time.Time{}
-		return caughtUp
-	}
-	now := time.Now().UTC()
-	if r.heldSince.IsZero() {
-		r.heldSince = now
-	}
-	if now.Sub(r.heldSince) < r.p.cfg.PollInterval {
-		return caughtUp
-	}
-	return "waiting: an append transaction has held the boundary's head row since " +
-		r.heldSince.Format(time.RFC3339) + "; its events get positions when it commits, nothing is skipped meanwhile"
+// readResult is one store read.
+type readResult struct {
+	epoch  string
+	events []event.Event
+	err    error
 }
 
-// publish sends the batch pipelined, at most Window in flight, each message
-// expecting the previous position as the stream's last sequence, and returns
-// once every message is acknowledged at its own sequence (I2).
-func (r *run) publish(ctx context.Context, events []event.Event) error {
-	p := r.p
-	futures := make([]jetstream.PubAckFuture, 0, len(events))
+func (r *run) read(ctx context.Context, next uint64) readResult {
+	epoch, events, err := r.p.cfg.Store.Read(ctx, r.p.cfg.Boundary, next-1, r.p.cfg.BatchSize, nil)
+	return readResult{epoch, events, err}
+}
+
+// flight is the window of published, unacknowledged messages, in position
+// order, across batches.
+type flight struct {
+	r *run
+	// futures and positions of the messages in flight, oldest first.
+	futures   []jetstream.PubAckFuture
+	positions []uint64
+	// ends are the last positions of the batches in flight, oldest first.
+	ends []uint64
+}
+
+// send publishes a batch into the window, each message expecting the
+// previous position as the stream's last sequence (I2), awaiting the
+// oldest acknowledgement whenever Window messages are in flight.
+func (fl *flight) send(ctx context.Context, events []event.Event) error {
+	p := fl.r.p
+	fl.ends = append(fl.ends, events[len(events)-1].Position)
 	for i := range events {
 		e := &events[i]
 		if e.Position != events[0].Position+uint64(i) {
 			return fmt.Errorf("store returned position %d at index %d of a batch from %d: a gap in the store",
 				e.Position, i, events[0].Position)
 		}
-		if i >= p.cfg.Window {
-			if err := r.await(ctx, futures[i-p.cfg.Window], events[i-p.cfg.Window].Position); err != nil {
-				return err
-			}
+		if err := fl.settle(ctx, p.cfg.Window-1); err != nil {
+			return err
 		}
 		msg, err := stream.Message(e, p.cfg.MsgID)
 		if err != nil {
@@ -657,14 +695,91 @@ func (r *run) publish(ctx context.Context, events []event.Event) error {
 		if err != nil {
 			return fmt.Errorf("publish position %d: %w", e.Position, err)
 		}
-		futures = append(futures, f)
+		fl.futures = append(fl.futures, f)
+		fl.positions = append(fl.positions, e.Position)
 	}
-	for i := max(0, len(futures)-p.cfg.Window); i < len(futures); i++ {
-		if err := r.await(ctx, futures[i], events[i].Position); err != nil {
+	return nil
+}
+
+// settle awaits acknowledgements, oldest first, until at most keep
+// messages are in flight. Each batch whose last message is acknowledged is
+// checkpointed then, after the AfterAck hook.
+func (fl *flight) settle(ctx context.Context, keep int) error {
+	r := fl.r
+	i := 0
+	defer func() {
+		// Drop what was awaited; the slices' arrays are reused.
+		n := copy(fl.futures, fl.futures[i:])
+		clear(fl.futures[n:])
+		fl.futures = fl.futures[:n]
+		fl.positions = fl.positions[:copy(fl.positions, fl.positions[i:])]
+	}()
+	for ; len(fl.futures)-i > keep; i++ {
+		pos := fl.positions[i]
+		if err := r.await(ctx, fl.futures[i], pos); err != nil {
+			i++
+			return err
+		}
+		if len(fl.ends) == 0 || pos != fl.ends[0] {
+			continue
+		}
+		fl.ends = fl.ends[1:]
+		r.acked = pos
+		r.p.markProgress()
+		r.p.setState(StateLeading, "publishing", nil)
+		if r.p.cfg.AfterAck != nil {
+			r.p.cfg.AfterAck(pos)
+		}
+		if err := r.checkpoint(ctx, pos); err != nil {
+			i++
 			return err
 		}
 	}
 	return nil
+}
+
+// idleReason says why there is nothing to publish. An append transaction
+// that holds the head row across two looks (a poll interval or more apart)
+// is reported with the time it was first seen: its events get positions
+// only when it commits, so the publisher waits and skips nothing.
+//
+// The probe runs at most once per poll interval: on PostgreSQL it is a row
+// lock (FOR SHARE NOWAIT), a write with a commit of its own, and a
+// publisher that drains and idles hundreds of times a second under a steady
+// trickle of appends made one per idle moment, competing with the appends
+// it relays. Between probes a "caught up" answer stands; a head row seen
+// held is probed again at every idle moment, so "waiting" ends as soon as
+// the append commits.
+func (r *run) idleReason(ctx context.Context) string {
+	const caughtUp = "caught up: every committed event is published"
+	prober, ok := r.p.cfg.Store.(HeadProber)
+	if !ok {
+		return caughtUp
+	}
+	if !r.probed.IsZero() && r.heldSince.IsZero() && time.Since(r.probed) < r.p.cfg.PollInterval {
+		return r.lastReason // not held at the last probe: caught up
+	}
+	r.probed = time.Now()
+	r.lastReason = r.probeReason(ctx, prober)
+	return r.lastReason
+}
+
+func (r *run) probeReason(ctx context.Context, prober HeadProber) string {
+	const caughtUp = "caught up: every committed event is published"
+	held, err := prober.HeadLocked(ctx, r.p.cfg.Boundary)
+	if err != nil || !held {
+		r.heldSince = time.Time{}
+		return caughtUp
+	}
+	now := time.Now().UTC()
+	if r.heldSince.IsZero() {
+		r.heldSince = now
+	}
+	if now.Sub(r.heldSince) < r.p.cfg.PollInterval {
+		return caughtUp
+	}
+	return "waiting: an append transaction has held the boundary's head row since " +
+		r.heldSince.Format(time.RFC3339) + "; its events get positions when it commits, nothing is skipped meanwhile"
 }
 
 func (r *run) await(ctx context.Context, f jetstream.PubAckFuture, pos uint64) error {

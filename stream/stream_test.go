@@ -154,3 +154,22 @@ func TestDecodeNullMetadata(t *testing.T) {
 		t.Fatalf("metadata %q, want nil", back.Metadata)
 	}
 }
+
+// BenchmarkMessage: building one event's message (headers and body) is on
+// the publisher's path once per event (docs/performance.md).
+func BenchmarkMessage(b *testing.B) {
+	data := make([]byte, 0, 1024)
+	data = append(data, `{"note":"`...)
+	for len(data) < 1022 {
+		data = append(data, 'x')
+	}
+	data = append(data, `"}`...)
+	e := event.Event{ID: "0190b0a0-0000-7000-8000-000000000001", Boundary: "default", Epoch: "0190b0a0-0000-7000-8000-0000000000ee",
+		Position: 123456, Type: "order.placed", Time: time.Now(), Tags: []string{"customer:42"}, Data: data}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := stream.Message(&e, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -240,4 +241,50 @@ func (s *Store) HeadLocked(ctx context.Context, boundary string) (bool, error) {
 		return false, s.translate(op, err)
 	}
 	return false, nil
+}
+
+// sqlBoundaryStates reads every boundary's head, checkpoint, lease and the
+// commit time of its oldest unpublished event in one statement (one
+// snapshot).
+const sqlBoundaryStates = `SELECT b.name, b.epoch::text, b.head, coalesce(l.checkpoint, 0), l.holder, l.term, l.expires_at,
+       (SELECT e.time FROM orisun_events e WHERE e.boundary = b.name AND e.position = coalesce(l.checkpoint, 0) + 1)
+FROM orisun_boundaries b LEFT JOIN orisun_leases l ON l.boundary = b.name
+ORDER BY b.name`
+
+// BoundaryStates measures every boundary in one statement (backend.StateReader).
+func (s *Store) BoundaryStates(ctx context.Context) ([]backend.BoundaryState, error) {
+	const op = "read the state of every boundary"
+	if s.isClosed() {
+		return nil, errClosed(op)
+	}
+	rows, err := s.pool.Query(ctx, sqlBoundaryStates)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	out := []backend.BoundaryState{}
+	for rows.Next() {
+		var (
+			st         backend.BoundaryState
+			head, cp   int64
+			holder     *string
+			term       *int64
+			expires, t *time.Time
+		)
+		if err := rows.Scan(&st.Boundary.Name, &st.Boundary.Epoch, &head, &cp, &holder, &term, &expires, &t); err != nil {
+			return nil, s.translate(op, err)
+		}
+		st.Boundary.Head, st.Checkpoint = uint64(head), uint64(cp)
+		if t != nil {
+			st.OldestUnpublished = t.UTC()
+		}
+		if holder != nil {
+			st.Lease = backend.Lease{Boundary: st.Boundary.Name, Holder: *holder, Term: uint64(*term), Expires: expires.UTC()}
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
 }

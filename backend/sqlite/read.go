@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -242,4 +243,50 @@ func scanEvent(row interface{ Scan(...any) error }, boundary, epoch string) (eve
 		return event.Event{}, fmt.Errorf("position %d: %w: %w", pos, errTags, err)
 	}
 	return e, nil
+}
+
+// sqlBoundaryStates reads every boundary's head, checkpoint, lease and the
+// commit time of its oldest unpublished event in one statement (one
+// snapshot).
+const sqlBoundaryStates = `SELECT b.name, b.epoch, b.head, b.checkpoint, l.holder, l.term, l.expires_at,
+       (SELECT e.time FROM events e WHERE e.boundary = b.name AND e.position = b.checkpoint + 1)
+FROM boundaries b LEFT JOIN leases l ON l.boundary = b.name
+ORDER BY b.name`
+
+// BoundaryStates measures every boundary in one statement (backend.StateReader).
+func (s *Store) BoundaryStates(ctx context.Context) ([]backend.BoundaryState, error) {
+	const op = "read the state of every boundary"
+	if s.closed() {
+		return nil, errClosed(op)
+	}
+	rows, err := s.rdb.QueryContext(ctx, sqlBoundaryStates)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	out := []backend.BoundaryState{}
+	for rows.Next() {
+		var (
+			st               backend.BoundaryState
+			head, cp         int64
+			holder           sql.NullString
+			term, expires, t sql.NullInt64
+		)
+		if err := rows.Scan(&st.Boundary.Name, &st.Boundary.Epoch, &head, &cp, &holder, &term, &expires, &t); err != nil {
+			return nil, s.translate(op, err)
+		}
+		st.Boundary.Head, st.Checkpoint = uint64(head), uint64(cp)
+		if t.Valid {
+			st.OldestUnpublished = time.Unix(0, t.Int64).UTC()
+		}
+		if holder.Valid {
+			st.Lease = backend.Lease{Boundary: st.Boundary.Name, Holder: holder.String, Term: uint64(term.Int64),
+				Expires: time.UnixMilli(expires.Int64).UTC()}
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
 }

@@ -48,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return healthcheckCmd(args[1:], stdout, stderr)
 	case "append", "read", "latest", "tail", "boundaries":
 		return clientCommand(cmd, args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "orisun", version)
 		return 0
@@ -77,6 +79,9 @@ Commands:
   boundaries  list boundaries, or create one: orisun boundaries [--create name] [--json]
   status      print a node's status: orisun status [--http host:port | --server URL] [--json] [--wait-settled[=timeout]]
   healthcheck exit 0 when the node is ready (GET /readyz answers 200), else 1: orisun healthcheck [--http host:port]
+  bench       measure throughput, latency and resource use against the machine's limits on a fresh store:
+              orisun bench [--backend sqlite|postgres] [--pg-url URL] [--events N] [--rates 1000,5000] [--only relay,…] [--json]
+              (orisun bench --help lists every flag; see docs/performance.md)
   version     print the version
   help        show this help
 

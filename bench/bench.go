@@ -1,0 +1,519 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// Workloads are the names --only takes, in the order a run does them.
+var Workloads = []string{"relay", "catchup", "append", "latency", "scale"}
+
+// Config of a run. Zero values take the defaults of the command.
+type Config struct {
+	// Backend is sqlite or postgres.
+	Backend string
+	// PGURL is the PostgreSQL server (postgres:// URL) on which a fresh
+	// database orisun_bench_<random> is created and dropped afterwards.
+	// Its user must be allowed to CREATE DATABASE.
+	PGURL string
+	// Dir is the data directory (the SQLite database and JetStream's
+	// store directory). Empty: a temporary directory, removed afterwards.
+	// A given directory must be empty or missing, and is left in place.
+	Dir string
+	// Events is the backlog of the relay, catch-up and raw read and
+	// publish measurements.
+	Events int
+	// EventBytes is the size of each event's data (JSON), default 1024.
+	EventBytes int
+	// AppendDuration is how long each append row runs.
+	AppendDuration time.Duration
+	// Callers are the concurrent callers of the single-event append rows.
+	Callers []int
+	// Rates are the fixed rates (events/s) of the latency rows, each run
+	// for LatencyDuration.
+	Rates           []int
+	LatencyDuration time.Duration
+	// ScaleBoundaries boundaries, of which ScaleBusy receive ScaleRate
+	// events/s each for LatencyDuration; ScaleIdle is the idle window.
+	ScaleBoundaries int
+	ScaleBusy       int
+	ScaleRate       int
+	ScaleIdle       time.Duration
+	// StreamMaxBytes is every event stream's byte limit
+	// (ORISUN_NATS_EVENT_STREAM_MAX_BYTES). JetStream reserves it in
+	// memory for each stream, so the default of a node (512 MiB) leaves
+	// room for a few dozen boundaries only; the bench's default fits the
+	// scale workload's 1,000.
+	StreamMaxBytes int64
+	// Only limits the run to these workloads (names of Workloads); empty
+	// runs all.
+	Only []string
+	// Progress receives a line per step (nil: none).
+	Progress io.Writer
+	// Logger receives the node's logs (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Defaults returns the configuration of `orisun bench` with no flags.
+func Defaults() Config {
+	return Config{
+		Backend:         "sqlite",
+		Events:          1_000_000,
+		EventBytes:      1024,
+		AppendDuration:  5 * time.Second,
+		Callers:         []int{1, 16, 64, 256},
+		Rates:           []int{1000, 5000, 20000},
+		LatencyDuration: 10 * time.Second,
+		ScaleBoundaries: 1000,
+		ScaleBusy:       5,
+		ScaleRate:       100,
+		ScaleIdle:       10 * time.Second,
+		StreamMaxBytes:  16 << 20,
+	}
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("%w: bench: %s: %s", event.ErrInvalid, field, fmt.Sprintf(format, a...))
+	}
+	switch c.Backend {
+	case "sqlite":
+	case "postgres":
+		if c.PGURL == "" {
+			return bad("pg-url", "the postgres backend needs a server URL (--pg-url or ORISUN_PG_URL), e.g. postgres://postgres@127.0.0.1:5432/postgres")
+		}
+		if !strings.HasPrefix(c.PGURL, "postgres://") && !strings.HasPrefix(c.PGURL, "postgresql://") {
+			return bad("pg-url", "must be a postgres:// URL (the bench creates a database of its own on that server)")
+		}
+	default:
+		return bad("backend", "%q is not a backend; use sqlite or postgres", c.Backend)
+	}
+	if c.Events < 1 || c.Events > 100_000_000 {
+		return bad("events", "%d is outside 1–100000000", c.Events)
+	}
+	if c.EventBytes < 16 || c.EventBytes > 512*1024 {
+		return bad("event-bytes", "%d is outside 16–524288", c.EventBytes)
+	}
+	if c.AppendDuration <= 0 || c.AppendDuration > time.Hour {
+		return bad("append-duration", "%s is outside (0, 1h]", c.AppendDuration)
+	}
+	if c.LatencyDuration <= 0 || c.LatencyDuration > time.Hour {
+		return bad("duration", "%s is outside (0, 1h]", c.LatencyDuration)
+	}
+	if len(c.Callers) == 0 {
+		return bad("callers", "give at least one caller count")
+	}
+	for _, n := range c.Callers {
+		if n < 1 || n > 10000 {
+			return bad("callers", "%d is outside 1–10000", n)
+		}
+	}
+	if len(c.Rates) == 0 {
+		return bad("rates", "give at least one rate")
+	}
+	for _, r := range c.Rates {
+		if r < 1 || r > 1_000_000 {
+			return bad("rates", "%d events/s is outside 1–1000000", r)
+		}
+	}
+	if c.ScaleBoundaries < 1 || c.ScaleBoundaries > 100_000 {
+		return bad("scale-boundaries", "%d is outside 1–100000", c.ScaleBoundaries)
+	}
+	if c.ScaleBusy < 0 || c.ScaleBusy > c.ScaleBoundaries {
+		return bad("scale-busy", "%d is outside 0–%d (the scale boundaries)", c.ScaleBusy, c.ScaleBoundaries)
+	}
+	if c.ScaleRate < 1 || c.ScaleRate > 1_000_000 {
+		return bad("scale-rate", "%d events/s is outside 1–1000000", c.ScaleRate)
+	}
+	if c.ScaleIdle <= 0 || c.ScaleIdle > time.Hour {
+		return bad("scale-idle", "%s is outside (0, 1h]", c.ScaleIdle)
+	}
+	if c.StreamMaxBytes < 1<<20 {
+		return bad("stream-max-bytes", "%d is below 1 MiB (1048576)", c.StreamMaxBytes)
+	}
+	for _, w := range c.Only {
+		if !slices.Contains(Workloads, w) {
+			return bad("only", "%q is not a workload; use some of %s", w, strings.Join(Workloads, ","))
+		}
+	}
+	return nil
+}
+
+func (c *Config) wants(w string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, w) }
+
+// runner is the state of one run.
+type runner struct {
+	cfg    Config
+	rep    *Report
+	node   *orisun.Node
+	dir    string
+	pgURL  string // the run's own database
+	lim    event.Limits
+	data   []byte // one event's data
+	logger *slog.Logger
+}
+
+// Run runs the workloads and returns the report. The error is non-nil when
+// a workload failed or a consistency check did not hold; the report is
+// returned as far as it got.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	d := Defaults()
+	if cfg.EventBytes == 0 {
+		cfg.EventBytes = d.EventBytes
+	}
+	if len(cfg.Callers) == 0 {
+		cfg.Callers = d.Callers
+	}
+	if cfg.StreamMaxBytes == 0 {
+		cfg.StreamMaxBytes = d.StreamMaxBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, logger: cfg.Logger}
+	r.rep = &Report{
+		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		LoadStart: loadAvg(),
+		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
+			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, Callers: cfg.Callers, Workloads: cfg.Only,
+			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes},
+	}
+	if len(r.rep.Settings.Workloads) == 0 {
+		r.rep.Settings.Workloads = Workloads
+	}
+	r.data = eventData(cfg.EventBytes)
+	r.lim = event.Limits{MaxBatchEvents: 10000, MaxBatchBytes: 32 << 20, MaxEventBytes: 1 << 20, EncodedSize: stream.EncodedSize}
+	err := r.run(ctx)
+	r.rep.Seconds = time.Since(r.rep.Started).Seconds()
+	r.rep.LoadEnd = loadAvg()
+	if err == nil {
+		if failed := r.rep.Failed(); len(failed) > 0 {
+			var names []string
+			for _, c := range failed {
+				names = append(names, fmt.Sprintf("%s (want %d, got %d)", c.Name, c.Want, c.Got))
+			}
+			err = fmt.Errorf("bench: consistency checks failed: %s", strings.Join(names, "; "))
+		}
+	}
+	return r.rep, err
+}
+
+func (r *runner) progress(format string, a ...any) {
+	if r.cfg.Progress != nil {
+		fmt.Fprintf(r.cfg.Progress, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, a...)...)
+	}
+}
+
+func (r *runner) run(ctx context.Context) (err error) {
+	cleanup, err := r.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := cleanup(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	backlog := r.cfg.wants("relay") || r.cfg.wants("catchup")
+	// Phase 1, before the node runs: the backlog goes into the store
+	// directly, so that no publisher runs while it is written; then the
+	// raw read and raw insert limits, on a quiet store.
+	if backlog {
+		if err := r.fillBacklog(ctx); err != nil {
+			return err
+		}
+		if err := r.rawRead(ctx); err != nil {
+			return err
+		}
+	}
+	if r.cfg.wants("append") {
+		if err := r.rawInsert(ctx); err != nil {
+			return err
+		}
+	}
+	// Phase 2: the node starts, and its publisher finds the backlog.
+	if err := r.startNode(ctx, backlog); err != nil {
+		return err
+	}
+	defer func() {
+		if serr := r.node.Stop(); serr != nil && err == nil {
+			err = fmt.Errorf("bench: stop node: %w", serr)
+		}
+	}()
+	if backlog && r.cfg.wants("relay") {
+		if err := r.rawPublish(ctx); err != nil {
+			return err
+		}
+	} else if backlog {
+		if err := r.waitPublished(ctx, relayBoundary, uint64(r.cfg.Events), 30*time.Minute); err != nil {
+			return err
+		}
+	}
+	if backlog && r.cfg.wants("catchup") {
+		if err := r.catchup(ctx); err != nil {
+			return err
+		}
+	}
+	if r.cfg.wants("append") {
+		if err := r.appends(ctx); err != nil {
+			return err
+		}
+	}
+	if r.cfg.wants("latency") {
+		for _, rate := range r.cfg.Rates {
+			if err := r.latency(ctx, rate); err != nil {
+				return err
+			}
+		}
+	}
+	if r.cfg.wants("scale") {
+		if err := r.scale(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relayBoundary holds the backlog.
+const relayBoundary = "bench_relay"
+
+// prepare makes the run's data directory and, for PostgreSQL, its
+// database.
+func (r *runner) prepare(ctx context.Context) (func() error, error) {
+	var undo []func() error
+	cleanup := func() error {
+		var errs []error
+		for i := len(undo) - 1; i >= 0; i-- {
+			errs = append(errs, undo[i]())
+		}
+		return errors.Join(errs...)
+	}
+	if r.cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "orisun-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: temporary directory: %w", err)
+		}
+		r.dir = dir
+		undo = append(undo, func() error { return os.RemoveAll(dir) })
+	} else {
+		ents, err := os.ReadDir(r.cfg.Dir)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			if err := os.MkdirAll(r.cfg.Dir, 0o750); err != nil {
+				return nil, fmt.Errorf("bench: --dir: %w", err)
+			}
+		case err != nil:
+			return nil, fmt.Errorf("bench: --dir: %w", err)
+		case len(ents) > 0:
+			return nil, fmt.Errorf("%w: bench: --dir %s is not empty: the bench writes only into an empty or new directory, never over existing data",
+				event.ErrInvalid, r.cfg.Dir)
+		}
+		r.dir = r.cfg.Dir
+	}
+	if r.cfg.Backend == "postgres" {
+		url, drop, err := createDatabase(ctx, r.cfg.PGURL)
+		if err != nil {
+			_ = cleanup()
+			return nil, err
+		}
+		r.pgURL = url
+		r.progress("created database %s", dbName(url))
+		undo = append(undo, drop)
+	}
+	return cleanup, nil
+}
+
+func (r *runner) startNode(ctx context.Context, backlog bool) error {
+	cfg := orisun.Config{
+		DataDir:    r.dir,
+		Backend:    r.cfg.Backend,
+		PGURL:      r.pgURL,
+		NATSPort:   -1,
+		HTTPAddr:   "off",
+		Boundaries: []string{relayBoundary},
+		NodeID:     "bench",
+
+		EventStreamMaxBytes: r.cfg.StreamMaxBytes,
+	}
+	n, err := orisun.New(cfg, orisun.WithLogger(r.logger))
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	r.rep.Settings.PublishBatch = n.Config().PublishBatch
+	r.rep.Settings.PublishWindow = n.Config().PublishWindow
+	m := startMeter()
+	if err := n.Start(ctx); err != nil {
+		return fmt.Errorf("bench: start node: %w", err)
+	}
+	r.node = n
+	if !backlog || !r.cfg.wants("relay") {
+		return nil
+	}
+	// The relay: the publisher found the backlog at start.
+	r.progress("relay: publishing the backlog of %d events", r.cfg.Events)
+	if err := r.waitPublished(ctx, relayBoundary, uint64(r.cfg.Events), 30*time.Minute); err != nil {
+		return err
+	}
+	row := m.row("relay", "backlog to JetStream", int64(r.cfg.Events), r.cfg.EventBytes)
+	row.Note = "from Node.Start (NATS start, lease, stream creation included) to the checkpoint at the last position"
+	r.rep.Rows = append(r.rep.Rows, row)
+	return nil
+}
+
+// waitPublished polls the status until the boundary's checkpoint reaches
+// want.
+func (r *runner) waitPublished(ctx context.Context, boundary string, want uint64, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		st, err := r.node.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("bench: status: %w", err)
+		}
+		for _, b := range st.Boundaries {
+			if b.Name == boundary {
+				if b.Published >= want {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("bench: boundary %s: published %d of %d after %s (state %s: %s)",
+						boundary, b.Published, want, limit, b.State, b.Reason)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// meter measures wall time, CPU and memory over a workload.
+type meter struct {
+	start  time.Time
+	cpu    time.Duration
+	peak   atomic.Int64
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+	end    time.Time
+	cpuEnd time.Duration
+	maxrss int64
+}
+
+func startMeter() *meter {
+	runtime.GC()
+	m := &meter{start: time.Now(), stop: make(chan struct{})}
+	m.cpu, _ = cpuTime()
+	m.peak.Store(rss())
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+				if v := rss(); v > m.peak.Load() {
+					m.peak.Store(v)
+				}
+			}
+		}
+	}()
+	return m
+}
+
+func (m *meter) finish() {
+	m.once.Do(func() {
+		m.end = time.Now()
+		m.cpuEnd, m.maxrss = cpuTime()
+		close(m.stop)
+		m.wg.Wait()
+		if v := rss(); v > m.peak.Load() {
+			m.peak.Store(v)
+		}
+	})
+}
+
+// row finishes the meter and returns a row of events over the wall time.
+func (m *meter) row(workload, name string, events int64, eventBytes int) Row {
+	m.finish()
+	secs := m.end.Sub(m.start).Seconds()
+	cpu := (m.cpuEnd - m.cpu).Seconds()
+	row := Row{Workload: workload, Name: name, Events: events, Seconds: secs,
+		CPUSeconds: cpu, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6}
+	if secs > 0 {
+		row.EventsPerSec = float64(events) / secs
+		row.MBPerSec = float64(events) * float64(eventBytes) / 1e6 / secs
+		row.CPUPerSec = cpu / secs
+	}
+	return row
+}
+
+// against sets the row's ratio to a limit.
+func (row *Row) against(limit *Row) {
+	if limit == nil || limit.EventsPerSec <= 0 {
+		return
+	}
+	row.Limit = limit.Name
+	row.LimitPerSec = limit.EventsPerSec
+	row.Ratio = row.EventsPerSec / limit.EventsPerSec
+}
+
+// eventData returns a JSON object of exactly n bytes.
+func eventData(n int) []byte {
+	const head = `{"customer":"c-000042","amount":1234,"note":"`
+	const tail = `"}`
+	if n < len(head)+len(tail) {
+		b := []byte(`{"p":"`)
+		for len(b) < n-2 {
+			b = append(b, 'x')
+		}
+		return append(b, tail...)
+	}
+	b := append([]byte{}, head...)
+	for len(b) < n-len(tail) {
+		b = append(b, 'a'+byte(len(b)%26))
+	}
+	return append(b, tail...)
+}
+
+// inputs returns k events of the run's shape with fresh ids.
+func (r *runner) inputs(k int) []event.Input {
+	in := make([]event.Input, k)
+	for i := range in {
+		in[i] = event.Input{ID: event.NewID(), Type: "bench.event", Data: r.data, Tags: []string{"bench"}}
+	}
+	return in
+}
+
+// percentile of sorted durations, in milliseconds.
+func percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	i = min(max(i, 0), len(sorted)-1)
+	return float64(sorted[i].Microseconds()) / 1000
+}

@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// tiny is a run small enough for the test suite: every workload, a backlog
+// of 2,000 events, tiny rates and durations. Nothing here is timed: the
+// test checks that the report is produced and that its counts agree.
+func tiny(backend, pgURL string) Config {
+	return Config{
+		Backend:         backend,
+		PGURL:           pgURL,
+		Events:          2000,
+		EventBytes:      1024,
+		AppendDuration:  200 * time.Millisecond,
+		Callers:         []int{1, 4},
+		Rates:           []int{50, 200},
+		LatencyDuration: 500 * time.Millisecond,
+		ScaleBoundaries: 20,
+		ScaleBusy:       2,
+		ScaleRate:       20,
+		ScaleIdle:       300 * time.Millisecond,
+	}
+}
+
+// TestSmoke runs the whole bench on each backend (PostgreSQL: the server of
+// ORISUN_TEST_PG_URL, on which the bench creates and drops its own
+// database) and checks the report: events out = events in for every
+// workload, every ratio finite and positive, text and JSON both produced.
+func TestSmoke(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			var pgURL string
+			if backend == "postgres" {
+				pgURL = pgtest.ServerURL(t)
+			}
+			cfg := tiny(backend, pgURL)
+			var progress bytes.Buffer
+			cfg.Progress = &progress
+			rep, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+			}
+			checkReport(t, rep, cfg)
+		})
+	}
+}
+
+func checkReport(t *testing.T, rep *Report, cfg Config) {
+	t.Helper()
+	// Every consistency check the run made holds, and the essential ones
+	// were made.
+	want := []string{
+		"backlog head = events appended",
+		"raw read rows = backlog",
+		"raw publish acknowledged = backlog",
+		"relay: events published = events appended",
+		"relay: stream last sequence = events appended",
+		"catch-up: events received = events appended",
+		"latency 50/s: events received = events appended",
+		"latency 200/s: events received = events appended",
+		"scale: events received = events appended",
+	}
+	for _, c := range rep.Checks {
+		if !c.OK {
+			t.Errorf("check %q failed: want %d, got %d", c.Name, c.Want, c.Got)
+		}
+	}
+	for _, name := range want {
+		found := false
+		for _, c := range rep.Checks {
+			found = found || c.Name == name
+		}
+		if !found {
+			t.Errorf("the report has no check %q", name)
+		}
+	}
+	published := 0
+	for _, c := range rep.Checks {
+		if strings.HasPrefix(c.Name, "append ") && strings.HasSuffix(c.Name, "events published = events appended") {
+			published++
+			if c.Got == 0 {
+				t.Errorf("check %q: no event appended", c.Name)
+			}
+		}
+	}
+	if published != len(cfg.Callers)+1 {
+		t.Errorf("%d append rows checked for events published = appended, want %d", published, len(cfg.Callers)+1)
+	}
+	// The limits were measured.
+	for _, name := range []string{"raw_insert", "raw_read", "raw_publish"} {
+		l := rep.Limit(name)
+		if l == nil {
+			t.Errorf("no limit %s in the report", name)
+			continue
+		}
+		if !(l.EventsPerSec > 0) || math.IsInf(l.EventsPerSec, 0) || l.Events <= 0 {
+			t.Errorf("limit %s: %d events at %v events/s", name, l.Events, l.EventsPerSec)
+		}
+	}
+	if l := rep.Limit("raw_read"); l != nil && l.Events != int64(cfg.Events) {
+		t.Errorf("raw read read %d events, the backlog is %d", l.Events, cfg.Events)
+	}
+	// Every row of a workload with a limit has a finite, positive ratio,
+	// and the relay is compared with the slower of its two limits.
+	rows := map[string]int{}
+	for _, row := range rep.Rows {
+		rows[row.Workload]++
+		switch row.Workload {
+		case "append", "relay", "catchup":
+			if row.Limit == "" || !(row.Ratio > 0) || math.IsInf(row.Ratio, 0) || math.IsNaN(row.Ratio) {
+				t.Errorf("%s %q: limit %q, ratio %v: want a finite positive ratio", row.Workload, row.Name, row.Limit, row.Ratio)
+			}
+		case "latency":
+			if row.Events <= 0 || !(row.P50Ms > 0) || row.P50Ms > row.P99Ms || row.P99Ms > row.P999Ms {
+				t.Errorf("latency %q: %d events, p50 %v p99 %v p99.9 %v", row.Name, row.Events, row.P50Ms, row.P99Ms, row.P999Ms)
+			}
+		}
+		if row.CPUSeconds < 0 || math.IsNaN(row.CPUPerSec) {
+			t.Errorf("%s %q: cpu %v s (%v per s)", row.Workload, row.Name, row.CPUSeconds, row.CPUPerSec)
+		}
+	}
+	for _, row := range rep.Rows {
+		if row.Workload == "relay" {
+			slower := rep.Limit("raw_read")
+			if pub := rep.Limit("raw_publish"); pub.EventsPerSec < slower.EventsPerSec {
+				slower = pub
+			}
+			if row.Limit != slower.Name {
+				t.Errorf("relay compared with %s, the slower limit is %s", row.Limit, slower.Name)
+			}
+			if row.Events != int64(cfg.Events) {
+				t.Errorf("relay row: %d events, the backlog is %d", row.Events, cfg.Events)
+			}
+		}
+	}
+	wantRows := map[string]int{"backlog": 1, "relay": 1, "catchup": 1, "append": len(cfg.Callers) + 1, "latency": len(cfg.Rates), "scale": 3}
+	for w, n := range wantRows {
+		if rows[w] != n {
+			t.Errorf("%d %s rows, want %d", rows[w], w, n)
+		}
+	}
+	// The text report names every row; the JSON report reads back the same.
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range append(append([]Row{}, rep.Limits...), rep.Rows...) {
+		if !strings.Contains(text.String(), row.Name) {
+			t.Errorf("text report lacks row %q:\n%s", row.Name, text.String())
+		}
+	}
+	if strings.Contains(text.String(), "FAILED") {
+		t.Errorf("text report shows a failed check:\n%s", text.String())
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("JSON report does not parse: %v", err)
+	}
+	if len(back.Rows) != len(rep.Rows) || len(back.Limits) != len(rep.Limits) || len(back.Checks) != len(rep.Checks) {
+		t.Errorf("JSON report lost rows: %d/%d rows, %d/%d limits", len(back.Rows), len(rep.Rows), len(back.Limits), len(rep.Limits))
+	}
+}
+
+// TestConfigErrors: bad settings are refused with an error naming the
+// setting, before anything is created.
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		mutate func(*Config)
+		field  string
+	}{
+		{func(c *Config) { c.Backend = "mysql" }, "backend"},
+		{func(c *Config) { c.Backend, c.PGURL = "postgres", "" }, "pg-url"},
+		{func(c *Config) { c.Backend, c.PGURL = "postgres", "host=localhost" }, "pg-url"},
+		{func(c *Config) { c.Events = 0 }, "events"},
+		{func(c *Config) { c.EventBytes = 1 << 30 }, "event-bytes"},
+		{func(c *Config) { c.Rates = []int{0} }, "rates"},
+		{func(c *Config) { c.Callers = []int{-1} }, "callers"},
+		{func(c *Config) { c.AppendDuration = 0 }, "append-duration"},
+		{func(c *Config) { c.LatencyDuration = -time.Second }, "duration"},
+		{func(c *Config) { c.ScaleBusy = c.ScaleBoundaries + 1 }, "scale-busy"},
+		{func(c *Config) { c.StreamMaxBytes = 10 }, "stream-max-bytes"},
+		{func(c *Config) { c.Only = []string{"relay", "nope"} }, "only"},
+	} {
+		cfg := Defaults()
+		tc.mutate(&cfg)
+		_, err := Run(context.Background(), cfg)
+		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), tc.field+":") {
+			t.Errorf("%s: got %v, want an invalid-input error naming %s", tc.field, err, tc.field)
+		}
+	}
+}
+
+// TestDirMustBeEmpty: the bench never writes into a directory that holds
+// anything.
+func TestDirMustBeEmpty(t *testing.T) {
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "orisun.db")
+	if err := os.WriteFile(keep, []byte("someone's data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tiny("sqlite", "")
+	cfg.Dir = dir
+	_, err := Run(context.Background(), cfg)
+	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("Run in a non-empty directory: %v, want a refusal", err)
+	}
+	if b, err := os.ReadFile(keep); err != nil || string(b) != "someone's data" {
+		t.Fatalf("the file in the directory changed: %q, %v", b, err)
+	}
+}

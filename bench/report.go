@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the result of one run. Its JSON shape is what `orisun bench
+// --json` prints.
+type Report struct {
+	Backend   string    `json:"backend"`
+	Started   time.Time `json:"started"`
+	Seconds   float64   `json:"seconds"`
+	CPUs      int       `json:"cpus"`
+	GoVersion string    `json:"go_version"`
+	// LoadStart and LoadEnd are the 1, 5 and 15 minute load averages at
+	// the start and the end of the run (Linux; empty elsewhere).
+	LoadStart []float64 `json:"load_start,omitempty"`
+	LoadEnd   []float64 `json:"load_end,omitempty"`
+	Settings  Settings  `json:"settings"`
+	// Limits are the reference measurements, by name (raw_insert,
+	// raw_read, raw_publish).
+	Limits []Row `json:"limits"`
+	// Rows are orisun's figures, each with its ratio to its limit where
+	// it has one.
+	Rows []Row `json:"rows"`
+	// Checks are the consistency checks of the run (events out = events
+	// in); a run with a failed check returns an error too.
+	Checks []Check `json:"checks"`
+}
+
+// Settings echo what the run was asked to do.
+type Settings struct {
+	Events          int           `json:"events"`
+	EventBytes      int           `json:"event_bytes"`
+	AppendDuration  time.Duration `json:"append_duration_ns"`
+	LatencyDuration time.Duration `json:"latency_duration_ns"`
+	Rates           []int         `json:"rates"`
+	Callers         []int         `json:"callers"`
+	Workloads       []string      `json:"workloads"`
+	ScaleBoundaries int           `json:"scale_boundaries"`
+	ScaleBusy       int           `json:"scale_busy"`
+	ScaleRate       int           `json:"scale_rate"`
+	PublishWindow   int           `json:"publish_window"`
+	PublishBatch    int           `json:"publish_batch"`
+	StreamMaxBytes  int64         `json:"stream_max_bytes"`
+}
+
+// Row is one measured figure.
+type Row struct {
+	// Workload is append, relay, catchup, latency, scale or limit.
+	Workload string  `json:"workload"`
+	Name     string  `json:"name"`
+	Events   int64   `json:"events"`
+	Seconds  float64 `json:"seconds"`
+	// EventsPerSec and MBPerSec are throughput (MB = 10^6 bytes of event
+	// data, the 1 KB payloads).
+	EventsPerSec float64 `json:"events_per_s"`
+	MBPerSec     float64 `json:"mb_per_s,omitempty"`
+	// Latencies in milliseconds (latency workloads).
+	P50Ms  float64 `json:"p50_ms,omitempty"`
+	P99Ms  float64 `json:"p99_ms,omitempty"`
+	P999Ms float64 `json:"p999_ms,omitempty"`
+	// AppendP50Ms and AppendP99Ms are the latencies of the Append calls
+	// alone (latency workloads): the part of the end-to-end figure that
+	// is the commit.
+	AppendP50Ms float64 `json:"append_p50_ms,omitempty"`
+	AppendP99Ms float64 `json:"append_p99_ms,omitempty"`
+	// TargetRate is the rate asked for (latency workloads).
+	TargetRate int `json:"target_rate,omitempty"`
+	// CPUSeconds is user+system CPU of this process over the workload;
+	// CPUPerSec the same per wall second (cores busy).
+	CPUSeconds float64 `json:"cpu_s"`
+	CPUPerSec  float64 `json:"cpu_per_s"`
+	// RSSMB is the largest resident set sampled during the workload,
+	// MaxRSSMB the process's peak so far (getrusage maxrss).
+	RSSMB    float64 `json:"rss_mb"`
+	MaxRSSMB float64 `json:"max_rss_mb"`
+	// Limit names the reference this figure is compared with and Ratio is
+	// EventsPerSec divided by the limit's events/s.
+	Limit       string  `json:"limit,omitempty"`
+	LimitPerSec float64 `json:"limit_events_per_s,omitempty"`
+	Ratio       float64 `json:"ratio,omitempty"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// Check is one consistency check.
+type Check struct {
+	Name string `json:"name"`
+	Want int64  `json:"want"`
+	Got  int64  `json:"got"`
+	OK   bool   `json:"ok"`
+}
+
+func (r *Report) check(name string, want, got int64) {
+	r.Checks = append(r.Checks, Check{Name: name, Want: want, Got: got, OK: want == got})
+}
+
+// Failed returns the checks that failed.
+func (r *Report) Failed() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Limit returns the reference row of that name, or nil.
+func (r *Report) Limit(name string) *Row {
+	for i := range r.Limits {
+		if r.Limits[i].Name == name {
+			return &r.Limits[i]
+		}
+	}
+	return nil
+}
+
+// WriteText prints the report as a table for people.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "orisun bench: backend %s, %d CPUs, %s, %s, run took %.1f s\n",
+		r.Backend, r.CPUs, r.GoVersion, r.Started.UTC().Format(time.RFC3339), r.Seconds)
+	if len(r.LoadStart) == 3 {
+		fmt.Fprintf(&b, "load average at start %.2f %.2f %.2f, at end %.2f %.2f %.2f (a shared machine: compare ratios within this run)\n",
+			r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], at(r.LoadEnd, 0), at(r.LoadEnd, 1), at(r.LoadEnd, 2))
+	}
+	fmt.Fprintf(&b, "backlog %d events of %d bytes; appends %s per row; latency %s per rate; publish batch %d, window %d; stream max bytes %d\n\n",
+		r.Settings.Events, r.Settings.EventBytes, r.Settings.AppendDuration, r.Settings.LatencyDuration,
+		r.Settings.PublishBatch, r.Settings.PublishWindow, r.Settings.StreamMaxBytes)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tcores\tRSS MB\tlimit\tratio\t\n"
+	write := func(title string, rows []Row) {
+		fmt.Fprintf(tw, "%s\n", title)
+		fmt.Fprint(tw, head)
+		for _, x := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%s\t%s\t\n",
+				x.Workload, x.Name, x.Events, x.Seconds, num(x.EventsPerSec, 0), num(x.MBPerSec, 1),
+				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.CPUPerSec, x.RSSMB,
+				x.Limit, ratio(x.Ratio))
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Limits) > 0 {
+		write("reference limits (orisun's code paths removed)", r.Limits)
+	}
+	write("orisun", r.Rows)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, x := range r.Rows {
+		if x.AppendP50Ms > 0 {
+			fmt.Fprintf(&b, "%s %s: the Append call alone took p50 %.2f ms, p99 %.2f ms\n", x.Workload, x.Name, x.AppendP50Ms, x.AppendP99Ms)
+		}
+	}
+	notes := false
+	for _, x := range append(append([]Row{}, r.Limits...), r.Rows...) {
+		if x.Note != "" {
+			if !notes {
+				b.WriteString("notes:\n")
+				notes = true
+			}
+			fmt.Fprintf(&b, "  %s %s: %s\n", x.Workload, x.Name, x.Note)
+		}
+	}
+	b.WriteString("checks:\n")
+	for _, c := range r.Checks {
+		mark := "ok"
+		if !c.OK {
+			mark = "FAILED"
+		}
+		fmt.Fprintf(&b, "  %-6s %s: want %d, got %d\n", mark, c.Name, c.Want, c.Got)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func at(v []float64, i int) float64 {
+	if i < len(v) {
+		return v[i]
+	}
+	return math.NaN()
+}
+
+func num(v float64, prec int) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func ratio(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}

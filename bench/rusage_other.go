@@ -1,0 +1,9 @@
+//go:build !unix
+
+package bench
+
+import "time"
+
+func cpuTime() (time.Duration, int64) { return 0, 0 }
+func rss() int64                      { return 0 }
+func loadAvg() []float64              { return nil }

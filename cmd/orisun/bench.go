@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/orisun-io/orisun/bench"
+)
+
+// benchCmd runs `orisun bench`: the workloads of package bench against an
+// in-process node on a fresh store, with the reference limits of the
+// machine measured in the same run (docs/performance.md).
+func benchCmd(args []string, stdout, stderr io.Writer) int {
+	cfg := bench.Defaults()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		asJSON     bool
+		quiet      bool
+		rates      = intList(cfg.Rates)
+		callers    = intList(cfg.Callers)
+		only       string
+		cpuprofile string
+		logLevel   string
+		saved      string
+	)
+	fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "store: sqlite or postgres")
+	fs.StringVar(&cfg.PGURL, "pg-url", os.Getenv("ORISUN_PG_URL"), "PostgreSQL server URL; a fresh database orisun_bench_<random> is created on it and dropped after (env ORISUN_PG_URL)")
+	fs.StringVar(&cfg.Dir, "dir", "", "data directory (must be empty or missing; default: a temporary directory, removed after)")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	fs.IntVar(&cfg.Events, "events", cfg.Events, "backlog of the relay, catch-up and raw read/publish measurements")
+	fs.IntVar(&cfg.EventBytes, "event-bytes", cfg.EventBytes, "bytes of JSON data per event")
+	fs.DurationVar(&cfg.AppendDuration, "append-duration", cfg.AppendDuration, "duration of each append row and of the raw insert")
+	fs.DurationVar(&cfg.LatencyDuration, "duration", cfg.LatencyDuration, "duration of each fixed-rate latency row and of the busy scale row")
+	fs.Var(&rates, "rates", "fixed rates of the latency rows, events/s, comma-separated")
+	fs.Var(&callers, "callers", "concurrent callers of the single-event append rows, comma-separated")
+	fs.StringVar(&only, "only", "", "run only these workloads, comma-separated: "+strings.Join(bench.Workloads, ","))
+	fs.IntVar(&cfg.ScaleBoundaries, "scale-boundaries", cfg.ScaleBoundaries, "boundaries of the scale workload")
+	fs.IntVar(&cfg.ScaleBusy, "scale-busy", cfg.ScaleBusy, "busy boundaries among them")
+	fs.IntVar(&cfg.ScaleRate, "scale-rate", cfg.ScaleRate, "events/s of each busy boundary")
+	fs.DurationVar(&cfg.ScaleIdle, "scale-idle", cfg.ScaleIdle, "idle window of the scale workload")
+	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", cfg.StreamMaxBytes, "byte limit of every event stream (JetStream reserves it in memory per stream)")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
+	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
+	pos, err := parse(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "orisun bench: unexpected argument %q\n", pos[0])
+		return 2
+	}
+	if saved != "" {
+		return printSaved(saved, stdout, stderr)
+	}
+	cfg.Rates, cfg.Callers = rates, callers
+	if only != "" {
+		cfg.Only = strings.Split(only, ",")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(stderr, "orisun bench: --log-level %q: use debug, info, warn or error\n", logLevel)
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if !quiet {
+		cfg.Progress = stderr
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "orisun %v\n", strings.TrimPrefix(err.Error(), "invalid: "))
+		return 2
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			fmt.Fprintf(stderr, "orisun bench: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "orisun bench: --cpuprofile: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil {
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if werr := enc.Encode(rep); werr != nil {
+				fmt.Fprintf(stderr, "orisun bench: %v\n", werr)
+				return 1
+			}
+		} else if werr := rep.WriteText(stdout); werr != nil {
+			fmt.Fprintf(stderr, "orisun bench: %v\n", werr)
+			return 1
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// intList is a comma-separated list of positive integers as a flag.
+type intList []int
+
+func (l *intList) String() string {
+	s := make([]string, len(*l))
+	for i, v := range *l {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a positive whole number (give a comma-separated list such as 1000,5000)", f)
+		}
+		out = append(out, n)
+	}
+	*l = out
+	return nil
+}
+
+// printSaved prints a JSON report of an earlier run as text.
+func printSaved(path string, stdout, stderr io.Writer) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun bench: --report: %v\n", err)
+		return 2
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintf(stderr, "orisun bench: --report %s: not a report of orisun bench --json: %v\n", path, err)
+		return 2
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		fmt.Fprintf(stderr, "orisun bench: %v\n", err)
+		return 1
+	}
+	return 0
+}

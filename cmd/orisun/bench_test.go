@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orisun-io/orisun/bench"
+)
+
+// TestBenchCommand runs a tiny `orisun bench` on SQLite through the
+// command's flags: the JSON report parses and its checks (events out =
+// events in) hold, and --report prints the saved report as text. Nothing
+// is timed. (Both backends: TestSmoke in package bench.)
+func TestBenchCommand(t *testing.T) {
+	tiny := []string{"bench", "--quiet", "--events", "500", "--append-duration", "100ms", "--duration", "300ms",
+		"--rates", "50", "--callers", "2", "--scale-boundaries", "5", "--scale-busy", "1", "--scale-rate", "10",
+		"--scale-idle", "100ms"}
+	var stdout, stderr bytes.Buffer
+	if code := run(append(tiny, "--json"), &stdout, &stderr); code != 0 {
+		t.Fatalf("orisun bench --json: exit %d\n%s", code, stderr.String())
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("the JSON report does not parse: %v\n%s", err, stdout.String())
+	}
+	if rep.Backend != "sqlite" || len(rep.Rows) == 0 || len(rep.Checks) == 0 {
+		t.Fatalf("report: backend %q, %d rows, %d checks", rep.Backend, len(rep.Rows), len(rep.Checks))
+	}
+	for _, c := range rep.Checks {
+		if !c.OK {
+			t.Errorf("check %q failed: want %d, got %d", c.Name, c.Want, c.Got)
+		}
+	}
+	saved := filepath.Join(t.TempDir(), "report.json")
+	if err := os.WriteFile(saved, stdout.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if code := run([]string{"bench", "--report", saved}, &stdout, &stderr); code != 0 {
+		t.Fatalf("orisun bench --report: exit %d\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"raw_publish", "backlog to JetStream", "subscriber from 0", "50 events/s", "checks:"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("the text report lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+// TestBenchCommandErrors: bad flags exit 2 with a message naming the flag.
+func TestBenchCommandErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--backend", "oracle"}, "backend"},
+		{[]string{"--backend", "postgres", "--pg-url", ""}, "pg-url"},
+		{[]string{"--rates", "1000,fast"}, "rates"},
+		{[]string{"--callers", "0"}, "callers"},
+		{[]string{"--events", "-5"}, "events"},
+		{[]string{"--only", "relay,teleport"}, "only"},
+		{[]string{"--log-level", "loud"}, "log-level"},
+		{[]string{"extra"}, "unexpected argument"},
+	} {
+		t.Setenv("ORISUN_PG_URL", "")
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"bench"}, tc.args...), &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("orisun bench %v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
