@@ -74,6 +74,13 @@ type Config struct {
 	CheckpointBeforeAck bool
 }
 
+// jsTimeout bounds each JetStream API call of the sync (stream info,
+// create, update, the verification's reads). A request to a stream whose
+// Raft leader is gone is not answered until the replicas notice and elect
+// another, so the call times out: the publisher then reports the stall and
+// asks again, and the first request after the election succeeds.
+const jsTimeout = 5 * time.Second
+
 // Publisher relays one boundary's events into its stream.
 type Publisher struct {
 	cfg Config
@@ -214,7 +221,9 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	name := stream.Name(p.cfg.Boundary)
 	// The stream is read before the store: the head only grows, so a stream
 	// beyond the head read after it really is ahead of the store.
-	s, streamErr := p.cfg.JS.Stream(ctx, name)
+	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
+	s, streamErr := p.cfg.JS.Stream(ictx, name)
+	cancel()
 	if streamErr != nil && !errors.Is(streamErr, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("stream %s: %w", name, streamErr)
 	}
@@ -241,6 +250,15 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 		return cp + 1, nil
 	}
 	info := s.CachedInfo()
+	if info.Cluster != nil && info.Cluster.Leader == "" {
+		// Answered by a replica while the stream's Raft group elects a
+		// leader (its leader's server is gone): its state may lag the
+		// acknowledged messages, and nothing can be written until a
+		// leader exists. Acting on it could purge or recreate a stream
+		// that is whole.
+		return 0, fmt.Errorf("stream %s has no Raft leader (an election is under way, or too few of its replicas' servers run): "+
+			"waiting for one", name)
+	}
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
 		p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
 			"stream", name, "stream_epoch", got, "epoch", b.Epoch)
@@ -269,7 +287,7 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 		return r.recreate(ctx, want, cp, fmt.Sprintf("sequence %d is not an orisun event (foreign messages in the stream)", last))
 	}
 	if last >= cp {
-		proven, why, err := r.verify(ctx, info, cp, last)
+		proven, why, err := r.verify(ctx, s, info, cp, last)
 		if err != nil {
 			return 0, err
 		}
@@ -372,10 +390,19 @@ func (r *run) ownMessage(ctx context.Context, s jetstream.Stream, seq uint64) bo
 // else publishing into the stream takes a sequence, and a pipelined message
 // after it may then be accepted in place, so the last message alone proves
 // nothing. Normally the range is at most one batch (the checkpoint follows
-// every batch). A range it cannot see whole (messages gone by age or size,
-// a deleted message, a read that times out) is not proven: the caller then
-// recreates the stream from the checkpoint rather than trust it.
-func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last uint64) (proven bool, why string, err error) {
+// every batch). A range that is not whole (messages gone by age or size, a
+// deleted message) or holds a message that is not orisun's is not proven:
+// the caller then recreates the stream from the checkpoint rather than trust
+// it. A read that fails or delivers nothing (the stream's Raft group is
+// electing a leader, a server is gone) proves nothing either way: it is an
+// error, and the caller retries instead of destroying the stream.
+//
+// Every call is bounded by jsTimeout and ctx. It reads through a plain pull
+// consumer, not an ordered one: an ordered consumer's Fetch re-creates its
+// server-side consumer first, retrying without end (10 s a try, under no
+// context of ours) while the stream has no leader, which silenced a new
+// leader for as long as the election took and more.
+func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, cp, last uint64) (proven bool, why string, err error) {
 	if last <= cp {
 		return true, "", nil
 	}
@@ -384,26 +411,38 @@ func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last u
 	}
 	p := r.p
 	name := stream.Name(p.cfg.Boundary)
-	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cons, err := p.cfg.JS.OrderedConsumer(vctx, name, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   cp + 1,
-		HeadersOnly:   true,
+	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cons, err := s.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       cp + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute,
 	})
+	cancel()
 	if err != nil {
-		return false, "", fmt.Errorf("verify stream %s after %d: %w", name, cp, err)
+		return false, "", fmt.Errorf("verify stream %s after %d: create a reader: %w", name, cp, err)
 	}
+	defer func() {
+		// Best effort: the server removes it after a minute unused anyway.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jsTimeout)
+		defer cancel()
+		_ = s.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
 	want := cp + 1
 	for want <= last {
-		epoch, page, err := p.cfg.Store.Read(vctx, p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
+		rctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		epoch, page, err := p.cfg.Store.Read(rctx, p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
+		cancel()
 		if err != nil {
 			return false, "", fmt.Errorf("read position %d: %w", want, err)
 		}
 		if epoch != r.epoch || len(page) == 0 {
 			return false, "", fmt.Errorf("read position %d: the boundary changed under the verification", want)
 		}
-		batch, err := cons.Fetch(len(page), jetstream.FetchMaxWait(5*time.Second))
+		batch, err := cons.Fetch(len(page), jetstream.FetchMaxWait(jsTimeout))
 		if err != nil {
 			return false, "", fmt.Errorf("verify stream %s after %d: %w", name, want-1, err)
 		}
@@ -427,8 +466,12 @@ func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last u
 			want++
 			i++
 		}
+		if err := batch.Error(); err != nil {
+			return false, "", fmt.Errorf("verify stream %s after %d: %w", name, want-1, err)
+		}
 		if i == 0 {
-			return false, fmt.Sprintf("sequence %d could not be read back from the stream", want), nil
+			return false, "", fmt.Errorf("verify stream %s: sequence %d was not delivered within %s (the stream holds it up to %d)",
+				name, want, jsTimeout, last)
 		}
 	}
 	return true, "", nil
