@@ -81,6 +81,14 @@ type Config struct {
 // asks again, and the first request after the election succeeds.
 const jsTimeout = 5 * time.Second
 
+// infoTimeout is the first wait for the stream's info in a sync; it grows
+// by as much with each unanswered request, up to jsTimeout, and starts
+// again after an answer. A stream info is answered in milliseconds when the stream has a
+// leader, so the short first wait costs nothing then; after the leader's
+// server died, the requests sent during the election are never answered,
+// and a short wait asks again soon after the election ends.
+const infoTimeout = time.Second
+
 // Publisher relays one boundary's events into its stream.
 type Publisher struct {
 	cfg Config
@@ -164,6 +172,9 @@ type run struct {
 	want        jetstream.StreamConfig
 	configRetry time.Time
 	configWait  time.Duration
+	// infoWait is the next sync's wait for the stream's info (see
+	// infoTimeout); 0 after an answer.
+	infoWait time.Duration
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -178,6 +189,17 @@ func (r *run) loop(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			var nl *noLeaderError
+			if errors.As(err, &nl) {
+				// The stream waits for a Raft leader: ask again soon (the
+				// request itself waited), without growing the backoff, so
+				// publishing resumes right after the election.
+				p.setState(StateStalled, err.Error(), err)
+				if !sleep(ctx, noLeaderRetry) {
+					return nil
+				}
+				continue
 			}
 			if isPaused(err) {
 				p.setState(StatePaused, pausedReason(err), err)
@@ -221,11 +243,29 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	name := stream.Name(p.cfg.Boundary)
 	// The stream is read before the store: the head only grows, so a stream
 	// beyond the head read after it really is ahead of the store.
-	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
+	wait := max(r.infoWait, infoTimeout)
+	ictx, cancel := context.WithTimeout(ctx, wait)
 	s, streamErr := p.cfg.JS.Stream(ictx, name)
 	cancel()
+	if errors.Is(streamErr, context.DeadlineExceeded) && ctx.Err() == nil {
+		r.infoWait = min(wait+infoTimeout, jsTimeout)
+		return 0, &noLeaderError{fmt.Errorf("stream %s: no answer within %s (JetStream answers once the stream's Raft group "+
+			"has a leader; asking again): %w", name, wait, streamErr)}
+	}
 	if streamErr != nil && !errors.Is(streamErr, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("stream %s: %w", name, streamErr)
+	}
+	r.infoWait = 0
+	if streamErr == nil {
+		if info := s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader == "" {
+			// Answered by a replica while the stream's Raft group elects
+			// a leader (its leader's server is gone): its state may lag
+			// the acknowledged messages, and nothing can be written until
+			// a leader exists. Acting on it could purge or recreate a
+			// stream that is whole.
+			return 0, &noLeaderError{fmt.Errorf("stream %s has no Raft leader (an election is under way, or too few of its "+
+				"replicas' servers run): waiting for one", name)}
+		}
 	}
 	b, err := p.cfg.Store.Boundary(ctx, p.cfg.Boundary)
 	if err != nil {
@@ -250,15 +290,6 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 		return cp + 1, nil
 	}
 	info := s.CachedInfo()
-	if info.Cluster != nil && info.Cluster.Leader == "" {
-		// Answered by a replica while the stream's Raft group elects a
-		// leader (its leader's server is gone): its state may lag the
-		// acknowledged messages, and nothing can be written until a
-		// leader exists. Acting on it could purge or recreate a stream
-		// that is whole.
-		return 0, fmt.Errorf("stream %s has no Raft leader (an election is under way, or too few of its replicas' servers run): "+
-			"waiting for one", name)
-	}
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
 		p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
 			"stream", name, "stream_epoch", got, "epoch", b.Epoch)
@@ -773,6 +804,27 @@ func isPaused(err error) bool {
 		return true
 	}
 	return false
+}
+
+// noLeaderError says that the stream has no Raft leader now (the server
+// that led it is gone and the others elect one): the sync is retried every
+// noLeaderRetry.
+type noLeaderError struct{ err error }
+
+func (e *noLeaderError) Error() string { return e.err.Error() }
+func (e *noLeaderError) Unwrap() error { return e.err }
+
+const noLeaderRetry = 200 * time.Millisecond
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 type backoff struct {

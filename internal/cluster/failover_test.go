@@ -209,6 +209,41 @@ func streamLeaderOf(t *testing.T, url string, opts []nats.Option) string {
 	return "(none)"
 }
 
+// watchStreamLeader polls, through url, who leads the boundary's stream's
+// Raft group from killed on, and sends on the channel when a server other
+// than dead leads it (the time since killed), or that none did within
+// limit. It only measures: the test's assertions do not wait on it.
+func watchStreamLeader(url string, opts []nats.Option, dead string, killed time.Time, limit time.Duration) <-chan string {
+	out := make(chan string, 1)
+	go func() {
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			out <- "not measured: " + err.Error()
+			return
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			out <- "not measured: " + err.Error()
+			return
+		}
+		for time.Since(killed) < limit {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s, err := js.Stream(ctx, stream.Name("default"))
+			cancel()
+			if err == nil {
+				if info := s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != dead {
+					out <- fmt.Sprintf("%s, elected %s after the kill", info.Cluster.Leader, time.Since(killed).Round(time.Millisecond))
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		out <- fmt.Sprintf("none within %s", limit)
+	}()
+	return out
+}
+
 // moveStreamLeader makes the NATS server named want lead the boundary's
 // stream's Raft group: while another server leads it, it asks JetStream to
 // step the stream's leader down with want as the preferred new leader
@@ -358,6 +393,7 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	}
 	nodes[lead].kill(t)
 	killed := time.Now()
+	election := watchStreamLeader(c.nats, natsOpts, nodes[lead].name, killed, takeoverBound(ttl))
 	atKill, err := store.Checkpoint(dbCtx(), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -366,20 +402,30 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	// past where the killed leader left it (only the new term's publisher
 	// can move it). Bound: the lease TTL plus 15 s, generous for a loaded
 	// machine.
+	// The checkpoint that counts is one written after the newer term was
+	// seen: the killed leader's last write, already sent, may still land
+	// after the kill, but once a newer term exists the store refuses the
+	// old term's writes (fenced by the term).
 	var leased time.Duration
 	var after backend.Lease
+	var atLease uint64
 	waitFor(t, "a surviving node to take the lease and publish", takeoverBound(ttl), 25*time.Millisecond, func() bool {
-		l, err := store.LeaseHolder(dbCtx(), "default")
-		if err != nil || l.Term <= before.Term {
-			return false
-		}
 		if leased == 0 {
-			leased, after = time.Since(killed), l
+			l, err := store.LeaseHolder(dbCtx(), "default")
+			if err != nil || l.Term <= before.Term {
+				return false
+			}
+			cp, err := store.Checkpoint(dbCtx(), "default")
+			if err != nil {
+				return false
+			}
+			leased, after, atLease = time.Since(killed), l, cp
 		}
 		cp, err := store.Checkpoint(dbCtx(), "default")
-		return err == nil && cp > atKill
+		return err == nil && cp > atLease
 	})
 	took := time.Since(killed)
+	elected := <-election
 	// The new holder's /status says so.
 	var newLead int
 	waitFor(t, "the new lease holder's /status to say leading", 30*time.Second, 50*time.Millisecond, func() bool {
@@ -390,8 +436,8 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 		return len(l) == 1
 	})
 	t.Logf("takeover: %s (term %d) killed with SIGKILL at checkpoint %d, the stream's Raft leader being %s; %s took the lease (term %d) "+
-		"%s after the kill and checkpointed new events %s after it (lease TTL %s)",
-		nodes[lead].name, before.Term, atKill, streamLeader, after.Holder, after.Term, leased.Round(time.Millisecond), took.Round(time.Millisecond), ttl)
+		"%s after the kill and checkpointed new events %s after it (lease TTL %s); the stream's leader after the kill: %s",
+		nodes[lead].name, before.Term, atKill, streamLeader, after.Holder, after.Term, leased.Round(time.Millisecond), took.Round(time.Millisecond), ttl, elected)
 	// What the new holder's publisher and lease said meanwhile.
 	nl := nodes[newLead]
 	nl.mu.Lock()
