@@ -81,12 +81,13 @@ type Config struct {
 // asks again, and the first request after the election succeeds.
 const jsTimeout = 5 * time.Second
 
-// infoTimeout is the first wait for the stream's info in a sync; it grows
-// by as much with each unanswered request, up to jsTimeout, and starts
-// again after an answer. A stream info is answered in milliseconds when the stream has a
-// leader, so the short first wait costs nothing then; after the leader's
-// server died, the requests sent during the election are never answered,
-// and a short wait asks again soon after the election ends.
+// infoTimeout is the wait for the stream's info in a sync; it grows by as
+// much after every four unanswered requests in a row, up to jsTimeout (so
+// a machine too loaded to answer within a second is still served), and
+// starts again after an answer. A stream info is answered in milliseconds
+// when the stream has a leader; after the leader's server died, the
+// requests sent during the election (4–9 s of Raft election timeout) are
+// never answered, and a short wait asks again soon after it ends.
 const infoTimeout = time.Second
 
 // Publisher relays one boundary's events into its stream.
@@ -172,9 +173,9 @@ type run struct {
 	want        jetstream.StreamConfig
 	configRetry time.Time
 	configWait  time.Duration
-	// infoWait is the next sync's wait for the stream's info (see
-	// infoTimeout); 0 after an answer.
-	infoWait time.Duration
+	// infoUnanswered counts the stream info requests in a row that got
+	// no answer (see infoTimeout).
+	infoUnanswered int
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -243,19 +244,19 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	name := stream.Name(p.cfg.Boundary)
 	// The stream is read before the store: the head only grows, so a stream
 	// beyond the head read after it really is ahead of the store.
-	wait := max(r.infoWait, infoTimeout)
+	wait := min(infoTimeout*time.Duration(1+r.infoUnanswered/4), jsTimeout)
 	ictx, cancel := context.WithTimeout(ctx, wait)
 	s, streamErr := p.cfg.JS.Stream(ictx, name)
 	cancel()
 	if errors.Is(streamErr, context.DeadlineExceeded) && ctx.Err() == nil {
-		r.infoWait = min(wait+infoTimeout, jsTimeout)
+		r.infoUnanswered++
 		return 0, &noLeaderError{fmt.Errorf("stream %s: no answer within %s (JetStream answers once the stream's Raft group "+
 			"has a leader; asking again): %w", name, wait, streamErr)}
 	}
 	if streamErr != nil && !errors.Is(streamErr, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("stream %s: %w", name, streamErr)
 	}
-	r.infoWait = 0
+	r.infoUnanswered = 0
 	if streamErr == nil {
 		if info := s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader == "" {
 			// Answered by a replica while the stream's Raft group elects
