@@ -458,10 +458,13 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 		return false, "", fmt.Errorf("verify stream %s after %d: create a reader: %w", name, cp, err)
 	}
 	defer func() {
-		// Best effort: the server removes it after a minute unused anyway.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jsTimeout)
-		defer cancel()
-		_ = s.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		// Best effort, and not waited for (a stream without a leader does
+		// not answer): the server removes it after a minute unused anyway.
+		go func(name string) {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jsTimeout)
+			defer cancel()
+			_ = s.DeleteConsumer(dctx, name)
+		}(cons.CachedInfo().Name)
 	}()
 	want := cp + 1
 	for want <= last {
