@@ -429,11 +429,13 @@ func (r *run) ownMessage(ctx context.Context, s jetstream.Stream, seq uint64) bo
 // electing a leader, a server is gone) proves nothing either way: it is an
 // error, and the caller retries instead of destroying the stream.
 //
-// Every call is bounded by jsTimeout and ctx. It reads through a plain pull
-// consumer, not an ordered one: an ordered consumer's Fetch re-creates its
-// server-side consumer first, retrying without end (10 s a try, under no
-// context of ours) while the stream has no leader, which silenced a new
-// leader for as long as the election took and more.
+// Every call is bounded by jsTimeout and ctx. A consumer create sent while
+// the stream elects a leader may never be answered (seen: no answer within
+// 30 s, the old bound here). It reads through a plain pull consumer, not an
+// ordered one: an ordered consumer's Fetch re-creates its server-side
+// consumer first, retrying without end (10 s a try, under no context of
+// ours); one begun during an election was seen still blocked minutes later,
+// a new lease holder silent all along.
 func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, cp, last uint64) (proven bool, why string, err error) {
 	if last <= cp {
 		return true, "", nil
