@@ -291,7 +291,7 @@ func moveStreamLeader(t *testing.T, url string, opts []nats.Option, want string)
 // lease TTL; when the killed node led the stream's Raft group, an election
 // (nats-server's election timeout is 4–9 s; a split vote takes another);
 // the publisher's retries; and as much again as slack for a loaded
-// two-core machine. Measured: 1.5–2.2 s, and 4.5–6.8 s when the stream's
+// two-core machine. Measured: 1.5–2.2 s, and 4.5–9.0 s when the stream's
 // leader was killed too (docs/deployment.md). A publisher that waits for
 // an answer that never comes (the ordered consumer's endless re-creation
 // that once hung a takeover: minutes) exceeds it.
