@@ -75,6 +75,22 @@ type Config struct {
 	CheckpointBeforeAck bool
 }
 
+// jsTimeout bounds each JetStream API call of the sync (stream info,
+// create, update, the verification's reads). A request to a stream whose
+// Raft leader is gone is not answered until the replicas notice and elect
+// another, so the call times out: the publisher then reports the stall and
+// asks again, and the first request after the election succeeds.
+const jsTimeout = 5 * time.Second
+
+// infoTimeout is the wait for the stream's info in a sync; it grows by as
+// much after every four unanswered requests in a row, up to jsTimeout (so
+// a machine too loaded to answer within a second is still served), and
+// starts again after an answer. A stream info is answered in milliseconds
+// when the stream has a leader; after the leader's server died, the
+// requests sent during the election (4–9 s of Raft election timeout) are
+// never answered, and a short wait asks again soon after it ends.
+const infoTimeout = time.Second
+
 // Publisher relays one boundary's events into its stream.
 type Publisher struct {
 	cfg Config
@@ -162,6 +178,9 @@ type run struct {
 	// probe said.
 	probed     time.Time
 	lastReason string
+	// infoUnanswered counts the stream info requests in a row that got
+	// no answer (see infoTimeout).
+	infoUnanswered int
 }
 
 func (r *run) loop(ctx context.Context) error {
@@ -176,6 +195,17 @@ func (r *run) loop(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			var nl *noLeaderError
+			if errors.As(err, &nl) {
+				// The stream waits for a Raft leader: ask again soon (the
+				// request itself waited), without growing the backoff, so
+				// publishing resumes right after the election.
+				p.setState(StateStalled, err.Error(), err)
+				if !sleep(ctx, noLeaderRetry) {
+					return nil
+				}
+				continue
 			}
 			if isPaused(err) {
 				p.setState(StatePaused, pausedReason(err), err)
@@ -219,9 +249,29 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	name := stream.Name(p.cfg.Boundary)
 	// The stream is read before the store: the head only grows, so a stream
 	// beyond the head read after it really is ahead of the store.
-	s, streamErr := p.cfg.JS.Stream(ctx, name)
+	wait := min(infoTimeout*time.Duration(1+r.infoUnanswered/4), jsTimeout)
+	ictx, cancel := context.WithTimeout(ctx, wait)
+	s, streamErr := p.cfg.JS.Stream(ictx, name)
+	cancel()
+	if errors.Is(streamErr, context.DeadlineExceeded) && ctx.Err() == nil {
+		r.infoUnanswered++
+		return 0, &noLeaderError{fmt.Errorf("stream %s: no answer within %s (JetStream answers once the stream's Raft group "+
+			"has a leader; asking again): %w", name, wait, streamErr)}
+	}
 	if streamErr != nil && !errors.Is(streamErr, jetstream.ErrStreamNotFound) {
 		return 0, fmt.Errorf("stream %s: %w", name, streamErr)
+	}
+	r.infoUnanswered = 0
+	if streamErr == nil {
+		if info := s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader == "" {
+			// Answered by a replica while the stream's Raft group elects
+			// a leader (its leader's server is gone): its state may lag
+			// the acknowledged messages, and nothing can be written until
+			// a leader exists. Acting on it could purge or recreate a
+			// stream that is whole.
+			return 0, &noLeaderError{fmt.Errorf("stream %s has no Raft leader (an election is under way, or too few of its "+
+				"replicas' servers run): waiting for one", name)}
+		}
 	}
 	b, err := p.cfg.Store.Boundary(ctx, p.cfg.Boundary)
 	if err != nil {
@@ -274,7 +324,7 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 		return r.recreate(ctx, want, cp, fmt.Sprintf("sequence %d is not an orisun event (foreign messages in the stream)", last))
 	}
 	if last >= cp {
-		proven, why, err := r.verify(ctx, info, cp, last)
+		proven, why, err := r.verify(ctx, s, info, cp, last)
 		if err != nil {
 			return 0, err
 		}
@@ -390,10 +440,21 @@ func (r *run) ownMessage(ctx context.Context, s jetstream.Stream, seq uint64) bo
 // else publishing into the stream takes a sequence, and a pipelined message
 // after it may then be accepted in place, so the last message alone proves
 // nothing. Normally the range is at most one batch (the checkpoint follows
-// every batch). A range it cannot see whole (messages gone by age or size,
-// a deleted message, a read that times out) is not proven: the caller then
-// recreates the stream from the checkpoint rather than trust it.
-func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last uint64) (proven bool, why string, err error) {
+// every batch). A range that is not whole (messages gone by age or size, a
+// deleted message) or holds a message that is not orisun's is not proven:
+// the caller then recreates the stream from the checkpoint rather than trust
+// it. A read that fails or delivers nothing (the stream's Raft group is
+// electing a leader, a server is gone) proves nothing either way: it is an
+// error, and the caller retries instead of destroying the stream.
+//
+// Every call is bounded by jsTimeout and ctx. A consumer create sent while
+// the stream elects a leader may never be answered (seen: no answer within
+// 30 s, the old bound here). It reads through a plain pull consumer, not an
+// ordered one: an ordered consumer's Fetch re-creates its server-side
+// consumer first, retrying without end (10 s a try, under no context of
+// ours); one begun during an election was seen still blocked minutes later,
+// a new lease holder silent all along.
+func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, cp, last uint64) (proven bool, why string, err error) {
 	if last <= cp {
 		return true, "", nil
 	}
@@ -402,26 +463,41 @@ func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last u
 	}
 	p := r.p
 	name := stream.Name(p.cfg.Boundary)
-	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cons, err := p.cfg.JS.OrderedConsumer(vctx, name, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   cp + 1,
-		HeadersOnly:   true,
+	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cons, err := s.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       cp + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute,
 	})
+	cancel()
 	if err != nil {
-		return false, "", fmt.Errorf("verify stream %s after %d: %w", name, cp, err)
+		return false, "", fmt.Errorf("verify stream %s after %d: create a reader: %w", name, cp, err)
 	}
+	defer func() {
+		// Best effort, and not waited for (a stream without a leader does
+		// not answer): the server removes it after a minute unused anyway.
+		go func(name string) {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jsTimeout)
+			defer cancel()
+			_ = s.DeleteConsumer(dctx, name)
+		}(cons.CachedInfo().Name)
+	}()
 	want := cp + 1
 	for want <= last {
-		epoch, page, err := p.cfg.Store.Read(vctx, p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
+		rctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		epoch, page, err := p.cfg.Store.Read(rctx, p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
+		cancel()
 		if err != nil {
 			return false, "", fmt.Errorf("read position %d: %w", want, err)
 		}
 		if epoch != r.epoch || len(page) == 0 {
 			return false, "", fmt.Errorf("read position %d: the boundary changed under the verification", want)
 		}
-		batch, err := cons.Fetch(len(page), jetstream.FetchMaxWait(5*time.Second))
+		batch, err := cons.Fetch(len(page), jetstream.FetchMaxWait(jsTimeout))
 		if err != nil {
 			return false, "", fmt.Errorf("verify stream %s after %d: %w", name, want-1, err)
 		}
@@ -445,8 +521,12 @@ func (r *run) verify(ctx context.Context, info *jetstream.StreamInfo, cp, last u
 			want++
 			i++
 		}
+		if err := batch.Error(); err != nil {
+			return false, "", fmt.Errorf("verify stream %s after %d: %w", name, want-1, err)
+		}
 		if i == 0 {
-			return false, fmt.Sprintf("sequence %d could not be read back from the stream", want), nil
+			return false, "", fmt.Errorf("verify stream %s: sequence %d was not delivered within %s (the stream holds it up to %d)",
+				name, want, jsTimeout, last)
 		}
 	}
 	return true, "", nil
@@ -859,6 +939,27 @@ func isPaused(err error) bool {
 		return true
 	}
 	return false
+}
+
+// noLeaderError says that the stream has no Raft leader now (the server
+// that led it is gone and the others elect one): the sync is retried every
+// noLeaderRetry.
+type noLeaderError struct{ err error }
+
+func (e *noLeaderError) Error() string { return e.err.Error() }
+func (e *noLeaderError) Unwrap() error { return e.err }
+
+const noLeaderRetry = 200 * time.Millisecond
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 type backoff struct {

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -69,7 +71,9 @@ func binary(t *testing.T, name string) string {
 }
 
 // freePorts picks n distinct free loopback ports (all listeners are held
-// until all are picked, so they differ).
+// until all are picked, so they differ). The listeners are closed before
+// the children bind the ports, so another process on the machine may take
+// one meanwhile: startGroup starts the children again on new ports then.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var ports []int
@@ -86,6 +90,75 @@ func freePorts(t *testing.T, n int) []int {
 		l.Close()
 	}
 	return ports
+}
+
+// startAttempts is how many times startGroup starts a group of children,
+// each time on new ports, before it gives up on ports taken under it.
+const startAttempts = 4
+
+// startGroup starts a group of children that bind nPorts loopback ports
+// between them: launch starts them on the ports pick gives, up is true
+// once a child runs with its ports bound by itself. When a child exits
+// before the whole group is up because a port was taken (between pick and
+// its bind, by another process on this shared machine), every child of the
+// attempt is killed and the group starts again on new ports. It returns
+// the group and how many attempts it took; any other early exit, or no
+// group up within timeout, fails the test.
+func startGroup(t *testing.T, what string, nPorts int, pick func(t *testing.T, n int) []int,
+	launch func(ports []int) []*proc, up func(*proc) bool, timeout time.Duration) ([]*proc, int) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		group := launch(pick(t, nPorts))
+		failed := waitUp(t, what, group, up, timeout)
+		if failed == nil {
+			return group, attempt
+		}
+		for _, p := range group {
+			p.stop()
+		}
+		if !failed.bindFailed() {
+			t.Fatalf("%s exited while %s started:\n%s", failed.name, what, failed.tail(50))
+		}
+		if attempt == startAttempts {
+			t.Fatalf("%s: a port was taken under a child in each of %d attempts; the last:\n%s", what, attempt, failed.tail(20))
+		}
+		t.Logf("%s could not bind a port picked for it (another process took it meanwhile): starting %s again on new ports",
+			failed.name, what)
+	}
+}
+
+// waitUp waits until up holds for every process of group, and returns
+// nil, or returns the first process that exited meanwhile.
+func waitUp(t *testing.T, what string, group []*proc, up func(*proc) bool, timeout time.Duration) *proc {
+	t.Helper()
+	isUp := make([]bool, len(group))
+	begin := time.Now()
+	for {
+		all := true
+		for i, p := range group {
+			if p.dead() {
+				return p
+			}
+			if !isUp[i] {
+				isUp[i] = up(p)
+				all = all && isUp[i]
+			}
+		}
+		if all {
+			// Once more: a child that found a port taken after another
+			// process answered on it has exited by now.
+			for _, p := range group {
+				if p.dead() {
+					return p
+				}
+			}
+			return nil
+		}
+		if time.Since(begin) > timeout {
+			t.Fatalf("timed out after %s waiting for %s to start", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // proc is one child process: an orisun node or a nats-server.
@@ -149,6 +222,36 @@ func start(t *testing.T, name, bin string, args, env []string) *proc {
 		}
 	})
 	return p
+}
+
+// stop kills the process, if it runs, and waits for it to be gone.
+func (p *proc) stop() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// bindFailed reports whether the process exited because an address it was
+// to listen on was in use (orisun's status listener or embedded NATS, or
+// nats-server).
+func (p *proc) bindFailed() bool {
+	if !p.dead() {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, line := range p.log {
+		if strings.Contains(line, "address already in use") {
+			return true
+		}
+	}
+	return false
+}
+
+// tail returns the last n lines of the process's output.
+func (p *proc) tail(n int) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.log[max(0, len(p.log)-n):], "\n")
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
@@ -232,26 +335,36 @@ func orisunEnv(t *testing.T, pgURL, id string, httpPort int, ttl time.Duration) 
 // docker-compose.yml), with streams of three replicas.
 func embeddedCluster(t *testing.T, pgURL string, n int, ttl time.Duration, extra ...string) []*proc {
 	t.Helper()
-	ports := freePorts(t, 3*n)
-	var routes []string
-	for i := range n {
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
-	}
-	var nodes []*proc
-	for i := range n {
-		id := fmt.Sprintf("node-%d", i+1)
-		env := append(orisunEnv(t, pgURL, id, ports[2*n+i], ttl),
-			"ORISUN_NATS_PORT="+strconv.Itoa(ports[i]),
-			"ORISUN_NATS_CLUSTER_NAME=orisun_test",
-			"ORISUN_NATS_CLUSTER_PORT="+strconv.Itoa(ports[n+i]),
-			"ORISUN_NATS_CLUSTER_ROUTES="+strings.Join(routes, ","),
-			"ORISUN_NATS_STREAM_REPLICAS=3")
-		p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
-		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
-		p.http = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
-		nodes = append(nodes, p)
-	}
+	nodes, _ := startGroup(t, fmt.Sprintf("%d orisun nodes", n), 3*n, freePorts, func(ports []int) []*proc {
+		var routes []string
+		for i := range n {
+			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+		}
+		var nodes []*proc
+		for i := range n {
+			id := fmt.Sprintf("node-%d", i+1)
+			env := append(orisunEnv(t, pgURL, id, ports[2*n+i], ttl),
+				"ORISUN_NATS_PORT="+strconv.Itoa(ports[i]),
+				"ORISUN_NATS_CLUSTER_NAME=orisun_test",
+				"ORISUN_NATS_CLUSTER_PORT="+strconv.Itoa(ports[n+i]),
+				"ORISUN_NATS_CLUSTER_ROUTES="+strings.Join(routes, ","),
+				"ORISUN_NATS_STREAM_REPLICAS=3")
+			p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
+			p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+			p.http = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
+			nodes = append(nodes, p)
+		}
+		return nodes
+	}, orisunUp, 120*time.Second)
 	return nodes
+}
+
+// orisunUp is true once the node has started: its status listener answers
+// with its own node id (it binds the status port first and every other
+// port before it starts, and exits when one is taken).
+func orisunUp(p *proc) bool {
+	st, err := p.status()
+	return err == nil && st.NodeID == p.name
 }
 
 // Users of the external NATS cluster: orisun logs in as one, the test's
@@ -266,7 +379,15 @@ const (
 // each proc's nats is its client URL.
 func natsCluster(t *testing.T, n int) []*proc {
 	t.Helper()
-	ports := freePorts(t, 2*n)
+	servers, _ := startGroup(t, fmt.Sprintf("%d nats-server processes", n), 2*n, freePorts,
+		func(ports []int) []*proc { return launchNATSCluster(t, n, ports) }, natsUp, 60*time.Second)
+	return servers
+}
+
+// launchNATSCluster starts n nats-server processes, clustered by routes,
+// on the client ports ports[:n] and the route ports ports[n:2n].
+func launchNATSCluster(t *testing.T, n int, ports []int) []*proc {
+	t.Helper()
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
@@ -300,19 +421,21 @@ cluster {
 		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
 		servers = append(servers, p)
 	}
-	// JetStream is usable once the servers see each other and elect a
-	// meta leader; orisun's start-up waits for that itself, this only
-	// makes a broken configuration fail here, by name.
-	for _, s := range servers {
-		waitFor(t, s.name+" to accept connections", 30*time.Second, 50*time.Millisecond, func() bool {
-			c, err := net.DialTimeout("tcp", strings.TrimPrefix(s.nats, "nats://"), time.Second)
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		})
-	}
 	return servers
+}
+
+// natsUp is true once the nats-server accepts a client on its port and is
+// the one that answers there (the server's name is its process's). A
+// broken configuration fails here, by name; JetStream is usable once the
+// servers elect a meta leader, which orisun's start-up waits for itself.
+func natsUp(p *proc) bool {
+	nc, err := nats.Connect(p.nats, nats.UserInfo(natsAppUser, natsAppPassword), nats.Timeout(time.Second),
+		nats.NoReconnect())
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	return "nats-"+strings.TrimPrefix(nc.ConnectedServerName(), "ext-") == p.name
 }
 
 // externalNodes starts n orisun nodes against the external NATS servers
@@ -320,22 +443,24 @@ cluster {
 // different server), logged in as natsOrisunUser.
 func externalNodes(t *testing.T, pgURL string, servers []*proc, n int, ttl time.Duration, extra ...string) []*proc {
 	t.Helper()
-	ports := freePorts(t, n)
-	var nodes []*proc
-	for i := range n {
-		var urls []string
-		for j := range servers {
-			urls = append(urls, servers[(i+j)%len(servers)].nats)
+	nodes, _ := startGroup(t, fmt.Sprintf("%d orisun nodes", n), n, freePorts, func(ports []int) []*proc {
+		var nodes []*proc
+		for i := range n {
+			var urls []string
+			for j := range servers {
+				urls = append(urls, servers[(i+j)%len(servers)].nats)
+			}
+			id := fmt.Sprintf("node-%d", i+1)
+			env := append(orisunEnv(t, pgURL, id, ports[i], ttl),
+				"ORISUN_NATS_URL="+strings.Join(urls, ","),
+				"ORISUN_NATS_USER="+natsOrisunUser, "ORISUN_NATS_PASSWORD="+natsOrisunPassword)
+			p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
+			p.nats = servers[i%len(servers)].nats
+			p.http = fmt.Sprintf("127.0.0.1:%d", ports[i])
+			nodes = append(nodes, p)
 		}
-		id := fmt.Sprintf("node-%d", i+1)
-		env := append(orisunEnv(t, pgURL, id, ports[i], ttl),
-			"ORISUN_NATS_URL="+strings.Join(urls, ","),
-			"ORISUN_NATS_USER="+natsOrisunUser, "ORISUN_NATS_PASSWORD="+natsOrisunPassword)
-		p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
-		p.nats = servers[i%len(servers)].nats
-		p.http = fmt.Sprintf("127.0.0.1:%d", ports[i])
-		nodes = append(nodes, p)
-	}
+		return nodes
+	}, orisunUp, 120*time.Second)
 	return nodes
 }
 
