@@ -627,3 +627,111 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// wideWindow returns a publisher whose window spans several batches (200
+// messages, batches of 50), so that later batches are in flight while an
+// earlier one is acknowledged and checkpointed.
+func (e *env) wideWindow(wake chan struct{}, afterAck func(last uint64)) *publisher.Publisher {
+	return publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 200,
+		PollInterval: 20 * time.Millisecond, Wake: wake, AfterAck: afterAck})
+}
+
+// TestWideWindowCheckpointNeverAhead_I3: with several batches in flight,
+// each batch's acknowledgement finds the stored checkpoint at or below the
+// acknowledged position and at or below the stream's last sequence: a
+// checkpoint never names a message that is not yet in the stream (I3).
+func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		e.append(t, 100)
+	}
+	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	var acks atomic.Int64
+	p := e.wideWindow(nil, func(last uint64) {
+		acks.Add(1)
+		cp, err := e.store.Checkpoint(ctx, "b")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		s, err := e.js.Stream(ctx, stream.Name("b"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		streamLast := s.CachedInfo().State.LastSeq
+		if cp > last || cp > streamLast {
+			t.Errorf("batch ending at %d acknowledged: the stored checkpoint is already %d, the stream's last sequence %d (I3)",
+				last, cp, streamLast)
+		}
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	waitFor(t, "the checkpoint at 1000", 30*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 1000 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := acks.Load(); n < 20 {
+		t.Fatalf("%d batches acknowledged, want 20 (1000 events in batches of 50)", n)
+	}
+	if last := e.checkStream(t); last != 1000 {
+		t.Fatalf("stream last %d, want 1000", last)
+	}
+}
+
+// TestWideWindowRefusalNeverSkips_I2_I3_I4: a foreign message lands in the
+// stream while several batches are in flight; the publishes after it are
+// refused. The publisher recreates the stream from its checkpoint, which
+// must not be past the foreign message's sequence, so every position ends
+// up in the stream at its own sequence.
+func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		e.append(t, 100)
+	}
+	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	var once sync.Once
+	var foreignSeq atomic.Uint64
+	p := e.wideWindow(make(chan struct{}, 1), func(last uint64) {
+		if last < 100 {
+			return
+		}
+		once.Do(func() {
+			ack, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("x"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			foreignSeq.Store(ack.Sequence)
+		})
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	waitFor(t, "the checkpoint at 1000", 60*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 1000 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fs := foreignSeq.Load()
+	if fs == 0 {
+		t.Fatal("the foreign message was not published")
+	}
+	s, err := e.js.Stream(ctx, stream.Name("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.CachedInfo().State.FirstSeq
+	if first > fs {
+		t.Fatalf("the foreign message took sequence %d, but the stream was recreated from %d: positions %d..%d were skipped (I4)",
+			fs, first, fs, first-1)
+	}
+	if last := e.checkStream(t); last != 1000 {
+		t.Fatalf("stream last %d, want 1000", last)
+	}
+	t.Logf("foreign message at sequence %d, stream now %d..1000", fs, first)
+}
