@@ -583,8 +583,8 @@ func (n *Node) wake(boundary string) {
 	}
 }
 
-// Stop stops the publishers (each finishes its batch and writes its
-// checkpoint), releases the leases, ends the subscriptions (ErrClosed), and
+// Stop stops the publishers (each finishes sending its batch, awaits what
+// is in flight and checkpoints it), releases the leases, ends the subscriptions (ErrClosed), and
 // closes NATS and the store. Safe to call twice, concurrently, and before
 // Start; every call returns once the node is stopped.
 func (n *Node) Stop() error {
@@ -607,8 +607,8 @@ func (n *Node) Stop() error {
 func (n *Node) teardown() error {
 	var errs []error
 	if n.http != nil {
-		// /readyz says "shutting down" while the publishers finish their
-		// batch; the listener closes once they have.
+		// /readyz says "shutting down" while the publishers finish what
+		// they have in flight; the listener closes once they have.
 		n.http.Stopping()
 	}
 	// The API stops first: requests in flight finish while the store and

@@ -133,7 +133,9 @@ func New(cfg Config) *Publisher {
 }
 
 // Run publishes while ctx lives, as the holder of lease. When ctx ends it
-// finishes the batch in flight and writes its checkpoint before returning.
+// finishes sending the batch it is sending, awaits everything in flight (at
+// most Window messages after the last send, of that batch and the one
+// before it), checkpoints it and returns, reading and sending nothing more.
 // It returns nil on a clean stop, event.ErrLeaseLost when a checkpoint write
 // was refused because the lease term is stale (a newer publisher exists).
 func (p *Publisher) Run(ctx context.Context, lease backend.Lease) error {

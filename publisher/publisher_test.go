@@ -283,7 +283,7 @@ func TestStreamOfOtherEpochIsRecreated_I2(t *testing.T) {
 }
 
 // TestCleanStopCheckpoints_I3: a publisher stopped while it publishes
-// finishes its batch and leaves the checkpoint at the stream's last
+// finishes what it has in flight and leaves the checkpoint at the stream's last
 // sequence, never beyond it.
 func TestCleanStopCheckpoints_I3(t *testing.T) {
 	e := setup(t)

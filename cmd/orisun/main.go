@@ -155,7 +155,7 @@ func serve(stderr io.Writer) int {
 	// A second SIGINT or SIGTERM kills the process at once, should the
 	// shutdown hang (a subscription handler that ignores its context).
 	stop()
-	log.Info("shutting down: publishers finish their batch and write their checkpoint (signal again to kill)")
+	log.Info("shutting down: publishers finish what they have in flight and write their checkpoint (signal again to kill)")
 	if err := n.Stop(); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("shutdown", "err", err)
 		return 1
