@@ -8,9 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -55,7 +58,64 @@ func TestSmoke(t *testing.T) {
 				t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 			}
 			checkReport(t, rep, cfg)
+			if backend == "postgres" {
+				checkDropped(t, pgURL, progress.String())
+			}
 		})
+	}
+}
+
+// checkDropped asserts that the database the run created (named in its
+// progress) is gone from the server.
+func checkDropped(t *testing.T, serverURL, progress string) {
+	t.Helper()
+	m := regexp.MustCompile(`created database (` + dbPrefix + `[0-9a-f]+)`).FindStringSubmatch(progress)
+	if m == nil {
+		t.Fatalf("the progress names no database created:\n%s", progress)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", m[1]).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the bench database %s is still on the server after the run", m[1])
+	}
+}
+
+// TestTargetNotReached: a paced row below 90% of its target rate is marked
+// in the JSON and the text report; one at the target is not.
+func TestTargetNotReached(t *testing.T) {
+	for _, tc := range []struct {
+		appended int64
+		marked   bool
+	}{{950, false}, {899, true}} {
+		res := &pacedResult{appended: tc.appended, received: tc.appended, sending: time.Second,
+			lat: []time.Duration{time.Millisecond}, calls: []time.Duration{time.Millisecond}}
+		row := Row{Workload: "latency", Name: "1000 events/s", TargetRate: 1000}
+		res.fill(&row)
+		if row.TargetNotReached != tc.marked {
+			t.Errorf("%d events/s of 1000: marked %v, want %v", tc.appended, row.TargetNotReached, tc.marked)
+		}
+		var text bytes.Buffer
+		if err := (&Report{Rows: []Row{row}}).WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(text.String(), "target not reached"); got != tc.marked {
+			t.Errorf("%d events/s of 1000: the text says \"target not reached\": %v, want %v\n%s", tc.appended, got, tc.marked, text.String())
+		}
+		b, err := json.Marshal(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), `"target_not_reached":true`); got != tc.marked {
+			t.Errorf("%d events/s of 1000: JSON %s", tc.appended, b)
+		}
 	}
 }
 

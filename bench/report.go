@@ -72,6 +72,10 @@ type Row struct {
 	AppendP99Ms float64 `json:"append_p99_ms,omitempty"`
 	// TargetRate is the rate asked for (latency workloads).
 	TargetRate int `json:"target_rate,omitempty"`
+	// TargetNotReached marks a paced row whose rate reached is below 90%
+	// of TargetRate: its latencies are mostly the queue of scheduled
+	// appends ("target not reached" in the text report).
+	TargetNotReached bool `json:"target_not_reached,omitempty"`
 	// CPUSeconds is user+system CPU of this process over the workload;
 	// CPUPerSec the same per wall second (cores busy).
 	CPUSeconds float64 `json:"cpu_s"`
@@ -139,6 +143,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\n", title)
 		fmt.Fprint(tw, head)
 		for _, x := range rows {
+			if x.TargetNotReached {
+				x.Name += " (target not reached)"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%s\t%s\t\n",
 				x.Workload, x.Name, x.Events, x.Seconds, num(x.EventsPerSec, 0), num(x.MBPerSec, 1),
 				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.CPUPerSec, x.RSSMB,
