@@ -96,7 +96,8 @@ func (c *Config) Validate() error {
 	case "sqlite":
 	case "postgres":
 		if c.PGURL == "" {
-			return bad("pg-url", "the postgres backend needs a server URL (--pg-url or ORISUN_PG_URL), e.g. postgres://postgres@127.0.0.1:5432/postgres")
+			return bad("pg-url", "the postgres backend needs an explicit --pg-url, e.g. postgres://postgres@127.0.0.1:5432/postgres: "+
+				"the bench creates a database on that server and loads it, so it never takes the node's ORISUN_PG_URL (possibly a production store)")
 		}
 		if !strings.HasPrefix(c.PGURL, "postgres://") && !strings.HasPrefix(c.PGURL, "postgresql://") {
 			return bad("pg-url", "must be a postgres:// URL (the bench creates a database of its own on that server)")

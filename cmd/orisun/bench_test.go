@@ -27,6 +27,11 @@ func TestBenchCommand(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("the JSON report does not parse: %v\n%s", err, stdout.String())
 	}
+	// Before anything, the run says what it will do and cost.
+	if !strings.Contains(stderr.String(), "orisun bench: SQLite in a temporary directory") ||
+		!strings.Contains(stderr.String(), "a backlog of 500 events of 1024 bytes, about 0.0 GB of disk") {
+		t.Errorf("no plan printed at the start: %q", stderr.String())
+	}
 	if rep.Backend != "sqlite" || len(rep.Rows) == 0 || len(rep.Checks) == 0 {
 		t.Fatalf("report: backend %q, %d rows, %d checks", rep.Backend, len(rep.Rows), len(rep.Checks))
 	}
@@ -71,5 +76,17 @@ func TestBenchCommandErrors(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("orisun bench %v: exit %d, stderr %q; want exit 2 naming %s", tc.args, code, stderr.String(), tc.want)
 		}
+	}
+}
+
+// TestBenchPGURLNotFromEnv: the bench never loads the node's own store:
+// ORISUN_PG_URL set, --backend postgres without --pg-url is refused with
+// exit 2 naming pg-url, before anything is created.
+func TestBenchPGURLNotFromEnv(t *testing.T) {
+	t.Setenv("ORISUN_PG_URL", "postgres://postgres@127.0.0.1:1/production")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"bench", "--backend", "postgres"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "pg-url: the postgres backend needs an explicit --pg-url") {
+		t.Fatalf("orisun bench --backend postgres with ORISUN_PG_URL set: exit %d, stderr %q; want exit 2 asking for --pg-url", code, stderr.String())
 	}
 }
