@@ -665,8 +665,17 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 			return fmt.Errorf("boundary epoch changed from %s to %s: resyncing the stream", r.epoch, epoch)
 		}
 		if len(events) == 0 {
-			if err := fl.settle(actx, 0); err != nil {
+			// Caught up: await what is in flight (checkpointing each batch
+			// once fully acknowledged), but a commit signalled meanwhile
+			// is read at once, its events following the ones in flight in
+			// the same window. Awaiting every acknowledgement first made
+			// live publishing stop-and-wait per short batch.
+			woken, err := fl.settleOrWake(actx, 0, p.cfg.Wake)
+			if err != nil {
 				return err
+			}
+			if woken {
+				continue
 			}
 			// A commit signalled since the read: read again at once. The
 			// head-row probe of the idle path is a store round trip that
@@ -787,6 +796,14 @@ func (fl *flight) send(ctx context.Context, events []event.Event) error {
 // messages are in flight. Each batch whose last message is acknowledged is
 // checkpointed then, after the AfterAck hook.
 func (fl *flight) settle(ctx context.Context, keep int) error {
+	_, err := fl.settleOrWake(ctx, keep, nil)
+	return err
+}
+
+// settleOrWake is settle that also returns, woken, as soon as a wake-up
+// arrives on wake (nil: never) while it waits; what is still in flight
+// stays there, unawaited, with its batches not yet checkpointed.
+func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct{}) (woken bool, err error) {
 	r := fl.r
 	i := 0
 	defer func() {
@@ -798,9 +815,12 @@ func (fl *flight) settle(ctx context.Context, keep int) error {
 	}()
 	for ; len(fl.futures)-i > keep; i++ {
 		pos := fl.positions[i]
-		if err := r.await(ctx, fl.futures[i], pos); err != nil {
+		if err := r.await(ctx, fl.futures[i], pos, wake); err != nil {
+			if errors.Is(err, errWoken) {
+				return true, nil // the future i is not consumed
+			}
 			i++
-			return err
+			return false, err
 		}
 		if len(fl.ends) == 0 || pos != fl.ends[0] {
 			continue
@@ -814,10 +834,10 @@ func (fl *flight) settle(ctx context.Context, keep int) error {
 		}
 		if err := r.checkpoint(ctx, pos); err != nil {
 			i++
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // idleReason says why there is nothing to publish. An append transaction
@@ -864,10 +884,18 @@ func (r *run) probeReason(ctx context.Context, prober HeadProber) string {
 		r.heldSince.Format(time.RFC3339) + "; its events get positions when it commits, nothing is skipped meanwhile"
 }
 
-func (r *run) await(ctx context.Context, f jetstream.PubAckFuture, pos uint64) error {
+// errWoken is await's answer when a wake-up came before the acknowledgement.
+var errWoken = errors.New("woken")
+
+// await waits for the acknowledgement of the message at pos, or for a
+// wake-up on wake (nil: none), which returns errWoken and leaves f
+// unconsumed.
+func (r *run) await(ctx context.Context, f jetstream.PubAckFuture, pos uint64, wake <-chan struct{}) error {
 	timer := time.NewTimer(r.p.cfg.AckTimeout)
 	defer timer.Stop()
 	select {
+	case <-wake:
+		return errWoken
 	case ack := <-f.Ok():
 		if ack.Sequence != pos {
 			return fmt.Errorf("position %d acknowledged at stream sequence %d (duplicate: %v): refusing to continue out of place",
