@@ -14,6 +14,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/orisun-io/orisun/bench"
@@ -105,8 +106,26 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprint(stderr, plan(cfg))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The deferred calls run in reverse: done is closed first, so the
+	// watcher leaves without a word when the run ends by itself, and it has
+	// left (wg) before stop cancels ctx and before stderr is handed back.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
+	wg.Add(1)
 	go func() {
-		<-ctx.Done()
+		defer wg.Done()
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
 		// The first signal cancels the run, which then cleans up; the
 		// default action is restored, so a second one exits at once.
 		stop()

@@ -32,6 +32,11 @@ func TestBenchCommand(t *testing.T) {
 		!strings.Contains(stderr.String(), "a backlog of 500 events of 1024 bytes, about 0.0 GB of disk") {
 		t.Errorf("no plan printed at the start: %q", stderr.String())
 	}
+	// A run that ends by itself was not interrupted, and says nothing of
+	// the kind.
+	if strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("a run that completed says it was interrupted: %q", stderr.String())
+	}
 	if rep.Backend != "sqlite" || len(rep.Rows) == 0 || len(rep.Checks) == 0 {
 		t.Fatalf("report: backend %q, %d rows, %d checks", rep.Backend, len(rep.Rows), len(rep.Checks))
 	}
