@@ -139,46 +139,34 @@ func (r *runner) fillBacklog(ctx context.Context) error {
 func (r *runner) rawRead(ctx context.Context) error {
 	const page = 1000
 	r.progress("limit: raw range reads of the backlog, pages of %d", page)
-	var n int64
 	var m *meter
+	var readPage func(after int64) (got int, last int64, err error)
 	if r.cfg.Backend == "postgres" {
 		conn, err := pgx.Connect(ctx, r.pgURL)
 		if err != nil {
 			return fmt.Errorf("bench: raw read: %w", err)
 		}
 		defer conn.Close(context.Background())
-		m = startMeter()
-		var after int64
-		for {
+		readPage = func(after int64) (got int, last int64, err error) {
 			rows, err := conn.Query(ctx, `SELECT position, id::text, type, time, tags, data, metadata FROM orisun_events
 WHERE boundary = $1 AND position > $2 ORDER BY position LIMIT $3`, relayBoundary, after, page)
 			if err != nil {
-				return fmt.Errorf("bench: raw read: %w", err)
+				return 0, 0, err
 			}
-			got := 0
+			defer rows.Close()
 			for rows.Next() {
 				var (
-					pos      int64
 					id, typ  string
 					t        time.Time
 					tags     []string
 					data, md []byte
 				)
-				if err := rows.Scan(&pos, &id, &typ, &t, &tags, &data, &md); err != nil {
-					rows.Close()
-					return fmt.Errorf("bench: raw read: %w", err)
+				if err := rows.Scan(&last, &id, &typ, &t, &tags, &data, &md); err != nil {
+					return 0, 0, err
 				}
-				after = pos
 				got++
 			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("bench: raw read: %w", err)
-			}
-			n += int64(got)
-			if got < page {
-				break
-			}
+			return got, last, rows.Err()
 		}
 	} else {
 		db, err := sql.Open("sqlite", sqliteDSN(r.dir, "query_only(1)"))
@@ -186,37 +174,39 @@ WHERE boundary = $1 AND position > $2 ORDER BY position LIMIT $3`, relayBoundary
 			return fmt.Errorf("bench: raw read: %w", err)
 		}
 		defer db.Close()
-		m = startMeter()
-		var after int64
-		for {
+		readPage = func(after int64) (got int, last int64, err error) {
 			rows, err := db.QueryContext(ctx, `SELECT position, id, type, time, tags, data, metadata FROM events
 WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`, relayBoundary, after, page)
 			if err != nil {
-				return fmt.Errorf("bench: raw read: %w", err)
+				return 0, 0, err
 			}
-			got := 0
+			defer rows.Close()
 			for rows.Next() {
 				var (
-					pos, t        int64
+					t             int64
 					id, typ, tags string
 					data, md      []byte
 				)
-				if err := rows.Scan(&pos, &id, &typ, &t, &tags, &data, &md); err != nil {
-					rows.Close()
-					return fmt.Errorf("bench: raw read: %w", err)
+				if err := rows.Scan(&last, &id, &typ, &t, &tags, &data, &md); err != nil {
+					return 0, 0, err
 				}
-				after = pos
 				got++
 			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("bench: raw read: %w", err)
-			}
-			n += int64(got)
-			if got < page {
-				break
-			}
+			return got, last, rows.Err()
 		}
+	}
+	m = startMeter()
+	var n, after int64
+	for {
+		got, last, err := readPage(after)
+		if err != nil {
+			return fmt.Errorf("bench: raw read: %w", err)
+		}
+		n += int64(got)
+		if got < page {
+			break
+		}
+		after = last
 	}
 	row := m.row("limit", "raw_read", n, r.cfg.EventBytes)
 	row.Note = fmt.Sprintf("SELECT … WHERE boundary = ? AND position > ? ORDER BY position LIMIT %d, one connection, rows scanned into plain values", page)
