@@ -217,6 +217,10 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "orisun append: --data is not valid JSON (quote strings: --data '\"text\"')\n")
 				return 2
 			}
+			if e.Metadata != nil && !json.Valid(e.Metadata) {
+				fmt.Fprintf(stderr, "orisun append: --metadata is not valid JSON (e.g. --metadata '{\"by\":\"cli\"}')\n")
+				return 2
+			}
 		}
 		var cond *event.Condition
 		if conditional {

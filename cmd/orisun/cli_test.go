@@ -139,6 +139,10 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "not valid JSON") {
 		t.Fatalf("append bad data: %d %q", code, errs)
 	}
+	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "1", "--metadata", "not json")
+	if code != 2 || !strings.Contains(errs, "--metadata is not valid JSON") {
+		t.Fatalf("append bad metadata: %d %q", code, errs)
+	}
 	code, _, errs = cli(t, "not json\n", "append", "default")
 	if code != 2 || !strings.Contains(errs, "stdin line 1") {
 		t.Fatalf("append bad stdin: %d %q", code, errs)
