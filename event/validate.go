@@ -57,11 +57,21 @@ func ValidateBoundaryName(name string) error {
 		c := name[i]
 		ok := c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '_')
 		if !ok {
-			return fmt.Errorf("%w: boundary name %q: byte %d (%q) is not allowed; a name must match ^[a-z][a-z0-9_]{0,62}$",
-				ErrInvalid, name, i, c)
+			return fmt.Errorf("%w: boundary name %q: byte %d (%s) is not allowed; a name must match ^[a-z][a-z0-9_]{0,62}$",
+				ErrInvalid, name, i, describeByte(c))
 		}
 	}
 	return nil
+}
+
+// describeByte shows a refused byte. %q of a byte above 0x7f would show
+// the Latin-1 character of that value ('é' would be reported as 'Ã'), which
+// is not what the user typed: such a byte is named by its value instead.
+func describeByte(c byte) string {
+	if c >= utf8.RuneSelf {
+		return fmt.Sprintf("0x%02x, not ASCII", c)
+	}
+	return fmt.Sprintf("%q", rune(c))
 }
 
 // ValidateType checks an event type: one or more dot-separated tokens of
@@ -88,8 +98,8 @@ func ValidateType(t string) error {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == ':':
 			tokenLen++
 		default:
-			return fmt.Errorf("%w: type %q: byte %d (%q) is not allowed; use letters, digits, '_', '-', ':' and '.' between tokens",
-				ErrInvalid, t, i, c)
+			return fmt.Errorf("%w: type %q: byte %d (%s) is not allowed; use letters, digits, '_', '-', ':' and '.' between tokens",
+				ErrInvalid, t, i, describeByte(c))
 		}
 	}
 	if tokenLen == 0 {

@@ -45,6 +45,28 @@ func TestValidateType(t *testing.T) {
 	}
 }
 
+// TestRefusedByteNamed: the error shows the refused byte as the user
+// typed it, or by its value when it is not ASCII (not as the Latin-1
+// character of that value: 'é' is not refused as 'Ã').
+func TestRefusedByteNamed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"type é", event.ValidateType("café"), "byte 3 (0xc3, not ASCII)"},
+		{"boundary é", event.ValidateBoundaryName("café"), "byte 3 (0xc3, not ASCII)"},
+		{"type space", event.ValidateType("a b"), "byte 1 (' ')"},
+		{"boundary NUL", event.ValidateBoundaryName("a\x00"), `byte 1 ('\x00')`},
+		{"boundary dot", event.ValidateBoundaryName("a.b"), "byte 1 ('.')"},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) || strings.Contains(c.err.Error(), "Ã") {
+			t.Errorf("%s: error %v, want it to contain %q", c.name, c.err, c.want)
+		}
+	}
+}
+
 func TestPrepareNormalises(t *testing.T) {
 	t.Parallel()
 	in := []event.Input{{ID: "0190B0A0-0000-7000-8000-00000000000A", Type: "a", Data: json.RawMessage(" { \"x\" : 1 } "),
