@@ -3,6 +3,7 @@ package event_test
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -91,31 +92,53 @@ func TestPrepareNormalises(t *testing.T) {
 // a name it accepts is safe as a NATS subject token, a stream name and a SQL
 // value.
 func FuzzValidateBoundaryName(f *testing.F) {
-	for _, s := range []string{"default", "a.b", "a*", "a>", "$SYS", "a b", "a\x00", "", "Z", "a_1", strings.Repeat("a", 64)} {
+	for _, s := range []string{"default", "a.b", "a*", "a>", "$SYS", "a b", "a\x00", "", "Z", "a_1", "café", "a\n",
+		strings.Repeat("a", 63), strings.Repeat("a", 64)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		if event.ValidateBoundaryName(name) != nil {
+		err := event.ValidateBoundaryName(name)
+		// The exact rule of DESIGN §3, both ways: nothing else is
+		// accepted, and nothing it allows is refused.
+		if want := boundaryNameRE.MatchString(name); (err == nil) != want {
+			t.Fatalf("ValidateBoundaryName(%q) = %v, the rule ^[a-z][a-z0-9_]{0,62}$ says valid=%v", name, err, want)
+		}
+		if err != nil {
+			if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "boundary name") {
+				t.Fatalf("ValidateBoundaryName(%q) = %v: want ErrInvalid naming the boundary name", name, err)
+			}
 			return
 		}
 		if name == "" || len(name) > 63 || strings.ContainsAny(name, ".*>$ \t\r\n\x00'\"\\/-") || !utf8.ValidString(name) {
 			t.Fatalf("accepted an unsafe name %q", name)
 		}
-		if name[0] < 'a' || name[0] > 'z' {
-			t.Fatalf("accepted %q that does not start with a lower-case letter", name)
-		}
 	})
 }
+
+// boundaryNameRE and typeRE are the documented rules (DESIGN §3, README
+// "Events and limits") that the fuzz targets hold the validators to.
+var (
+	boundaryNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	typeRE         = regexp.MustCompile(`^[A-Za-z0-9_:-]+(\.[A-Za-z0-9_:-]+)*$`)
+)
 
 // FuzzValidateType: a type it accepts is one or more non-empty subject
 // tokens without wildcards, whitespace or '$', so it can only ever extend the
 // boundary's subject, never escape it.
 func FuzzValidateType(f *testing.F) {
-	for _, s := range []string{"a", "a.b", "a..b", "a.*", ">", "$SYS.x", "a b", "a\x00", ".", "a.", "order.placed.v2"} {
+	for _, s := range []string{"a", "a.b", "a..b", "a.*", ">", "$SYS.x", "a b", "a\x00", ".", "a.", "order.placed.v2",
+		"a-b_c:D", "café", "a\n", strings.Repeat("x", 255), strings.Repeat("x", 256)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, typ string) {
-		if event.ValidateType(typ) != nil {
+		err := event.ValidateType(typ)
+		if want := typeRE.MatchString(typ) && len(typ) <= event.MaxTypeLen; (err == nil) != want {
+			t.Fatalf("ValidateType(%q) = %v, the documented rule says valid=%v", typ, err, want)
+		}
+		if err != nil {
+			if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "type") {
+				t.Fatalf("ValidateType(%q) = %v: want ErrInvalid naming the type", typ, err)
+			}
 			return
 		}
 		if typ == "" || len(typ) > event.MaxTypeLen || strings.ContainsAny(typ, "*>$ \t\r\n\x00") {
