@@ -173,8 +173,9 @@ func (p *proc) waitLine(t *testing.T, s string) string {
 
 // TestServeStopsCleanlyOnSignal runs the real binary: it starts with no
 // configuration but a data directory, a second process on the same
-// directory is refused with a clear message, and SIGTERM stops the first
-// one cleanly (exit 0, lease released).
+// directory is refused with a clear message, SIGTERM stops the first one
+// cleanly (exit 0, lease released), and so does SIGINT a second one on the
+// same directory.
 func TestServeStopsCleanlyOnSignal(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, dir)
@@ -199,6 +200,21 @@ func TestServeStopsCleanlyOnSignal(t *testing.T) {
 	<-p.done
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+
+	// Ctrl-C (SIGINT) stops it the same way, and the directory the first
+	// process left serves again.
+	p = start(t, dir)
+	p.waitLine(t, "publisher leading")
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLine(t, "shutting down")
+	p.waitLine(t, "lease released")
+	p.waitLine(t, "orisun stopped")
+	<-p.done
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d after SIGINT", code)
 	}
 }
 
