@@ -64,6 +64,21 @@ func TestSubscribeUnknownBoundary(t *testing.T) {
 	}
 }
 
+// TestSubscribeNilHandler: a nil handler is a clear error before anything
+// is read, not a nil-function panic at the first event.
+func TestSubscribeNilHandler(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := n.Append(ctx, "default", events(1, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	err := n.Subscribe(ctx, "default", 0, nil, orisun.SubscribeOptions{})
+	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "handler") {
+		t.Fatalf("got %v, want ErrInvalid naming the handler", err)
+	}
+}
+
 // TestCreateBoundaryAtRuntime: a boundary created through the API gets a
 // publisher and its events reach its stream.
 func TestCreateBoundaryAtRuntime(t *testing.T) {

@@ -80,6 +80,11 @@ func Subscribe(ctx context.Context, cfg Config, boundary string, after uint64, h
 	if err := event.ValidateBoundaryName(boundary); err != nil {
 		return err
 	}
+	if h == nil {
+		// Otherwise a nil-function panic at the first event, after the
+		// subscription had looked fine.
+		return fmt.Errorf("%w: subscription to %q: the handler is nil", event.ErrInvalid, boundary)
+	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 1000
 	}
