@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +78,40 @@ func TestSubscribeNilHandler(t *testing.T) {
 	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "handler") {
 		t.Fatalf("got %v, want ErrInvalid naming the handler", err)
 	}
+}
+
+// TestAppendWakesThePublisher: with a poll interval of an hour, appended
+// events are still published and delivered live at once: the store's
+// after-commit signal wakes the boundary's publisher (DESIGN §5 step 5),
+// the poll interval is only the fallback.
+func TestAppendWakesThePublisher(t *testing.T) {
+	n := setup(t, "", func(c *orisun.Config) { c.PollInterval = time.Hour })
+	ctx := context.Background()
+	waitSettled(t, n, 30*time.Second)
+	r := newRecorder(0)
+	live := make(chan struct{})
+	var once sync.Once
+	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
+	select {
+	case <-live:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription did not go live")
+	}
+	for i := 1; i <= 3; i++ {
+		if _, err := n.Append(ctx, "default", events(10, "woken", 32), nil); err != nil {
+			t.Fatal(err)
+		}
+		// Generous for a loaded machine, and far below the hour.
+		st := waitSettled(t, n, 30*time.Second)
+		if st.Boundaries[0].Published != uint64(10*i) {
+			t.Fatalf("published %d, want %d", st.Boundaries[0].Published, 10*i)
+		}
+		waitDelivered(t, r, uint64(10*i), 30*time.Second)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainstStore(t, n, "default", 0, r)
 }
 
 // TestCreateBoundaryAtRuntime: a boundary created through the API gets a
