@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -111,6 +112,29 @@ func testRead(t *testing.T, open func(t *testing.T) backend.Store) {
 				wantConflictAt(t, "condition "+c.name, err, "shop", 0, c.want[0])
 			} else if err != nil {
 				t.Errorf("condition %s: %v, want the append to pass", c.name, err)
+			}
+		}
+	})
+
+	// Positions never leave the int64 range of the SQL stores: a position
+	// beyond it (a uint64 with the high bit set) means "after every
+	// event", never a negative number that comes round to the start.
+	t.Run("AfterBeyondEveryPosition", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "far")
+		mustAppend(t, s, "far", prep(t, "far", ev("a", "x"), ev("b", "x"), ev("a", "y")), nil)
+		for _, after := range []uint64{math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64} {
+			for _, q := range []*event.Query{nil, {Items: []event.QueryItem{{Types: []string{"a"}}}}, {Items: []event.QueryItem{{Tags: []string{"x"}}}}} {
+				if _, events, err := s.Read(t.Context(), "far", after, 10, q); err != nil || len(events) != 0 {
+					t.Fatalf("Read(after %d, query %+v) = %d events (%v), want none: nothing is after it", after, q, len(events), err)
+				}
+				cond := &event.Condition{After: after}
+				if q != nil {
+					cond.Query = *q
+				}
+				if _, err := s.Append(t.Context(), "far", prep(t, "far", ev("c")), cond); err != nil {
+					t.Fatalf("Append under a condition after %d, query %+v: %v, want it to pass: no event is after it", after, q, err)
+				}
 			}
 		}
 	})

@@ -636,7 +636,7 @@ func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64,
 		for j, tag := range it.Tags {
 			n, seen := counts[tag]
 			if !seen {
-				if err := db.QueryRowContext(ctx, probe, boundary, tag, int64(pos), tagProbeCap).Scan(&n); err != nil {
+				if err := db.QueryRowContext(ctx, probe, boundary, tag, clampPosition(pos), tagProbeCap).Scan(&n); err != nil {
 					return nil, err
 				}
 				counts[tag] = n
@@ -666,7 +666,7 @@ func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64,
 // firstMatchSQL is the statement of firstMatch, with its arguments.
 func firstMatchSQL(q *event.Query, boundary string, after uint64) (string, []any) {
 	m, margs, ok := matchSQL(q, forward)
-	args := append([]any{boundary, int64(after), 1}, margs...)
+	args := append([]any{boundary, clampPosition(after), 1}, margs...)
 	if !ok {
 		return sqlFirstAny, args
 	}
