@@ -3,6 +3,7 @@ package orisun_test
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -315,9 +316,16 @@ func TestSubscribeBeyondHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	noop := func(context.Context, orisun.Event) error { return nil }
-	err := n.Subscribe(ctx, "default", 7, noop, orisun.SubscribeOptions{})
-	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "beyond the head") {
-		t.Fatalf("got %v", err)
+	// Beyond the int64 range of the stores too, up to the largest uint64
+	// (whose next position would wrap round to 0).
+	for _, after := range []uint64{7, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64} {
+		err := n.Subscribe(ctx, "default", after, noop, orisun.SubscribeOptions{})
+		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "beyond the head") {
+			t.Fatalf("after %d: got %v", after, err)
+		}
+		if after > math.MaxInt64 && !strings.Contains(err.Error(), "positions end at 9223372036854775807") {
+			t.Fatalf("after %d: error %q does not name the limit", after, err)
+		}
 	}
 	// At the head is fine: it waits for position 4.
 	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)

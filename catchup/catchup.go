@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -84,6 +85,12 @@ func Subscribe(ctx context.Context, cfg Config, boundary string, after uint64, h
 		// Otherwise a nil-function panic at the first event, after the
 		// subscription had looked fine.
 		return fmt.Errorf("%w: subscription to %q: the handler is nil", event.ErrInvalid, boundary)
+	}
+	if after > math.MaxInt64 {
+		// No store holds such a position; and after+1, the next position,
+		// would wrap round to 0 at the largest uint64.
+		return fmt.Errorf("%w: boundary %q has no position %d to resume after: the start position is beyond the head "+
+			"(positions end at %d)", event.ErrInvalid, boundary, after, uint64(math.MaxInt64))
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 1000
