@@ -76,7 +76,7 @@ func TestBadInputNamedByTheClient(t *testing.T) {
 		{"batch over max payload", func() error {
 			_, err := c.Append(ctx, "default", []event.Input{{Type: "a", Data: half}, {Type: "a", Data: half}}, nil)
 			return err
-		}, event.ErrTooLarge, []string{"max payload is 1048576", "fewer events"}},
+		}, event.ErrTooLarge, []string{"max payload is 1048576", "fewer or smaller events"}},
 	}
 	for _, tc := range cases {
 		err := tc.call()

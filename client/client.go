@@ -115,7 +115,7 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 	// refuses it, and its "maximum payload exceeded" would read like a
 	// transport failure. Say what is too large and what the limit is.
 	if max := c.nc.MaxPayload(); max > 0 && int64(len(body)) > max {
-		return fmt.Errorf("%w: %s: the request is %d bytes, the server's max payload is %d; send fewer events per append (each event must fit on its own)",
+		return fmt.Errorf("%w: %s: the request is %d bytes, the server's max payload is %d: send fewer or smaller events per append (one event must fit on its own)",
 			event.ErrTooLarge, subject, len(body), max)
 	}
 	if _, ok := ctx.Deadline(); !ok {
