@@ -382,8 +382,15 @@ func (s *sub) live(ctx context.Context) (string, error) {
 				strconv.FormatUint(pos, 10), nil
 		}
 		e, err := stream.Decode(msg.Subject(), h, msg.Data())
+		if err == nil && e.Boundary != s.boundary {
+			err = fmt.Errorf("body of boundary %q", e.Boundary)
+		}
 		if err != nil {
-			return "", fmt.Errorf("boundary %q: %w", s.boundary, err)
+			// orisun's publisher writes nothing that fails here: someone
+			// else put this message into the stream with orisun's
+			// headers. Like any foreign message it is never delivered;
+			// the store has the event of this position.
+			return fmt.Sprintf("stream message at sequence %d is not an orisun event (%v): reading the store", pos, err), nil
 		}
 		if err := s.deliver(ctx, &e); err != nil {
 			return "", err
