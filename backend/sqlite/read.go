@@ -307,8 +307,8 @@ func (s *Store) BoundaryStates(ctx context.Context) ([]backend.BoundaryState, er
 			st.OldestUnpublished = time.Unix(0, t.Int64).UTC()
 		}
 		if holder.Valid {
-			st.Lease = backend.Lease{Boundary: st.Boundary.Name, Holder: holder.String, Term: uint64(term.Int64),
-				Expires: time.UnixMilli(expires.Int64).UTC()}
+			st.Lease = s.withRenewed(backend.Lease{Boundary: st.Boundary.Name, Holder: holder.String, Term: uint64(term.Int64),
+				Expires: time.UnixMilli(expires.Int64).UTC()})
 		}
 		out = append(out, st)
 	}
