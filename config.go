@@ -108,9 +108,17 @@ type Config struct {
 	PublishBatch int `envconfig:"PUBLISH_BATCH" default:"1000"`
 	// PublishWindow is the most publishes in flight at once.
 	PublishWindow int `envconfig:"PUBLISH_WINDOW" default:"256"`
-	// PollInterval is the longest the publisher waits for a wake-up before
-	// it reads the store again.
+	// PollInterval is how often the node reads the head of every boundary
+	// in one statement and wakes the publishers whose boundary has events
+	// they have not read: the longest an event whose wake-up was lost (a
+	// PostgreSQL notification from another node dropped with its
+	// connection) waits before it is published. It is also the cadence of
+	// PostgreSQL's head-row probe (see publisher.Config.ProbeInterval).
 	PollInterval time.Duration `envconfig:"POLL_INTERVAL" default:"1s"`
+	// PollBackstop is the longest an idle publisher waits before it reads
+	// its boundary itself, in case the shared read above fails to wake it.
+	// Each idle boundary costs one read per PollBackstop.
+	PollBackstop time.Duration `envconfig:"POLL_BACKSTOP" default:"30s"`
 	// LeaseTTL is how long a boundary's lease lasts without renewal.
 	LeaseTTL time.Duration `envconfig:"LEASE_TTL" default:"10s"`
 
@@ -161,6 +169,7 @@ func Defaults() Config {
 		PublishBatch:        1000,
 		PublishWindow:       256,
 		PollInterval:        time.Second,
+		PollBackstop:        30 * time.Second,
 		LeaseTTL:            10 * time.Second,
 		AppendGroupMax:      1000,
 		AppendGroupDelay:    200 * time.Microsecond,
@@ -223,6 +232,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = d.PollInterval
+	}
+	if c.PollBackstop == 0 {
+		c.PollBackstop = d.PollBackstop
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = d.LeaseTTL
@@ -318,6 +330,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval < time.Millisecond || c.PollInterval > time.Hour {
 		bad("POLL_INTERVAL", "%s is outside 1ms–1h", c.PollInterval)
+	}
+	if c.PollBackstop < time.Millisecond || c.PollBackstop > 24*time.Hour {
+		bad("POLL_BACKSTOP", "%s is outside 1ms–24h", c.PollBackstop)
 	}
 	if c.LeaseTTL < 100*time.Millisecond || c.LeaseTTL > time.Hour {
 		bad("LEASE_TTL", "%s is outside 100ms–1h", c.LeaseTTL)

@@ -294,6 +294,8 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		names = append(names, b.Name)
 	}
 	n.phase.Store(phaseRunning)
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.watchHeads(n.runCtx) }()
 	if n.registry != nil {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.placement(n.runCtx, n.registry) }()
@@ -460,14 +462,15 @@ func (n *Node) startBoundaryLocked(name string) {
 			MaxAge:   max(n.cfg.EventStreamMaxAge, 0),
 			Replicas: n.cfg.StreamReplicas,
 		},
-		BatchSize:    n.cfg.PublishBatch,
-		Window:       n.cfg.PublishWindow,
-		PollInterval: n.cfg.PollInterval,
-		LeaseTTL:     n.cfg.LeaseTTL,
-		MsgID:        !n.cfg.DisableMsgID,
-		Wake:         r.wake,
-		Logger:       n.log.With("component", "publisher"),
-		AfterAck:     afterAck,
+		BatchSize:     n.cfg.PublishBatch,
+		Window:        n.cfg.PublishWindow,
+		PollInterval:  n.cfg.PollBackstop,
+		ProbeInterval: n.cfg.PollInterval,
+		LeaseTTL:      n.cfg.LeaseTTL,
+		MsgID:         !n.cfg.DisableMsgID,
+		Wake:          r.wake,
+		Logger:        n.log.With("component", "publisher"),
+		AfterAck:      afterAck,
 
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
@@ -580,6 +583,58 @@ func (n *Node) wake(boundary string) {
 	select {
 	case r.wake <- struct{}{}:
 	default:
+	}
+}
+
+// watchHeads reads the head of every boundary in one statement per poll
+// interval and wakes the publishers that have events to read (see
+// publisher.Behind), and adopts a boundary this node does not run yet. It
+// is what catches a lost wake-up, in place of each publisher reading its
+// boundary every poll interval: with a thousand idle boundaries that was a
+// thousand reads a second (docs/performance.md, "Scale"). Each publisher
+// still polls, every PollBackstop, in case this loop fails to wake it (I4).
+func (n *Node) watchHeads(ctx context.Context) {
+	t := time.NewTimer(n.cfg.PollInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+		heads, err := n.store.Heads(rctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			if !failing {
+				n.log.Warn("the heads of the boundaries cannot be read; each publisher reads its own every ORISUN_POLL_BACKSTOP meanwhile",
+					"err", err, "poll_backstop", n.cfg.PollBackstop)
+			}
+			failing = true
+		default:
+			if failing {
+				n.log.Info("the heads of the boundaries are read again")
+			}
+			failing = false
+			for _, h := range heads {
+				r := n.runner(h.Boundary.Name)
+				if r == nil {
+					n.adopt(h.Boundary.Name)
+					continue
+				}
+				if r.pub.Behind(h) {
+					select {
+					case r.wake <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+		t.Reset(n.cfg.PollInterval)
 	}
 }
 

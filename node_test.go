@@ -18,8 +18,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -724,4 +726,82 @@ func checkpointOf(t testing.TB, dir, boundary string) uint64 {
 		t.Fatal(err)
 	}
 	return cp
+}
+
+// silentStore drops every after-commit wake-up (a lost LISTEN/NOTIFY, an
+// in-process signal that never came) and counts the event reads of each
+// boundary.
+type silentStore struct {
+	backend.Store
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (s *silentStore) OnAppend(func(string)) {}
+
+func (s *silentStore) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
+	s.mu.Lock()
+	s.reads[boundary]++
+	s.mu.Unlock()
+	return s.Store.Read(ctx, boundary, after, limit, q)
+}
+
+func (s *silentStore) BoundaryStates(ctx context.Context) ([]backend.BoundaryState, error) {
+	return s.Store.(backend.StateReader).BoundaryStates(ctx)
+}
+
+func (s *silentStore) readsOf(boundary string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads[boundary]
+}
+
+// TestSharedHeadReadWakesPublishers_I4: with no wake-up ever delivered and
+// each publisher's own poll an hour long, appended events are still
+// published: the node reads every boundary's head once per poll interval
+// and wakes the publisher that is behind (I4). An idle boundary's
+// publisher meanwhile reads nothing: before, each publisher read its
+// boundary every poll interval, a thousand reads a second for a thousand
+// idle boundaries (docs/performance.md, "Scale").
+func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
+	ss := &silentStore{reads: map[string]int{}}
+	n := setup(t, "", func(c *orisun.Config) {
+		c.Boundaries = []string{"default", "quiet"}
+		c.PollInterval = 50 * time.Millisecond
+		c.PollBackstop = time.Hour
+	}, orisun.WithStoreWrapper(func(s backend.Store) backend.Store { ss.Store = s; return ss }))
+	ctx := context.Background()
+	waitSettled(t, n, 20*time.Second)
+	eventually(t, "both publishers caught up", 20*time.Second, func() bool {
+		st, err := n.Status(ctx)
+		if err != nil || len(st.Boundaries) != 2 {
+			return false
+		}
+		for _, b := range st.Boundaries {
+			if b.State != publisher.StateLeading || !strings.HasPrefix(b.Reason, "caught up") {
+				return false
+			}
+		}
+		return true
+	})
+	quiet := ss.readsOf("quiet")
+	for round := 1; round <= 3; round++ {
+		if _, err := n.Append(ctx, "default", events(5, "x", 16), nil); err != nil {
+			t.Fatal(err)
+		}
+		st := waitSettled(t, n, 20*time.Second)
+		for _, b := range st.Boundaries {
+			if b.Name == "default" && (b.Head != uint64(5*round) || b.Published != b.Head) {
+				t.Fatalf("round %d: default head %d published %d, want %d", round, b.Head, b.Published, 5*round)
+			}
+		}
+	}
+	if first, last := checkStream(t, n, "default"); first != 1 || last != 15 {
+		t.Fatalf("stream %d..%d, want 1..15", first, last)
+	}
+	// Three rounds took many poll intervals (50 ms); the idle boundary's
+	// publisher, caught up and never behind, read nothing in them.
+	if got := ss.readsOf("quiet") - quiet; got != 0 {
+		t.Fatalf("the idle boundary's publisher read its boundary %d times while idle, want 0 (its poll is an hour long)", got)
+	}
 }

@@ -71,6 +71,29 @@ type LatestReader interface {
 	Latest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error)
 }
 
+// Head is one boundary's head as the relay's shared head read sees it.
+type Head struct {
+	Boundary event.Boundary
+	// Held is true when a transaction still open has taken the boundary's
+	// head row (an append under way, or one held open by a slow client):
+	// its events get positions when it commits. It is a hint that sends
+	// the publisher to probe the row itself before the status says it
+	// waits; false where the store cannot tell or no transaction holds the
+	// row for long (SQLite: one process, short transactions).
+	Held bool
+}
+
+// HeadReader reads the head of every boundary in one statement: a node
+// reads it once per poll interval and wakes only the publishers whose
+// boundary has events they have not read, instead of every publisher
+// reading its own boundary every poll interval (a thousand statements a
+// second for a thousand idle boundaries, docs/performance.md "Scale").
+type HeadReader interface {
+	// Heads returns every boundary, by name, with its committed head and
+	// epoch read in one snapshot.
+	Heads(ctx context.Context) ([]Head, error)
+}
+
 // Checkpoints stores each boundary's publish checkpoint.
 type Checkpoints interface {
 	// Checkpoint returns the last position the publisher saved (0: none).
@@ -123,6 +146,7 @@ type Store interface {
 	Appender
 	Reader
 	LatestReader
+	HeadReader
 	Checkpoints
 	Leases
 	Notifier

@@ -24,5 +24,9 @@
 // logged once with its reason.
 //
 // When drained the publisher waits for a wake-up from the appender or the
-// poll interval, whichever comes first; wake-ups are hints only.
+// poll interval, whichever comes first; wake-ups are hints only. A node
+// also reads every boundary's head in one statement per its poll interval
+// and wakes the idle publishers that are behind (Behind), so each
+// publisher's own poll can be a slow backstop: a thousand idle boundaries
+// then cost one read a second, not a thousand.
 package publisher

@@ -49,8 +49,19 @@ type Config struct {
 	BatchSize int
 	// Window is the most publishes in flight (unacknowledged) at once.
 	Window int
-	// PollInterval bounds the wait for a wake-up when drained.
+	// PollInterval bounds the wait for a wake-up when drained: the
+	// backstop that publishes what no wake-up announced (I4). A node that
+	// wakes its publishers from one shared read of every head (see
+	// Behind) sets it long, so that a thousand idle boundaries do not each
+	// read the store every second.
 	PollInterval time.Duration
+	// ProbeInterval is how often, at most, an idle publisher probes its
+	// boundary's head row (HeadProber), and how long the row must be seen
+	// held before the status says the publisher waits for it. An idle
+	// publisher that skipped a probe (one ran less than ProbeInterval ago)
+	// or saw the row held wakes again when the next probe is due, however
+	// long PollInterval is. Zero: PollInterval.
+	ProbeInterval time.Duration
 	// AckTimeout bounds the wait for one acknowledgement.
 	AckTimeout time.Duration
 	// LeaseTTL is what the fence renews the lease for before it deletes,
@@ -105,6 +116,11 @@ type Publisher struct {
 	// new events, caught up. See Stalled.
 	progress atomic.Int64
 	idle     atomic.Bool
+	// caughtUp is the position the publisher had read up to, and
+	// epoch the boundary's epoch, when it last became idle; both are
+	// stored before idle is set (see Behind).
+	caughtUp atomic.Uint64
+	epoch    atomic.Pointer[string]
 }
 
 // New returns a publisher in state standby.
@@ -117,6 +133,9 @@ func New(cfg Config) *Publisher {
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = time.Second
+	}
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = cfg.PollInterval
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 10 * time.Second
@@ -180,6 +199,9 @@ type run struct {
 	// probe said.
 	probed     time.Time
 	lastReason string
+	// probeSkipped is true when the last idle moment did not probe (one
+	// ran less than ProbeInterval before): the next is due then.
+	probeSkipped bool
 	// infoUnanswered counts the stream info requests in a row that got
 	// no answer (see infoTimeout).
 	infoUnanswered int
@@ -687,8 +709,13 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 			default:
 			}
 			p.setState(StateLeading, r.idleReason(ctx), nil)
-			poll.Reset(p.cfg.PollInterval)
+			poll.Reset(r.idleWait())
 			p.markProgress()
+			p.caughtUp.Store(next - 1)
+			if e := p.epoch.Load(); e == nil || *e != r.epoch {
+				epoch := r.epoch
+				p.epoch.Store(&epoch)
+			}
 			p.idle.Store(true)
 			select {
 			case <-ctx.Done():
@@ -840,12 +867,49 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 	return false, nil
 }
 
+// Behind reports whether the publisher waits, caught up, for new events
+// while h (read from the store after it became idle) says the boundary has
+// events it has not read, has another epoch, or has its head row held by
+// an open transaction (so that the publisher probes the row and the status
+// can say it waits, I7). A node reads every boundary's head in one
+// statement per poll interval and wakes only the publishers that are
+// behind; a wake-up lost in between (the publisher became idle just after
+// the read) is caught by the next read, or by the publisher's own poll
+// (I4).
+func (p *Publisher) Behind(h backend.Head) bool {
+	if !p.idle.Load() {
+		return false // it runs (and reads again before it waits), or it does not lead
+	}
+	if e := p.epoch.Load(); e != nil && *e != h.Boundary.Epoch {
+		return true
+	}
+	return h.Held || h.Boundary.Head > p.caughtUp.Load()
+}
+
+// idleWait is how long an idle publisher waits for a wake-up: PollInterval,
+// unless a probe of the head row is due sooner (the last idle moment
+// skipped it, or the row was seen held), so that a held row is still seen
+// twice and reported (I7) when the poll is a long backstop.
+func (r *run) idleWait() time.Duration {
+	wait := r.p.cfg.PollInterval
+	if _, ok := r.p.cfg.Store.(HeadProber); !ok {
+		return wait
+	}
+	if !r.heldSince.IsZero() {
+		return min(wait, r.p.cfg.ProbeInterval)
+	}
+	if r.probeSkipped {
+		return min(wait, max(time.Until(r.probed.Add(r.p.cfg.ProbeInterval)), time.Millisecond))
+	}
+	return wait
+}
+
 // idleReason says why there is nothing to publish. An append transaction
-// that holds the head row across two looks (a poll interval or more apart)
+// that holds the head row across two looks (ProbeInterval or more apart)
 // is reported with the time it was first seen: its events get positions
 // only when it commits, so the publisher waits and skips nothing.
 //
-// The probe runs at most once per poll interval: on PostgreSQL it is a row
+// The probe runs at most once per ProbeInterval: on PostgreSQL it is a row
 // lock (FOR SHARE NOWAIT), a write with a commit of its own, and a
 // publisher that drains and idles hundreds of times a second under a steady
 // trickle of appends made one per idle moment, competing with the appends
@@ -858,9 +922,11 @@ func (r *run) idleReason(ctx context.Context) string {
 	if !ok {
 		return caughtUp
 	}
-	if !r.probed.IsZero() && r.heldSince.IsZero() && time.Since(r.probed) < r.p.cfg.PollInterval {
+	if !r.probed.IsZero() && r.heldSince.IsZero() && time.Since(r.probed) < r.p.cfg.ProbeInterval {
+		r.probeSkipped = true
 		return r.lastReason // not held at the last probe: caught up
 	}
+	r.probeSkipped = false
 	r.probed = time.Now()
 	r.lastReason = r.probeReason(ctx, prober)
 	return r.lastReason
@@ -877,7 +943,7 @@ func (r *run) probeReason(ctx context.Context, prober HeadProber) string {
 	if r.heldSince.IsZero() {
 		r.heldSince = now
 	}
-	if now.Sub(r.heldSince) < r.p.cfg.PollInterval {
+	if now.Sub(r.heldSince) < r.p.cfg.ProbeInterval {
 		return caughtUp
 	}
 	return "waiting: an append transaction has held the boundary's head row since " +

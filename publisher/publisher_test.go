@@ -745,3 +745,74 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 	}
 	t.Logf("foreign message at sequence %d, stream now %d..1000", fs, first)
 }
+
+// TestBehindWakesIdlePublisher_I4: with its own poll a long backstop (an
+// hour), an idle publisher publishes events whose wake-up was never sent
+// once a shared head read finds it behind (Behind) and wakes it: the
+// node's head watcher is what catches a lost wake-up (I4). Behind is false
+// while the publisher has read everything up to the head, and true for a
+// head row held by an open transaction or for another epoch.
+func TestBehindWakesIdlePublisher_I4(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.append(t, 2)
+	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	wake := make(chan struct{}, 1)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 8,
+		PollInterval: time.Hour, Wake: wake})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	head := func() backend.Head {
+		t.Helper()
+		hs, err := e.store.Heads(ctx)
+		if err != nil || len(hs) != 1 {
+			t.Fatalf("Heads = %+v, %v", hs, err)
+		}
+		return hs[0]
+	}
+	checkpoint := func() uint64 { cp, _ := e.store.Checkpoint(ctx, "b"); return cp }
+	waitFor(t, "the first 2 events published", 10*time.Second, func() bool { return checkpoint() == 2 })
+	// Idle at 2: a head of 2 is not behind; a held row or another epoch is.
+	waitFor(t, "the publisher idle at the head", 10*time.Second, func() bool {
+		return p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: head().Boundary.Epoch, Head: 3}})
+	})
+	h := head()
+	if p.Behind(h) {
+		t.Fatalf("Behind(%+v) = true for a publisher idle at the head", h)
+	}
+	held, other := h, h
+	held.Held = true
+	other.Boundary.Epoch = "another-epoch"
+	if !p.Behind(held) {
+		t.Fatalf("Behind(%+v) = false: a held head row must send the idle publisher to probe it", held)
+	}
+	if !p.Behind(other) {
+		t.Fatalf("Behind(%+v) = false for another epoch", other)
+	}
+
+	// Three events appended without a wake-up: the hour-long poll would
+	// leave them unpublished; the shared read finds the publisher behind.
+	e.append(t, 3)
+	h = head()
+	if h.Boundary.Head != 5 || !p.Behind(h) {
+		t.Fatalf("after appending 3 without a wake-up: Behind(%+v) = %v, want head 5 and true", h, p.Behind(h))
+	}
+	if cp := checkpoint(); cp != 2 {
+		t.Fatalf("checkpoint %d before any wake-up, want 2: the publisher polled although its poll interval is an hour", cp)
+	}
+	wake <- struct{}{}
+	waitFor(t, "the 3 events published after the wake-up", 10*time.Second, func() bool { return checkpoint() == 5 })
+	if last := e.checkStream(t); last != 5 {
+		t.Fatalf("stream last %d, want 5", last)
+	}
+	waitFor(t, "the publisher idle at 5, not behind", 10*time.Second, func() bool {
+		return !p.Behind(head()) && p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: h.Boundary.Epoch, Head: 6}})
+	})
+}

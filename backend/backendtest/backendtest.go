@@ -57,6 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Run("Leases", func(t *testing.T) { t.Parallel(); testLeases(t, open) })
 	t.Run("Notifier", func(t *testing.T) { t.Parallel(); testNotifier(t, open) })
 	t.Run("States", func(t *testing.T) { t.Parallel(); testStates(t, open) })
+	t.Run("Heads", func(t *testing.T) { t.Parallel(); testHeads(t, open) })
 }
 
 // setup opens a store and creates the named boundaries.

@@ -1229,3 +1229,47 @@ var features = backendtest.Features{
 	HoldGroups: func(s backend.Store, b string) (func() int, func()) { return s.(*Store).holdGroups(b) },
 	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
 }
+
+// TestHeadsHeld_I7: the shared head read says which head rows an open
+// transaction holds (locked, or updated and not committed), with the
+// committed head, and stops saying so once the transaction ends: it is
+// what sends an idle publisher to probe its head row, so that the status
+// says it waits for the transaction (I7) without every publisher probing
+// every poll interval.
+func TestHeadsHeld_I7(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "locked", "drawn", "free")
+	ctx := context.Background()
+	mustAppendN(t, s, "drawn", 2)
+	heads := func() map[string]backend.Head {
+		t.Helper()
+		hs, err := s.Heads(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]backend.Head{}
+		for _, h := range hs {
+			m[h.Boundary.Name] = h
+		}
+		return m
+	}
+	if hs := heads(); hs["locked"].Held || hs["drawn"].Held || hs["free"].Held {
+		t.Fatalf("held head rows with no transaction open: %+v", hs)
+	}
+	_, _, commitLocked := holdHead(t, s, "locked", 0)
+	_, _, commitDrawn := holdHead(t, s, "drawn", 1)
+	hs := heads()
+	if !hs["locked"].Held || !hs["drawn"].Held || hs["free"].Held {
+		t.Fatalf("with locked and drawn held open: %+v, want those two held, free not", hs)
+	}
+	if hs["drawn"].Boundary.Head != 2 {
+		t.Fatalf("drawn's head %d while its third position is uncommitted, want the committed 2", hs["drawn"].Boundary.Head)
+	}
+	commitLocked()
+	commitDrawn()
+	hs = heads()
+	if hs["locked"].Held || hs["drawn"].Held || hs["free"].Held || hs["drawn"].Boundary.Head != 3 {
+		t.Fatalf("after both transactions committed: %+v, want none held and drawn at 3", hs)
+	}
+}

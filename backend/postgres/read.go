@@ -98,6 +98,46 @@ func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
 	return out, nil
 }
 
+// sqlSelectHeads reads every boundary's head and whether a transaction
+// that is still open has taken its head row: the row's xmax is the id of
+// the last transaction that updated or locked it, and pg_locks lists a
+// transactionid lock for every transaction in progress. It reads and
+// writes nothing else, unlike the probe (FOR SHARE NOWAIT, a row lock of
+// its own), so one statement a poll interval covers every boundary. A row
+// locked by several transactions at once (a multixact xmax) reads as not
+// held; the publisher's own probe is what the status reports.
+const sqlSelectHeads = `SELECT b.name, b.epoch::text, b.head, l.transactionid IS NOT NULL
+FROM orisun_boundaries b
+LEFT JOIN (SELECT DISTINCT transactionid FROM pg_locks WHERE locktype = 'transactionid') l ON l.transactionid = b.xmax
+ORDER BY b.name`
+
+// Heads reads every boundary's head in one statement (backend.HeadReader).
+func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
+	const op = "read the heads of the boundaries"
+	if s.isClosed() {
+		return nil, errClosed(op)
+	}
+	rows, err := s.pool.Query(ctx, sqlSelectHeads)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	out := []backend.Head{}
+	for rows.Next() {
+		var h backend.Head
+		var head int64
+		if err := rows.Scan(&h.Boundary.Name, &h.Boundary.Epoch, &head, &h.Held); err != nil {
+			return nil, s.translate(op, err)
+		}
+		h.Boundary.Head = uint64(head)
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
+}
+
 func scanBoundary(row pgx.Row) (event.Boundary, error) {
 	var b event.Boundary
 	var head int64

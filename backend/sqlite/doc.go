@@ -63,8 +63,11 @@
 //
 // Reads use a small pool of query_only connections; a read takes the
 // boundary's epoch and the events in one read transaction. Checkpoints and
-// leases write through the same single write connection, queueing behind a
-// group transaction. The checkpoint UPDATE carries its own fence (max, not
+// lease acquisitions write through the same single write connection,
+// queueing behind a group transaction; a lease this store acquired is
+// renewed in memory only (see RenewLease: one process owns the directory,
+// and the term, which fences the checkpoint, is written at every
+// acquisition). The checkpoint UPDATE carries its own fence (max, not
 // beyond the head, only for the current lease term), and lease times are the
 // process clock in unix milliseconds, which is the store's clock since one
 // process owns the directory (DESIGN §9).

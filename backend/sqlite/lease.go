@@ -105,6 +105,8 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 	if s.closed() {
 		return backend.Lease{}, errClosed(op)
 	}
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return backend.Lease{}, s.translate(op, err)
@@ -122,6 +124,7 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 	if err != nil {
 		return backend.Lease{}, s.translate(op, err)
 	}
+	cur = s.renewedLocked(cur)
 	l := backend.Lease{Boundary: boundary, Holder: holder, Expires: time.UnixMilli(expires).UTC()}
 	switch {
 	case cur.Holder == "":
@@ -149,10 +152,23 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 	if err := tx.Commit(); err != nil {
 		return backend.Lease{}, s.translate(op+": commit", err)
 	}
+	s.renewed[boundary] = l
 	return l, nil
 }
 
 // RenewLease extends the holder's unexpired lease of that term.
+//
+// A lease this store acquired is renewed in memory, not in the database:
+// one process owns the data directory (its lock, DESIGN §9), so nobody
+// else reads the row's expiry, and a renewal need not be a commit on the
+// single writer, where a thousand boundaries' renewals (300 a second)
+// queued with the appends (docs/performance.md, "Scale"). Every reader of
+// the lease here (AcquireLease, LeaseHolder, BoundaryStates) sees the
+// renewed expiry. The term, the fence of the checkpoint (I3, I6), is
+// still written by every acquisition, before it is used. After a crash the
+// row's expiry is the one written at acquisition, so a restarted process
+// takes the lease (a new term) sooner, which is safe: the old process is
+// gone with its lock.
 func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("renew lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
 	if err := checkLeaseArgs(l.Holder, ttl); err != nil {
@@ -161,8 +177,23 @@ func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Durati
 	if s.closed() {
 		return backend.Lease{}, errClosed(op)
 	}
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
 	now := s.now().UnixMilli()
 	expires := now + ttl.Milliseconds()
+	if mem, ok := s.renewed[l.Boundary]; ok {
+		// This store acquired the lease, or saw it last: memory is the
+		// truth (nobody else writes the row while the directory is ours).
+		if mem.Holder != l.Holder || mem.Term != l.Term || mem.Expires.UnixMilli() <= now {
+			return backend.Lease{}, fmt.Errorf("sqlite: %s: %w: the lease expired or another term began; acquire it again",
+				op, event.ErrLeaseLost)
+		}
+		l.Expires = time.UnixMilli(expires).UTC()
+		s.renewed[l.Boundary] = l
+		return l, nil
+	}
+	// A lease row this store did not write (a term of an earlier
+	// process): renewed in the row.
 	res, err := s.wdb.ExecContext(ctx, sqlRenewLease, expires, l.Boundary, l.Holder, int64(l.Term), now)
 	if err != nil {
 		return backend.Lease{}, s.translate(op, err)
@@ -176,7 +207,25 @@ func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Durati
 			op, event.ErrLeaseLost)
 	}
 	l.Expires = time.UnixMilli(expires).UTC()
+	s.renewed[l.Boundary] = l
 	return l, nil
+}
+
+// renewedLocked returns the row's lease with the expiry renewed in memory
+// when it is the term this store renewed. s.leaseMu must be held.
+func (s *Store) renewedLocked(row backend.Lease) backend.Lease {
+	mem, ok := s.renewed[row.Boundary]
+	if ok && row.Holder != "" && mem.Holder == row.Holder && mem.Term == row.Term && mem.Expires.After(row.Expires) {
+		row.Expires = mem.Expires
+	}
+	return row
+}
+
+// withRenewed is renewedLocked for a reader that does not hold s.leaseMu.
+func (s *Store) withRenewed(row backend.Lease) backend.Lease {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	return s.renewedLocked(row)
 }
 
 // ReleaseLease ends the holder's term at once (it expires now), so another
@@ -187,8 +236,13 @@ func (s *Store) ReleaseLease(ctx context.Context, l backend.Lease) error {
 	if s.closed() {
 		return errClosed(op)
 	}
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
 	if _, err := s.wdb.ExecContext(ctx, sqlReleaseLease, l.Boundary, l.Holder, int64(l.Term)); err != nil {
 		return s.translate(op, err)
+	}
+	if mem, ok := s.renewed[l.Boundary]; ok && mem.Holder == l.Holder && mem.Term == l.Term {
+		delete(s.renewed, l.Boundary) // the row says expired now
 	}
 	return nil
 }
@@ -205,7 +259,7 @@ func (s *Store) LeaseHolder(ctx context.Context, boundary string) (backend.Lease
 	if err != nil {
 		return backend.Lease{}, s.translate(op, err)
 	}
-	return l, nil
+	return s.withRenewed(l), nil
 }
 
 // selectLease reads the lease row; a zero Lease when there is none.

@@ -95,6 +95,33 @@ func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
 	return out, nil
 }
 
+// Heads reads every boundary's head in one statement
+// (backend.HeadReader). Held is always false: the append transactions are
+// this process's own, on one writer, and short.
+func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
+	const op = "read the heads of the boundaries"
+	if s.closed() {
+		return nil, errClosed(op)
+	}
+	rows, err := s.rdb.QueryContext(ctx, sqlSelectBoundaries)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	defer rows.Close()
+	out := []backend.Head{}
+	for rows.Next() {
+		b, err := scanBoundary(rows)
+		if err != nil {
+			return nil, s.translate(op, err)
+		}
+		out = append(out, backend.Head{Boundary: b})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.translate(op, err)
+	}
+	return out, nil
+}
+
 type scanner interface{ Scan(dest ...any) error }
 
 func scanBoundary(sc scanner) (event.Boundary, error) {
@@ -289,8 +316,8 @@ func (s *Store) BoundaryStates(ctx context.Context) ([]backend.BoundaryState, er
 			st.OldestUnpublished = time.Unix(0, t.Int64).UTC()
 		}
 		if holder.Valid {
-			st.Lease = backend.Lease{Boundary: st.Boundary.Name, Holder: holder.String, Term: uint64(term.Int64),
-				Expires: time.UnixMilli(expires.Int64).UTC()}
+			st.Lease = s.withRenewed(backend.Lease{Boundary: st.Boundary.Name, Holder: holder.String, Term: uint64(term.Int64),
+				Expires: time.UnixMilli(expires.Int64).UTC()})
 		}
 		out = append(out, st)
 	}

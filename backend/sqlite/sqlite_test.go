@@ -921,3 +921,84 @@ func TestConditionStatementsPreparedOnce(t *testing.T) {
 		t.Fatalf("%d condition statements kept, want the bound %d", n, maxDynStmts)
 	}
 }
+
+// TestRenewalIsNotAWrite_I3_I6: a lease this store acquired is renewed in
+// memory (no commit on the single writer: a thousand boundaries renewed 300
+// leases a second, docs/performance.md "Scale"), and every reader of the
+// lease sees the renewed expiry: LeaseHolder, BoundaryStates, and another
+// holder's AcquireLease, refused until that expiry. The term is what fences
+// the checkpoint, and it is in the row: once the lease expires and another
+// holder takes the next term, the old term's renewal and checkpoint are
+// refused (I3, I6).
+func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
+	s := setup(t, Config{})
+	ctx := t.Context()
+	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "orders", prepared(t, "orders", 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now()
+	var mu sync.Mutex
+	s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	rowExpiry := func() int64 {
+		t.Helper()
+		var ms int64
+		if err := s.rdb.QueryRow(`SELECT expires_at FROM leases WHERE boundary = 'orders'`).Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+
+	l, err := s.AcquireLease(ctx, "orders", "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := rowExpiry()
+	if written != l.Expires.UnixMilli() {
+		t.Fatalf("row expiry %d after acquisition, want %d", written, l.Expires.UnixMilli())
+	}
+	advance(8 * time.Second)
+	r, err := s.RenewLease(ctx, l, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rowExpiry(); got != written {
+		t.Fatalf("row expiry %d after a renewal, want %d unchanged (renewed in memory)", got, written)
+	}
+	advance(5 * time.Second) // past the row's expiry, within the renewed one
+	held, err := s.LeaseHolder(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := s.BoundaryStates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !held.Expires.Equal(r.Expires) || len(states) != 1 || !states[0].Lease.Expires.Equal(r.Expires) {
+		t.Fatalf("LeaseHolder %+v, states %+v: want the renewed expiry %s", held, states, r.Expires)
+	}
+	if cur, err := s.AcquireLease(ctx, "orders", "b", 10*time.Second); !errors.Is(err, event.ErrLeaseHeld) || cur.Term != l.Term {
+		t.Fatalf("another holder's acquisition within the renewed lease: %+v, %v; want ErrLeaseHeld by term %d", cur, err, l.Term)
+	}
+	if err := s.SaveCheckpoint(ctx, "orders", r, 1); err != nil {
+		t.Fatalf("checkpoint under the renewed lease: %v", err)
+	}
+
+	advance(11 * time.Second) // the renewed lease expires
+	b, err := s.AcquireLease(ctx, "orders", "b", 10*time.Second)
+	if err != nil || b.Term != l.Term+1 {
+		t.Fatalf("acquisition after expiry: %+v, %v; want term %d", b, err, l.Term+1)
+	}
+	if _, err := s.RenewLease(ctx, r, 10*time.Second); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("renewal of the old term: %v, want ErrLeaseLost", err)
+	}
+	if err := s.SaveCheckpoint(ctx, "orders", r, 2); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("checkpoint of the old term: %v, want ErrLeaseLost (I3, I6)", err)
+	}
+	if cp, _ := s.Checkpoint(ctx, "orders"); cp != 1 {
+		t.Fatalf("checkpoint %d, want 1", cp)
+	}
+}

@@ -130,6 +130,15 @@ type Store struct {
 	// now is the store's clock (commit times, lease expiries).
 	now func() time.Time
 
+	// leaseMu guards renewed and serialises every change of a lease:
+	// acquisitions and releases hold it across their write transaction,
+	// so a renewal in memory never interleaves with a change of term.
+	leaseMu sync.Mutex
+	// renewed holds, per boundary, the lease this store last acquired or
+	// renewed (see RenewLease): its expiry is the lease's, at or after the
+	// row's expires_at, which records the expiry as of the acquisition.
+	renewed map[string]backend.Lease
+
 	// waiting counts appends waiting for the writer to take them; groups
 	// counts group transactions begun; merged counts runs of requests
 	// appended together (appendRun). Tests use them to see the queue and
@@ -169,6 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 		now:      time.Now,
+		renewed:  map[string]backend.Lease{},
 	}
 	fail := func(err error) (*Store, error) {
 		s.closeStmts()
