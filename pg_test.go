@@ -2,6 +2,7 @@ package orisun_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
 
@@ -144,4 +146,26 @@ expires_at = clock_timestamp() + interval '1 hour' WHERE boundary = 'default'`, 
 		t.Fatal(err)
 	}
 	checkAgainstStore(t, a, "default", 0, r)
+}
+
+// TestUnreachablePostgresAtStart: a node whose database does not answer
+// stops start-up with an error that names ORISUN_PG_URL (where to look) and
+// says the store is unavailable, not an error of an anonymous "URL".
+func TestUnreachablePostgresAtStart(t *testing.T) {
+	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), Backend: "postgres",
+		PGURL: "postgres://orisun:s3cret@127.0.0.1:1/orisun?sslmode=disable&connect_timeout=5", NATSPort: -1, HTTPAddr: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = n.Start(ctx)
+	if err == nil {
+		n.Stop()
+		t.Fatal("a node started on a database nothing listens for")
+	}
+	if !errors.Is(err, event.ErrUnavailable) || !strings.Contains(err.Error(), "ORISUN_PG_URL") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("Start: %v; want ErrUnavailable naming ORISUN_PG_URL, without the password", err)
+	}
+	t.Logf("Start: %v", err)
 }
