@@ -52,6 +52,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"ORISUN_STALL_THRESHOLD":      "1ns",
 		"ORISUN_APPEND_GROUP_DELAY":   "1s",
 		"ORISUN_APPEND_GROUP_MAX":     "0",
+		"ORISUN_LEASE_TTL":            "50ms",
 	}
 	for variable, value := range cases {
 		t.Run(variable, func(t *testing.T) {
