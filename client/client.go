@@ -111,13 +111,6 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 	if err != nil {
 		return fmt.Errorf("encode request for %s: %w", subject, err)
 	}
-	// A request over the server's max payload never reaches orisun: NATS
-	// refuses it, and its "maximum payload exceeded" would read like a
-	// transport failure. Say what is too large and what the limit is.
-	if max := c.nc.MaxPayload(); max > 0 && int64(len(body)) > max {
-		return fmt.Errorf("%w: %s: the request is %d bytes, the server's max payload is %d; send fewer events per append (each event must fit on its own)",
-			event.ErrTooLarge, subject, len(body), max)
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -153,24 +146,6 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 // same positions and writes nothing.
 func (c *Client) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
 	var res event.AppendResult
-	// The boundary is a token of the request's subject: a name with a '.'
-	// or a space makes another subject or none, the request finds no
-	// responder and the error would read "is the relay running?". Name
-	// the bad name instead (Read and ReadLatest likewise).
-	if err := event.ValidateBoundaryName(boundary); err != nil {
-		return res, err
-	}
-	// Data and metadata travel as JSON values inside the request: one
-	// that is not JSON cannot be encoded, and encoding/json's error would
-	// name neither the event nor the field.
-	for i := range events {
-		if len(events[i].Data) > 0 && !json.Valid(events[i].Data) {
-			return res, fmt.Errorf("%w: events[%d]: data is not valid JSON", event.ErrInvalid, i)
-		}
-		if len(events[i].Metadata) > 0 && !json.Valid(events[i].Metadata) {
-			return res, fmt.Errorf("%w: events[%d]: metadata is not valid JSON", event.ErrInvalid, i)
-		}
-	}
 	err := c.request(ctx, api.AppendSubject(boundary), api.AppendRequest{Events: events, Condition: cond}, &res)
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.Conflict != nil && cond != nil {
@@ -189,9 +164,6 @@ func (c *Client) Append(ctx context.Context, boundary string, events []event.Inp
 // in meanwhile. Read again and decide again.
 func (c *Client) ReadLatest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error) {
 	var res api.LatestReply
-	if err := event.ValidateBoundaryName(boundary); err != nil {
-		return res, err
-	}
 	err := c.request(ctx, api.LatestSubject(boundary), api.LatestRequest{Query: q}, &res)
 	return res, err
 }
@@ -202,9 +174,6 @@ func (c *Client) ReadLatest(ctx context.Context, boundary string, q *event.Query
 // is reached when the last position equals Head.
 func (c *Client) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (api.ReadReply, error) {
 	var res api.ReadReply
-	if err := event.ValidateBoundaryName(boundary); err != nil {
-		return res, err
-	}
 	err := c.request(ctx, api.ReadSubject(boundary), api.ReadRequest{After: after, Limit: &limit, Query: q}, &res)
 	return res, err
 }
