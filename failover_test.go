@@ -512,14 +512,15 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 // TestCleanStopHandsOverAtOnce_I6: a leader stopped with SIGTERM releases
 // its lease on the way out (DESIGN §9), so the standby on the same
 // database takes over with the next term at its next attempt (every TTL/3),
-// not after the lease ran out: with a TTL of 60 s the bound below is half
-// of it, which an expiry (up to 40 s after the exit, the last renewal being
-// up to 20 s old) could not meet. It then publishes on from the checkpoint
-// without a hole.
+// not after the lease ran out: with a TTL of 90 s the bound below is half
+// of it, 15 s more than a retry period and 15 s less than an expiry could
+// take (at least 60 s after the exit, the last renewal being at most 30 s
+// old), so a loaded machine has room on both sides. It then publishes on
+// from the checkpoint without a hole.
 func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
 	url := pgtest.URL(t)
 	store := openPG(t, url)
-	ttl := 60 * time.Second
+	ttl := 90 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
 	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
 	b := startRelay(t, "node-b", url, ttl)
