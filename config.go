@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/natsembed"
 )
@@ -287,6 +289,8 @@ func (c Config) Validate() error {
 	case "postgres":
 		if c.PGURL == "" {
 			bad("PG_URL", "is required with ORISUN_BACKEND=postgres (e.g. postgres://user:pass@host:5432/db)")
+		} else if err := checkPGURL(c.PGURL); err != "" {
+			bad("PG_URL", "%s", err)
 		}
 		if c.PGMaxConns < 2 || c.PGMaxConns > 1000 {
 			bad("PG_MAX_CONNS", "%d is outside 2–1000", c.PGMaxConns)
@@ -571,4 +575,22 @@ func (c Config) natsAccess() (*natsembed.Auth, *natsembed.TLS) {
 		t = &natsembed.TLS{CertFile: c.NATSTLSCert, KeyFile: c.NATSTLSKey, CAFile: c.NATSTLSCA}
 	}
 	return auth, t
+}
+
+// checkPGURL says what is wrong with ORISUN_PG_URL ("" when nothing is),
+// never repeating the URL: it may hold a password. It parses the URL as
+// the store will, so a typo stops start-up with the variable's name
+// instead of surfacing later as an anonymous "URL" error of the store.
+func checkPGURL(raw string) string {
+	if _, err := pgxpool.ParseConfig(raw); err != nil {
+		return "is not a valid PostgreSQL connection string; use postgres://user:password@host:5432/database?sslmode=… " +
+			"or keyword=value pairs (the value is not repeated here: it may hold a password)"
+	}
+	// The store's pool size is ORISUN_PG_MAX_CONNS, which always has a
+	// value (8 by default) and overrides the URL's pool_max_conns: a
+	// setting that would be ignored in silence is refused instead.
+	if strings.Contains(raw, "pool_max_conns") {
+		return "sets pool_max_conns, which orisun does not use; remove it and set ORISUN_PG_MAX_CONNS instead"
+	}
+	return ""
 }

@@ -508,3 +508,55 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 	}
 	t.Logf("%d events acknowledged, %d appends failed during the faults", n, app.failed)
 }
+
+// TestCleanStopHandsOverAtOnce_I6: a leader stopped with SIGTERM releases
+// its lease on the way out (DESIGN §9), so the standby on the same
+// database takes over with the next term at its next attempt (every TTL/3),
+// not after the lease ran out: with a TTL of 90 s the bound below is half
+// of it, 15 s more than a retry period and 15 s less than an expiry could
+// take (at least 60 s after the exit, the last renewal being at most 30 s
+// old), so a loaded machine has room on both sides. It then publishes on
+// from the checkpoint without a hole.
+func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
+	url := pgtest.URL(t)
+	store := openPG(t, url)
+	ttl := 90 * time.Second
+	a := startRelay(t, "node-a", url, ttl)
+	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	b := startRelay(t, "node-b", url, ttl)
+	eventually(t, "node-b to be up", 30*time.Second, func() bool { return b.logged("orisun started") })
+	app := startAppender(t, store)
+	ctx := context.Background()
+	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 100 })
+	before := holder(store)
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	<-a.done
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("node-a exited with %d after SIGTERM, want 0", code)
+	}
+	if !a.logged("lease released") {
+		t.Fatal("node-a stopped without logging the release of its lease")
+	}
+	cpAtStop, _ := store.Checkpoint(ctx, "default")
+	took := eventually(t, "node-b to take the lease", ttl/2, func() bool {
+		l := holder(store)
+		return strings.HasPrefix(l.Holder, "node-b#") && l.Term == before.Term+1
+	})
+	eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, func() bool {
+		cp, _ := store.Checkpoint(ctx, "default")
+		return cp > cpAtStop
+	})
+	t.Logf("node-b held the lease %s after node-a's SIGTERM (TTL %s), %s after node-a exited",
+		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond))
+	app.halt()
+	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	app.checkAcked(t, store)
+	first, last := streamOf(t, b, store)
+	head, _ := store.Boundary(ctx, "default")
+	if first > cpAtStop+1 || last != head.Head {
+		t.Fatalf("I4: node-b's stream holds %d..%d; node-a's checkpoint was %d, the head is %d", first, last, cpAtStop, head.Head)
+	}
+}

@@ -422,7 +422,9 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 			Logger:         n.log.With("component", "postgres"),
 		})
 		if err != nil {
-			return nil, err
+			// The store's errors say what failed (connect, migrate) but
+			// not where its URL came from.
+			return nil, fmt.Errorf("ORISUN_PG_URL: %w", err)
 		}
 		return s, nil
 	default:

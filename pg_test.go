@@ -2,6 +2,7 @@ package orisun_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
 
@@ -144,4 +146,75 @@ expires_at = clock_timestamp() + interval '1 hour' WHERE boundary = 'default'`, 
 		t.Fatal(err)
 	}
 	checkAgainstStore(t, a, "default", 0, r)
+}
+
+// TestUnreachablePostgresAtStart: a node whose database does not answer
+// stops start-up with an error that names ORISUN_PG_URL (where to look) and
+// says the store is unavailable, not an error of an anonymous "URL".
+func TestUnreachablePostgresAtStart(t *testing.T) {
+	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), Backend: "postgres",
+		PGURL: "postgres://orisun:s3cret@127.0.0.1:1/orisun?sslmode=disable&connect_timeout=5", NATSPort: -1, HTTPAddr: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = n.Start(ctx)
+	if err == nil {
+		n.Stop()
+		t.Fatal("a node started on a database nothing listens for")
+	}
+	if !errors.Is(err, event.ErrUnavailable) || !strings.Contains(err.Error(), "ORISUN_PG_URL") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("Start: %v; want ErrUnavailable naming ORISUN_PG_URL, without the password", err)
+	}
+	t.Logf("Start: %v", err)
+}
+
+// TestPollingPublishesWithoutNotification_I4: a commit whose notification
+// never arrives (here: events written by plain SQL, with no pg_notify, as
+// a commit whose NOTIFY the listener missed while reconnecting) is still
+// published, by the poll: wake-ups are hints, the poll guarantees progress.
+func TestPollingPublishesWithoutNotification_I4(t *testing.T) {
+	url := pgtest.URL(t)
+	n := setup(t, "", func(c *orisun.Config) {
+		c.Backend, c.PGURL = "postgres", url
+		c.PollInterval = 300 * time.Millisecond
+	})
+	ctx := context.Background()
+	if _, err := n.Append(ctx, "default", events(2, "notified", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 20*time.Second)
+
+	// Three events appended the way the store appends them (the head row
+	// drawn, the events inserted, one transaction), minus the NOTIFY.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head int64
+	if err := tx.QueryRow(ctx, `UPDATE orisun_boundaries SET head = head + 3 WHERE name = 'default' RETURNING head`).Scan(&head); err != nil {
+		t.Fatal(err)
+	}
+	for p := head - 2; p <= head; p++ {
+		if _, err := tx.Exec(ctx, `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
+VALUES ('default', $1, $2, 'unnotified', now(), '{}', '{}')`, p, event.NewID()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := waitSettled(t, n, 30*time.Second)
+	if st.Boundaries[0].Head != 5 || st.Boundaries[0].Published != 5 {
+		t.Fatalf("after an unnotified commit: head %d, published %d; want 5, 5", st.Boundaries[0].Head, st.Boundaries[0].Published)
+	}
+	if first, last := checkStream(t, n, "default"); first != 1 || last != 5 {
+		t.Fatalf("stream %d..%d, want 1..5", first, last)
+	}
 }

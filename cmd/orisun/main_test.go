@@ -52,6 +52,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"ORISUN_STALL_THRESHOLD":      "1ns",
 		"ORISUN_APPEND_GROUP_DELAY":   "1s",
 		"ORISUN_APPEND_GROUP_MAX":     "0",
+		"ORISUN_LEASE_TTL":            "50ms",
 	}
 	for variable, value := range cases {
 		t.Run(variable, func(t *testing.T) {
@@ -271,5 +272,39 @@ func TestUnknownCommand(t *testing.T) {
 	var out, errw strings.Builder
 	if code := run([]string{"frobnicate"}, &out, &errw); code != 2 || !strings.Contains(errw.String(), "unknown command") {
 		t.Fatalf("code %d, stderr %q", code, errw.String())
+	}
+}
+
+// TestPostgresConfigErrors: the PostgreSQL variables are checked at start-up
+// with the variable's name, and the URL (which may hold a password) is never
+// repeated; a URL orisun would silently override (pool_max_conns) is refused.
+func TestPostgresConfigErrors(t *testing.T) {
+	for _, c := range []struct {
+		name, url, conns, bad string
+	}{
+		{"valid", "postgres://orisun:s3cret@db:5432/orisun?sslmode=disable", "", ""},
+		{"valid keyword/value", "host=db user=orisun password=s3cret dbname=orisun", "", ""},
+		{"missing", "", "", "ORISUN_PG_URL"},
+		{"bad port", "postgres://orisun:s3cret@db:notaport/orisun", "", "ORISUN_PG_URL"},
+		{"not postgres", "mysql://orisun:s3cret@db/orisun", "", "ORISUN_PG_URL"},
+		{"pool size in the URL", "postgres://orisun:s3cret@db/orisun?pool_max_conns=50", "", "ORISUN_PG_MAX_CONNS"},
+		{"pool of one", "postgres://db/orisun", "1", "ORISUN_PG_MAX_CONNS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("ORISUN_BACKEND", "postgres")
+			t.Setenv("ORISUN_PG_URL", c.url)
+			if c.conns != "" {
+				t.Setenv("ORISUN_PG_MAX_CONNS", c.conns)
+			}
+			_, err := loadConfig()
+			switch {
+			case c.bad == "" && err != nil:
+				t.Fatalf("ORISUN_PG_URL=%s: %v, want it accepted", c.url, err)
+			case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
+				t.Fatalf("ORISUN_PG_URL=%s: got %v, want an error naming %s", c.url, err, c.bad)
+			case err != nil && strings.Contains(err.Error(), "s3cret"):
+				t.Fatalf("the error repeats the password: %v", err)
+			}
+		})
 	}
 }
