@@ -387,10 +387,15 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	// The publisher is held right after JetStream acknowledged the batch
 	// ending at 2,000 and before its checkpoint: Stop begins there, so the
 	// stop is mid-publishing by construction.
+	// The first acknowledgement waits until the whole backlog is
+	// appended: a publisher that caught up with the appends would be
+	// stopped between batches, not in the middle of one.
 	reached, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	appended := make(chan struct{})
+	var once, gate sync.Once
 	n1 := setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 100; c.PublishWindow = 16 },
 		orisun.WithAfterAckHook(func(_ string, last uint64) {
+			gate.Do(func() { <-appended })
 			if last >= 2000 {
 				once.Do(func() { close(reached); <-release })
 			}
@@ -400,6 +405,7 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	close(appended)
 	r := newRecorder(0)
 	r.delay = 200 * time.Microsecond
 	// The subscription ends when Stop cancels the node's run context, the

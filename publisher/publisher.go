@@ -641,8 +641,10 @@ func limitsDiffer(have, want *jetstream.StreamConfig) bool {
 // The pipeline never empties between batches: while a batch's messages are
 // in flight, the next batch is read from the store, and its messages follow
 // in the same window (at most Window unacknowledged in all). Each batch's
-// checkpoint is written as soon as its last message is acknowledged, which,
-// acknowledgements arriving in order, means all of it (I3). Before this,
+// checkpoint is handed to the checkpointer as soon as its last message is
+// acknowledged, which, acknowledgements arriving in order, means all of it
+// (I3); it writes in the background, and drain returns only once what it
+// was handed is written. Before this,
 // every batch waited for its whole window to drain and then for its read,
 // and the stream sat idle meanwhile (docs/performance.md).
 func (r *run) drain(ctx context.Context, next uint64) error {
@@ -652,14 +654,22 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 	// Acknowledgements are awaited even when ctx ends: a clean stop
 	// finishes and checkpoints what it started.
 	actx := context.WithoutCancel(ctx)
-	fl := &flight{r: r}
+	fl := &flight{r: r, ck: r.startCheckpointer(actx)}
 	var pre chan readResult
 	defer func() {
 		if pre != nil {
 			<-pre // the prefetch ends with ctx or its read
 		}
 	}()
-	return r.pump(ctx, actx, fl, next, poll, &pre)
+	err := r.pump(ctx, actx, fl, next, poll, &pre)
+	// The checkpoints of what the pump saw acknowledged are written before
+	// drain returns (a clean stop leaves the checkpoint at the last
+	// acknowledged position); a checkpoint that failed (a lost lease, the
+	// store down) fails the drain, unless it failed already.
+	if cerr := fl.ck.stop(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // pump is drain's loop.
@@ -668,6 +678,9 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 	pre := *prefetch
 	defer func() { *prefetch = pre }()
 	for ctx.Err() == nil {
+		if err := fl.ck.failure(); err != nil {
+			return err
+		}
 		r.retryConfig(ctx)
 		var res readResult
 		if pre != nil {
@@ -723,6 +736,7 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 				return nil
 			case <-p.cfg.Wake:
 			case <-poll.C:
+			case <-fl.ck.failed:
 			}
 			p.idle.Store(false)
 			p.markProgress()
@@ -776,7 +790,8 @@ func (r *run) read(ctx context.Context, next uint64) readResult {
 // flight is the window of published, unacknowledged messages, in position
 // order, across batches.
 type flight struct {
-	r *run
+	r  *run
+	ck *checkpointer
 	// futures and positions of the messages in flight, oldest first.
 	futures   []jetstream.PubAckFuture
 	positions []uint64
@@ -859,10 +874,7 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 		if r.p.cfg.AfterAck != nil {
 			r.p.cfg.AfterAck(pos)
 		}
-		if err := r.checkpoint(ctx, pos); err != nil {
-			i++
-			return false, err
-		}
+		fl.ck.save(pos)
 	}
 	return false, nil
 }
@@ -986,19 +998,129 @@ func (r *run) await(ctx context.Context, f jetstream.PubAckFuture, pos uint64, w
 // lease is final for this run; another failure is retried with the next
 // batch (the write is monotonic, so a later one covers this one).
 func (r *run) checkpoint(ctx context.Context, pos uint64) error {
+	if err := r.saveCheckpoint(ctx, pos); err != nil {
+		return err
+	}
+	r.saved = max(r.saved, pos)
+	return nil
+}
+
+// saveCheckpoint writes the checkpoint, leaving r.saved alone: the
+// checkpointer calls it from its own goroutine.
+func (r *run) saveCheckpoint(ctx context.Context, pos uint64) error {
 	p := r.p
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	err := p.cfg.Store.SaveCheckpoint(wctx, p.cfg.Boundary, r.lease, pos)
 	switch {
 	case err == nil:
-		r.saved = max(r.saved, pos)
 		return nil
 	case errors.Is(err, event.ErrLeaseLost):
 		return fmt.Errorf("checkpoint %d refused: %w", pos, err)
 	default:
 		return fmt.Errorf("write checkpoint %d: %w", pos, err)
 	}
+}
+
+// checkpointer writes the checkpoints of one drain in the background, so
+// publishing never waits for a checkpoint's commit (a WAL flush on
+// PostgreSQL, a turn of the single writer on SQLite): while one is written,
+// the positions acknowledged meanwhile wait and go in the next write,
+// together. Only acknowledged positions are handed to it, and the store
+// keeps the maximum of what it is given (I3). Before, every fully
+// acknowledged batch wrote its checkpoint in the publishing loop, and the
+// events committed meanwhile waited behind that write.
+type checkpointer struct {
+	r   *run
+	ctx context.Context
+	// kick has room for one signal: positions were handed over.
+	kick chan struct{}
+	quit chan struct{}
+	done chan struct{}
+	// failed is closed on the first failure, err is that failure.
+	failed chan struct{}
+
+	mu   sync.Mutex
+	want uint64 // the last acknowledged position handed over
+	err  error
+
+	// written is the last position written; the goroutine's until done.
+	written uint64
+}
+
+func (r *run) startCheckpointer(ctx context.Context) *checkpointer {
+	c := &checkpointer{
+		r: r, ctx: ctx,
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), failed: make(chan struct{}),
+	}
+	go c.loop()
+	return c
+}
+
+// save hands over an acknowledged position; it never waits.
+func (c *checkpointer) save(pos uint64) {
+	c.mu.Lock()
+	c.want = max(c.want, pos)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// failure is the checkpointer's first failure, nil while there is none.
+func (c *checkpointer) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *checkpointer) loop() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.kick:
+			if !c.write() {
+				<-c.quit
+				return
+			}
+		case <-c.quit:
+			c.write() // what was handed over before the stop
+			return
+		}
+	}
+}
+
+// write writes the last position handed over, if it is new; false once a
+// write failed (nothing is written after a failure: the drain ends).
+func (c *checkpointer) write() bool {
+	c.mu.Lock()
+	pos, err := c.want, c.err
+	c.mu.Unlock()
+	if err != nil {
+		return false
+	}
+	if pos <= c.written {
+		return true
+	}
+	if err := c.r.saveCheckpoint(c.ctx, pos); err != nil {
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		close(c.failed)
+		return false
+	}
+	c.written = pos
+	return true
+}
+
+// stop writes what was handed over and not yet written, ends the
+// goroutine, and returns the first failure.
+func (c *checkpointer) stop() error {
+	close(c.quit)
+	<-c.done
+	c.r.saved = max(c.r.saved, c.written)
+	return c.failure()
 }
 
 // finalCheckpoint saves what was acknowledged but not yet checkpointed, so a

@@ -816,3 +816,96 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 		return !p.Behind(head()) && p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: h.Boundary.Epoch, Head: 6}})
 	})
 }
+
+// gatedSave holds every checkpoint write at gate until it is closed,
+// reporting the positions on entered.
+type gatedSave struct {
+	publisher.Store
+	gate    chan struct{}
+	entered chan uint64
+}
+
+func (g *gatedSave) SaveCheckpoint(ctx context.Context, b string, l backend.Lease, pos uint64) error {
+	g.entered <- pos
+	<-g.gate
+	return g.Store.SaveCheckpoint(ctx, b, l, pos)
+}
+
+// TestPublishingDoesNotWaitForCheckpoint_I3: events committed while a
+// checkpoint write is under way are published at once, not after that
+// write; the checkpoint then catches up with what was acknowledged, and no
+// further. Before, the publishing loop wrote each checkpoint itself, and
+// the events committed meanwhile waited behind the write (a commit with a
+// WAL flush on PostgreSQL).
+func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	g := &gatedSave{Store: e.store, gate: make(chan struct{}), entered: make(chan uint64, 64)}
+	wake := make(chan struct{}, 1)
+	l, err := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A poll interval longer than the test: only the wake-ups move it.
+	p := publisher.New(publisher.Config{Boundary: "b", Store: g, JS: e.js, BatchSize: 50, Window: 8,
+		PollInterval: time.Hour, Wake: wake})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	kick := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	streamLast := func() uint64 {
+		s, err := e.js.Stream(ctx, stream.Name("b"))
+		if err != nil {
+			return 0
+		}
+		return s.CachedInfo().State.LastSeq
+	}
+
+	e.append(t, 1)
+	kick()
+	select {
+	case pos := <-g.entered:
+		if pos != 1 {
+			t.Fatalf("first checkpoint write at %d, want 1", pos)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no checkpoint write after the first event was published")
+	}
+	// The write of checkpoint 1 is held. New events must still go out.
+	e.append(t, 5)
+	kick()
+	waitFor(t, "positions 2..6 published while checkpoint 1 is being written", 30*time.Second, func() bool {
+		kick()
+		return streamLast() == 6
+	})
+	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 0 {
+		t.Fatalf("checkpoint %d stored while its write was held", cp)
+	}
+	close(g.gate)
+	waitFor(t, "the checkpoint to catch up with 6", 30*time.Second, func() bool {
+		cp, _ := e.store.Checkpoint(ctx, "b")
+		return cp == 6
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("publisher: %v", err)
+	}
+	close(g.entered)
+	last := uint64(0)
+	for pos := range g.entered {
+		if pos <= last || pos > 6 {
+			t.Fatalf("checkpoint writes %d after %d: each must be newer and at most the last acknowledged (6)", pos, last)
+		}
+		last = pos
+	}
+	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 6 {
+		t.Fatalf("checkpoint %d after a clean stop, want 6", cp)
+	}
+	e.checkStream(t)
+}

@@ -109,10 +109,18 @@ func (s *Store) enqueue(r *appendRequest) bool {
 }
 
 // worker runs group transactions until the store closes. Each group belongs
-// to one boundary, and a boundary is in at most one worker's hands at a
-// time: its requests keep their order and run under one head-row lock, and a
-// boundary whose head row another client holds ties up one worker, never
-// the appends of other boundaries (unless every worker is so tied up).
+// to one boundary. A boundary is opened by one worker at a time: from
+// taking its requests until the group holds the boundary's head row. Once
+// it does, the next group of the boundary may begin on another worker and
+// connection while the first commits: its statements reach the database
+// and wait there for the head row, which it then takes at once, instead of
+// being sent only after the first group's answers came back. At most two
+// groups of a boundary are so in flight (the second holds the boundary
+// open until it has the head row, which is after the first committed), and
+// they commit in the order they began, so requests keep their order of
+// arrival. A boundary whose head row another client holds ties up one
+// worker, never the appends of other boundaries (unless every worker is so
+// tied up).
 func (s *Store) worker() {
 	defer s.workers.Done()
 	s.mu.Lock()
@@ -126,6 +134,9 @@ func (s *Store) worker() {
 		}
 		b := s.ready[0]
 		s.ready = s.ready[1:]
+		if s.active[b] {
+			continue // being opened by another worker, which requeues it
+		}
 		if d := s.cfg.GroupDelay; d > 0 && len(s.queues[b]) < s.expect[b] {
 			// Let more requests join, up to as many as the last group had
 			// and left waiting: the callers of the last group usually come
@@ -155,16 +166,38 @@ func (s *Store) worker() {
 		s.active[b] = true
 		s.mu.Unlock()
 
-		s.commitGroup(b, group)
+		locked := false
+		s.commitGroup(b, group, func() {
+			// The group holds the head row: the next group may begin.
+			locked = true
+			s.mu.Lock()
+			delete(s.active, b)
+			s.requeue(b)
+			hook := s.lockedHook
+			s.mu.Unlock()
+			if hook != nil {
+				hook(b)
+			}
+		})
 
 		s.mu.Lock()
-		delete(s.active, b)
-		if len(s.queues[b]) > 0 && !s.closing && !s.held[b] {
-			// More arrived meanwhile: back of the line, so a busy boundary
-			// cannot starve the others.
-			s.ready = append(s.ready, b)
-			s.cond.Signal()
+		if !locked {
+			// The group ended before it took the head row (every request
+			// gone, or the transaction failed first).
+			delete(s.active, b)
 		}
+		s.requeue(b)
+	}
+}
+
+// requeue makes boundary b ready for a worker when requests wait for it and
+// no worker is opening it already. More requests arrived meanwhile: back of
+// the line, so a busy boundary cannot starve the others. The caller holds
+// s.mu.
+func (s *Store) requeue(b string) {
+	if len(s.queues[b]) > 0 && !s.closing && !s.held[b] && !s.active[b] && !contains(s.ready, b) {
+		s.ready = append(s.ready, b)
+		s.cond.Signal()
 	}
 }
 
@@ -207,10 +240,7 @@ func (s *Store) holdGroups(b string) (queued func() int, release func()) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			delete(s.held, b)
-			if len(s.queues[b]) > 0 && !s.active[b] && !s.closing && !contains(s.ready, b) {
-				s.ready = append(s.ready, b)
-				s.cond.Signal()
-			}
+			s.requeue(b)
 		})
 	}
 	return queued, release
@@ -302,6 +332,8 @@ type groupRun struct {
 	committed bool // the COMMIT succeeded
 	// decisions of requests whose append statement wrote nothing.
 	decisions map[int]*decision
+	// locked is called once the head-row lock's result is read.
+	locked func()
 }
 
 // decision is what the slow path of a request learns: the head it saw, its
@@ -330,14 +362,18 @@ type decision struct {
 // again. A request whose condition matched wrote nothing and needs the same
 // lookups. The lookups are bounded by the head the request saw, so they
 // judge it exactly as if it had run alone at its turn.
-func (s *Store) commitGroup(b string, group []*appendRequest) {
+//
+// locked is called once the group holds the boundary's head row, while
+// the group goes on; not at all when the group ends before, or finds no
+// boundary.
+func (s *Store) commitGroup(b string, group []*appendRequest, locked func()) {
 	s.groups.Add(1)
 	// The transaction belongs to the group, not to any one caller: a
 	// caller that goes away must not abort the others' commit.
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 
-	g := &groupRun{s: s, boundary: b, decisions: map[int]*decision{}}
+	g := &groupRun{s: s, boundary: b, decisions: map[int]*decision{}, locked: locked}
 	// Registered first, so it runs last, after the connection went back
 	// to the pool: the callers get their answers, then the callbacks run.
 	defer func() {
@@ -660,6 +696,15 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 	switch st.kind {
 	case stepLock:
 		err := br.QueryRow().Scan(&g.head, &g.epoch)
+		if err == nil {
+			// Not when the boundary is missing: an append statement of
+			// this group may still create its head row's lock, and a
+			// next group must not take it first.
+			if f := g.locked; f != nil {
+				g.locked = nil
+				f()
+			}
+		}
 		if isNoRows(err) {
 			// The boundary does not exist, as of this statement. The
 			// batch goes on: an append statement after it takes a snapshot

@@ -24,10 +24,17 @@
 // takes a ready boundary, drains every request waiting for it right now (up
 // to GroupMaxEvents events; never sleeping to wait for more, so a lone append
 // commits at once) and commits them in one transaction, so one WAL flush
-// serves many appends. A boundary is in one worker's hands at a time, which
-// keeps its requests in order; when its group is done and more requests
-// wait, it goes to the back of the line, so a busy boundary cannot starve the
-// others.
+// serves many appends. A boundary is opened by one worker at a time, from
+// draining its queue until the group holds its head row. Then the next group
+// of the boundary may begin on another worker and connection while the
+// first commits: its statements wait in the database for the head row and
+// take it as soon as the first group's COMMIT is done, instead of being sent
+// only after the first group's answers came back (a round trip, waking the
+// callers, gathering them again). At most two groups of a boundary are in
+// flight, and they commit in the order they began, which keeps the
+// boundary's requests in order of arrival. When a group is done and more
+// requests wait, the boundary goes to the back of the line, so a busy
+// boundary cannot starve the others.
 //
 // A group holds the requests of one boundary only. A group spanning
 // boundaries would commit more appends per flush when many boundaries are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,5 +211,66 @@ func TestGroupIsOneRoundTrip(t *testing.T) {
 	}
 	if n := group([]*event.Condition{holds, holds}); n != 2 {
 		t.Fatalf("a group of conditional appends sent %d batches, want 2 (the appends, then the COMMIT)", n)
+	}
+}
+
+// TestNextGroupBeginsWhileFirstCommits: once a group holds its boundary's
+// head row, the next group of that boundary begins on another connection
+// and commits right after it, without waiting for the first group's
+// answers to come back. The first group's goroutine is held (lockedHook)
+// just after it took the head row; its statements, COMMIT included, are
+// already with the database. A second append must still complete, after
+// the first in position order. Without the hand-over at the lock, the
+// second append waits for the first group to end and the test fails.
+func TestNextGroupBeginsWhileFirstCommits(t *testing.T) {
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	entered := make(chan struct{})
+	unblock := make(chan struct{})
+	var first atomic.Bool
+	s.mu.Lock()
+	s.lockedHook = func(string) {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-unblock
+		}
+	}
+	s.mu.Unlock()
+	defer func() {
+		select {
+		case <-unblock:
+		default:
+			close(unblock)
+		}
+	}()
+
+	out1 := appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), nil)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first group never took the head row")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out2 := appendAsync(s, ctx, "orders", prepared(t, "orders", 2), nil)
+	r2 := <-out2
+	if r2.err != nil {
+		t.Fatalf("second append, while the first group's goroutine is held after its lock: %v", r2.err)
+	}
+	if r2.res.First != 2 || r2.res.Last != 3 {
+		t.Fatalf("second append at %d..%d, want 2..3 (after the first group)", r2.res.First, r2.res.Last)
+	}
+	select {
+	case r1 := <-out1:
+		t.Fatalf("the first append answered (%+v) while its group was held", r1)
+	default:
+	}
+	close(unblock)
+	r1 := <-out1
+	if r1.err != nil || r1.res.First != 1 || r1.res.Last != 1 {
+		t.Fatalf("first append: %+v, want position 1", r1)
+	}
+	if evs := mustRead(t, s, "orders"); len(evs) != 3 {
+		t.Fatalf("%d events stored, want 3", len(evs))
 	}
 }

@@ -137,6 +137,9 @@ type Store struct {
 	// a boundary stops as soon as that many are queued (gathered closes).
 	expect   map[string]int
 	gathered map[string]chan struct{}
+	// lockedHook, when set (by tests), runs in a group's goroutine right
+	// after the group took its head row and let the next group begin.
+	lockedHook func(boundary string)
 	// perRequest turns off merging the requests of a run into one append
 	// statement (benchmarks compare both in one run).
 	perRequest bool
