@@ -666,7 +666,10 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 	// drain returns (a clean stop leaves the checkpoint at the last
 	// acknowledged position); a checkpoint that failed (a lost lease, the
 	// store down) fails the drain, unless it failed already.
-	if cerr := fl.ck.stop(); err == nil {
+	if cerr := fl.ck.stop(); cerr != nil && (err == nil || errors.Is(cerr, event.ErrLeaseLost)) {
+		// A lost lease wins over the pump's own error (most likely the
+		// new leader's messages refusing this one's publish): it ends the
+		// run, where another error would only resync.
 		err = cerr
 	}
 	return err
@@ -875,6 +878,14 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 			r.p.cfg.AfterAck(pos)
 		}
 		fl.ck.save(pos)
+		select {
+		case <-fl.ck.failed:
+			// An earlier checkpoint failed (a lost lease): stop here
+			// rather than after another batch.
+			i++
+			return false, fl.ck.failure()
+		default:
+		}
 	}
 	return false, nil
 }

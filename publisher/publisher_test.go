@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -908,4 +909,46 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 		t.Fatalf("checkpoint %d after a clean stop, want 6", cp)
 	}
 	e.checkStream(t)
+}
+
+// leaseLostSave refuses every checkpoint write as a stale term would.
+type leaseLostSave struct{ publisher.Store }
+
+func (leaseLostSave) SaveCheckpoint(context.Context, string, backend.Lease, uint64) error {
+	return fmt.Errorf("checkpoint refused: %w", event.ErrLeaseLost)
+}
+
+// TestCheckpointLeaseLostEndsIdlePublisher_I3_I6: a checkpoint write that
+// the store refuses for a stale term ends the run with ErrLeaseLost even
+// when the publisher has nothing more to publish and waits for a wake-up:
+// the background write's failure wakes it. Its poll interval is an hour,
+// so without that it would wait (and keep the boundary) until then.
+func TestCheckpointLeaseLostEndsIdlePublisher_I3_I6(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	l, err := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.append(t, 3)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: leaseLostSave{e.store}, JS: e.js, BatchSize: 50, Window: 8,
+		PollInterval: time.Hour})
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx, l) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, event.ErrLeaseLost) {
+			t.Fatalf("publisher ended with %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the publisher kept running for 30 s after its checkpoint write was refused for a stale term")
+	}
+	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 0 {
+		t.Fatalf("checkpoint %d stored, though every write was refused", cp)
+	}
+	if st := p.Status(); st.State != publisher.StateStandby {
+		t.Fatalf("state %s (%s), want standby after the lease was lost", st.State, st.Reason)
+	}
 }
