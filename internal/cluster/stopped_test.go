@@ -290,15 +290,16 @@ func checkStreamAgainstStore(t *testing.T, js jetstream.JetStream, store *postgr
 // connection of its own: A's log alone cannot show them, since a refusal
 // that arrives after the lease loop cancelled the run is not logged.
 //
-// Mid-batch, A has no checkpoint write due until the batch's end, so its
-// refused checkpoint write is not what this test shows (publisher and
-// root-package tests and fault scenario S5 do); the checkpoint is watched
-// throughout instead: never back, never above the stream's last sequence
-// (I3). Nats-Msg-Id is off: with it, JetStream's de-duplication would
-// answer a re-publish of an event B already published as a duplicate (the
-// check runs after the last-sequence one on a single server, so it hides
-// nothing here, but a publisher without the fence would then pass), so the
-// expected last sequence is the only guard left, the one under test.
+// Mid-batch, A has no checkpoint write due until the batch's end, so a
+// refused checkpoint write of A's is not what this test shows (the root
+// package's TestStoppedLeaderStepsDown_I3_I6 and fault scenario S5 do); the
+// checkpoint is watched throughout instead: never back, never above the
+// stream's last sequence (I3). Nats-Msg-Id is off
+// (ORISUN_NATS_DISABLE_MSG_ID): with it, a publisher without the fence
+// would have its re-publish of an event B already published answered as a
+// duplicate and the stream would hide the fault; without it the expected
+// last sequence is the only guard, and a publisher that does not send one
+// fails this test with A's messages stored past the head.
 func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 	const (
 		ttl           = 2 * time.Second
@@ -437,6 +438,11 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 	var reasonA string
 	steppedDown := waitFor(t, "A to step down with its publishes refused", 60*time.Second, 20*time.Millisecond, func() bool {
 		refused = tap.refusedSince(continued)
+		if l := lastSeq(); l > head {
+			// Nothing is appended meanwhile: only A publishes past it.
+			t.Fatalf("I2/I6: the stream took A's stale publishes after the SIGCONT: its last sequence is %d, the store's head %d "+
+				"(%d refusals seen)", l, head, len(refused))
+		}
 		st, err := a.status()
 		if err != nil {
 			return false
