@@ -99,25 +99,13 @@ func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
 // (backend.HeadReader). Held is always false: the append transactions are
 // this process's own, on one writer, and short.
 func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
-	const op = "read the heads of the boundaries"
-	if s.closed() {
-		return nil, errClosed(op)
-	}
-	rows, err := s.rdb.QueryContext(ctx, sqlSelectBoundaries)
+	bs, err := s.Boundaries(ctx)
 	if err != nil {
-		return nil, s.translate(op, err)
+		return nil, err
 	}
-	defer rows.Close()
-	out := []backend.Head{}
-	for rows.Next() {
-		b, err := scanBoundary(rows)
-		if err != nil {
-			return nil, s.translate(op, err)
-		}
-		out = append(out, backend.Head{Boundary: b})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.translate(op, err)
+	out := make([]backend.Head, len(bs))
+	for i, b := range bs {
+		out[i] = backend.Head{Boundary: b}
 	}
 	return out, nil
 }
