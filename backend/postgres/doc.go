@@ -7,8 +7,9 @@
 // # The head row
 //
 // Each boundary has one row in orisun_boundaries whose head column is the
-// last committed position. An append transaction takes that row (SELECT … FOR
-// NO KEY UPDATE, the lock an UPDATE takes) and draws its positions from it
+// last committed position. An append transaction takes that row (an UPDATE
+// that changes nothing, so the row's lock is the transaction's own and
+// Heads can see it held) and draws its positions from it
 // with UPDATE … SET head = head + n … RETURNING head, so the appenders of one
 // boundary are serialised from the draw to the commit. PostgreSQL releases a
 // transaction's row locks only after its commit is visible, so the next

@@ -1296,3 +1296,71 @@ func TestHeadsHeld_I7(t *testing.T) {
 		t.Fatalf("after both transactions committed: %+v, want none held and drawn at 3", hs)
 	}
 }
+
+// TestHeadsHeldByAGroup_I7: Heads reports a head row held by a real group
+// transaction of this store, not only by a transaction that updates the row
+// directly. The group takes the row, then updates it inside a savepoint; a
+// lock taken with SELECT … FOR NO KEY UPDATE left a multixact on the row,
+// which Heads could not match against the running transactions, so an
+// idle publisher was never woken to probe and the status said "caught up"
+// until the backstop poll. Here the group's COMMIT waits on an advisory
+// lock the test holds (a deferred trigger), with the row held.
+func TestHeadsHeldByAGroup_I7(t *testing.T) {
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	ctx := context.Background()
+	conn := connect(t, s)
+	if _, err := conn.Exec(ctx, `
+CREATE FUNCTION test_wait() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER test_wait AFTER INSERT ON orisun_events DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION test_wait();`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(4242)`); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(4242)`); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer unlock()
+	out := appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil)
+	held := func() bool {
+		hs, err := s.Heads(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if h.Boundary.Name == "orders" {
+				return h.Held
+			}
+		}
+		t.Fatal("no head for orders")
+		return false
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !held() {
+		select {
+		case r := <-out:
+			t.Fatalf("the append finished (%+v) while its COMMIT should wait", r)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Heads never reported the head row held while a group transaction held it (its COMMIT waits)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	unlock()
+	if r := <-out; r.err != nil || r.res.First != 1 {
+		t.Fatalf("append after the COMMIT went on: %+v", r)
+	}
+	if held() {
+		t.Fatal("the head row is still reported held after the group committed")
+	}
+}

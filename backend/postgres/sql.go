@@ -59,7 +59,16 @@ RETURNING name, epoch::text, head`
 	// after it starts after the lock was granted, so its READ COMMITTED
 	// snapshot holds every event committed by the previous holder: this is
 	// what makes a condition authoritative (DESIGN §4).
-	sqlLockHead = `SELECT head, epoch::text FROM orisun_boundaries WHERE name = $1 FOR NO KEY UPDATE`
+	//
+	// It is an UPDATE that changes nothing rather than SELECT … FOR NO KEY
+	// UPDATE (the same lock): the request's own UPDATE of the row runs in a
+	// savepoint, and after a lock taken by the transaction itself the row's
+	// xmax would become a multixact, which Heads cannot match against the
+	// running transactions; after an UPDATE by the transaction it stays the
+	// transaction's own id, so Heads reports the row held (a publisher that
+	// idles then probes it and the status says "waiting"). The extra row
+	// version is a HOT update (head is not indexed).
+	sqlLockHead = `UPDATE orisun_boundaries SET head = head WHERE name = $1 RETURNING head, epoch::text`
 
 	// sqlAppend* build the statement that appends one request: it draws
 	// the positions from the head row and inserts the events, unless the
