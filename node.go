@@ -562,7 +562,7 @@ func (n *Node) adopt(boundary string) {
 	if n.stopped || n.runner(boundary) != nil {
 		return
 	}
-	n.log.Info("boundary created by another node: starting its publisher", "boundary", boundary)
+	n.log.Info("boundary not run here yet (created by another node, or just now): starting its publisher", "boundary", boundary)
 	n.startBoundaryLocked(boundary)
 }
 
