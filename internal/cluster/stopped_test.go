@@ -302,7 +302,10 @@ func checkStreamAgainstStore(t *testing.T, js jetstream.JetStream, store *postgr
 // fails this test with A's messages stored past the head.
 func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 	const (
-		ttl           = 2 * time.Second
+		// Long enough that A's renewals do not miss on a loaded machine
+		// (a renewal must answer before the lease runs out; with 2 s one
+		// missed under CI's load and A had stepped down before the stop).
+		ttl           = 5 * time.Second
 		stoppedBatch  = 10000
 		stoppedWindow = 4
 		backlog       = 40000
@@ -382,6 +385,18 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		in := l % stoppedBatch
 		if l < stoppedBatch || in < 1000 || in > stoppedBatch-5000 {
 			return false
+		}
+		a.mu.Lock()
+		lost := false
+		for _, line := range a.log {
+			lost = lost || strings.Contains(line, "component=lease") && strings.Contains(line, "stepping down")
+		}
+		a.mu.Unlock()
+		if lost {
+			// Not the case under test (a leader stopped while it holds its
+			// lease), and nothing would be refused: say so, loudly.
+			t.Fatalf("%s stepped down on its own before it could be stopped (its store did not answer a renewal in time):\n%s",
+				a.name, a.tail(20))
 		}
 		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
