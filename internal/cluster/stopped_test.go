@@ -386,6 +386,11 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		if l < stoppedBatch || in < 1000 || in > stoppedBatch-5000 {
 			return false
 		}
+		// The checkpoint is written in the background, a moment after
+		// the batch's acknowledgement: wait for the first batch's.
+		if cp, err := store.Checkpoint(dbCtx(), "default"); err != nil || cp < stoppedBatch {
+			return false
+		}
 		a.mu.Lock()
 		lost := false
 		for _, line := range a.log {
