@@ -378,17 +378,19 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 	}
 	var atStop uint64
 	waitFor(t, "A to publish into the middle of a batch after its first", 5*time.Minute, 5*time.Millisecond, func() bool {
+		// The checkpoint is written in the background, a moment after
+		// the batch's acknowledgement: wait for the first batch's. Read
+		// before the stream, so that nothing but the checks below comes
+		// between reading the stream's position and the SIGSTOP.
+		if cp, err := store.Checkpoint(dbCtx(), "default"); err != nil || cp < stoppedBatch {
+			return false
+		}
 		l := lastSeq()
 		if l >= head {
 			t.Fatalf("A published the whole backlog (%d) before it could be stopped mid-batch", head)
 		}
 		in := l % stoppedBatch
 		if l < stoppedBatch || in < 1000 || in > stoppedBatch-5000 {
-			return false
-		}
-		// The checkpoint is written in the background, a moment after
-		// the batch's acknowledgement: wait for the first batch's.
-		if cp, err := store.Checkpoint(dbCtx(), "default"); err != nil || cp < stoppedBatch {
 			return false
 		}
 		a.mu.Lock()
