@@ -114,10 +114,11 @@ func (s *Store) enqueue(r *appendRequest) bool {
 // it does, the next group of the boundary may begin on another worker and
 // connection while the first commits: its statements reach the database
 // and wait there for the head row, which it then takes at once, instead of
-// being sent only after the first group's answers came back. At most two
-// groups of a boundary are so in flight (the second holds the boundary
-// open until it has the head row, which is after the first committed), and
-// they commit in the order they began, so requests keep their order of
+// being sent only after the first group's answers came back. One group of a
+// boundary holds the head row and at most one more waits for it (the
+// waiting one holds the boundary open until it has the row, which is after
+// the first committed; the first may still run lookups after its COMMIT),
+// and they commit in the order they began, so requests keep their order of
 // arrival. A boundary whose head row another client holds ties up one
 // worker, never the appends of other boundaries (unless every worker is so
 // tied up).
@@ -135,7 +136,10 @@ func (s *Store) worker() {
 		b := s.ready[0]
 		s.ready = s.ready[1:]
 		if s.active[b] {
-			continue // being opened by another worker, which requeues it
+			// Not reached today: enqueue and requeue add a boundary only
+			// when no worker opens it. Kept so that no future path can
+			// open a boundary twice; the opener requeues it.
+			continue
 		}
 		if d := s.cfg.GroupDelay; d > 0 && len(s.queues[b]) < s.expect[b] {
 			// Let more requests join, up to as many as the last group had

@@ -31,8 +31,9 @@
 // first commits: its statements wait in the database for the head row and
 // take it as soon as the first group's COMMIT is done, instead of being sent
 // only after the first group's answers came back (a round trip, waking the
-// callers, gathering them again). At most two groups of a boundary are in
-// flight, and they commit in the order they began, which keeps the
+// callers, gathering them again). One group of a boundary holds the head
+// row and at most one more waits for it, and they commit in the order they
+// began, which keeps the
 // boundary's requests in order of arrival. When a group is done and more
 // requests wait, the boundary goes to the back of the line, so a busy
 // boundary cannot starve the others.

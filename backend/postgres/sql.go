@@ -67,7 +67,8 @@ RETURNING name, epoch::text, head`
 	// running transactions; after an UPDATE by the transaction it stays the
 	// transaction's own id, so Heads reports the row held (a publisher that
 	// idles then probes it and the status says "waiting"). The extra row
-	// version is a HOT update (head is not indexed).
+	// version can be a heap-only (HOT) update, head not being indexed; that
+	// was not measured.
 	sqlLockHead = `UPDATE orisun_boundaries SET head = head WHERE name = $1 RETURNING head, epoch::text`
 
 	// sqlAppend* build the statement that appends one request: it draws
