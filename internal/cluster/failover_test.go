@@ -32,12 +32,11 @@ type loader struct {
 	acked  map[uint64]string
 	failed int
 	lastEr error
-	stop   chan struct{}
-	done   chan struct{}
+	halter
 }
 
 func startLoader(t *testing.T, c *client.Client) *loader {
-	l := &loader{c: c, acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &loader{c: c, acked: map[uint64]string{}, halter: newHalter()}
 	go func() {
 		defer close(l.done)
 		for i := 0; ; i++ {
@@ -82,13 +81,25 @@ func startLoader(t *testing.T, c *client.Client) *loader {
 	return l
 }
 
-func (l *loader) halt() {
+// halter stops a test's background goroutine: it watches stop and closes
+// done when it returns.
+type halter struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newHalter() halter {
+	return halter{stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// halt stops the goroutine and waits for it; it may be called again.
+func (h halter) halt() {
 	select {
-	case <-l.stop:
+	case <-h.stop:
 	default:
-		close(l.stop)
+		close(h.stop)
 	}
-	<-l.done
+	<-h.done
 }
 
 // collector is a subscription's record: every delivered position must be

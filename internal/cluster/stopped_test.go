@@ -149,12 +149,11 @@ type streamWatch struct {
 	maxCP     uint64
 	violation string
 	samples   int
-	stop      chan struct{}
-	done      chan struct{}
+	halter
 }
 
 func startStreamWatch(t *testing.T, store *postgres.Store, s jetstream.Stream) *streamWatch {
-	w := &streamWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	w := &streamWatch{halter: newHalter()}
 	go func() {
 		defer close(w.done)
 		for {
@@ -187,15 +186,6 @@ func startStreamWatch(t *testing.T, store *postgres.Store, s jetstream.Stream) *
 	}()
 	t.Cleanup(w.halt)
 	return w
-}
-
-func (w *streamWatch) halt() {
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
-	<-w.done
 }
 
 // appendBacklog appends n events to the default boundary directly in the
