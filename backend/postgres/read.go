@@ -1,14 +1,17 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
@@ -168,26 +171,28 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 		return "", nil, s.translate(op, err)
 	}
 	defer rows.Close()
-	var epoch string
-	found := false
+	var epoch pgtype.Text
 	events := make([]event.Event, 0, min(limit, 256))
 	for rows.Next() {
-		found = true
 		var (
-			pos      *int64
-			id, typ  *string
-			t        *time.Time
-			tags     []string
-			data, md []byte
+			ep   pgtype.Text
+			pos  pgtype.Int8
+			id   pgtype.UUID
+			typ  pgtype.Text
+			t    pgtype.Timestamptz
+			tags []string
+			data []byte
+			md   []byte
 		)
-		if err := rows.Scan(&epoch, &pos, &id, &typ, &t, &tags, &data, &md); err != nil {
+		if err := rows.Scan(&ep, &pos, &id, &typ, &t, &tags, &data, &md); err != nil {
 			return "", nil, s.translate(op, err)
 		}
-		if pos == nil {
-			continue // the boundary's row without events
+		if !pos.Valid {
+			epoch = ep // the boundary's row
+			continue
 		}
-		e := event.Event{ID: *id, Boundary: boundary, Epoch: epoch, Position: uint64(*pos), Type: *typ,
-			Time: t.UTC(), Tags: tags, Data: data}
+		e := event.Event{ID: uuid.UUID(id.Bytes).String(), Boundary: boundary, Position: uint64(pos.Int64),
+			Type: typ.String, Time: t.Time.UTC(), Tags: tags, Data: data}
 		if e.Tags == nil {
 			e.Tags = []string{}
 		}
@@ -199,10 +204,26 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	if err := rows.Err(); err != nil {
 		return "", nil, s.translate(op, err)
 	}
-	if !found {
+	if !epoch.Valid {
 		return "", nil, notFound(op, boundary)
 	}
-	return epoch, events, nil
+	for i := range events {
+		events[i].Epoch = epoch.String
+	}
+	inPositionOrder(events)
+	return epoch.String, events, nil
+}
+
+// inPositionOrder sorts events by position unless they are sorted already.
+// A read's events come in position order from the primary key, before the
+// boundary's row; only the statement's ORDER BY inside its first branch
+// says so, and nothing in SQL orders the rows of a UNION ALL, so the order
+// is checked rather than assumed.
+func inPositionOrder(events []event.Event) {
+	byPosition := func(a, b event.Event) int { return cmp.Compare(a.Position, b.Position) }
+	if !slices.IsSortedFunc(events, byPosition) {
+		slices.SortFunc(events, byPosition)
+	}
 }
 
 // Latest returns the epoch, the head and the last event matching q (nil:

@@ -110,21 +110,23 @@ WHERE ev.boundary = $1 AND ev.position > $2 AND ev.position <= $3`
 ORDER BY ev.position LIMIT 1`
 
 	// sqlRead* read a page of events with the boundary's epoch in one
-	// statement, so both come from one snapshot; a boundary without events
-	// after the position still gives one row (the epoch, NULL events).
-	// $1 boundary, $2 after, $3 limit, $4… the query.
-	sqlReadPrefix = `SELECT b.epoch::text, e.position, e.id::text, e.type, e.time, e.tags, e.data, e.metadata
-FROM orisun_boundaries b
-LEFT JOIN LATERAL (
-    SELECT ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata
+	// statement, so both come from one snapshot: the events (epoch NULL),
+	// then one row for the boundary (its epoch, NULL events), which is
+	// there even when no event is after the position and is missing only
+	// when the boundary is. The events come straight from the primary key
+	// in position order: a join of the boundary row to the events, as
+	// before, made PostgreSQL sort the page again after the join (a third
+	// of a 1,000-event read of 1 KB events). $1 boundary, $2 after, $3
+	// limit, $4… the query.
+	sqlReadPrefix = `(SELECT NULL::text, ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata
     FROM orisun_events ev
-    WHERE ev.boundary = b.name AND ev.position > $2`
+    WHERE ev.boundary = $1 AND ev.position > $2`
 	sqlReadSuffix = `
     ORDER BY ev.position
-    LIMIT $3
-) e ON true
-WHERE b.name = $1
-ORDER BY e.position`
+    LIMIT $3)
+UNION ALL
+SELECT epoch::text, NULL::bigint, NULL::uuid, NULL::text, NULL::timestamptz, NULL::text[], NULL::json, NULL::json
+FROM orisun_boundaries WHERE name = $1`
 
 	// sqlLatest* read the epoch, the head and the last event matching a
 	// query up to that head in one statement, so all three come from one
