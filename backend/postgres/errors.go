@@ -83,6 +83,12 @@ func describe(e *pgconn.PgError) string {
 	if e.ConstraintName != "" {
 		s += " on " + e.ConstraintName
 	}
+	if e.Code == "08P01" && strings.HasPrefix(e.Message, "unsupported startup parameter") {
+		// PostgreSQL accepts every parameter orisun sets at connect;
+		// PgBouncer, by default, refuses them.
+		s += ": PostgreSQL accepts this parameter, so a connection pooler such as PgBouncer is in between; " +
+			"connect orisun to PostgreSQL directly, or see docs/deployment.md, \"Behind PgBouncer\""
+	}
 	return s
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
@@ -923,6 +924,25 @@ VALUES ('b', 1, $1, 't', now(), '{}', '{}'), ('b', 2, $1, 't', now(), '{}', '{}'
 		if got := sentinelOf(code); got != nil {
 			t.Errorf("sentinelOf(%q) = %v, want an internal error", code, got)
 		}
+	}
+}
+
+// TestPoolerRefusalNamesPgBouncer: PgBouncer (by default, in every pool
+// mode) refuses the startup parameters orisun sets, with this error (seen
+// from PgBouncer 1.18 at connect, see docs/deployment.md); PostgreSQL
+// accepts them, so the message says where to look.
+func TestPoolerRefusalNamesPgBouncer(t *testing.T) {
+	t.Parallel()
+	refusal := &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "unsupported startup parameter: idle_in_transaction_session_timeout"}
+	got := translate("connect to 127.0.0.1:6432", fmt.Errorf("failed to connect: %w", refusal))
+	if !errors.Is(got, event.ErrUnavailable) || !strings.Contains(got.Error(), "idle_in_transaction_session_timeout") ||
+		!strings.Contains(got.Error(), "PgBouncer") || !strings.Contains(got.Error(), "docs/deployment.md") {
+		t.Fatalf("translate(PgBouncer's refusal) = %v; want ErrUnavailable naming the parameter, PgBouncer and docs/deployment.md", got)
+	}
+	// Another protocol violation gets no such hint.
+	other := translate("read", &pgconn.PgError{Severity: "ERROR", Code: "08P01", Message: "invalid message format"})
+	if strings.Contains(other.Error(), "PgBouncer") {
+		t.Fatalf("translate(another 08P01) = %v; the PgBouncer hint is only for a refused startup parameter", other)
 	}
 }
 
