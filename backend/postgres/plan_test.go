@@ -93,7 +93,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 // the primary key, already in position order, with nothing sorted after
 // it. The read used to join the boundary's row to the page, and PostgreSQL
 // then sorted the joined page again: a third of the time of a 1,000-event
-// read of 1 KB events (pgbench, 14.2–15.0 ms against 8.9–10.0 ms).
+// read of 1 KB events (pgbench, 14.2–16.0 ms against 8.9–10.0 ms).
 func TestReadPlanIsOneRangeScan(t *testing.T) {
 	t.Parallel()
 	// 20,000 events, so that a page of 1,000 is a twentieth of the table
