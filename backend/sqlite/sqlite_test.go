@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -225,10 +226,62 @@ func TestPragmas(t *testing.T) {
 			if mode != "wal" || sync != want {
 				t.Fatalf("journal_mode %s, synchronous %d; want wal, %d", mode, sync, want)
 			}
+			var page int
+			if err := s.wdb.QueryRow(`PRAGMA page_size`).Scan(&page); err != nil {
+				t.Fatal(err)
+			}
+			if page != pageSize {
+				t.Fatalf("page_size %d; want %d for a new database", page, pageSize)
+			}
 			if _, err := s.rdb.Exec(`INSERT INTO leases VALUES ('x', 'y', 1, 0)`); err == nil {
 				t.Fatal("a reader connection could write; readers must be query_only")
 			}
 		})
+	}
+}
+
+// TestExistingDatabaseKeepsItsPageSize: a database created with SQLite's
+// default page size (every orisun database before 16 KB pages) opens, takes
+// the migrations, keeps its page size (SQLite fixes it at creation) and
+// stores and reads an event that spills into an overflow page there.
+func TestExistingDatabaseKeepsItsPageSize(t *testing.T) {
+	dir := t.TempDir()
+	old, err := sql.Open("sqlite", dsn(filepath.Join(dir, DBFile), url.Values{"_pragma": {"page_size(4096)", "journal_mode(WAL)"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(`CREATE TABLE created_before (x)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := setup(t, Config{Dir: dir})
+	var page int
+	if err := s.wdb.QueryRow(`PRAGMA page_size`).Scan(&page); err != nil {
+		t.Fatal(err)
+	}
+	if page != 4096 {
+		t.Fatalf("page_size %d; a database created with 4096-byte pages must keep them", page)
+	}
+	ctx := context.Background()
+	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	data := json.RawMessage(`{"pad":"` + strings.Repeat("x", 6000) + `"}`)
+	in, err := event.Prepare("b", []event.Input{{Type: "t", Data: data, Tags: []string{"k"}}}, event.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "b", in, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := s.Read(ctx, "b", 0, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || string(got[0].Data) != string(in[0].Data) {
+		t.Fatalf("read back %d events; want the one appended, its data unchanged", len(got))
 	}
 }
 

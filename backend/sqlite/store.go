@@ -207,6 +207,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		return fail(err)
 	}
+	var pageBytes int
+	if err := s.wdb.QueryRowContext(ctx, `PRAGMA page_size`).Scan(&pageBytes); err != nil {
+		return fail(translate(fmt.Sprintf("open %q", path), err))
+	}
 	if err := s.prepareWriter(ctx); err != nil {
 		return fail(err)
 	}
@@ -225,7 +229,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 	go s.writer()
 	s.log.Info("sqlite store open", "synchronous", cfg.Synchronous, "group_max_events", cfg.GroupMaxEvents,
-		"group_delay", cfg.GroupDelay)
+		"group_delay", cfg.GroupDelay, "page_size", pageBytes)
 	return s, nil
 }
 
@@ -235,13 +239,30 @@ func dsn(path string, params url.Values) string {
 	return "file:" + (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath() + "?" + params.Encode()
 }
 
+// pageSize is the page size of a database this store creates; a database
+// created before keeps its own (SQLite fixes it at creation). The events
+// table is WITHOUT ROWID, and a row of such a table that is larger than
+// about a quarter of a page spills into an overflow page of its own: with
+// SQLite's default of 4,096 bytes every event over about 1,000 bytes took a
+// whole extra page (a 1 KB event cost 4.8 KB of disk) and every read of it
+// one more read of the file. 8,192 keeps events up to about 2,000 bytes in
+// their leaf page. 16,384 (up to about 4,000 bytes) read as fast but made
+// the relay slower than 8,192 in every run. See docs/performance.md, "9.
+// SQLite: 8 KB pages".
+const pageSize = 8192
+
 func writerParams(synchronous string) url.Values {
 	return url.Values{
 		"_pragma": {
 			fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
-			"journal_mode(WAL)",
+			fmt.Sprintf("page_size(%d)", pageSize),
 			"synchronous(" + synchronous + ")",
 		},
+		// The shorthand, not a _pragma: the driver runs the _pragma list
+		// sorted by name, and journal_mode sorts before page_size; once a
+		// new database is in WAL mode its page size is fixed. The
+		// shorthand runs after the list.
+		"_journal_mode": {"WAL"},
 		// BEGIN IMMEDIATE: take the write lock at the start of a write
 		// transaction, never upgrade a read lock halfway (which can fail
 		// with SQLITE_BUSY without waiting).
