@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
@@ -62,6 +65,35 @@ func TestSmoke(t *testing.T) {
 				checkDropped(t, pgURL, progress.String())
 			}
 		})
+	}
+}
+
+// TestAppendOnlyRunUsesTheStoresPageSize: with --only append no backlog is
+// written, and the raw insert is the first to open the directory; the
+// database it creates must have the page size the store gives a new
+// database, or the append rows measure another database than a node
+// would have.
+func TestAppendOnlyRunUsesTheStoresPageSize(t *testing.T) {
+	cfg := tiny("sqlite", "")
+	cfg.Only = []string{"append"}
+	cfg.Callers = []int{1}
+	cfg.Dir = filepath.Join(t.TempDir(), "data")
+	if _, err := Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	f, err := os.Open(filepath.Join(cfg.Dir, sqlite.DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	header := make([]byte, 100)
+	if _, err := io.ReadFull(f, header); err != nil {
+		t.Fatal(err)
+	}
+	// The database header: the page size at offset 16 (big-endian), the
+	// file format versions at 18 and 19 (2: WAL).
+	if page := int(binary.BigEndian.Uint16(header[16:18])); page != sqlite.PageSize || header[18] != 2 {
+		t.Fatalf("the database has %d-byte pages, format %d; want %d-byte pages and WAL (2)", page, header[18], sqlite.PageSize)
 	}
 }
 

@@ -302,7 +302,11 @@ FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS u(id, data, ord)`, first,
 		note = fmt.Sprintf("%d-row INSERT … SELECT FROM unnest(…) statements in autocommit from %d connections into CREATE TABLE … (LIKE orisun_events INCLUDING ALL)", perStmt, conns)
 	} else {
 		r.progress("limit: raw multi-row INSERTs into a copy of the events table, %d rows each, %s", perStmt, r.cfg.AppendDuration)
-		db, err := sql.Open("sqlite", sqliteDSN(r.dir, "journal_mode(WAL)", "synchronous(FULL)")+"&_txlock=immediate")
+		// The first to open the directory when no backlog was written
+		// (--only append) creates the database: with the store's page size
+		// and WAL mode, as the store would (the driver runs the _pragma
+		// list sorted, so WAL comes from the shorthand, after page_size).
+		db, err := sql.Open("sqlite", sqliteDSN(r.dir, fmt.Sprintf("page_size(%d)", sqlite.PageSize), "synchronous(FULL)")+"&_journal_mode=WAL&_txlock=immediate")
 		if err != nil {
 			return fmt.Errorf("bench: raw insert: %w", err)
 		}

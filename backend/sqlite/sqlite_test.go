@@ -230,8 +230,8 @@ func TestPragmas(t *testing.T) {
 			if err := s.wdb.QueryRow(`PRAGMA page_size`).Scan(&page); err != nil {
 				t.Fatal(err)
 			}
-			if page != pageSize {
-				t.Fatalf("page_size %d; want %d for a new database", page, pageSize)
+			if page != PageSize {
+				t.Fatalf("page_size %d; want %d for a new database", page, PageSize)
 			}
 			if _, err := s.rdb.Exec(`INSERT INTO leases VALUES ('x', 'y', 1, 0)`); err == nil {
 				t.Fatal("a reader connection could write; readers must be query_only")
@@ -241,12 +241,13 @@ func TestPragmas(t *testing.T) {
 }
 
 // TestExistingDatabaseKeepsItsPageSize: a database created with SQLite's
-// default page size (every orisun database before 16 KB pages) opens, takes
-// the migrations, keeps its page size (SQLite fixes it at creation) and
-// stores and reads an event that spills into an overflow page there.
+// default page size of 4,096 bytes, in WAL mode (every orisun database
+// before 8 KB pages), opens, takes the migrations, keeps its page size
+// (SQLite fixes it at creation) and stores and reads an event that spills
+// into an overflow page there.
 func TestExistingDatabaseKeepsItsPageSize(t *testing.T) {
 	dir := t.TempDir()
-	old, err := sql.Open("sqlite", dsn(filepath.Join(dir, DBFile), url.Values{"_pragma": {"page_size(4096)", "journal_mode(WAL)"}}))
+	old, err := sql.Open("sqlite", dsn(filepath.Join(dir, DBFile), url.Values{"_pragma": {"page_size(4096)"}, "_journal_mode": {"WAL"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -239,23 +239,23 @@ func dsn(path string, params url.Values) string {
 	return "file:" + (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath() + "?" + params.Encode()
 }
 
-// pageSize is the page size of a database this store creates; a database
+// PageSize is the page size of a database this store creates; a database
 // created before keeps its own (SQLite fixes it at creation). The events
 // table is WITHOUT ROWID, and a row of such a table that is larger than
 // about a quarter of a page spills into an overflow page of its own: with
 // SQLite's default of 4,096 bytes every event over about 1,000 bytes took a
-// whole extra page (a 1 KB event cost 4.8 KB of disk) and every read of it
+// whole extra page (a 1 KB event cost 4.6 KB of disk) and every read of it
 // one more read of the file. 8,192 keeps events up to about 2,000 bytes in
 // their leaf page. 16,384 (up to about 4,000 bytes) read as fast but made
 // the relay slower than 8,192 in every run. See docs/performance.md, "9.
 // SQLite: 8 KB pages".
-const pageSize = 8192
+const PageSize = 8192
 
 func writerParams(synchronous string) url.Values {
 	return url.Values{
 		"_pragma": {
 			fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
-			fmt.Sprintf("page_size(%d)", pageSize),
+			fmt.Sprintf("page_size(%d)", PageSize),
 			"synchronous(" + synchronous + ")",
 		},
 		// The shorthand, not a _pragma: the driver runs the _pragma list
