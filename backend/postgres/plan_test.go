@@ -59,20 +59,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			{"latest", latest, append([]any{"big"}, largs...)},
 			{"condition", first, append([]any{"big", int64(0), int64(n)}, cargs...)},
 		} {
-			rows, err := s.pool.Query(ctx, "EXPLAIN "+st.sql, st.args...)
-			if err != nil {
-				t.Fatalf("EXPLAIN %s by %s: %v", st.name, c.name, err)
-			}
-			var lines []string
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				lines = append(lines, line)
-			}
-			rows.Close()
-			p := strings.Join(lines, "\n")
+			p := explain(t, s, st.sql, st.args...)
 			t.Logf("%s by %s:\n%s", st.name, c.name, p)
 			if c.index == typeIndex && st.name == "condition" && strings.Contains(p, "Index Scan using orisun_events_pkey") &&
 				strings.Contains(p, `"position" <= `) {
@@ -114,23 +101,7 @@ func TestReadPlanIsOneRangeScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	read, _ := readSQL(nil)
-	var lines []string
-	rows, err := s.pool.Query(ctx, "EXPLAIN "+read, "big", int64(100), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, line)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	p := strings.Join(lines, "\n")
+	p := explain(t, s, read, "big", int64(100), 1000)
 	if strings.Contains(p, "Sort") || !strings.Contains(p, "Index Scan using orisun_events_pkey") {
 		t.Errorf("the read is not one range scan of the primary key without a sort:\n%s", p)
 	}
@@ -222,4 +193,27 @@ func TestInPositionOrder(t *testing.T) {
 			t.Fatalf("after inPositionOrder: %v", events)
 		}
 	}
+}
+
+// explain returns the plan PostgreSQL chooses for sql with args, as the
+// lines of EXPLAIN joined.
+func explain(t *testing.T, s *Store, sql string, args ...any) string {
+	t.Helper()
+	rows, err := s.pool.Query(context.Background(), "EXPLAIN "+sql, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", sql, err)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
