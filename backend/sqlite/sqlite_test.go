@@ -286,6 +286,28 @@ func TestExistingDatabaseKeepsItsPageSize(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesADatabaseWithoutWAL: where SQLite cannot switch to WAL
+// (a file system without the shared memory it needs; here a VFS without
+// it) it stays in its rollback journal without an error. Open refuses to
+// run so, says why, and leaves the directory unlocked.
+func TestOpenRefusesADatabaseWithoutWAL(t *testing.T) {
+	dir := t.TempDir()
+	testWriterParams = url.Values{"vfs": {"unix-dotfile"}}
+	_, err := Open(context.Background(), Config{Dir: dir})
+	testWriterParams = nil
+	if err == nil || !strings.Contains(err.Error(), "WAL mode") || !strings.Contains(err.Error(), "local disk") {
+		t.Fatalf("Open without WAL: %v; want an error saying WAL could not be set and to use a local disk", err)
+	}
+	s := setup(t, Config{Dir: dir})
+	var mode string
+	if err := s.wdb.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" {
+		t.Fatalf("journal_mode %s after a normal Open of the same directory; want wal", mode)
+	}
+}
+
 func TestCloseTwiceAndUseAfterClose(t *testing.T) {
 	s := setup(t, Config{})
 	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {

@@ -193,7 +193,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 
 	path := filepath.Join(dir, DBFile)
-	s.wdb, err = sql.Open("sqlite", dsn(path, writerParams(cfg.Synchronous)))
+	params := writerParams(cfg.Synchronous)
+	for k, v := range testWriterParams {
+		params[k] = v
+	}
+	s.wdb, err = sql.Open("sqlite", dsn(path, params))
 	if err != nil {
 		return fail(fmt.Errorf("sqlite: open %q: %w", path, err))
 	}
@@ -203,6 +207,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.wdb.SetConnMaxIdleTime(0)
 	if err := s.wdb.PingContext(ctx); err != nil {
 		return fail(translate(fmt.Sprintf("open %q", path), err))
+	}
+	// SQLite does not fail when it cannot switch to WAL: it stays in the
+	// mode it was in. Without WAL the readers and the writer block each
+	// other and the store's promises (reads beside a writing group, the
+	// checkpoint beside appends) do not hold.
+	var mode string
+	if err := s.wdb.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fail(translate(fmt.Sprintf("open %q", path), err))
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fail(fmt.Errorf("sqlite: open %q: SQLite could not put the database in WAL mode (it stayed in %q mode): "+
+			"the file system of the data directory %q lacks the shared memory WAL needs, as network file systems do; "+
+			"put the data directory (ORISUN_DATA_DIR) on a local disk", path, mode, dir))
 	}
 	if err := s.migrate(ctx); err != nil {
 		return fail(err)
@@ -250,6 +267,10 @@ func dsn(path string, params url.Values) string {
 // the relay slower than 8,192 in every run. See docs/performance.md, "9.
 // SQLite: 8 KB pages".
 const PageSize = 8192
+
+// testWriterParams are added to the writer's connection parameters. Tests
+// set them to stand in for a file system that SQLite cannot use WAL on.
+var testWriterParams url.Values
 
 func writerParams(synchronous string) url.Values {
 	return url.Values{
