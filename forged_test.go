@@ -54,15 +54,7 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 	}
 
 	// The forged message takes sequence 4 before orisun publishes position 4.
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jsOf(t, n)
 	m := nats.NewMsg(stream.Subject("default", "real"))
 	m.Header.Set(stream.HeaderPosition, "4")
 	m.Header.Set(stream.HeaderEpoch, epoch)

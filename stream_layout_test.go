@@ -39,15 +39,7 @@ func TestStreamLayoutOnTheServer_I2(t *testing.T) {
 	}
 	epoch := bs[0].Epoch
 
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jsOf(t, n)
 	s, err := js.Stream(ctx, "ORISUN_orders")
 	if err != nil {
 		t.Fatalf("stream ORISUN_orders: %v", err)

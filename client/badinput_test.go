@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -20,25 +19,9 @@ import (
 // never "unavailable: is the relay running?"; and nothing is written.
 func TestBadInputNamedByTheClient(t *testing.T) {
 	t.Parallel()
-	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startNode(t, orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 
 	ok := []event.Input{{Type: "ok", Data: json.RawMessage(`{}`)}}
 	// Each event fits the max payload (1 MB by default) on its own; the two

@@ -362,20 +362,8 @@ func checkAgainstStore(t *testing.T, c *client.Client, rec *recorder, head uint6
 // recreates the stream.
 func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	t.Parallel()
-	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startNode(t, orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
 	ctx := context.Background()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Stop() })
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -447,4 +435,30 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAgainstStore(t, c, rec, 150)
+}
+
+// startNode starts a node in this process with cfg and connects a client
+// to it; both end with the test.
+func startNode(t *testing.T, cfg orisun.Config) *client.Client {
+	t.Helper()
+	n, err := orisun.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := client.Connect(n.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
@@ -32,25 +31,9 @@ func TestReadLatestAndConflict(t *testing.T) {
 
 func testReadLatestAndConflict(t *testing.T, cfg orisun.Config) {
 	cfg.Boundaries = []string{"seats"}
-	n, err := orisun.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startNode(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	seat1 := &event.Query{Items: []event.QueryItem{{Tags: []string{"seat:1"}}}}
 	l, err := c.ReadLatest(ctx, "seats", seat1)
 	if err != nil || l.Event != nil || l.Head != 0 || l.Epoch == "" {
