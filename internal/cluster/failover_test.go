@@ -159,15 +159,7 @@ func storeIDs(t *testing.T, c *client.Client, head uint64) map[uint64]string {
 func checkStream(t *testing.T, url string, opts []nats.Option, ids map[uint64]string, head uint64) *jetstream.StreamInfo {
 	t.Helper()
 	ctx := contextFor(t, 120*time.Second)
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jsConnect(t, url, opts...)
 	s, err := js.Stream(ctx, stream.Name("default"))
 	if err != nil {
 		t.Fatalf("the stream after the kill: %v", err)
@@ -201,6 +193,7 @@ func checkStream(t *testing.T, url string, opts []nats.Option, ids map[uint64]st
 // Raft group (an embedded server is named after its node id).
 func streamLeaderOf(t *testing.T, url string, opts []nats.Option) string {
 	t.Helper()
+	// Its own connection, closed on return: callers poll it.
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -573,4 +566,20 @@ func TestExternalNATSClusterLeaderSIGKILL(t *testing.T) {
 			}
 		}
 	})
+}
+
+// jsConnect connects a JetStream client through url; the connection ends
+// with the test.
+func jsConnect(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

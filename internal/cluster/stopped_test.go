@@ -315,15 +315,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		t.Fatalf("the backlog ends at %d, want %d", head, backlog)
 	}
 
-	nc, err := nats.Connect(srv.nats, nats.UserInfo(natsAppUser, natsAppPassword))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jsConnect(t, srv.nats, nats.UserInfo(natsAppUser, natsAppPassword))
 	tap := startWireTap(t, srv.nats)
 
 	nodes := externalNodes(t, pgURL, []*proc{srv}, 2, ttl,
