@@ -32,15 +32,7 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 	waitSettled(t, n, 10*time.Second)
 
 	// The slow appender: takes the head row as an append does, and holds it.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := beginTx(t, url)
 	if _, err := tx.Exec(ctx, `UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default'`); err != nil {
 		t.Fatal(err)
 	}
@@ -188,15 +180,7 @@ func TestPollingPublishesWithoutNotification_I4(t *testing.T) {
 
 	// Three events appended the way the store appends them (the head row
 	// drawn, the events inserted, one transaction), minus the NOTIFY.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := beginTx(t, url)
 	var head int64
 	if err := tx.QueryRow(ctx, `UPDATE orisun_boundaries SET head = head + 3 WHERE name = 'default' RETURNING head`).Scan(&head); err != nil {
 		t.Fatal(err)
@@ -217,4 +201,21 @@ VALUES ('default', $1, $2, 'unnotified', now(), '{}', '{}')`, p, event.NewID());
 	if first, last := checkStream(t, n, "default"); first != 1 || last != 5 {
 		t.Fatalf("stream %d..%d, want 1..5", first, last)
 	}
+}
+
+// beginTx opens a transaction of its own on the database at url, as
+// another client of it would; its connection ends with the test.
+func beginTx(t *testing.T, url string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
