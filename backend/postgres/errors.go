@@ -85,7 +85,8 @@ func describe(e *pgconn.PgError) string {
 	}
 	if e.Code == "08P01" && strings.HasPrefix(e.Message, "unsupported startup parameter") {
 		// PostgreSQL accepts every parameter orisun sets at connect;
-		// PgBouncer, by default, refuses them.
+		// PgBouncer, by default, refuses two of them (plan_cache_mode,
+		// idle_in_transaction_session_timeout).
 		s += ": PostgreSQL accepts this parameter, so a connection pooler such as PgBouncer is in between; " +
 			"connect orisun to PostgreSQL directly, or see docs/deployment.md, \"Behind PgBouncer\""
 	}

@@ -261,7 +261,7 @@ func dsn(path string, params url.Values) string {
 // table is WITHOUT ROWID, and a row of such a table that is larger than
 // about a quarter of a page spills into an overflow page of its own: with
 // SQLite's default of 4,096 bytes every event over about 1,000 bytes took a
-// whole extra page (a 1 KB event cost 4.6 KB of disk) and every read of it
+// whole extra page (a 1 KB event cost 4.8 KB of disk) and every read of it
 // one more read of the file. 8,192 keeps events up to about 2,000 bytes in
 // their leaf page. 16,384 (up to about 4,000 bytes) read as fast but made
 // the relay slower than 8,192 in every run. See docs/performance.md, "9.
