@@ -26,6 +26,7 @@ package backend
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/orisun-io/orisun/event"
@@ -169,4 +170,13 @@ type BoundaryState struct {
 // boundary. Within the snapshot the checkpoint never exceeds the head.
 type StateReader interface {
 	BoundaryStates(ctx context.Context) ([]BoundaryState, error)
+}
+
+// ClampPosition is position p as the int64 the SQL stores keep positions
+// in. Positions never leave the int64 range, so a larger p means "after
+// every event" and becomes the largest int64, after which no event is; a
+// plain int64(p) would turn it negative, and a read or condition after it
+// would start again at position 1.
+func ClampPosition(p uint64) int64 {
+	return int64(min(p, math.MaxInt64))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -546,7 +547,7 @@ func (g *groupRun) requestSteps(i int) []step {
 	sql, fargs := appendSQL(r.cond)
 	args := []any{r.boundary, int64(n), ids, types, tags, data, md}
 	if r.cond != nil {
-		args = append(args, clampPosition(r.cond.After))
+		args = append(args, backend.ClampPosition(r.cond.After))
 		args = append(args, fargs...)
 	}
 	return []step{
@@ -604,7 +605,7 @@ func (g *groupRun) decisionSteps(i int) []step {
 	steps := []step{{kind: stepFindIDs, req: i, sql: sqlFindIDs, args: []any{r.boundary, ids, d.headAt}}}
 	if r.cond != nil {
 		sql, fargs := firstMatchSQL(r.cond)
-		args := append([]any{r.boundary, clampPosition(r.cond.After), d.headAt}, fargs...)
+		args := append([]any{r.boundary, backend.ClampPosition(r.cond.After), d.headAt}, fargs...)
 		steps = append(steps, step{kind: stepFirstMatch, req: i, sql: sql, args: args})
 	}
 	return steps

@@ -40,10 +40,10 @@ func (s *Store) SaveCheckpoint(ctx context.Context, boundary string, l backend.L
 	if s.isClosed() {
 		return errClosed(op)
 	}
-	pos := clampPosition(position)
+	pos := backend.ClampPosition(position)
 	for range checkpointAttempts {
 		var cp int64
-		err := s.pool.QueryRow(ctx, sqlSaveCheckpoint, pos, boundary, l.Holder, clampPosition(l.Term)).Scan(&cp)
+		err := s.pool.QueryRow(ctx, sqlSaveCheckpoint, pos, boundary, l.Holder, backend.ClampPosition(l.Term)).Scan(&cp)
 		if err == nil {
 			return nil
 		}
@@ -141,7 +141,7 @@ func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Durati
 		return backend.Lease{}, errClosed(op)
 	}
 	var expires time.Time
-	err := s.pool.QueryRow(ctx, sqlRenewLease, l.Boundary, l.Holder, clampPosition(l.Term), ttl.Microseconds()).Scan(&expires)
+	err := s.pool.QueryRow(ctx, sqlRenewLease, l.Boundary, l.Holder, backend.ClampPosition(l.Term), ttl.Microseconds()).Scan(&expires)
 	if isNoRows(err) {
 		return backend.Lease{}, fmt.Errorf("postgres: %s: %w: the lease expired or another term began; acquire it again",
 			op, event.ErrLeaseLost)
@@ -161,7 +161,7 @@ func (s *Store) ReleaseLease(ctx context.Context, l backend.Lease) error {
 	if s.isClosed() {
 		return errClosed(op)
 	}
-	if _, err := s.pool.Exec(ctx, sqlReleaseLease, l.Boundary, l.Holder, clampPosition(l.Term)); err != nil {
+	if _, err := s.pool.Exec(ctx, sqlReleaseLease, l.Boundary, l.Holder, backend.ClampPosition(l.Term)); err != nil {
 		return s.translate(op, err)
 	}
 	return nil

@@ -164,7 +164,7 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	}
 	sql, fargs := readSQL(q)
 	args := make([]any, 0, 3+len(fargs))
-	args = append(args, boundary, clampPosition(after), limit)
+	args = append(args, boundary, backend.ClampPosition(after), limit)
 	args = append(args, fargs...)
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -265,15 +265,6 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 	}
 	l.Event = &e
 	return l, nil
-}
-
-// clampPosition turns a position into a bigint value; positions never
-// exceed the int64 range, so anything beyond it means "after everything".
-func clampPosition(p uint64) int64 {
-	if p > 1<<63-1 {
-		return 1<<63 - 1
-	}
-	return int64(p)
 }
 
 // HeadLocked reports whether a transaction holds the boundary's head row at

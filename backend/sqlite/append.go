@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -636,7 +637,7 @@ func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64,
 		for j, tag := range it.Tags {
 			n, seen := counts[tag]
 			if !seen {
-				if err := db.QueryRowContext(ctx, probe, boundary, tag, clampPosition(pos), tagProbeCap).Scan(&n); err != nil {
+				if err := db.QueryRowContext(ctx, probe, boundary, tag, backend.ClampPosition(pos), tagProbeCap).Scan(&n); err != nil {
 					return nil, err
 				}
 				counts[tag] = n
@@ -666,7 +667,7 @@ func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64,
 // firstMatchSQL is the statement of firstMatch, with its arguments.
 func firstMatchSQL(q *event.Query, boundary string, after uint64) (string, []any) {
 	m, margs, ok := matchSQL(q, forward)
-	args := append([]any{boundary, clampPosition(after), 1}, margs...)
+	args := append([]any{boundary, backend.ClampPosition(after), 1}, margs...)
 	if !ok {
 		return sqlFirstAny, args
 	}

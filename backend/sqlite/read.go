@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
@@ -214,18 +213,10 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 	return l, nil
 }
 
-// clampPosition turns a position into an SQLite integer. Positions never
-// leave the int64 range, so a larger one means "after every event"; a plain
-// int64() would make it negative, and a read or condition after it would
-// start again at position 1 (the PostgreSQL store clamps the same way).
-func clampPosition(p uint64) int64 {
-	return int64(min(p, math.MaxInt64))
-}
-
 // readSQL is the statement of a read page, with its arguments.
 func readSQL(q *event.Query, boundary string, after uint64, limit int) (string, []any) {
 	m, margs, ok := matchSQL(q, forward)
-	args := append([]any{boundary, clampPosition(after), limit}, margs...)
+	args := append([]any{boundary, backend.ClampPosition(after), limit}, margs...)
 	if !ok {
 		return sqlReadAll, args
 	}
@@ -236,7 +227,7 @@ func readSQL(q *event.Query, boundary string, after uint64, limit int) (string, 
 // arguments.
 func latestSQL(q *event.Query, boundary string, head uint64) (string, []any) {
 	m, margs, ok := matchSQL(q, backward)
-	args := append([]any{boundary, clampPosition(head), 1}, margs...)
+	args := append([]any{boundary, backend.ClampPosition(head), 1}, margs...)
 	if !ok {
 		return sqlLatestAny, args
 	}

@@ -154,7 +154,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 
 // plan says, before anything is created, what the run will do and roughly
 // what it costs (docs/performance.md: a SQLite backlog of 300,000 events of
-// 1 KB took 373 MB on disk with 8 KB pages, 1,377 MB with 4 KB pages, whose
+// 1 KB took 373 MiB on disk with 8 KB pages, 1,377 MiB with 4 KB pages, whose
 // rows spilled into overflow pages; the process peaked near 1 GB of memory).
 func plan(cfg bench.Config) string {
 	where := "SQLite in a temporary directory (removed after)"
