@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orisun-io/orisun/event"
@@ -589,7 +590,7 @@ func checkPGURL(raw string) string {
 	// The store's pool size is ORISUN_PG_MAX_CONNS, which always has a
 	// value (8 by default) and overrides the URL's pool_max_conns: a
 	// setting that would be ignored in silence is refused instead.
-	if strings.Contains(raw, "pool_max_conns") {
+	if cc, err := pgconn.ParseConfig(raw); err == nil && cc.RuntimeParams["pool_max_conns"] != "" {
 		return "sets pool_max_conns, which orisun does not use; remove it and set ORISUN_PG_MAX_CONNS instead"
 	}
 	return ""

@@ -288,6 +288,8 @@ func TestPostgresConfigErrors(t *testing.T) {
 		{"bad port", "postgres://orisun:s3cret@db:notaport/orisun", "", "ORISUN_PG_URL"},
 		{"not postgres", "mysql://orisun:s3cret@db/orisun", "", "ORISUN_PG_URL"},
 		{"pool size in the URL", "postgres://orisun:s3cret@db/orisun?pool_max_conns=50", "", "ORISUN_PG_MAX_CONNS"},
+		{"pool size as a keyword", "host=db dbname=orisun pool_max_conns=50", "", "ORISUN_PG_MAX_CONNS"},
+		{"the words in a password", "postgres://orisun:pool_max_conns@db/orisun", "", ""},
 		{"pool of one", "postgres://db/orisun", "1", "ORISUN_PG_MAX_CONNS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
