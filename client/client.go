@@ -160,18 +160,22 @@ func (c *Client) Append(ctx context.Context, boundary string, events []event.Inp
 	if err := event.ValidateBoundaryName(boundary); err != nil {
 		return res, err
 	}
-	// Data and metadata travel as JSON values inside the request: one
-	// that is not JSON cannot be encoded, and encoding/json's error would
-	// name neither the event nor the field.
-	for i := range events {
-		if len(events[i].Data) > 0 && !json.Valid(events[i].Data) {
-			return res, fmt.Errorf("%w: events[%d]: data is not valid JSON", event.ErrInvalid, i)
-		}
-		if len(events[i].Metadata) > 0 && !json.Valid(events[i].Metadata) {
-			return res, fmt.Errorf("%w: events[%d]: metadata is not valid JSON", event.ErrInvalid, i)
+	err := c.request(ctx, api.AppendSubject(boundary), api.AppendRequest{Events: events, Condition: cond}, &res)
+	var encodeErr *json.MarshalerError
+	if errors.As(err, &encodeErr) {
+		// Data and metadata travel as JSON values inside the request: one
+		// that is not JSON cannot be encoded, and encoding/json's error
+		// names neither the event nor the field. Looked for only then, so
+		// a good append scans its events once.
+		for i := range events {
+			if len(events[i].Data) > 0 && !json.Valid(events[i].Data) {
+				return res, fmt.Errorf("%w: events[%d]: data is not valid JSON", event.ErrInvalid, i)
+			}
+			if len(events[i].Metadata) > 0 && !json.Valid(events[i].Metadata) {
+				return res, fmt.Errorf("%w: events[%d]: metadata is not valid JSON", event.ErrInvalid, i)
+			}
 		}
 	}
-	err := c.request(ctx, api.AppendSubject(boundary), api.AppendRequest{Events: events, Condition: cond}, &res)
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.Conflict != nil && cond != nil {
 		apiErr.Conflict.Boundary = boundary
