@@ -302,11 +302,10 @@ FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS u(id, data, ord)`, first,
 		note = fmt.Sprintf("%d-row INSERT … SELECT FROM unnest(…) statements in autocommit from %d connections into CREATE TABLE … (LIKE orisun_events INCLUDING ALL)", perStmt, conns)
 	} else {
 		r.progress("limit: raw multi-row INSERTs into a copy of the events table, %d rows each, %s", perStmt, r.cfg.AppendDuration)
-		// The first to open the directory when no backlog was written
-		// (--only append) creates the database: with the store's page size
-		// and WAL mode, as the store would (the driver runs the _pragma
-		// list sorted, so WAL comes from the shorthand, after page_size).
-		db, err := sql.Open("sqlite", sqliteDSN(r.dir, fmt.Sprintf("page_size(%d)", sqlite.PageSize), "synchronous(FULL)")+"&_journal_mode=WAL&_txlock=immediate")
+		// The store's own writer settings: the first to open the directory
+		// when no backlog was written (--only append) creates the
+		// database, and it must be the database a node would create.
+		db, err := sql.Open("sqlite", sqlite.WriterDSN(filepath.Join(r.dir, sqlite.DBFile), "FULL"))
 		if err != nil {
 			return fmt.Errorf("bench: raw insert: %w", err)
 		}

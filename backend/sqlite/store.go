@@ -268,6 +268,15 @@ func dsn(path string, params url.Values) string {
 // SQLite: 8 KB pages".
 const PageSize = 8192
 
+// WriterDSN is the connection string of the store's writer for the
+// database file at path, with synchronous as in Config.Synchronous: the
+// page size a new database gets, WAL, the busy timeout, BEGIN IMMEDIATE.
+// For code that must write the same database as the store would (the
+// bench's raw insert).
+func WriterDSN(path, synchronous string) string {
+	return dsn(path, writerParams(synchronous))
+}
+
 // testWriterParams are added to the writer's connection parameters. Tests
 // set them to stand in for a file system that SQLite cannot use WAL on.
 var testWriterParams url.Values
