@@ -176,6 +176,12 @@ func (s *Store) worker() {
 			// The group holds the head row: the next group may begin.
 			locked = true
 			s.mu.Lock()
+			// The group's callers come back once it is answered, and the
+			// requests that arrived while it ran still wait: together,
+			// what the next group can expect (the count taken when the
+			// group was formed misses the latter, and a boundary's 64
+			// callers then kept splitting into two groups of about 32).
+			s.expect[b] = len(group) + len(s.queues[b])
 			delete(s.active, b)
 			s.requeue(b)
 			hook := s.lockedHook

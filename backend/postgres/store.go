@@ -57,7 +57,7 @@ type Config struct {
 	// GroupDelay is the longest a worker waits, once a boundary has a
 	// request and before it takes the boundary's group, for more requests
 	// to join. It stops as soon as as many wait as the boundary's last
-	// group held plus those it left waiting (their callers usually come
+	// group held plus those that arrived while it ran (its callers usually come
 	// back at once), so a lone caller never waits. Default 0: a group takes
 	// what waits and commits at once (the next group of the boundary
 	// gathers while one commits anyway).
@@ -133,8 +133,10 @@ type Store struct {
 	held map[string]bool
 	// expect is, per boundary, how many requests its next group expects:
 	// the requests of its last group (their callers are likely to come
-	// back at once) and those left waiting. A worker waiting GroupDelay for
-	// a boundary stops as soon as that many are queued (gathered closes).
+	// back at once) and those that arrived while it ran, counted when it
+	// holds the head row (its answers come back then). A worker waiting
+	// GroupDelay for a boundary stops as soon as that many are queued
+	// (gathered closes).
 	expect   map[string]int
 	gathered map[string]chan struct{}
 	// lockedHook, when set (by tests), runs in a group's goroutine right
