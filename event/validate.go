@@ -260,18 +260,17 @@ func compactJSON(field string, raw json.RawMessage, required bool) (json.RawMess
 		}
 		return nil, nil
 	}
-	if !json.Valid(trimmed) {
-		return nil, fmt.Errorf("%w: %s is not valid JSON", ErrInvalid, field)
+	// Compact validates as it goes (the scanner of json.Valid): one pass,
+	// not two. The data of every append goes through here.
+	var buf bytes.Buffer
+	buf.Grow(len(trimmed))
+	if err := json.Compact(&buf, trimmed); err != nil {
+		return nil, fmt.Errorf("%w: %s is not valid JSON: %v", ErrInvalid, field, err)
 	}
 	if !utf8.Valid(trimmed) {
 		// encoding/json accepts invalid UTF-8 in strings; RFC 8259 and
 		// consumers in other languages do not.
 		return nil, fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, field)
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(trimmed))
-	if err := json.Compact(&buf, trimmed); err != nil {
-		return nil, fmt.Errorf("%w: %s is not valid JSON: %v", ErrInvalid, field, err)
 	}
 	return buf.Bytes(), nil
 }

@@ -218,3 +218,32 @@ func TestValidateQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareRefusesBadJSON: data and metadata that are not JSON (also
+// with something after the value, or invalid UTF-8 in a string) are
+// refused with an error naming the event and the field, and nothing is
+// returned.
+func TestPrepareRefusesBadJSON(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		data, md string
+		want     string
+	}{
+		{"data cut short", `{"a":`, "", "data is not valid JSON"},
+		{"data with a trailing value", `{"a":1} 2`, "", "data is not valid JSON"},
+		{"data not JSON at all", `a`, "", "data is not valid JSON"},
+		{"data with invalid UTF-8", "\"\xff\"", "", "data is not valid UTF-8"},
+		{"data missing", ``, "", "data is missing"},
+		{"metadata with a trailing comma", `1`, `[1,]`, "metadata is not valid JSON"},
+	} {
+		in := []event.Input{
+			{Type: "a", Data: json.RawMessage(`{}`)},
+			{Type: "a", Data: json.RawMessage(c.data), Metadata: json.RawMessage(c.md)},
+		}
+		out, err := event.Prepare("b", in, event.Limits{})
+		if !errors.Is(err, event.ErrInvalid) || !strings.HasPrefix(err.Error(), "events[1]: ") || !strings.Contains(err.Error(), c.want) || out != nil {
+			t.Errorf("%s: got %v (%d events), want ErrInvalid for events[1] containing %q and no events", c.name, err, len(out), c.want)
+		}
+	}
+}
