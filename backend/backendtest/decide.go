@@ -50,6 +50,46 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 		}
 	}
 
+	t.Run("TagsOfEachEventKept", func(t *testing.T) {
+		t.Parallel()
+		// Requests of one group may be appended by one statement (the
+		// PostgreSQL backend merges those without conditions): each event
+		// keeps its own tags, in their order, also when others have none.
+		s := setup(t, open, "tags")
+		odd := []string{`a b`, `ü,"x"`, `{1,2}`, `NULL`, `\`, `'`, `[]`}
+		// Two groups of three events (the suite's smallest group size):
+		// no tags first, then in the middle.
+		var want [][]string
+		for _, calls := range [][]*call{
+			{{in: prep(t, "tags", ev("t.none"))}, {in: prep(t, "tags", ev("t.odd", odd...))}, {in: prep(t, "tags", ev("t.dup", "d", "d", "x"))}},
+			{{in: prep(t, "tags", ev("t.one", "x"))}, {in: prep(t, "tags", ev("t.none"))}, {in: prep(t, "tags", ev("t.two", "z", "y"))}},
+		} {
+			inOneGroup(t, s, "tags", calls)
+			for i, c := range calls {
+				if c.err != nil {
+					t.Fatalf("request %d: %v", i, c.err)
+				}
+				want = append(want, c.in[0].Tags)
+			}
+		}
+		_, events := readAll(t, s, "tags", nil)
+		checkDense(t, events)
+		if len(events) != len(want) {
+			t.Fatalf("%d events stored, want %d", len(events), len(want))
+		}
+		for i, e := range events {
+			if e.Tags == nil || fmt.Sprintf("%q", e.Tags) != fmt.Sprintf("%q", want[i]) {
+				t.Errorf("event at position %d (%s) has tags %#v, want %#v", e.Position, e.Type, e.Tags, want[i])
+			}
+		}
+		// The tag index finds them, each odd tag as a whole value.
+		for _, tag := range odd {
+			if _, got := readAll(t, s, "tags", &event.Query{Items: []event.QueryItem{{Tags: []string{tag}}}}); len(got) != 1 || got[0].Type != "t.odd" {
+				t.Errorf("query by tag %q found %d events, want the one t.odd", tag, len(got))
+			}
+		}
+	})
+
 	t.Run("ConditionFailedByEarlierRequest", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "seats")

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -536,22 +535,10 @@ func writesUnconditioned(g *groupRun, steps []step) bool {
 // statement, and the release of its savepoint.
 func (g *groupRun) requestSteps(i int) []step {
 	r := g.reqs[i]
-	n := len(r.events)
-	ids := make([]string, n)
-	types := make([]string, n)
-	tags := make([]string, n)
-	data := make([]string, n)
-	md := make([]pgtype.Text, n)
-	for k := range r.events {
-		in := &r.events[k]
-		ids[k], types[k], data[k] = in.ID, in.Type, string(in.Data)
-		tags[k] = encodeTags(in.Tags)
-		if len(in.Metadata) > 0 {
-			md[k] = pgtype.Text{String: string(in.Metadata), Valid: true}
-		}
-	}
+	var cols eventColumns
+	cols.add(r.events)
 	sql, fargs := appendSQL(r.cond)
-	args := []any{r.boundary, int64(n), ids, types, tags, data, md}
+	args := cols.args(r.boundary)
 	if r.cond != nil {
 		args = append(args, backend.ClampPosition(r.cond.After))
 		args = append(args, fargs...)
@@ -567,36 +554,57 @@ func (g *groupRun) requestSteps(i int) []step {
 // savepoint, one append statement for all their events in order, one
 // release.
 func (g *groupRun) runSteps(run []int) []step {
-	total := 0
+	var cols eventColumns
 	for _, i := range run {
-		total += len(g.reqs[i].events)
-	}
-	ids := make([]string, 0, total)
-	types := make([]string, 0, total)
-	tags := make([]string, 0, total)
-	data := make([]string, 0, total)
-	md := make([]pgtype.Text, 0, total)
-	for _, i := range run {
-		for k := range g.reqs[i].events {
-			in := &g.reqs[i].events[k]
-			ids = append(ids, in.ID)
-			types = append(types, in.Type)
-			tags = append(tags, encodeTags(in.Tags))
-			data = append(data, string(in.Data))
-			if len(in.Metadata) > 0 {
-				md = append(md, pgtype.Text{String: string(in.Metadata), Valid: true})
-			} else {
-				md = append(md, pgtype.Text{})
-			}
-		}
+		cols.add(g.reqs[i].events)
 	}
 	sql, _ := appendSQL(nil)
 	run = append([]int(nil), run...)
 	return []step{
 		{kind: stepSavepoint, req: -1, run: run, sql: sqlSavepoint},
-		{kind: stepAppendRun, req: -1, run: run, sql: sql, args: []any{g.boundary, int64(total), ids, types, tags, data, md}},
+		{kind: stepAppendRun, req: -1, run: run, sql: sql, args: cols.args(g.boundary)},
 		{kind: stepRelease, req: -1, run: run, sql: sqlRelease},
 	}
+}
+
+// eventColumns are the events of an append statement as the parallel
+// arrays it takes ($3…$8, see sqlAppendTail): the tags of all events one
+// after another in one array, and where each event's end.
+type eventColumns struct {
+	ids, types, tags, data []string
+	tagEnds                []int32
+	metadata               []pgtype.Text
+}
+
+func (c *eventColumns) add(events []event.Input) {
+	if c.ids == nil {
+		// Most appends are one run or one request: room for it at once.
+		n := len(events)
+		c.ids, c.types, c.data = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		c.tagEnds, c.metadata = make([]int32, 0, n), make([]pgtype.Text, 0, n)
+	}
+	for k := range events {
+		in := &events[k]
+		c.ids = append(c.ids, in.ID)
+		c.types = append(c.types, in.Type)
+		c.tags = append(c.tags, in.Tags...)
+		c.tagEnds = append(c.tagEnds, int32(len(c.tags)))
+		c.data = append(c.data, string(in.Data))
+		md := pgtype.Text{}
+		if len(in.Metadata) > 0 {
+			md = pgtype.Text{String: string(in.Metadata), Valid: true}
+		}
+		c.metadata = append(c.metadata, md)
+	}
+}
+
+// args are the bind values $1…$8 of the append statement.
+func (c *eventColumns) args(boundary string) []any {
+	tags := c.tags
+	if tags == nil {
+		tags = []string{} // an empty array, not NULL
+	}
+	return []any{boundary, int64(len(c.ids)), c.ids, c.types, tags, c.tagEnds, c.data, c.metadata}
 }
 
 // decisionSteps are the lookups that decide request i, whose append
@@ -1013,18 +1021,4 @@ func stepName(k stepKind) string {
 		return "commit"
 	}
 	return "step"
-}
-
-// encodeTags encodes tags as a JSON array for the append statement, which
-// turns it back into text[] in order; no tags is "[]".
-func encodeTags(tags []string) string {
-	if len(tags) == 0 {
-		return "[]"
-	}
-	b, err := json.Marshal(tags)
-	if err != nil {
-		// Marshalling a []string cannot fail.
-		panic(fmt.Sprintf("postgres: encode tags: %v", err))
-	}
-	return string(b)
 }

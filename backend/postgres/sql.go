@@ -74,26 +74,30 @@ RETURNING name, epoch::text, head`
 	// sqlAppend* build the statement that appends one request: it draws
 	// the positions from the head row and inserts the events, unless the
 	// request's condition matches an event (then it changes nothing and
-	// returns no row). $1 boundary, $2 the number of events, $3…$7 the
-	// events as parallel arrays (ids, types, tags as JSON arrays, data,
-	// metadata or NULL), $8 the condition's position and $9… its query.
-	// One text for every batch size: the events are arrays, not rows of
-	// placeholders.
+	// returns no row). $1 boundary, $2 the number of events, $3…$8 the
+	// events as parallel arrays: ids, types, the tags of all the events one
+	// after another, where each event's tags end in that array (an event's
+	// tags are the slice from the previous event's end, in their order; an
+	// empty slice is an empty array), data, and metadata or NULL. $9 is the
+	// condition's position and $10… its query. One text for every batch
+	// size: the events are arrays, not rows of placeholders. (The tags were
+	// a JSON array per event, taken apart by a subquery for each row: about
+	// 5% of the statement's time on the server.)
 	sqlAppendHead = `WITH h AS (
     UPDATE orisun_boundaries SET head = head + $2
     WHERE name = $1`
 	sqlAppendCondition = `
-      AND NOT EXISTS (SELECT 1 FROM orisun_events ev WHERE ev.boundary = $1 AND ev.position > $8`
+      AND NOT EXISTS (SELECT 1 FROM orisun_events ev WHERE ev.boundary = $1 AND ev.position > $9`
 	sqlAppendConditionEnd = `)`
 	sqlAppendTail         = `
     RETURNING head, epoch
 ), ins AS (
     INSERT INTO orisun_events (boundary, position, id, type, time, tags, data, metadata)
     SELECT $1, h.head - $2 + u.ord, u.id, u.type, statement_timestamp(),
-           ARRAY(SELECT t.tag FROM json_array_elements_text(u.tags::json) WITH ORDINALITY AS t(tag, i) ORDER BY t.i),
+           ($5::text[])[coalesce(($6::int4[])[u.ord - 1], 0) + 1 : u.tag_end],
            u.data::json, u.metadata::json
-    FROM h, unnest($3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[])
-            WITH ORDINALITY AS u(id, type, tags, data, metadata, ord)
+    FROM h, unnest($3::uuid[], $4::text[], $6::int4[], $7::text[], $8::text[])
+            WITH ORDINALITY AS u(id, type, tag_end, data, metadata, ord)
 )
 SELECT head, epoch::text FROM h`
 
@@ -238,12 +242,12 @@ const (
 )
 
 // appendSQL returns the append statement of a request with cond (nil: none)
-// and the bind values of its query, which follow $8.
+// and the bind values of its query, which follow $9.
 func appendSQL(cond *event.Condition) (string, []any) {
 	if cond == nil {
 		return sqlAppendHead + sqlAppendTail, nil
 	}
-	filter, args := whereQuery(&cond.Query, "ev", 9)
+	filter, args := whereQuery(&cond.Query, "ev", 10)
 	return sqlAppendHead + sqlAppendCondition + filter + sqlAppendConditionEnd + sqlAppendTail, args
 }
 
