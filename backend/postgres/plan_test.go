@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/orisun-io/orisun/event"
 )
@@ -119,9 +122,11 @@ func TestReadPlanIsOneRangeScan(t *testing.T) {
 // being planned with its values. A generic plan, which PostgreSQL may switch
 // a prepared statement to after five runs, costs "position > $n" as a third
 // of the table and walks every event of the boundary instead of the tag
-// index (see Open, plan_cache_mode). The conditional append statement, run
-// in the group transaction, does use the cached generic plan (see
-// sqlGenericPlans): planning it each time cost as much as running it.
+// index (see Open, plan_cache_mode). So is the conditional append statement
+// (see sqlGenericPlans): the plan its condition needs depends on the
+// values (the range after a recent position; the tag index for a rare tag
+// after an old one). The unconditioned append statement does use the
+// cached generic plan: planning it each time cost more than running it.
 func TestPlanCacheModes(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{MaxConns: 1})
@@ -148,6 +153,75 @@ func TestPlanCacheModes(t *testing.T) {
 	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
 		t.Fatal(err)
 	}
+	// Planned with its values, the condition after a recent position (the
+	// decision's usual shape) walks only the range after it. (A generic
+	// plan walked every event with the tag, or the whole boundary.)
+	condPlan := func(after uint64, tag string) string {
+		t.Helper()
+		cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{tag}}}}, After: after}
+		sql, fargs := appendSQL(cond, false)
+		var cols eventColumns
+		cols.add(prep(t, []event.Input{{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{tag}}}))
+		return explain(t, s, sql, append(append(cols.args("big"), int64(after)), fargs...)...)
+	}
+	if p := condPlan(n-10, "entity:5"); !strings.Contains(p, "Index Scan using orisun_events_pkey on orisun_events ev") {
+		t.Errorf("a condition after a recent position is not checked on the range after it:\n%s", p)
+	}
+	// The shape of a condition near the head has that plan even when
+	// planned without its values (a prepared statement's generic plan, as
+	// EXPLAIN EXECUTE shows it: EXPLAIN with bind values plans with them).
+	{
+		cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"entity:5"}}}}, After: n - 10}
+		sql, _ := appendSQL(cond, true)
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		err = func() error {
+			for _, stmt := range []string{
+				`SET plan_cache_mode = force_generic_plan`,
+				`PREPARE near_condition (text, bigint, uuid[], text[], text[], int4[], text[], text[], bigint, text[]) AS ` + sql,
+			} {
+				if _, err := conn.Exec(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE near_condition('big', 1, ARRAY[gen_random_uuid()], ARRAY['t'],
+  ARRAY['entity:5'], ARRAY[1], ARRAY['{}'], ARRAY[NULL]::text[], `+strconv.Itoa(n-10)+`, ARRAY['entity:5'])`,
+				pgx.QueryExecModeSimpleProtocol)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					return err
+				}
+				lines = append(lines, line)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, stmt := range []string{`DEALLOCATE near_condition`, `RESET plan_cache_mode`} {
+				if _, err := conn.Exec(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+		conn.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := strings.Join(lines, "\n"); !strings.Contains(p, "$9") || !strings.Contains(p, "Index Scan using orisun_events_pkey on orisun_events ev") ||
+			strings.Contains(p, "orisun_events_tags") || strings.Contains(p, "Seq Scan on orisun_events") {
+			t.Errorf("the generic plan of a condition near the head is not a walk of the range after the position:\n%s", p)
+		}
+	}
+
+	// Conditions near the head (the last append's position) and far from
+	// it (position 0, a tag no event has).
 	last := uint64(n)
 	for range 12 {
 		in := prep(t, []event.Input{{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{"entity:5"}}})
@@ -158,6 +232,13 @@ func TestPlanCacheModes(t *testing.T) {
 		}
 		last = res.Last
 	}
+	for range 12 {
+		in := prep(t, []event.Input{{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{"entity:5"}}})
+		cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"nowhere"}}}}, After: 0}
+		if _, err := s.Append(ctx, "big", in, cond); err != nil {
+			t.Fatal(err)
+		}
+	}
 	q := &event.Query{Items: []event.QueryItem{{Tags: []string{"entity:5"}}}}
 	for range 12 {
 		if _, _, err := s.Read(ctx, "big", 0, 100, q); err != nil {
@@ -166,10 +247,11 @@ func TestPlanCacheModes(t *testing.T) {
 	}
 	// One connection: the statements the appends and reads prepared are
 	// its.
-	plans := func(like string) (generic, custom int64) {
+	plans := func(like string, unlike ...string) (generic, custom int64) {
 		t.Helper()
+		unlike = append(unlike, "%pg_prepared_statements%")
 		err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
-FROM pg_prepared_statements WHERE statement LIKE $1 AND statement NOT LIKE '%pg_prepared_statements%'`, like).Scan(&generic, &custom)
+FROM pg_prepared_statements WHERE statement LIKE $1 AND NOT statement LIKE ANY($2)`, like, unlike).Scan(&generic, &custom)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,8 +260,14 @@ FROM pg_prepared_statements WHERE statement LIKE $1 AND statement NOT LIKE '%pg_
 	if generic, custom := plans("%UNION ALL%"); custom < 12 || generic != 0 {
 		t.Errorf("the read statement ran with %d custom and %d generic plans; want 12+ custom, no generic", custom, generic)
 	}
-	if generic, custom := plans("%NOT EXISTS%"); generic == 0 {
-		t.Errorf("the conditional append statement ran with %d custom and %d generic plans; want generic plans after the first five", custom, generic)
+	if generic, custom := plans("%NOT EXISTS%", "%OFFSET 0%"); custom < 12 || generic != 0 {
+		t.Errorf("the conditional append statement far from the head ran with %d custom and %d generic plans; want 12+ custom, no generic", custom, generic)
+	}
+	if generic, custom := plans("%NOT EXISTS%OFFSET 0%"); generic == 0 || generic+custom < 12 {
+		t.Errorf("the conditional append statement near the head ran with %d custom and %d generic plans; want generic plans after the first five", custom, generic)
+	}
+	if generic, _ := plans("%unnest%"); generic == 0 {
+		t.Errorf("the append statements never ran with a generic plan; the unconditioned one should after its first five runs")
 	}
 }
 

@@ -139,6 +139,9 @@ type Store struct {
 	// (gathered closes).
 	expect   map[string]int
 	gathered map[string]chan struct{}
+	// heads is, per boundary, its head after the last group this store
+	// committed (see groupRun.near).
+	heads map[string]int64
 	// lockedHook, when set (by tests), runs in a group's goroutine right
 	// after the group took its head row and let the next group begin.
 	lockedHook func(boundary string)
@@ -233,6 +236,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		held:       make(map[string]bool),
 		expect:     make(map[string]int),
 		gathered:   make(map[string]chan struct{}),
+		heads:      make(map[string]int64),
 		closed:     make(chan struct{}),
 		listenDone: make(chan struct{}),
 	}
