@@ -104,10 +104,10 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 func (s *Store) writer() {
 	defer close(s.done)
 	var carry *appendRequest // taken from the channel but over the last group's limit
-	// lastGroup is how many requests the last group held: their callers
-	// usually come back at once, so a group waits (GroupDelay at most)
-	// for that many, and a lone caller never waits.
-	lastGroup := 0
+	// expect is how many requests the next group waits for (GroupDelay at
+	// most): those of the last group, whose callers usually come back at
+	// once, and those that arrived while it committed (commitGroup counts
+	// them). A lone caller never waits.
 	for {
 		var first *appendRequest
 		select {
@@ -148,10 +148,10 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
-		if s.cfg.GroupDelay > 0 && carry == nil && n < s.cfg.GroupMaxEvents && len(group) < lastGroup {
-			group, carry = s.gatherFor(s.cfg.GroupDelay, group, n, lastGroup)
+		if s.cfg.GroupDelay > 0 && carry == nil && n < s.cfg.GroupMaxEvents && len(group) < s.expect {
+			group, carry = s.gatherFor(s.cfg.GroupDelay, group, n, s.expect)
 		}
-		lastGroup = len(group)
+		s.expect = len(group)
 		s.commitGroup(group)
 	}
 }
@@ -365,6 +365,10 @@ func (s *Store) commitGroup(group []*appendRequest) {
 		fail(s.translate("append: commit", err))
 		return
 	}
+	// Before the answers: the requests that wait now arrived while the
+	// group committed. Counting only the group's own, 64 callers settled
+	// into two alternating groups.
+	s.expect = len(group) + int(s.waiting.Load())
 	for i, r := range live {
 		r.reply <- replies[i]
 	}

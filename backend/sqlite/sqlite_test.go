@@ -1078,3 +1078,60 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 		t.Fatalf("checkpoint %d, want 1", cp)
 	}
 }
+
+// TestNextGroupExpectsTheCallersOfTheLast: with a group delay, the next
+// group waits for the requests that arrived while the last group committed
+// and for the last group's callers, who come back once answered. Counting
+// only the last group's own requests, closed-loop callers kept splitting
+// into alternating groups, and a lone caller coming back after a group of
+// three waited the whole delay.
+func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
+	s := setup(t, Config{GroupDelay: 10 * time.Second})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	release, first := stall(t, s, "orders", 1)
+	type outcome struct {
+		res event.AppendResult
+		err error
+	}
+	appendAsync := func() <-chan outcome {
+		out := make(chan outcome, 1)
+		in := prepared(t, "orders", 1)
+		go func() {
+			res, err := s.Append(context.Background(), "orders", in, nil)
+			out <- outcome{res, err}
+		}()
+		return out
+	}
+	var outs []<-chan outcome
+	for range 3 {
+		outs = append(outs, appendAsync())
+	}
+	waitFor(t, "three requests wait behind the stalled group", func() bool { return s.waiting.Load() == 3 })
+	groups := s.groups.Load()
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("stalled append: %v", err)
+	}
+	// Its caller comes back at once, as a closed-loop caller does.
+	outs = append(outs, appendAsync())
+	seen := map[uint64]bool{}
+	for i, out := range outs {
+		select {
+		case r := <-out:
+			if r.err != nil {
+				t.Fatalf("append %d: %v", i, r.err)
+			}
+			seen[r.res.First] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("append %d never answered", i)
+		}
+	}
+	if len(seen) != 4 || !seen[2] || !seen[5] {
+		t.Fatalf("the four appends are at positions %v, want 2..5", seen)
+	}
+	if n := s.groups.Load() - groups; n != 1 {
+		t.Fatalf("the three waiting requests and the returning caller committed in %d groups, want 1", n)
+	}
+}
