@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -598,26 +599,38 @@ func (g *groupRun) runSteps(run []int) []step {
 // eventColumns are the events of an append statement as the parallel
 // arrays it takes ($3…$8, see sqlAppendTail): the tags of all events one
 // after another in one array, and where each event's end.
+//
+// The ids go as 16-byte values, the data as the events' own bytes: a
+// []string for the uuid[] has no binary encoding in pgx, which then built
+// an error (formatting every id) and encoded the array again as text, for
+// every group; and string(data) copied every event's data.
 type eventColumns struct {
-	ids, types, tags, data []string
-	tagEnds                []int32
-	metadata               []pgtype.Text
+	ids         [][16]byte
+	textIDs     []string // the ids as given; sent instead when one is not a UUID
+	types, tags []string
+	tagEnds     []int32
+	data        [][]byte
+	metadata    []pgtype.Text
 }
 
 func (c *eventColumns) add(events []event.Input) {
 	if c.ids == nil {
 		// Most appends are one run or one request: room for it at once.
 		n := len(events)
-		c.ids, c.types, c.data = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		c.tagEnds, c.metadata = make([]int32, 0, n), make([]pgtype.Text, 0, n)
+		c.ids, c.textIDs, c.types = make([][16]byte, 0, n), make([]string, 0, n), make([]string, 0, n)
+		c.tagEnds, c.data, c.metadata = make([]int32, 0, n), make([][]byte, 0, n), make([]pgtype.Text, 0, n)
 	}
 	for k := range events {
 		in := &events[k]
-		c.ids = append(c.ids, in.ID)
+		// event.Prepare accepts only UUIDs; one that is not (an append
+		// that skipped it) goes as text, for the database to refuse.
+		id, _ := uuid.Parse(in.ID)
+		c.ids = append(c.ids, id)
+		c.textIDs = append(c.textIDs, in.ID)
 		c.types = append(c.types, in.Type)
 		c.tags = append(c.tags, in.Tags...)
 		c.tagEnds = append(c.tagEnds, int32(len(c.tags)))
-		c.data = append(c.data, string(in.Data))
+		c.data = append(c.data, in.Data)
 		md := pgtype.Text{}
 		if len(in.Metadata) > 0 {
 			md = pgtype.Text{String: string(in.Metadata), Valid: true}
@@ -632,7 +645,14 @@ func (c *eventColumns) args(boundary string) []any {
 	if tags == nil {
 		tags = []string{} // an empty array, not NULL
 	}
-	return []any{boundary, int64(len(c.ids)), c.ids, c.types, tags, c.tagEnds, c.data, c.metadata}
+	var ids any = c.ids
+	for k, id := range c.ids {
+		if id == ([16]byte{}) && c.textIDs[k] != uuid.Nil.String() {
+			ids = c.textIDs
+			break
+		}
+	}
+	return []any{boundary, int64(len(c.ids)), ids, c.types, tags, c.tagEnds, c.data, c.metadata}
 }
 
 // decisionSteps are the lookups that decide request i, whose append

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
@@ -118,11 +120,12 @@ func BenchmarkAppend(b *testing.B) {
 		runCallers(b, 8, func() error {
 			in := benchEvents(100)
 			first := next.Add(100) - 99
-			ids := make([]string, len(in))
+			// Sent as the append statement sends them (see eventColumns).
+			ids := make([][16]byte, len(in))
 			tags := make([][]string, len(in))
-			data := make([]string, len(in))
+			data := make([][]byte, len(in))
 			for i := range in {
-				ids[i], tags[i], data[i] = in[i].ID, in[i].Tags, string(in[i].Data)
+				ids[i], tags[i], data[i] = uuid.MustParse(in[i].ID), in[i].Tags, in[i].Data
 			}
 			_, err := s.pool.Exec(ctx, `INSERT INTO raw_events (boundary, position, id, type, time, tags, data, metadata)
 SELECT 'bench', $1::bigint + u.ord - 1, u.id, 'bench.event', statement_timestamp(), ARRAY[u.tag], u.data::json, NULL

@@ -322,3 +322,20 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	}
 	checkDense(t, mustRead(t, s, "orders"))
 }
+
+// TestEventColumnsIDs: ids go to the database as 16-byte values (a
+// []string for uuid[] has no binary encoding in pgx); one that is not a
+// UUID (an append that skipped event.Prepare) goes as the text it is, for
+// the database to refuse, never as the zero UUID.
+func TestEventColumnsIDs(t *testing.T) {
+	var cols eventColumns
+	cols.add([]event.Input{{ID: "0190b0a0-0000-7000-8000-00000000000a", Data: []byte(`{}`)}, {ID: "00000000-0000-0000-0000-000000000000", Data: []byte(`1`)}})
+	ids, ok := cols.args("b")[2].([][16]byte)
+	if !ok || len(ids) != 2 || ids[0][0] != 0x01 || ids[0][15] != 0x0a || ids[1] != ([16]byte{}) {
+		t.Fatalf("ids %v, want the two UUIDs as bytes", cols.args("b")[2])
+	}
+	cols.add([]event.Input{{ID: "not-a-uuid", Data: []byte(`{}`)}})
+	if text, ok := cols.args("b")[2].([]string); !ok || len(text) != 3 || text[2] != "not-a-uuid" {
+		t.Fatalf("ids %v, want the text of all three", cols.args("b")[2])
+	}
+}
