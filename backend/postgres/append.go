@@ -58,19 +58,21 @@ type appendReply struct {
 // events again (same ids) then returns the stored positions if the commit
 // did happen (DESIGN §3).
 func (s *Store) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
-	op := fmt.Sprintf("append to %q", boundary)
+	// The operation's name is formatted only for an error: every append
+	// passes here.
+	op := func() string { return fmt.Sprintf("append to %q", boundary) }
 	if len(events) == 0 {
-		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w: events: the append holds no events; send at least one", op, event.ErrInvalid)
+		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w: events: the append holds no events; send at least one", op(), event.ErrInvalid)
 	}
 	if s.isClosed() {
-		return event.AppendResult{}, errClosed(op)
+		return event.AppendResult{}, errClosed(op())
 	}
 	if err := ctx.Err(); err != nil {
-		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op(), err)
 	}
 	r := &appendRequest{ctx: ctx, boundary: boundary, events: events, cond: cond, reply: make(chan appendReply, 1)}
 	if !s.enqueue(r) {
-		return event.AppendResult{}, errClosed(op)
+		return event.AppendResult{}, errClosed(op())
 	}
 	select {
 	case rep := <-r.reply:
@@ -78,7 +80,7 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
 			s.waiting.Add(-1)
-			return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op, ctx.Err())
+			return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op(), ctx.Err())
 		}
 		// A group has it: the outcome is a commit away.
 		rep := <-r.reply

@@ -63,15 +63,17 @@ type appendReply struct {
 // Append waits for and returns its real outcome, so an error from Append
 // always means "not written".
 func (s *Store) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
-	op := fmt.Sprintf("append to %q", boundary)
+	// The operation's name is formatted only for an error: every append
+	// passes here.
+	op := func() string { return fmt.Sprintf("append to %q", boundary) }
 	if len(events) == 0 {
-		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w: events: the append holds no events; send at least one", op, event.ErrInvalid)
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w: events: the append holds no events; send at least one", op(), event.ErrInvalid)
 	}
 	if s.closed() {
-		return event.AppendResult{}, errClosed(op)
+		return event.AppendResult{}, errClosed(op())
 	}
 	if err := ctx.Err(); err != nil {
-		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), err)
 	}
 	r := &appendRequest{ctx: ctx, boundary: boundary, events: events, cond: cond, reply: make(chan appendReply, 1)}
 	s.waiting.Add(1)
@@ -80,17 +82,17 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 		s.waiting.Add(-1)
 	case <-ctx.Done():
 		s.waiting.Add(-1)
-		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op, ctx.Err())
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), ctx.Err())
 	case <-s.closing:
 		s.waiting.Add(-1)
-		return event.AppendResult{}, errClosed(op)
+		return event.AppendResult{}, errClosed(op())
 	}
 	select {
 	case rep := <-r.reply:
 		return rep.res, rep.err
 	case <-ctx.Done():
 		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
-			return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op, ctx.Err())
+			return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), ctx.Err())
 		}
 		// The writer has it: the outcome is a group commit away.
 		rep := <-r.reply
