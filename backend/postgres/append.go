@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -599,8 +600,7 @@ func (g *groupRun) runSteps(run []int) []step {
 }
 
 // eventColumns are the events of an append statement as the parallel
-// arrays it takes ($3…$8, see sqlAppendTail): the tags of all events one
-// after another in one array, and where each event's end.
+// arrays it takes ($3…$7, see sqlAppendTail).
 //
 // The ids go as 16-byte values, the data as the events' own bytes: a
 // []string for the uuid[] has no binary encoding in pgx, which then built
@@ -610,7 +610,6 @@ type eventColumns struct {
 	ids         [][16]byte
 	textIDs     []string // the ids as given; sent instead when one is not a UUID
 	types, tags []string
-	tagEnds     []int32
 	data        [][]byte
 	metadata    []pgtype.Text
 }
@@ -620,18 +619,21 @@ func (c *eventColumns) add(events []event.Input) {
 		// Most appends are one run or one request: room for it at once.
 		n := len(events)
 		c.ids, c.textIDs, c.types = make([][16]byte, 0, n), make([]string, 0, n), make([]string, 0, n)
-		c.tagEnds, c.data, c.metadata = make([]int32, 0, n), make([][]byte, 0, n), make([]pgtype.Text, 0, n)
+		c.tags, c.data, c.metadata = make([]string, 0, n), make([][]byte, 0, n), make([]pgtype.Text, 0, n)
 	}
 	for k := range events {
 		in := &events[k]
-		// event.Prepare accepts only UUIDs; one that is not (an append
-		// that skipped it) goes as text, for the database to refuse.
-		id, _ := uuid.Parse(in.ID)
+		// event.Prepare accepts only UUIDs in their 36-character form;
+		// anything else (an append that skipped it) goes as text, for the
+		// database to refuse.
+		var id [16]byte
+		if len(in.ID) == 36 {
+			id, _ = uuid.Parse(in.ID)
+		}
 		c.ids = append(c.ids, id)
 		c.textIDs = append(c.textIDs, in.ID)
 		c.types = append(c.types, in.Type)
-		c.tags = append(c.tags, in.Tags...)
-		c.tagEnds = append(c.tagEnds, int32(len(c.tags)))
+		c.tags = append(c.tags, arrayLiteral(in.Tags))
 		c.data = append(c.data, in.Data)
 		md := pgtype.Text{}
 		if len(in.Metadata) > 0 {
@@ -641,12 +643,8 @@ func (c *eventColumns) add(events []event.Input) {
 	}
 }
 
-// args are the bind values $1…$8 of the append statement.
+// args are the bind values $1…$7 of the append statement.
 func (c *eventColumns) args(boundary string) []any {
-	tags := c.tags
-	if tags == nil {
-		tags = []string{} // an empty array, not NULL
-	}
 	var ids any = c.ids
 	for k, id := range c.ids {
 		if id == ([16]byte{}) && c.textIDs[k] != uuid.Nil.String() {
@@ -654,7 +652,39 @@ func (c *eventColumns) args(boundary string) []any {
 			break
 		}
 	}
-	return []any{boundary, int64(len(c.ids)), ids, c.types, tags, c.tagEnds, c.data, c.metadata}
+	return []any{boundary, int64(len(c.ids)), ids, c.types, c.tags, c.data, c.metadata}
+}
+
+// arrayLiteral writes tags as a PostgreSQL array literal, which the append
+// statement casts to text[]: every element quoted, a backslash before each
+// quote and backslash in it; no tags is {}. Tags hold no NUL (event.Prepare
+// refuses it), the one character a literal cannot carry.
+func arrayLiteral(tags []string) string {
+	if len(tags) == 0 {
+		return "{}"
+	}
+	n := 2
+	for _, t := range tags {
+		n += len(t) + 3
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('{')
+	for i, t := range tags {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for k := 0; k < len(t); k++ {
+			if c := t[k]; c == '"' || c == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(t[k])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // decisionSteps are the lookups that decide request i, whose append
@@ -666,7 +696,7 @@ func (g *groupRun) decisionSteps(i int) []step {
 	for k := range r.events {
 		ids[k] = r.events[k].ID
 	}
-	steps := []step{{kind: stepFindIDs, req: i, sql: sqlFindIDs, args: []any{r.boundary, ids, d.headAt}}}
+	steps := []step{{kind: stepFindIDs, req: i, sql: sqlFindIDs, args: []any{r.boundary, ids, d.headAt}, plan: sqlCustomPlans}}
 	if r.cond != nil {
 		sql, fargs := firstMatchSQL(r.cond)
 		args := append([]any{r.boundary, backend.ClampPosition(r.cond.After), d.headAt}, fargs...)
@@ -783,8 +813,10 @@ func (g *groupRun) planModes(steps []step) []step {
 const nearEvents = 256
 
 // near reports whether a condition's position is within nearEvents of the
-// boundary's head as this store last saw it. A head another node moved
-// since only makes the walk longer, never the answer different.
+// boundary's head as this store last saw it (after a group, when a group
+// took the head row, or in Heads, which the node reads every poll
+// interval). A head another node moved since then makes the walk longer
+// (every event it appended meanwhile), never the answer different.
 func (g *groupRun) near(after uint64) bool {
 	h := uint64(g.knownHead)
 	return h > 0 && (after >= h || h-after <= nearEvents)
@@ -815,6 +847,10 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 			return false, nil
 		}
 		g.lockHead = g.head
+		if err == nil {
+			// The head as locked counts what other nodes appended.
+			g.s.noteHead(g.boundary, g.head)
+		}
 		return false, err
 	case stepAppend:
 		var head int64

@@ -211,3 +211,39 @@ func BenchmarkAppendMatrix(b *testing.B) {
 		return setup(b, Config{GroupMaxEvents: 1})
 	})
 }
+
+// BenchmarkAppendLarge: one large append with many tags, the size the
+// limits allow (ORISUN_MAX_APPEND_EVENTS 10,000; 64 tags an event). The
+// append statement's work must grow with the tags, not with their square
+// (a slice of one flat array of all the tags took 17 s for 10,000 events
+// of 64 tags; the array literal per event, 2.5 s). Reporting only.
+func BenchmarkAppendLarge(b *testing.B) {
+	for _, c := range []struct{ events, tags int }{{1000, 5}, {10000, 5}, {10000, 64}} {
+		b.Run(strconv.Itoa(c.events)+"x"+strconv.Itoa(c.tags)+"_tags", func(b *testing.B) {
+			s := setup(b, Config{})
+			create(b, s, "big")
+			inputs := func() []event.Input {
+				in := make([]event.Input, c.events)
+				for i := range in {
+					tags := make([]string, c.tags)
+					for k := range tags {
+						tags[k] = "tag:" + strconv.Itoa(i) + ":" + strconv.Itoa(k)
+					}
+					in[i] = event.Input{ID: event.NewID(), Type: "bench.event", Data: json.RawMessage(`{}`), Tags: tags}
+				}
+				return in
+			}
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				in := inputs()
+				b.StartTimer()
+				if _, err := s.Append(context.Background(), "big", in, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*c.events)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

@@ -339,3 +339,21 @@ func TestEventColumnsIDs(t *testing.T) {
 		t.Fatalf("ids %v, want the text of all three", cols.args("b")[2])
 	}
 }
+
+// TestArrayLiteral: tags become an array literal PostgreSQL reads back as
+// the same tags, whatever they hold (see TagsOfEachEventKept in the
+// conformance suite for the round trip through an append).
+func TestArrayLiteral(t *testing.T) {
+	for _, c := range []struct {
+		tags []string
+		want string
+	}{
+		{nil, `{}`},
+		{[]string{"a"}, `{"a"}`},
+		{[]string{`a b`, `x"y`, `c\d`, `{1,2}`, `NULL`, `'`}, `{"a b","x\"y","c\\d","{1,2}","NULL","'"}`},
+	} {
+		if got := arrayLiteral(c.tags); got != c.want {
+			t.Errorf("arrayLiteral(%q) = %s, want %s", c.tags, got, c.want)
+		}
+	}
+}

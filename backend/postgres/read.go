@@ -138,6 +138,12 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 	if err := rows.Err(); err != nil {
 		return nil, s.translate(op, err)
 	}
+	// The node reads every head each poll interval: what another node
+	// appended then counts in how far back a condition's position is
+	// (groupRun.near) within that interval.
+	for _, h := range out {
+		s.noteHead(h.Boundary.Name, int64(h.Boundary.Head))
+	}
 	return out, nil
 }
 

@@ -213,8 +213,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// of the boundary after the position instead of the tag index (a
 		// first-match lookup became a sequential scan: 15 ms instead of
 		// 0.3 ms on 20,000 events, growing with the table). The group
-		// transaction of appends sets it back for its own statements (see
-		// sqlGenericPlans).
+		// transaction of appends sets the mode of each of its statements
+		// itself, whatever the URL or the role says (see sqlGenericPlans).
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
 	// The listener's application name is the pool's with a suffix, so
