@@ -221,6 +221,15 @@ func (s *Store) noteHead(b string, head int64) {
 	s.heads[b] = max(s.heads[b], head)
 }
 
+// noteHeads records the heads Heads read, under one lock.
+func (s *Store) noteHeads(heads []backend.Head) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range heads {
+		s.heads[h.Boundary.Name] = max(s.heads[h.Boundary.Name], int64(h.Boundary.Head))
+	}
+}
+
 // requeue makes boundary b ready for a worker when requests wait for it and
 // no worker is opening it already. More requests arrived meanwhile: back of
 // the line, so a busy boundary cannot starve the others. The caller holds
@@ -602,39 +611,40 @@ func (g *groupRun) runSteps(run []int) []step {
 // eventColumns are the events of an append statement as the parallel
 // arrays it takes ($3…$7, see sqlAppendTail).
 //
-// The ids go as 16-byte values, the data as the events' own bytes: a
-// []string for the uuid[] has no binary encoding in pgx, which then built
-// an error (formatting every id) and encoded the array again as text, for
-// every group; and string(data) copied every event's data.
+// The ids go as pgtype.UUID values: a []string for the uuid[] has no
+// binary encoding in pgx, which then built an error (formatting every id)
+// and encoded the array again as text, for every group. pgtype.UUID has
+// both encodings, so the text-format query modes a URL can choose
+// (default_query_exec_mode=exec or simple_protocol) work too.
 type eventColumns struct {
-	ids         [][16]byte
-	textIDs     []string // the ids as given; sent instead when one is not a UUID
-	types, tags []string
-	data        [][]byte
-	metadata    []pgtype.Text
+	ids               []pgtype.UUID
+	textIDs           []string // the ids as given; sent instead when one is not a UUID
+	types, tags, data []string
+	metadata          []pgtype.Text
 }
 
 func (c *eventColumns) add(events []event.Input) {
 	if c.ids == nil {
 		// Most appends are one run or one request: room for it at once.
 		n := len(events)
-		c.ids, c.textIDs, c.types = make([][16]byte, 0, n), make([]string, 0, n), make([]string, 0, n)
-		c.tags, c.data, c.metadata = make([]string, 0, n), make([][]byte, 0, n), make([]pgtype.Text, 0, n)
+		c.ids, c.textIDs, c.types = make([]pgtype.UUID, 0, n), make([]string, 0, n), make([]string, 0, n)
+		c.tags, c.data, c.metadata = make([]string, 0, n), make([]string, 0, n), make([]pgtype.Text, 0, n)
 	}
 	for k := range events {
 		in := &events[k]
-		// event.Prepare accepts only UUIDs in their 36-character form;
-		// anything else (an append that skipped it) goes as text, for the
-		// database to refuse.
-		var id [16]byte
-		if len(in.ID) == 36 {
-			id, _ = uuid.Parse(in.ID)
+		// event.Prepare passes only UUIDs in their canonical 36-character
+		// form. Anything else (from a caller that skipped it) goes as the
+		// text it is, for PostgreSQL to judge as it would any uuid input,
+		// never as a zero UUID.
+		id := pgtype.UUID{}
+		if u, err := uuid.Parse(in.ID); err == nil && u.String() == in.ID {
+			id = pgtype.UUID{Bytes: u, Valid: true}
 		}
 		c.ids = append(c.ids, id)
 		c.textIDs = append(c.textIDs, in.ID)
 		c.types = append(c.types, in.Type)
 		c.tags = append(c.tags, arrayLiteral(in.Tags))
-		c.data = append(c.data, in.Data)
+		c.data = append(c.data, string(in.Data))
 		md := pgtype.Text{}
 		if len(in.Metadata) > 0 {
 			md = pgtype.Text{String: string(in.Metadata), Valid: true}
@@ -646,8 +656,8 @@ func (c *eventColumns) add(events []event.Input) {
 // args are the bind values $1…$7 of the append statement.
 func (c *eventColumns) args(boundary string) []any {
 	var ids any = c.ids
-	for k, id := range c.ids {
-		if id == ([16]byte{}) && c.textIDs[k] != uuid.Nil.String() {
+	for _, id := range c.ids {
+		if !id.Valid {
 			ids = c.textIDs
 			break
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
@@ -121,11 +122,11 @@ func BenchmarkAppend(b *testing.B) {
 			in := benchEvents(100)
 			first := next.Add(100) - 99
 			// Sent as the append statement sends them (see eventColumns).
-			ids := make([][16]byte, len(in))
+			ids := make([]pgtype.UUID, len(in))
 			tags := make([][]string, len(in))
-			data := make([][]byte, len(in))
+			data := make([]string, len(in))
 			for i := range in {
-				ids[i], tags[i], data[i] = uuid.MustParse(in[i].ID), in[i].Tags, in[i].Data
+				ids[i], tags[i], data[i] = pgtype.UUID{Bytes: uuid.MustParse(in[i].ID), Valid: true}, in[i].Tags, string(in[i].Data)
 			}
 			_, err := s.pool.Exec(ctx, `INSERT INTO raw_events (boundary, position, id, type, time, tags, data, metadata)
 SELECT 'bench', $1::bigint + u.ord - 1, u.id, 'bench.event', statement_timestamp(), ARRAY[u.tag], u.data::json, NULL

@@ -2,15 +2,19 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
 )
 
 // The outcomes of a group transaction at its edges: a COMMIT that fails, a
@@ -323,20 +327,23 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	checkDense(t, mustRead(t, s, "orders"))
 }
 
-// TestEventColumnsIDs: ids go to the database as 16-byte values (a
-// []string for uuid[] has no binary encoding in pgx); one that is not a
-// UUID (an append that skipped event.Prepare) goes as the text it is, for
-// the database to refuse, never as the zero UUID.
+// TestEventColumnsIDs: ids go to the database as UUID values (a []string
+// for uuid[] has no binary encoding in pgx); one not in the canonical form
+// event.Prepare gives (from a caller that skipped it) goes as the text it
+// is, for PostgreSQL to judge, never as a zero UUID.
 func TestEventColumnsIDs(t *testing.T) {
 	var cols eventColumns
 	cols.add([]event.Input{{ID: "0190b0a0-0000-7000-8000-00000000000a", Data: []byte(`{}`)}, {ID: "00000000-0000-0000-0000-000000000000", Data: []byte(`1`)}})
-	ids, ok := cols.args("b")[2].([][16]byte)
-	if !ok || len(ids) != 2 || ids[0][0] != 0x01 || ids[0][15] != 0x0a || ids[1] != ([16]byte{}) {
-		t.Fatalf("ids %v, want the two UUIDs as bytes", cols.args("b")[2])
+	ids, ok := cols.args("b")[2].([]pgtype.UUID)
+	if !ok || len(ids) != 2 || !ids[0].Valid || ids[0].Bytes[0] != 0x01 || ids[0].Bytes[15] != 0x0a || !ids[1].Valid || ids[1].Bytes != ([16]byte{}) {
+		t.Fatalf("ids %v, want the two UUIDs as values", cols.args("b")[2])
 	}
-	cols.add([]event.Input{{ID: "not-a-uuid", Data: []byte(`{}`)}})
-	if text, ok := cols.args("b")[2].([]string); !ok || len(text) != 3 || text[2] != "not-a-uuid" {
-		t.Fatalf("ids %v, want the text of all three", cols.args("b")[2])
+	for _, odd := range []string{"not-a-uuid", "0190b0a000007000800000000000000a", "{0190b0a0-0000-7000-8000-00000000000a}", "0190B0A0-0000-7000-8000-00000000000A"} {
+		var cols eventColumns
+		cols.add([]event.Input{{ID: "0190b0a0-0000-7000-8000-00000000000a", Data: []byte(`{}`)}, {ID: odd, Data: []byte(`{}`)}})
+		if text, ok := cols.args("b")[2].([]string); !ok || len(text) != 2 || text[1] != odd {
+			t.Errorf("with id %q: ids %v, want the text of both", odd, cols.args("b")[2])
+		}
 	}
 }
 
@@ -354,6 +361,82 @@ func TestArrayLiteral(t *testing.T) {
 	} {
 		if got := arrayLiteral(c.tags); got != c.want {
 			t.Errorf("arrayLiteral(%q) = %s, want %s", c.tags, got, c.want)
+		}
+	}
+}
+
+// TestAppendInEveryQueryExecMode: a URL may choose pgx's query mode
+// (default_query_exec_mode); appends, with and without conditions, and
+// reads work in each, the text-format ones included (exec and
+// simple_protocol send every value as text: an id given as [16]byte or
+// data as []byte has no text form there).
+func TestAppendInEveryQueryExecMode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.URL(t)
+			sep := "?"
+			if strings.Contains(url, "?") {
+				sep = "&"
+			}
+			s := setup(t, Config{URL: url + sep + "default_query_exec_mode=" + mode})
+			create(t, s, "orders")
+			ctx := context.Background()
+			in, err := event.Prepare("orders", []event.Input{
+				{Type: "order.placed", Data: json.RawMessage(`{"note":"a \"quoted\" ü"}`), Tags: []string{`a b`, `x"y`, `c\d`, `{1,2}`}},
+				{Type: "order.noted", Data: json.RawMessage(`[1,2]`), Metadata: json.RawMessage(`{"by":"t"}`)},
+			}, event.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Append(ctx, "orders", in, nil); err != nil {
+				t.Fatalf("append: %v", err)
+			}
+			q := event.Query{Items: []event.QueryItem{{Tags: []string{`x"y`}}}}
+			more, _ := event.Prepare("orders", []event.Input{{Type: "order.paid", Data: json.RawMessage(`{}`), Tags: []string{"p"}}}, event.Limits{})
+			var ce *event.ConflictError
+			if _, err := s.Append(ctx, "orders", more, &event.Condition{Query: q, After: 0}); !errors.As(err, &ce) || ce.Position != 1 {
+				t.Fatalf("conditional append that must conflict at 1: %v", err)
+			}
+			if res, err := s.Append(ctx, "orders", more, &event.Condition{Query: q, After: 1}); err != nil || res.First != 3 {
+				t.Fatalf("conditional append that holds: %+v, %v", res, err)
+			}
+			got := mustRead(t, s, "orders")
+			if len(got) != 3 {
+				t.Fatalf("%d events stored, want 3", len(got))
+			}
+			for i, want := range append(in, more...) {
+				e := got[i]
+				if e.ID != want.ID || string(e.Data) != string(want.Data) || string(e.Metadata) != string(want.Metadata) ||
+					fmt.Sprintf("%q", e.Tags) != fmt.Sprintf("%q", want.Tags) {
+					t.Errorf("event %d read back as %+v, want %+v", i+1, e, want)
+				}
+			}
+		})
+	}
+}
+
+// TestArrayLiteralRoundTrip: PostgreSQL reads every literal arrayLiteral
+// writes back as the same tags, for tags of every kind event.ValidateTag
+// accepts.
+func TestArrayLiteralRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	odd := []string{" ", "  lead", "trail  ", "a\tb", "a\nb", "a\rb", "\x01", "\x7f", "\u00a0", "\u2028", "\ufeff",
+		`[1:2]={1}`, `NULL`, `null`, `""`, `\`, `\\"`, `{}`, `{`, `}`, `,`, `'`, "é日本🎉", strings.Repeat("x", event.MaxTagLen)}
+	for _, tags := range [][]string{nil, {"a"}, odd, {odd[len(odd)-1], odd[0]}} {
+		for _, tag := range tags {
+			if err := event.ValidateTag(tag); err != nil {
+				t.Fatalf("tag %q: %v (the test should use valid tags only)", tag, err)
+			}
+		}
+		var got []string
+		if err := s.pool.QueryRow(context.Background(), `SELECT $1::text[]`, arrayLiteral(tags)).Scan(&got); err != nil {
+			t.Fatalf("%q as %s: %v", tags, arrayLiteral(tags), err)
+		}
+		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", append([]string{}, tags...)) {
+			t.Errorf("%q came back as %q", tags, got)
 		}
 	}
 }

@@ -309,18 +309,20 @@ func explain(t *testing.T, s *Store, sql string, args ...any) string {
 }
 
 // TestConditionNearAStaleHead: a store decides whether a condition is near
-// the head from the head it last saw; another node (here a second store on
+// the head from the head it last saw; another node (here another store on
 // the same database) may have appended much since. The condition is then
 // checked by walking every event after its position, slower, and gives the
 // same answers: it holds when nothing after the position matches, and
 // conflicts at the first match otherwise, for a query of several items of
-// types and tags.
+// types and tags. The store learns the head when a group takes the head
+// row (also one that commits nothing) and from Heads.
 func TestConditionNearAStaleHead(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	s := setup(t, Config{URL: url})
+	s1 := setup(t, Config{URL: url})
+	s2 := setup(t, Config{URL: url})
 	other := setup(t, Config{URL: url})
-	create(t, s, "orders")
+	create(t, s1, "orders")
 	ctx := context.Background()
 	prep := func(in ...event.Input) []event.Input {
 		t.Helper()
@@ -330,39 +332,62 @@ func TestConditionNearAStaleHead(t *testing.T) {
 		}
 		return out
 	}
-	res, err := s.Append(ctx, "orders", prep(event.Input{Type: "order.placed", Data: json.RawMessage(`{}`), Tags: []string{"order:1"}}), nil)
-	if err != nil {
-		t.Fatal(err)
+	ev := func(typ string, tags ...string) event.Input {
+		return event.Input{Type: typ, Data: json.RawMessage(`{}`), Tags: tags}
 	}
-	seen := res.Last // s's head: 1
-	// The other store appends 2,000 events s does not see, one of them
-	// matching the query below (position 1,500).
+	for i, s := range []*Store{s1, s2} {
+		if res, err := s.Append(ctx, "orders", prep(ev("order.placed", "order:1")), nil); err != nil || res.First != uint64(i+1) {
+			t.Fatalf("append %d: %+v, %v", i+1, res, err)
+		}
+	}
+	// The other store appends 2,000 events (3..2002) the two do not see,
+	// one of them matching the query below (position 1,500).
 	for start := 0; start < 2000; start += 500 {
 		in := make([]event.Input, 500)
 		for i := range in {
-			in[i] = event.Input{Type: "order.noted", Data: json.RawMessage(`{}`), Tags: []string{"order:2"}}
-			if start+i == 1498 {
-				in[i] = event.Input{Type: "order.paid", Data: json.RawMessage(`{}`), Tags: []string{"order:1", "x"}}
+			in[i] = ev("order.noted", "order:2")
+			if start+i+3 == 1500 {
+				in[i] = ev("order.paid", "order:1", "x")
 			}
 		}
 		if _, err := other.Append(ctx, "orders", prep(in...), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	g := &groupRun{knownHead: s.knownHead("orders")}
-	if !g.near(seen) {
-		t.Fatalf("s's head is %d: a condition after %d should count as near", g.knownHead, seen)
-	}
 	q := event.Query{Items: []event.QueryItem{{Types: []string{"order.shipped"}}, {Types: []string{"order.paid", "order.refunded"}, Tags: []string{"order:1"}}}}
-	_, err = s.Append(ctx, "orders", prep(event.Input{Type: "order.shipped", Data: json.RawMessage(`{}`), Tags: []string{"order:1"}}),
-		&event.Condition{Query: q, After: seen})
+	near := func(s *Store, after uint64) {
+		t.Helper()
+		if g := (&groupRun{knownHead: s.knownHead("orders")}); !g.near(after) {
+			t.Fatalf("the store's head is %d: a condition after %d should count as near", g.knownHead, after)
+		}
+	}
+
+	// s2 saw head 2: its condition after 2 is near, and meets the match.
+	near(s2, 2)
+	_, err := s2.Append(ctx, "orders", prep(ev("order.shipped", "order:1")), &event.Condition{Query: q, After: 2})
 	var ce *event.ConflictError
 	if !errors.As(err, &ce) || ce.Position != 1500 {
-		t.Fatalf("condition after %d with a match at 1500 (appended by another store): %v, want a conflict at 1500", seen, err)
+		t.Fatalf("condition after 2 with a match at 1500 (appended by another store): %v, want a conflict at 1500", err)
 	}
-	res, err = s.Append(ctx, "orders", prep(event.Input{Type: "order.shipped", Data: json.RawMessage(`{}`), Tags: []string{"order:1"}}),
-		&event.Condition{Query: q, After: 1500})
-	if err != nil || res.First != 2002 {
-		t.Fatalf("condition after 1500 (nothing matches after it): %+v, %v; want appended at 2002", res, err)
+	if h := s2.knownHead("orders"); h != 2002 {
+		t.Errorf("after a group that took the head row at 2002 and committed nothing, the store knows head %d", h)
+	}
+	// s1 saw head 1: its condition after 1 on a query nothing matches
+	// (order.refunded, order:9) is near, and holds.
+	near(s1, 1)
+	q2 := event.Query{Items: []event.QueryItem{{Types: []string{"order.refunded"}}, {Tags: []string{"order:9"}}}}
+	res, err := s1.Append(ctx, "orders", prep(ev("order.shipped", "order:1")), &event.Condition{Query: q2, After: 1})
+	if err != nil || res.First != 2003 {
+		t.Fatalf("condition after 1 that nothing matches: %+v, %v; want appended at 2003", res, err)
+	}
+	// Heads teaches a store what others appended.
+	if _, err := other.Append(ctx, "orders", prep(ev("order.noted")), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.Heads(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := s1.knownHead("orders"); h != 2004 {
+		t.Errorf("after Heads, the store knows head %d, want 2004", h)
 	}
 }

@@ -141,9 +141,7 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 	// The node reads every head each poll interval: what another node
 	// appended then counts in how far back a condition's position is
 	// (groupRun.near) within that interval.
-	for _, h := range out {
-		s.noteHead(h.Boundary.Name, int64(h.Boundary.Head))
-	}
+	s.noteHeads(out)
 	return out, nil
 }
 
