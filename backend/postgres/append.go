@@ -618,30 +618,35 @@ func (g *groupRun) runSteps(run []int) []step {
 // (default_query_exec_mode=exec or simple_protocol) work too.
 type eventColumns struct {
 	ids               []pgtype.UUID
-	textIDs           []string // the ids as given; sent instead when one is not a UUID
 	types, tags, data []string
 	metadata          []pgtype.Text
+	// textIDs are the ids as given, kept only once one is not a canonical
+	// UUID (from a caller that skipped event.Prepare): then they go as
+	// text, for PostgreSQL to judge as it would any uuid input, never as a
+	// zero UUID.
+	textIDs []string
 }
 
 func (c *eventColumns) add(events []event.Input) {
 	if c.ids == nil {
 		// Most appends are one run or one request: room for it at once.
 		n := len(events)
-		c.ids, c.textIDs, c.types = make([]pgtype.UUID, 0, n), make([]string, 0, n), make([]string, 0, n)
+		c.ids, c.types = make([]pgtype.UUID, 0, n), make([]string, 0, n)
 		c.tags, c.data, c.metadata = make([]string, 0, n), make([]string, 0, n), make([]pgtype.Text, 0, n)
 	}
 	for k := range events {
 		in := &events[k]
-		// event.Prepare passes only UUIDs in their canonical 36-character
-		// form. Anything else (from a caller that skipped it) goes as the
-		// text it is, for PostgreSQL to judge as it would any uuid input,
-		// never as a zero UUID.
-		id := pgtype.UUID{}
-		if u, err := uuid.Parse(in.ID); err == nil && u.String() == in.ID {
-			id = pgtype.UUID{Bytes: u, Valid: true}
+		id, ok := canonicalUUID(in.ID)
+		if !ok && c.textIDs == nil {
+			c.textIDs = make([]string, len(c.ids), cap(c.ids))
+			for i, prev := range c.ids {
+				c.textIDs[i] = uuid.UUID(prev.Bytes).String()
+			}
 		}
-		c.ids = append(c.ids, id)
-		c.textIDs = append(c.textIDs, in.ID)
+		c.ids = append(c.ids, pgtype.UUID{Bytes: id, Valid: ok})
+		if c.textIDs != nil {
+			c.textIDs = append(c.textIDs, in.ID)
+		}
 		c.types = append(c.types, in.Type)
 		c.tags = append(c.tags, arrayLiteral(in.Tags))
 		c.data = append(c.data, string(in.Data))
@@ -656,13 +661,21 @@ func (c *eventColumns) add(events []event.Input) {
 // args are the bind values $1…$7 of the append statement.
 func (c *eventColumns) args(boundary string) []any {
 	var ids any = c.ids
-	for _, id := range c.ids {
-		if !id.Valid {
-			ids = c.textIDs
-			break
-		}
+	if c.textIDs != nil {
+		ids = c.textIDs
 	}
 	return []any{boundary, int64(len(c.ids)), ids, c.types, c.tags, c.data, c.metadata}
+}
+
+// canonicalUUID parses id when it is a UUID in the canonical form
+// event.Prepare gives (36 characters, lower case), without formatting it
+// back to compare.
+func canonicalUUID(id string) ([16]byte, bool) {
+	if len(id) != 36 || strings.ContainsAny(id, "ABCDEF") {
+		return [16]byte{}, false
+	}
+	u, err := uuid.Parse(id)
+	return u, err == nil
 }
 
 // arrayLiteral writes tags as a PostgreSQL array literal, which the append
