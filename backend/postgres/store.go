@@ -139,8 +139,9 @@ type Store struct {
 	// (gathered closes).
 	expect   map[string]int
 	gathered map[string]chan struct{}
-	// heads is, per boundary, its head after the last group this store
-	// committed (see groupRun.near).
+	// heads is, per boundary, its head as this store last saw it: after
+	// a group took the head row or committed, and in Heads (see
+	// groupRun.near).
 	heads map[string]int64
 	// lockedHook, when set (by tests), runs in a group's goroutine right
 	// after the group took its head row and let the next group begin.

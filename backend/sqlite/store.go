@@ -144,11 +144,11 @@ type Store struct {
 	// appended together (appendRun). Tests use them to see the queue and
 	// the path taken instead of sleeping.
 	waiting atomic.Int64
+	groups  atomic.Int64
+	merged  atomic.Int64
 	// expect is the writer's: how many requests its next group waits for
 	// (see writer).
 	expect int
-	groups atomic.Int64
-	merged atomic.Int64
 
 	// hold is a test hook (see holdGroups): while set, the writer gathers
 	// every request into one group until it is released.
