@@ -391,4 +391,13 @@ func TestConditionNearAStaleHead(t *testing.T) {
 	if h := s1.knownHead("orders"); h != 2004 {
 		t.Errorf("after Heads, the store knows head %d, want 2004", h)
 	}
+	// Now s1 knows the condition after 1 is far from the head: the other
+	// shape, planned with its values, meets the same match.
+	if g := (&groupRun{knownHead: s1.knownHead("orders")}); g.near(1) {
+		t.Fatalf("the store's head is %d: a condition after 1 should not count as near", g.knownHead)
+	}
+	_, err = s1.Append(ctx, "orders", prep(ev("order.shipped", "order:1")), &event.Condition{Query: q, After: 1})
+	if !errors.As(err, &ce) || ce.Position != 1500 {
+		t.Fatalf("condition after 1, far from the head, with a match at 1500: %v, want a conflict at 1500", err)
+	}
 }
