@@ -13,7 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
-	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -70,7 +70,7 @@ func leaderOf(t *testing.T, nodes []*orisun.Node, boundary string, timeout time.
 				continue
 			}
 			for _, b := range st.Boundaries {
-				if b.Name == boundary && b.State == publisher.StateLeading {
+				if b.Name == boundary && b.State == status.StateLeading {
 					return i
 				}
 			}

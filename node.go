@@ -36,6 +36,7 @@ import (
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/status/statushttp"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -51,8 +52,8 @@ type (
 	Condition        = event.Condition
 	AppendResult     = event.AppendResult
 	Latest           = event.Latest
-	Handler          = catchup.Handler
-	SubscribeOptions = catchup.Options
+	Handler          = event.Handler
+	SubscribeOptions = event.SubscribeOptions
 )
 
 // Node is one orisun process's relay: store, NATS, publishers, subscriptions.
@@ -136,7 +137,7 @@ type boundaryRunner struct {
 // also fed while another node holds the lease: this node's lease loop saw
 // that holder within the last lease TTL.
 func (r *boundaryRunner) fed(shared bool, ttl time.Duration) bool {
-	if r.pub.Status().State == publisher.StateLeading {
+	if r.pub.Status().State == status.StateLeading {
 		return true
 	}
 	if !shared {

@@ -21,7 +21,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
-	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -784,7 +784,7 @@ func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
 			return false
 		}
 		for _, b := range st.Boundaries {
-			if b.State != publisher.StateLeading || !strings.HasPrefix(b.Reason, "caught up") {
+			if b.State != status.StateLeading || !strings.HasPrefix(b.Reason, "caught up") {
 				return false
 			}
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
-	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 )
 
 // leadCounts returns how many boundaries each node's publisher leads.
@@ -27,7 +27,7 @@ func leadCounts(nodes []*orisun.Node) []int {
 			continue
 		}
 		for _, b := range st.Boundaries {
-			if b.State == publisher.StateLeading {
+			if b.State == status.StateLeading {
 				counts[i]++
 			}
 		}

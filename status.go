@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
-	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -167,7 +166,7 @@ func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundarySta
 func (n *Node) localStatus(bst *BoundaryStatus) {
 	r := n.runner(bst.Name)
 	if r == nil {
-		bst.State, bst.Reason = publisher.StateStandby, "no publisher on this node"
+		bst.State, bst.Reason = status.StateStandby, "no publisher on this node"
 		return
 	}
 	ps := r.pub.Status()

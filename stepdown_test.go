@@ -11,7 +11,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
-	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 )
 
 // TestStalledLeaderStepsDown_I2_I4_I5: three nodes on one PostgreSQL share
@@ -103,7 +103,7 @@ func TestStalledLeaderStepsDown_I2_I4_I5(t *testing.T) {
 		}
 		led := -1
 		for i, n := range nodes[1:] {
-			if st, err := n.Status(ctx); err == nil && st.Boundaries[0].State == publisher.StateLeading {
+			if st, err := n.Status(ctx); err == nil && st.Boundaries[0].State == status.StateLeading {
 				led = i + 1
 			}
 		}

@@ -42,9 +42,6 @@ type Reader interface {
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 }
 
-// Handler processes one event. Its return acknowledges it.
-type Handler func(ctx context.Context, e event.Event) error
-
 // Config is what subscriptions run on.
 type Config struct {
 	Store Reader
@@ -62,22 +59,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Options of one subscription.
-type Options struct {
-	// Epoch is the epoch the after position belongs to. Empty means the
-	// boundary's current epoch. A different epoch is ErrEpochChanged.
-	Epoch string
-	// OnCaughtUp is called when the subscription goes live at next.
-	OnCaughtUp func(next uint64)
-	// OnFellBehind is called when a live subscription goes back to the
-	// store at next, with the reason.
-	OnFellBehind func(next uint64, reason string)
-}
-
 // Subscribe delivers the boundary's events after position after to h until
 // ctx ends (it returns ctx's error), h fails (its error, wrapped), or the
 // epoch changes (ErrEpochChanged).
-func Subscribe(ctx context.Context, cfg Config, boundary string, after uint64, h Handler, opts Options) error {
+func Subscribe(ctx context.Context, cfg Config, boundary string, after uint64, h event.Handler, opts event.SubscribeOptions) error {
 	if err := event.ValidateBoundaryName(boundary); err != nil {
 		return err
 	}
@@ -108,11 +93,11 @@ func Subscribe(ctx context.Context, cfg Config, boundary string, after uint64, h
 
 type sub struct {
 	cfg      Config
-	opts     Options
+	opts     event.SubscribeOptions
 	boundary string
 	epoch    string
 	next     uint64
-	h        Handler
+	h        event.Handler
 	log      *slog.Logger
 }
 

@@ -44,7 +44,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -56,7 +55,7 @@ const Table = "orisun_consumer_checkpoints"
 // positions after after, in order, and end with event.ErrEpochChanged when
 // opts.Epoch is not the boundary's epoch.
 type Subscriber interface {
-	Subscribe(ctx context.Context, boundary string, after uint64, h catchup.Handler, opts catchup.Options) error
+	Subscribe(ctx context.Context, boundary string, after uint64, h event.Handler, opts event.SubscribeOptions) error
 }
 
 // State is a consumer's saved checkpoint. An empty Epoch with Position 0
@@ -153,7 +152,7 @@ func (c *Consumer[Tx]) EnsureSchema(ctx context.Context) error {
 }
 
 // Load returns the saved checkpoint: subscribe after State.Position with
-// catchup.Options{Epoch: State.Epoch}.
+// event.SubscribeOptions{Epoch: State.Epoch}.
 func (c *Consumer[Tx]) Load(ctx context.Context) (State, error) {
 	r, ok, err := c.db.load(ctx, c.name)
 	if err != nil {
@@ -214,7 +213,7 @@ func (c *Consumer[Tx]) sameBoundary(r row) error {
 // comment for what it does with repeated, missing and foreign positions).
 // fn must do all its writes through tx, and nothing that cannot be rolled
 // back.
-func (c *Consumer[Tx]) Handler(fn func(ctx context.Context, tx Tx, e event.Event) error) catchup.Handler {
+func (c *Consumer[Tx]) Handler(fn func(ctx context.Context, tx Tx, e event.Event) error) event.Handler {
 	return func(ctx context.Context, e event.Event) error {
 		return c.apply(ctx, fn, e)
 	}
@@ -277,7 +276,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context, src Subscriber, fn func(ctx cont
 	if err != nil {
 		return err
 	}
-	err = src.Subscribe(ctx, c.boundary, st.Position, c.Handler(fn), catchup.Options{Epoch: st.Epoch})
+	err = src.Subscribe(ctx, c.boundary, st.Position, c.Handler(fn), event.SubscribeOptions{Epoch: st.Epoch})
 	var ee *EpochError
 	if errors.Is(err, event.ErrEpochChanged) && !errors.As(err, &ee) {
 		// The subscription found the change before any event reached the

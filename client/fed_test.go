@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -34,7 +33,7 @@ func TestFedWithSharedNATS(t *testing.T) {
 		{"embedded-cluster", "paused", "n1#a", now.Add(time.Second), false},
 	} {
 		st := status.Status{Time: now, LeaseHolder: "n1#a", NATS: status.Health{OK: true, Kind: c.kind}}
-		b := status.BoundaryStatus{Name: "default", State: publisher.State(c.state), LeaseHolder: c.holder, LeaseExpires: c.expires}
+		b := status.BoundaryStatus{Name: "default", State: status.State(c.state), LeaseHolder: c.holder, LeaseExpires: c.expires}
 		if got := fed(st, b); got != c.want {
 			t.Errorf("NATS %s, publisher %s, lease %q expiring %s after the status: fed %v, want %v",
 				c.kind, c.state, c.holder, c.expires.Sub(now), got, c.want)

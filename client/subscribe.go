@@ -8,15 +8,15 @@ import (
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
-	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 )
 
 // Handler processes one event; its return acknowledges it.
-type Handler = catchup.Handler
+type Handler = event.Handler
 
 // SubscribeOptions are those of the in-process subscription: the epoch
 // of the start position, and the caught-up / fell-behind callbacks.
-type SubscribeOptions = catchup.Options
+type SubscribeOptions = event.SubscribeOptions
 
 // Subscribe delivers the boundary's events after position after to h,
 // exactly once each and in order, reading through the API and then
@@ -89,7 +89,7 @@ func (c *Client) live(ctx context.Context, boundary string) bool {
 // only moves the moment the hint turns, as it does for the node's own
 // subscriptions (the lease loop reads the same row).
 func fed(st Status, b BoundaryStatus) bool {
-	if b.State == publisher.StateLeading {
+	if b.State == status.StateLeading {
 		return true
 	}
 	if b.LeaseHolder == st.LeaseHolder {

@@ -17,6 +17,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/lease"
+	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -147,7 +148,7 @@ func New(cfg Config) *Publisher {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Publisher{cfg: cfg, log: cfg.Logger.With("boundary", cfg.Boundary)}
-	p.state = Status{State: StateStandby, Reason: "not leading", Since: time.Now().UTC()}
+	p.state = Status{State: status.StateStandby, Reason: "not leading", Since: time.Now().UTC()}
 	return p
 }
 
@@ -166,13 +167,13 @@ func (p *Publisher) Run(ctx context.Context, lease backend.Lease) error {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost):
-		p.setState(StateStandby, "lease lost: another node holds a newer term", nil)
+		p.setState(status.StateStandby, "lease lost: another node holds a newer term", nil)
 	case cause != nil && !errors.Is(cause, context.Canceled):
 		// The lease ran out because the store did not answer: nobody
 		// publishes this boundary now, which is a stall, not a standby.
-		p.setState(StateStalled, cause.Error(), cause)
+		p.setState(status.StateStalled, cause.Error(), cause)
 	default:
-		p.setState(StateStandby, "stopped", nil)
+		p.setState(status.StateStandby, "stopped", nil)
 	}
 	return err
 }
@@ -225,16 +226,16 @@ func (r *run) loop(ctx context.Context) error {
 				// The stream waits for a Raft leader: ask again soon (the
 				// request itself waited), without growing the backoff, so
 				// publishing resumes right after the election.
-				p.setState(StateStalled, err.Error(), err)
+				p.setState(status.StateStalled, err.Error(), err)
 				if !sleep(ctx, noLeaderRetry) {
 					return nil
 				}
 				continue
 			}
 			if isPaused(err) {
-				p.setState(StatePaused, pausedReason(err), err)
+				p.setState(status.StatePaused, pausedReason(err), err)
 			} else {
-				p.setState(StateStalled, err.Error(), err)
+				p.setState(status.StateStalled, err.Error(), err)
 			}
 			if !backoff.wait(ctx) {
 				return nil
@@ -247,9 +248,9 @@ func (r *run) loop(ctx context.Context) error {
 		}
 		if err != nil && ctx.Err() == nil {
 			if isPaused(err) {
-				p.setState(StatePaused, pausedReason(err), err)
+				p.setState(status.StatePaused, pausedReason(err), err)
 			} else {
-				p.setState(StateStalled, err.Error(), err)
+				p.setState(status.StateStalled, err.Error(), err)
 			}
 			if !backoff.wait(ctx) {
 				return nil
@@ -724,7 +725,7 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 				continue
 			default:
 			}
-			p.setState(StateLeading, r.idleReason(ctx), nil)
+			p.setState(status.StateLeading, r.idleReason(ctx), nil)
 			poll.Reset(r.idleWait())
 			p.markProgress()
 			p.caughtUp.Store(next - 1)
@@ -749,7 +750,7 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 		// a batch is acknowledged: a retry that fails again must not flap
 		// the state (and the log) between leading and paused.
 		if !p.troubled() {
-			p.setState(StateLeading, "publishing", nil)
+			p.setState(status.StateLeading, "publishing", nil)
 		}
 		if events[0].Position != next {
 			// The store broke I1: never publish around a hole.
@@ -873,7 +874,7 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 		fl.ends = fl.ends[1:]
 		r.acked = pos
 		r.p.markProgress()
-		r.p.setState(StateLeading, "publishing", nil)
+		r.p.setState(status.StateLeading, "publishing", nil)
 		if r.p.cfg.AfterAck != nil {
 			r.p.cfg.AfterAck(pos)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -237,7 +238,7 @@ func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
 	go func() { done <- p.Run(runCtx, l) }()
 	waitFor(t, "the stalled state", 5*time.Second, func() bool {
 		st := p.Status()
-		return st.State == publisher.StateStalled && strings.Contains(st.Reason, "went back in time")
+		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
 	})
 	cancel()
 	if err := <-done; err != nil {
@@ -948,7 +949,7 @@ func TestCheckpointLeaseLostEndsIdlePublisher_I3_I6(t *testing.T) {
 	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 0 {
 		t.Fatalf("checkpoint %d stored, though every write was refused", cp)
 	}
-	if st := p.Status(); st.State != publisher.StateStandby {
+	if st := p.Status(); st.State != status.StateStandby {
 		t.Fatalf("state %s (%s), want standby after the lease was lost", st.State, st.Reason)
 	}
 }

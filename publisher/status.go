@@ -1,25 +1,15 @@
 package publisher
 
-import "time"
+import (
+	"time"
 
-// State of a publisher (DESIGN §8).
-type State string
-
-const (
-	// StateLeading: this node holds the lease and publishes.
-	StateLeading State = "leading"
-	// StateStandby: another node holds the lease, or this one is stopped.
-	StateStandby State = "standby"
-	// StatePaused: JetStream refuses for its own limits; retrying.
-	StatePaused State = "paused"
-	// StateStalled: the publisher cannot make progress; Reason says why.
-	StateStalled State = "stalled"
+	"github.com/orisun-io/orisun/status"
 )
 
 // Status is a snapshot of a publisher's state, measured, never assumed (I7).
 type Status struct {
-	State  State  `json:"state"`
-	Reason string `json:"reason"`
+	State  status.State `json:"state"`
+	Reason string       `json:"reason"`
 	// Since is when the publisher entered State.
 	Since time.Time `json:"since"`
 	// Warning is a configuration this node's publisher could not apply to
@@ -37,17 +27,17 @@ func (p *Publisher) Status() Status {
 
 // SetStandby records that another holder has the lease (called by the lease
 // loop while this node waits).
-func (p *Publisher) SetStandby(reason string) { p.setState(StateStandby, reason, nil) }
+func (p *Publisher) SetStandby(reason string) { p.setState(status.StateStandby, reason, nil) }
 
 // SetStalled records that the publisher cannot run for a reason that is not
 // another leader (the lease cannot be acquired because the store fails).
-func (p *Publisher) SetStalled(reason string) { p.setState(StateStalled, reason, nil) }
+func (p *Publisher) SetStalled(reason string) { p.setState(status.StateStalled, reason, nil) }
 
 // setState changes the state. A change of state is logged once, with its
 // reason, at info (warn for paused and stalled); a new reason within the
 // same state (publishing ↔ caught up, another error while stalled) only at
 // debug, so a retry loop or a busy boundary does not flood the log.
-func (p *Publisher) setState(s State, reason string, err error) {
+func (p *Publisher) setState(s status.State, reason string, err error) {
 	p.mu.Lock()
 	stateChanged := p.state.State != s
 	changed := stateChanged || p.state.Reason != reason
@@ -63,7 +53,7 @@ func (p *Publisher) setState(s State, reason string, err error) {
 	case !changed:
 	case !stateChanged:
 		p.log.Debug("publisher "+string(s), "reason", reason, "err", err)
-	case s == StateStalled || s == StatePaused:
+	case s == status.StateStalled || s == status.StatePaused:
 		p.log.Warn("publisher "+string(s), "reason", reason, "err", err)
 	default:
 		p.log.Info("publisher "+string(s), "reason", reason)
@@ -74,7 +64,7 @@ func (p *Publisher) setState(s State, reason string, err error) {
 func (p *Publisher) troubled() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.state.State == StatePaused || p.state.State == StateStalled
+	return p.state.State == status.StatePaused || p.state.State == status.StateStalled
 }
 
 // setWarning records the stream configuration warning ("" clears it) and
@@ -104,11 +94,11 @@ func (p *Publisher) Stalled(now time.Time) (time.Duration, string) {
 		return 0, ""
 	}
 	st := p.Status()
-	if st.State == StatePaused {
+	if st.State == status.StatePaused {
 		return 0, ""
 	}
 	why := st.Reason
-	if st.State != StateStalled {
+	if st.State != status.StateStalled {
 		why = "no batch acknowledged (last state: " + string(st.State) + ", " + st.Reason + ")"
 	}
 	return max(0, now.Sub(time.Unix(0, since))), why

@@ -4,8 +4,20 @@ import (
 	"context"
 	"fmt"
 	"time"
+)
 
-	"github.com/orisun-io/orisun/publisher"
+// State is a boundary's publisher state on a node (DESIGN §8).
+type State string
+
+const (
+	// StateLeading: this node holds the lease and publishes.
+	StateLeading State = "leading"
+	// StateStandby: another node holds the lease, or this one is stopped.
+	StateStandby State = "standby"
+	// StatePaused: JetStream refuses for its own limits; retrying.
+	StatePaused State = "paused"
+	// StateStalled: the publisher cannot make progress; Reason says why.
+	StateStalled State = "stalled"
 )
 
 // Status is what a node reports (DESIGN §8): measured, never assumed (I7).
@@ -78,9 +90,9 @@ type BoundaryStatus struct {
 	LagSeconds float64 `json:"lag_seconds"`
 	// State, Reason and Since are this node's publisher's: leading,
 	// standby, paused or stalled, why, and since when.
-	State  publisher.State `json:"state"`
-	Reason string          `json:"reason"`
-	Since  time.Time       `json:"since,omitzero"`
+	State  State     `json:"state"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since,omitzero"`
 	// Warning is a stream configuration this node's publisher could not
 	// apply (a replica count or limits JetStream refused), with the reason.
 	Warning string `json:"warning,omitempty"`
@@ -111,7 +123,7 @@ type Source interface {
 func (s Status) Stalled(threshold time.Duration, now time.Time) []BoundaryStatus {
 	var out []BoundaryStatus
 	for _, b := range s.Boundaries {
-		if b.State == publisher.StateStalled && now.Sub(b.Since) > threshold {
+		if b.State == StateStalled && now.Sub(b.Since) > threshold {
 			out = append(out, b)
 		}
 	}
@@ -142,4 +154,4 @@ func Ready(st Status, threshold time.Duration, now time.Time) Readiness {
 }
 
 // States are the publisher states, in the order the state metric lists them.
-var States = []publisher.State{publisher.StateLeading, publisher.StateStandby, publisher.StatePaused, publisher.StateStalled}
+var States = []State{StateLeading, StateStandby, StatePaused, StateStalled}

@@ -47,7 +47,6 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/backend"
-	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/faults"
 )
@@ -166,7 +165,7 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 			file, delay, _ := strings.Cut(rest, ":")
 			ms, _ := strconv.Atoi(delay)
 			c := &faults.Consumer{Name: name, Rec: rec, CheckpointFile: file, Delay: time.Duration(ms) * time.Millisecond,
-				Subscribe: func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error {
+				Subscribe: func(ctx context.Context, after uint64, opts event.SubscribeOptions, h event.Handler) error {
 					return n.Subscribe(ctx, "default", after, h, opts)
 				}}
 			go c.Run(ctx)

@@ -106,7 +106,7 @@ func leaderFollower(store *postgres.Store, rec *Recorder) SubscribeFunc {
 		name, _, _ := strings.Cut(l.Holder, "#")
 		return name
 	}
-	return func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error {
+	return func(ctx context.Context, after uint64, opts event.SubscribeOptions, h event.Handler) error {
 		node := holder(ctx)
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
-	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -22,7 +21,7 @@ import (
 // SubscribeFunc starts one subscription after (opts.Epoch, after) and
 // returns when it ends; it must pass opts (the epoch and the callbacks that
 // record going live and falling behind) to the subscription.
-type SubscribeFunc func(ctx context.Context, after uint64, opts catchup.Options, h catchup.Handler) error
+type SubscribeFunc func(ctx context.Context, after uint64, opts event.SubscribeOptions, h event.Handler) error
 
 // Consumer is an application that processes a boundary's events
 // effectively once: it records each delivery, then saves (epoch, position)
@@ -74,7 +73,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		sub := c.Rec.Proc() + "/" + strconv.Itoa(n)
 		c.Rec.Write(Record{Kind: KindSubscribe, Consumer: c.Name, Sub: sub, After: after, Epoch: epoch})
-		opts := catchup.Options{Epoch: epoch,
+		opts := event.SubscribeOptions{Epoch: epoch,
 			OnCaughtUp: func(next uint64) {
 				c.Rec.Write(Record{Kind: KindCaughtUp, Consumer: c.Name, Sub: sub, Pos: next})
 			},

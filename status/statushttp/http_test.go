@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/status/statushttp"
 )
@@ -25,9 +24,9 @@ func (f *fixed) Status(context.Context) (status.Status, error) { return f.st, f.
 func TestReady(t *testing.T) {
 	now := time.Now()
 	ok := status.Status{Store: status.Health{OK: true}, NATS: status.Health{OK: true}, Boundaries: []status.BoundaryStatus{
-		{Name: "a", State: publisher.StateLeading, Since: now.Add(-time.Hour)},
-		{Name: "b", State: publisher.StateStalled, Since: now.Add(-10 * time.Second), Reason: "read boundary: boom"},
-		{Name: "c", State: publisher.StatePaused, Since: now.Add(-time.Hour)},
+		{Name: "a", State: status.StateLeading, Since: now.Add(-time.Hour)},
+		{Name: "b", State: status.StateStalled, Since: now.Add(-10 * time.Second), Reason: "read boundary: boom"},
+		{Name: "c", State: status.StatePaused, Since: now.Add(-time.Hour)},
 	}}
 	if r := status.Ready(ok, 30*time.Second, now); !r.Ready {
 		t.Fatalf("a stall younger than the threshold is still ready: %+v", r)
