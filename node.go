@@ -27,7 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
@@ -93,7 +93,7 @@ type Node struct {
 	connectAPI func(name string) (*nats.Conn, error)
 	nc         *nats.Conn
 	js         jetstream.JetStream
-	api        *api.Service
+	api        *service.Service
 	runCtx     context.Context
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -308,7 +308,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}
-	n.api, err = api.Start(apiNC, apiBackend{n}, api.Config{
+	n.api, err = service.Start(apiNC, apiBackend{n}, service.Config{
 		Metadata: map[string]string{"node_id": n.cfg.NodeID},
 		Logger:   n.log.With("component", "api"),
 	})
@@ -774,7 +774,7 @@ func (n *Node) Boundary(ctx context.Context, name string) (Boundary, error) {
 	return b, nil
 }
 
-// apiBackend serves the NATS API (package api) from the node.
+// apiBackend serves the NATS API (package api/service) from the node.
 type apiBackend struct{ *Node }
 
 func (b apiBackend) Status(ctx context.Context) (any, error) { return b.Node.Status(ctx) }
