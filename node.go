@@ -72,9 +72,10 @@ type Node struct {
 	version string
 	http    *statushttp.Server
 
-	// Hooks for tests (fault points); nil in production.
+	// Hooks for tests (fault points, set through internal/testhooks);
+	// nil in production.
 	afterAck func(boundary string, last uint64)
-	// brokenCheckpointOrder: see WithBrokenCheckpointBeforeAck.
+	// brokenCheckpointOrder: see testhooks.Hooks.CheckpointBeforeAck.
 	brokenCheckpointOrder bool
 	wrapStore             func(backend.Store) backend.Store
 
@@ -182,27 +183,6 @@ func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }
 
 // WithVersion sets the version the status reports.
 func WithVersion(v string) Option { return func(n *Node) { n.version = v } }
-
-// WithAfterAckHook sets a function called after each fully acknowledged
-// batch and before its checkpoint: a fault point for tests.
-func WithAfterAckHook(fn func(boundary string, last uint64)) Option {
-	return func(n *Node) { n.afterAck = fn }
-}
-
-// WithBrokenCheckpointBeforeAck makes every publisher write each batch's
-// checkpoint before publishing the batch: a deliberately broken relay, for
-// the fault suite's negative control of C6 only (cmd/orisun sets it only
-// in its faultinject build). Never use it anywhere else.
-func WithBrokenCheckpointBeforeAck() Option {
-	return func(n *Node) { n.brokenCheckpointOrder = true }
-}
-
-// WithStoreWrapper wraps the store the node opens: a seam for fault tests
-// that record every checkpoint write (internal/faults). The wrapper must
-// keep the store's promises; production code never sets it.
-func WithStoreWrapper(fn func(backend.Store) backend.Store) Option {
-	return func(n *Node) { n.wrapStore = fn }
-}
 
 // Config returns the configuration in force (defaults applied).
 func (n *Node) Config() Config { return n.cfg }

@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -394,12 +395,12 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	appended := make(chan struct{})
 	var once, gate sync.Once
 	n1 := setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 100; c.PublishWindow = 16 },
-		orisun.WithAfterAckHook(func(_ string, last uint64) {
+		testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(_ string, last uint64) {
 			gate.Do(func() { <-appended })
 			if last >= 2000 {
 				once.Do(func() { close(reached); <-release })
 			}
-		}))
+		}}))
 	for i := 0; i < 40; i++ {
 		if _, err := n1.Append(ctx, "default", events(500, "backlog", 256), nil); err != nil {
 			t.Fatal(err)
@@ -620,9 +621,9 @@ func BenchmarkPublishBacklog(b *testing.B) {
 func benchPublishBacklog(b *testing.B, msgID bool) {
 	hold := make(chan struct{})
 	var once sync.Once
-	n := setup(b, "", func(c *orisun.Config) { c.DisableMsgID = !msgID }, orisun.WithAfterAckHook(func(string, uint64) {
+	n := setup(b, "", func(c *orisun.Config) { c.DisableMsgID = !msgID }, testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(string, uint64) {
 		once.Do(func() { <-hold })
-	}))
+	}}))
 	ctx := context.Background()
 	batch := events(1000, "bench.event", 1024)
 	for i := 0; i < b.N; i += 1000 {
@@ -775,7 +776,7 @@ func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
 		c.Boundaries = []string{"default", "quiet"}
 		c.PollInterval = 50 * time.Millisecond
 		c.PollBackstop = time.Hour
-	}, orisun.WithStoreWrapper(func(s backend.Store) backend.Store { ss.Store = s; return ss }))
+	}, testhooks.Option[orisun.Option](testhooks.Hooks{WrapStore: func(s backend.Store) backend.Store { ss.Store = s; return ss }}))
 	ctx := context.Background()
 	waitSettled(t, n, 20*time.Second)
 	eventually(t, "both publishers caught up", 20*time.Second, func() bool {
