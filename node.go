@@ -7,7 +7,7 @@
 //	n, err := orisun.New(orisun.Config{DataDir: "./data"})
 //	if err := n.Start(ctx); err != nil { … }
 //	defer n.Stop()
-//	res, err := n.Append(ctx, "default", []orisun.EventIn{{Type: "order.placed", Data: json.RawMessage(`{"id":1}`)}}, nil)
+//	res, err := n.Append(ctx, "default", []orisun.Input{{Type: "order.placed", Data: json.RawMessage(`{"id":1}`)}}, nil)
 //	err = n.Subscribe(ctx, "default", 0, func(ctx context.Context, e orisun.Event) error { … }, orisun.SubscribeOptions{})
 package orisun
 
@@ -45,7 +45,7 @@ import (
 // import.
 type (
 	Event            = event.Event
-	EventIn          = event.Input
+	Input            = event.Input
 	Boundary         = event.Boundary
 	Query            = event.Query
 	QueryItem        = event.QueryItem
@@ -770,7 +770,7 @@ func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
 
 // Append validates and appends events atomically (DESIGN §3, §4). Nothing is
 // written when any event is invalid.
-func (n *Node) Append(ctx context.Context, boundary string, events []EventIn, cond *Condition) (AppendResult, error) {
+func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond *Condition) (AppendResult, error) {
 	store, _, err := n.ready()
 	if err != nil {
 		return AppendResult{}, err
