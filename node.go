@@ -1,14 +1,3 @@
-// Package orisun is the embedding API: a Node opens the store, starts the
-// embedded NATS server, runs one lease-holding publisher per boundary and
-// serves appends, reads and catch-up-then-live subscriptions in-process, and
-// to any NATS client through the micro service "orisun" (package api,
-// docs/protocol.md).
-//
-//	n, err := orisun.New(orisun.Config{DataDir: "./data"})
-//	if err := n.Start(ctx); err != nil { … }
-//	defer n.Stop()
-//	res, err := n.Append(ctx, "default", []orisun.Input{{Type: "order.placed", Data: json.RawMessage(`{"id":1}`)}}, nil)
-//	err = n.Subscribe(ctx, "default", 0, func(ctx context.Context, e orisun.Event) error { … }, orisun.SubscribeOptions{})
 package orisun
 
 import (
