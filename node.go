@@ -240,10 +240,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("orisun: jetstream: %w", err)
 	}
 	n.limits = event.Limits{
-		MaxBatchEvents: n.cfg.MaxAppendEvents,
-		MaxBatchBytes:  n.cfg.MaxAppendBytes,
-		MaxEventBytes:  int(n.nc.MaxPayload()),
-		EncodedSize:    stream.EncodedSize,
+		MaxAppendEvents: n.cfg.MaxAppendEvents,
+		MaxAppendBytes:  n.cfg.MaxAppendBytes,
+		MaxEventBytes:   int(n.nc.MaxPayload()),
+		EncodedSize:     stream.EncodedSize,
 	}
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)

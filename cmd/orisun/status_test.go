@@ -72,7 +72,7 @@ func TestStatusWaitSettled(t *testing.T) {
 	for i := range evs {
 		evs[i] = orisun.Input{Type: "script.step", Data: json.RawMessage(`{"n":1}`)}
 	}
-	evs, err = event.Prepare("default", evs, event.Limits{MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, MaxEventBytes: 4096})
+	evs, err = event.Prepare("default", evs, event.Limits{MaxAppendEvents: 100, MaxAppendBytes: 1 << 20, MaxEventBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
