@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testhooks"
 )
 
 // TestMain lets the test binary run as a child relay process for the kill
@@ -45,13 +46,13 @@ func childMain() int {
 		NATSPort:     -1,
 		PublishBatch: 100,
 		PollInterval: 20 * time.Millisecond,
-	}, orisun.WithAfterAckHook(func(_ string, last uint64) {
+	}, testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(_ string, last uint64) {
 		acks++
 		lines <- fmt.Sprintf("acked %d", last)
 		if acks == hangAt {
 			time.Sleep(time.Hour)
 		}
-	}))
+	}}))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

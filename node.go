@@ -1,14 +1,3 @@
-// Package orisun is the embedding API: a Node opens the store, starts the
-// embedded NATS server, runs one lease-holding publisher per boundary and
-// serves appends, reads and catch-up-then-live subscriptions in-process, and
-// to any NATS client through the micro service "orisun" (package api,
-// docs/protocol.md).
-//
-//	n, err := orisun.New(orisun.Config{DataDir: "./data"})
-//	if err := n.Start(ctx); err != nil { … }
-//	defer n.Stop()
-//	res, err := n.Append(ctx, "default", []orisun.EventIn{{Type: "order.placed", Data: json.RawMessage(`{"id":1}`)}}, nil)
-//	err = n.Subscribe(ctx, "default", 0, func(ctx context.Context, e orisun.Event) error { … }, orisun.SubscribeOptions{})
 package orisun
 
 import (
@@ -27,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
@@ -45,7 +34,7 @@ import (
 // import.
 type (
 	Event            = event.Event
-	EventIn          = event.Input
+	Input            = event.Input
 	Boundary         = event.Boundary
 	Query            = event.Query
 	QueryItem        = event.QueryItem
@@ -72,9 +61,10 @@ type Node struct {
 	version string
 	http    *statushttp.Server
 
-	// Hooks for tests (fault points); nil in production.
+	// Hooks for tests (fault points, set through internal/testhooks);
+	// nil in production.
 	afterAck func(boundary string, last uint64)
-	// brokenCheckpointOrder: see WithBrokenCheckpointBeforeAck.
+	// brokenCheckpointOrder: see testhooks.Hooks.CheckpointBeforeAck.
 	brokenCheckpointOrder bool
 	wrapStore             func(backend.Store) backend.Store
 
@@ -93,7 +83,7 @@ type Node struct {
 	connectAPI func(name string) (*nats.Conn, error)
 	nc         *nats.Conn
 	js         jetstream.JetStream
-	api        *api.Service
+	api        *service.Service
 	runCtx     context.Context
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -183,27 +173,6 @@ func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }
 // WithVersion sets the version the status reports.
 func WithVersion(v string) Option { return func(n *Node) { n.version = v } }
 
-// WithAfterAckHook sets a function called after each fully acknowledged
-// batch and before its checkpoint: a fault point for tests.
-func WithAfterAckHook(fn func(boundary string, last uint64)) Option {
-	return func(n *Node) { n.afterAck = fn }
-}
-
-// WithBrokenCheckpointBeforeAck makes every publisher write each batch's
-// checkpoint before publishing the batch: a deliberately broken relay, for
-// the fault suite's negative control of C6 only (cmd/orisun sets it only
-// in its faultinject build). Never use it anywhere else.
-func WithBrokenCheckpointBeforeAck() Option {
-	return func(n *Node) { n.brokenCheckpointOrder = true }
-}
-
-// WithStoreWrapper wraps the store the node opens: a seam for fault tests
-// that record every checkpoint write (internal/faults). The wrapper must
-// keep the store's promises; production code never sets it.
-func WithStoreWrapper(fn func(backend.Store) backend.Store) Option {
-	return func(n *Node) { n.wrapStore = fn }
-}
-
 // Config returns the configuration in force (defaults applied).
 func (n *Node) Config() Config { return n.cfg }
 
@@ -271,10 +240,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("orisun: jetstream: %w", err)
 	}
 	n.limits = event.Limits{
-		MaxBatchEvents: n.cfg.MaxAppendEvents,
-		MaxBatchBytes:  n.cfg.MaxAppendBytes,
-		MaxEventBytes:  int(n.nc.MaxPayload()),
-		EncodedSize:    stream.EncodedSize,
+		MaxAppendEvents: n.cfg.MaxAppendEvents,
+		MaxAppendBytes:  n.cfg.MaxAppendBytes,
+		MaxEventBytes:   int(n.nc.MaxPayload()),
+		EncodedSize:     stream.EncodedSize,
 	}
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)
@@ -308,7 +277,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}
-	n.api, err = api.Start(apiNC, apiBackend{n}, api.Config{
+	n.api, err = service.Start(apiNC, apiBackend{n}, service.Config{
 		Metadata: map[string]string{"node_id": n.cfg.NodeID},
 		Logger:   n.log.With("component", "api"),
 	})
@@ -774,7 +743,7 @@ func (n *Node) Boundary(ctx context.Context, name string) (Boundary, error) {
 	return b, nil
 }
 
-// apiBackend serves the NATS API (package api) from the node.
+// apiBackend serves the NATS API (package api/service) from the node.
 type apiBackend struct{ *Node }
 
 func (b apiBackend) Status(ctx context.Context) (any, error) { return b.Node.Status(ctx) }
@@ -790,7 +759,7 @@ func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
 
 // Append validates and appends events atomically (DESIGN §3, §4). Nothing is
 // written when any event is invalid.
-func (n *Node) Append(ctx context.Context, boundary string, events []EventIn, cond *Condition) (AppendResult, error) {
+func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond *Condition) (AppendResult, error) {
 	store, _, err := n.ready()
 	if err != nil {
 		return AppendResult{}, err

@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -61,14 +62,14 @@ func setup(t testing.TB, dir string, mutate func(*orisun.Config), opts ...orisun
 	return n
 }
 
-func events(n int, typ string, size int) []orisun.EventIn {
+func events(n int, typ string, size int) []orisun.Input {
 	pad := make([]byte, max(size-20, 0))
 	for i := range pad {
 		pad[i] = 'x'
 	}
-	out := make([]orisun.EventIn, n)
+	out := make([]orisun.Input, n)
 	for i := range out {
-		out[i] = orisun.EventIn{Type: typ, Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"p":"%s"}`, i, pad))}
+		out[i] = orisun.Input{Type: typ, Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"p":"%s"}`, i, pad))}
 	}
 	return out
 }
@@ -394,12 +395,12 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	appended := make(chan struct{})
 	var once, gate sync.Once
 	n1 := setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 100; c.PublishWindow = 16 },
-		orisun.WithAfterAckHook(func(_ string, last uint64) {
+		testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(_ string, last uint64) {
 			gate.Do(func() { <-appended })
 			if last >= 2000 {
 				once.Do(func() { close(reached); <-release })
 			}
-		}))
+		}}))
 	for i := 0; i < 40; i++ {
 		if _, err := n1.Append(ctx, "default", events(500, "backlog", 256), nil); err != nil {
 			t.Fatal(err)
@@ -517,7 +518,7 @@ func TestEvictionFallsBack_I5(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx := context.Background()
-	ok := func() orisun.EventIn { return orisun.EventIn{Type: "ok", Data: json.RawMessage(`{}`)} }
+	ok := func() orisun.Input { return orisun.Input{Type: "ok", Data: json.RawMessage(`{}`)} }
 	big := make([]byte, 2<<20)
 	for i := range big {
 		big[i] = 'a'
@@ -525,36 +526,36 @@ func TestBadInput(t *testing.T) {
 	cases := []struct {
 		name     string
 		boundary string
-		events   []orisun.EventIn
+		events   []orisun.Input
 		want     error
 		mention  string
 	}{
 		{"empty batch", "default", nil, event.ErrInvalid, "no events"},
-		{"boundary with dot", "a.b", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
-		{"boundary with star", "a*", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
-		{"boundary with gt", "a>", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
-		{"boundary with dollar", "$sys", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
-		{"boundary with space", "a b", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
-		{"boundary with NUL", "a\x00", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
-		{"boundary 64 chars", "a234567890123456789012345678901234567890123456789012345678901234", []orisun.EventIn{ok()}, event.ErrInvalid, "limit is 63"},
-		{"boundary upper case", "Default", []orisun.EventIn{ok()}, event.ErrInvalid, "boundary name"},
-		{"unknown boundary", "nosuch", []orisun.EventIn{ok()}, event.ErrNotFound, "nosuch"},
-		{"type empty", "default", []orisun.EventIn{{Type: "", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
-		{"type star", "default", []orisun.EventIn{{Type: "a.*", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
-		{"type gt", "default", []orisun.EventIn{{Type: ">", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
-		{"type empty token", "default", []orisun.EventIn{{Type: "a..b", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
-		{"type space", "default", []orisun.EventIn{{Type: "a b", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
-		{"type NUL", "default", []orisun.EventIn{{Type: "a\x00", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
-		{"data not JSON", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`{nope`)}}, event.ErrInvalid, "data"},
-		{"data missing", "default", []orisun.EventIn{{Type: "a"}}, event.ErrInvalid, "data"},
-		{"data invalid UTF-8", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage("\"\xff\"")}}, event.ErrInvalid, "UTF-8"},
-		{"metadata not JSON", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`1`), Metadata: json.RawMessage(`x`)}}, event.ErrInvalid, "metadata"},
-		{"id not uuid", "default", []orisun.EventIn{{ID: "42", Type: "a", Data: json.RawMessage(`1`)}}, event.ErrInvalid, "id"},
-		{"duplicate ids", "default", []orisun.EventIn{
+		{"boundary with dot", "a.b", []orisun.Input{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with star", "a*", []orisun.Input{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with gt", "a>", []orisun.Input{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with dollar", "$sys", []orisun.Input{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with space", "a b", []orisun.Input{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary with NUL", "a\x00", []orisun.Input{ok()}, event.ErrInvalid, "boundary name"},
+		{"boundary 64 chars", "a234567890123456789012345678901234567890123456789012345678901234", []orisun.Input{ok()}, event.ErrInvalid, "limit is 63"},
+		{"boundary upper case", "Default", []orisun.Input{ok()}, event.ErrInvalid, "boundary name"},
+		{"unknown boundary", "nosuch", []orisun.Input{ok()}, event.ErrNotFound, "nosuch"},
+		{"type empty", "default", []orisun.Input{{Type: "", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type star", "default", []orisun.Input{{Type: "a.*", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type gt", "default", []orisun.Input{{Type: ">", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type empty token", "default", []orisun.Input{{Type: "a..b", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type space", "default", []orisun.Input{{Type: "a b", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"type NUL", "default", []orisun.Input{{Type: "a\x00", Data: json.RawMessage(`{}`)}}, event.ErrInvalid, "type"},
+		{"data not JSON", "default", []orisun.Input{{Type: "a", Data: json.RawMessage(`{nope`)}}, event.ErrInvalid, "data"},
+		{"data missing", "default", []orisun.Input{{Type: "a"}}, event.ErrInvalid, "data"},
+		{"data invalid UTF-8", "default", []orisun.Input{{Type: "a", Data: json.RawMessage("\"\xff\"")}}, event.ErrInvalid, "UTF-8"},
+		{"metadata not JSON", "default", []orisun.Input{{Type: "a", Data: json.RawMessage(`1`), Metadata: json.RawMessage(`x`)}}, event.ErrInvalid, "metadata"},
+		{"id not uuid", "default", []orisun.Input{{ID: "42", Type: "a", Data: json.RawMessage(`1`)}}, event.ErrInvalid, "id"},
+		{"duplicate ids", "default", []orisun.Input{
 			{ID: "0190b0a0-0000-7000-8000-000000000001", Type: "a", Data: json.RawMessage(`1`)},
 			{ID: "0190b0a0-0000-7000-8000-000000000001", Type: "a", Data: json.RawMessage(`1`)}}, event.ErrInvalid, "unique"},
-		{"tag empty", "default", []orisun.EventIn{{Type: "a", Data: json.RawMessage(`1`), Tags: []string{""}}}, event.ErrInvalid, "tags[0]"},
-		{"over max payload", "default", []orisun.EventIn{ok(), {Type: "a", Data: json.RawMessage(`"` + string(big) + `"`)}}, event.ErrTooLarge, "events[1]"},
+		{"tag empty", "default", []orisun.Input{{Type: "a", Data: json.RawMessage(`1`), Tags: []string{""}}}, event.ErrInvalid, "tags[0]"},
+		{"over max payload", "default", []orisun.Input{ok(), {Type: "a", Data: json.RawMessage(`"` + string(big) + `"`)}}, event.ErrTooLarge, "events[1]"},
 		{"too many events", "default", events(10001, "a", 10), event.ErrTooLarge, "limit is 10000"},
 	}
 	for _, c := range cases {
@@ -620,9 +621,9 @@ func BenchmarkPublishBacklog(b *testing.B) {
 func benchPublishBacklog(b *testing.B, msgID bool) {
 	hold := make(chan struct{})
 	var once sync.Once
-	n := setup(b, "", func(c *orisun.Config) { c.DisableMsgID = !msgID }, orisun.WithAfterAckHook(func(string, uint64) {
+	n := setup(b, "", func(c *orisun.Config) { c.DisableMsgID = !msgID }, testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(string, uint64) {
 		once.Do(func() { <-hold })
-	}))
+	}}))
 	ctx := context.Background()
 	batch := events(1000, "bench.event", 1024)
 	for i := 0; i < b.N; i += 1000 {
@@ -775,7 +776,7 @@ func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
 		c.Boundaries = []string{"default", "quiet"}
 		c.PollInterval = 50 * time.Millisecond
 		c.PollBackstop = time.Hour
-	}, orisun.WithStoreWrapper(func(s backend.Store) backend.Store { ss.Store = s; return ss }))
+	}, testhooks.Option[orisun.Option](testhooks.Hooks{WrapStore: func(s backend.Store) backend.Store { ss.Store = s; return ss }}))
 	ctx := context.Background()
 	waitSettled(t, n, 20*time.Second)
 	eventually(t, "both publishers caught up", 20*time.Second, func() bool {

@@ -360,7 +360,7 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 }
 
 // appendRetry appends, retrying while the store's pool reconnects.
-func appendRetry(ctx context.Context, n *orisun.Node, evs []orisun.EventIn) (orisun.AppendResult, error) {
+func appendRetry(ctx context.Context, n *orisun.Node, evs []orisun.Input) (orisun.AppendResult, error) {
 	var err error
 	for range 100 {
 		var res orisun.AppendResult

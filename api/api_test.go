@@ -353,9 +353,9 @@ func firstID(t *testing.T, nc *nats.Conn) string {
 func TestReadPageFitsMaxPayload(t *testing.T) {
 	t.Parallel()
 	n, nc := setup(t)
-	var evs []orisun.EventIn
+	var evs []orisun.Input
 	for i := 0; i < 20; i++ {
-		evs = append(evs, orisun.EventIn{Type: "big", Data: json.RawMessage(fmt.Sprintf(`"%s"`, strings.Repeat("y", 1500)))})
+		evs = append(evs, orisun.Input{Type: "big", Data: json.RawMessage(fmt.Sprintf(`"%s"`, strings.Repeat("y", 1500)))})
 	}
 	if _, err := n.Append(context.Background(), "default", evs, nil); err != nil {
 		t.Fatal(err)

@@ -1,24 +1,24 @@
-// Package api is orisun's public NATS door (DESIGN §11): a NATS micro
-// service named "orisun" that serves appends, reads, read-latest (the
-// context of a decision), the boundary list and the status as JSON request/reply on orisun.api.>. Any NATS client can use
-// it; docs/protocol.md is its reference.
+// Package api holds the wire types of orisun's NATS API (docs/protocol.md):
+// the subjects, the JSON bodies of requests and replies, and the error
+// codes with their mapping to the sentinel errors of package event. It is
+// part of orisun's stable public API: any NATS client may rely on these
+// shapes, and an incompatible change to them, or to what this package
+// exports, is a breaking change, made only with a new protocol version
+// (ServiceVersion) and a new major version of orisun.
 //
-// The service runs on a Backend, a small interface the embedding Node
-// implements, so the handlers know nothing of the node's internals and a
-// later issue can serve the same API on other nodes.
-//
-// Each request is handled on a goroutine of its own (bounded): appends that
-// arrive together must reach the store together to share a group commit,
-// which a handler running on the subscription's single delivery goroutine
-// would prevent.
+// The service that serves the API, a NATS micro service named "orisun"
+// that answers appends, reads, read-latest (the context of a decision),
+// the boundary list and the status as JSON request/reply on orisun.api.>,
+// runs inside the node (package api/service, machinery). Package client is
+// the Go client of the same API.
 //
 // Errors carry the micro error headers (Nats-Service-Error-Code, numeric;
 // Nats-Service-Error, the message) and the body
 // {"error":{"code":…,"message":…}}, with "position" added to the conflict of
-// a failed append condition (an *event.ConflictError). The code comes from the sentinel errors of
-// package event (errors.Is); a request the handler cannot understand is
-// "invalid", and nothing is ever written for a request that fails
-// validation. Two choices where the design is silent:
+// a failed append condition (an *event.ConflictError). The code comes from
+// the sentinel errors of package event (CodeOf, errors.Is); a request the
+// service cannot understand is "invalid", and nothing is ever written for a
+// request that fails validation. Two choices where the design is silent:
 //
 //   - unknown JSON fields are refused ("invalid", naming the field): a
 //     misspelt "condition" must never turn a conditional append into an

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -195,14 +196,16 @@ func CodeOf(err error) string {
 	case errors.Is(err, event.ErrConflict):
 		return CodeConflict
 	case errors.Is(err, event.ErrUnavailable), errors.Is(err, event.ErrClosed),
-		errors.Is(err, errDeadline), isContextErr(err):
+		isContextErr(err):
 		return CodeUnavailable
 	default:
 		return CodeInternal
 	}
 }
 
-var errDeadline = errors.New("request deadline")
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
 
 // DecodeError turns an error reply into an *Error; ok is false when the
 // message is not an error reply (no Nats-Service-Error-Code header).

@@ -2,6 +2,9 @@
 // from a durable store, as small role interfaces, and the promises every
 // backend keeps (see package backendtest for the conformance suite that checks
 // them against a real database).
+// It is orisun's machinery, not for import by applications, and not yet a
+// plugin API for stores kept outside this repository: its API may change
+// without notice, and such a change is not a breaking change of orisun.
 //
 // The promises, in short:
 //

@@ -1,4 +1,9 @@
-// Package bench is `orisun bench`: it runs the standard workloads against an
+// Package bench is `orisun bench`: the standard workloads, the reference
+// limits of the machine and the report. It is orisun's machinery, not for
+// import by applications (run the command instead): its API may change
+// without notice, and such a change is not a breaking change of orisun.
+//
+// It runs the standard workloads against an
 // in-process Node on a fresh store (a temporary SQLite directory, or a fresh
 // PostgreSQL database orisun_bench_<random> that it creates and drops), and
 // measures, in the same run, the reference limits of the machine with

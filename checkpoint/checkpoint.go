@@ -2,6 +2,7 @@
 // events the easy path (DESIGN §7, last paragraph): a consumer's own writes
 // and its checkpoint, the pair (epoch, position), are saved in one database
 // transaction, and the consumer resumes from the saved pair.
+// It is part of orisun's stable public API (see package orisun).
 //
 //	cp, err := checkpoint.NewPG(pool, "order-totals", "default")
 //	if err := cp.EnsureSchema(ctx); err != nil { … }

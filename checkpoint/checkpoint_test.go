@@ -345,9 +345,9 @@ func TestRunResumes_I5(t *testing.T) {
 	}
 	appendN := func(k int) {
 		t.Helper()
-		in := make([]orisun.EventIn, k)
+		in := make([]orisun.Input, k)
 		for i := range in {
-			in[i] = orisun.EventIn{Type: "order.placed", Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+			in[i] = orisun.Input{Type: "order.placed", Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}
 		}
 		if _, err := n.Append(ctx, "default", in, nil); err != nil {
 			t.Fatal(err)

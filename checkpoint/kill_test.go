@@ -207,9 +207,9 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 			// About 100 events/s: faster than the consumer's start-ups,
 			// slower than it catches up (one transaction per event).
 			k := 1 + arng.IntN(4)
-			in := make([]orisun.EventIn, k)
+			in := make([]orisun.Input, k)
 			for i := range in {
-				in[i] = orisun.EventIn{Type: "kill.consumer", Data: []byte(fmt.Sprintf(`{"i":%d}`, total+i))}
+				in[i] = orisun.Input{Type: "kill.consumer", Data: []byte(fmt.Sprintf(`{"i":%d}`, total+i))}
 			}
 			if _, err := leader.Append(ctx, "default", in, nil); err != nil {
 				appendErr = err
@@ -328,9 +328,9 @@ func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { leader.Stop() })
-	in := make([]orisun.EventIn, 100)
+	in := make([]orisun.Input, 100)
 	for i := range in {
-		in[i] = orisun.EventIn{Type: "kill.naive", Data: []byte(`{}`)}
+		in[i] = orisun.Input{Type: "kill.naive", Data: []byte(`{}`)}
 	}
 	if _, err := leader.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)

@@ -2,10 +2,14 @@
 // it appends, reads, reads the latest matching event (ReadLatest, the
 // context of a conditional append), lists and creates boundaries, reads the status, and
 // subscribes to a boundary with exactly the semantics of the in-process
-// subscription (DESIGN §7, I5), because it runs the same state machine:
-// catchup.Subscribe, with the API's read as its Reader and the boundary's
-// JetStream stream, reached over the same NATS connection, as its live
-// source.
+// subscription (DESIGN §7, I5). It is part of orisun's stable public API
+// (see package orisun), and it compiles none of the node: no store, no
+// publisher, no embedded server.
+//
+// A subscription has those semantics because it runs the same state
+// machine as the node's: catchup.Subscribe, with the API's read as its
+// Reader and the boundary's JetStream stream, reached over the same NATS
+// connection, as its live source.
 //
 //	c, err := client.Connect("nats://127.0.0.1:4222", client.Name("billing"))
 //	defer c.Close()

@@ -2,6 +2,7 @@
 // conditions) and the validation every append goes through before anything
 // is written. It imports nothing of the rest of orisun, so every other package
 // (the store seam, the publisher, subscriptions, clients) can share it.
+// It is part of orisun's stable public API (see package orisun).
 package event
 
 import (

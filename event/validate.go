@@ -31,11 +31,11 @@ const (
 
 // Limits are the configurable limits of an append.
 type Limits struct {
-	// MaxBatchEvents is the most events in one append.
-	MaxBatchEvents int
-	// MaxBatchBytes is the most bytes of data, metadata, types, tags and ids
+	// MaxAppendEvents is the most events in one append.
+	MaxAppendEvents int
+	// MaxAppendBytes is the most bytes of data, metadata, types, tags and ids
 	// in one append.
-	MaxBatchBytes int
+	MaxAppendBytes int
 	// MaxEventBytes is the largest encoded event (stream message: headers
 	// and body); it must fit the NATS max payload. EncodedSize measures it.
 	MaxEventBytes int
@@ -171,8 +171,8 @@ func Prepare(boundary string, in []Input, lim Limits) ([]Input, error) {
 	if len(in) == 0 {
 		return nil, fmt.Errorf("%w: events: the append holds no events; send at least one", ErrInvalid)
 	}
-	if lim.MaxBatchEvents > 0 && len(in) > lim.MaxBatchEvents {
-		return nil, fmt.Errorf("%w: events: the append holds %d events, the limit is %d", ErrTooLarge, len(in), lim.MaxBatchEvents)
+	if lim.MaxAppendEvents > 0 && len(in) > lim.MaxAppendEvents {
+		return nil, fmt.Errorf("%w: events: the append holds %d events, the limit is %d", ErrTooLarge, len(in), lim.MaxAppendEvents)
 	}
 	out := make([]Input, len(in))
 	seen := make(map[string]int, len(in))
@@ -195,9 +195,9 @@ func Prepare(boundary string, in []Input, lim Limits) ([]Input, error) {
 				ErrTooLarge, i, size, lim.MaxEventBytes)
 		}
 		total += rawSize(&e)
-		if lim.MaxBatchBytes > 0 && total > lim.MaxBatchBytes {
+		if lim.MaxAppendBytes > 0 && total > lim.MaxAppendBytes {
 			return nil, fmt.Errorf("%w: events: the append is over %d bytes (at events[%d]), the limit is %d",
-				ErrTooLarge, total, i, lim.MaxBatchBytes)
+				ErrTooLarge, total, i, lim.MaxAppendBytes)
 		}
 		out[i] = e
 	}

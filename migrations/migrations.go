@@ -1,6 +1,9 @@
 // Package migrations holds the numbered schema migrations of every SQL
 // dialect orisun runs on, embedded in the binary, and the parsing shared by
 // the backends that apply them.
+// It is orisun's machinery, not for import by applications: its API may
+// change without notice, and such a change is not a breaking change of
+// orisun.
 //
 // A migration is a file named NNNN_description.sql in its dialect's folder.
 // Versions start at 1 and have no gaps, so a missing or doubled file is a

@@ -1,6 +1,9 @@
 // Package natsembed runs the NATS server with JetStream inside the orisun
 // process. Event streams are memory streams (the store is the source of
 // truth); the server's store directory only holds JetStream's own state.
+// It is orisun's machinery, not for import by applications: its API may
+// change without notice, and such a change is not a breaking change of
+// orisun.
 //
 // Lifecycle: New → Start (fails unless the server is ready for connections)
 // → Connect (in-process connections, no TCP) → Stop (Shutdown and wait).

@@ -1,5 +1,8 @@
 // Package publisher relays one boundary's committed events, in position
 // order, into the boundary's JetStream stream (DESIGN §5).
+// It is orisun's machinery, not for import by applications: its API may
+// change without notice, and such a change is not a breaking change of
+// orisun.
 //
 // A publisher runs only while its node holds the boundary's lease. Each run
 // starts by comparing the stream with the store: a stream of another epoch is
@@ -31,4 +34,9 @@
 // then cost one shared read a second plus one read per boundary per
 // backstop (about 33 a second at a 30 s backstop; on PostgreSQL each also
 // probes the head row), not a thousand reads a second.
+//
+// Config.AfterAck and Config.CheckpointBeforeAck are test seams, the fault
+// points of the fault suite (a kill between acknowledgement and checkpoint;
+// a relay broken on purpose): a node sets them only through
+// internal/testhooks, and never in production.
 package publisher

@@ -4,6 +4,8 @@
 // headers and JSON body, and the stream metadata that carries the boundary's
 // epoch. The publisher writes this layout and subscriptions read it; both go
 // through this package so that the two can never disagree.
+// It is part of orisun's stable public API (see package orisun): the layout
+// is a wire contract, and changing it is a breaking change.
 package stream
 
 import (

@@ -1,6 +1,9 @@
 // Package backendtest is the conformance suite of the store seam: every
 // promise of package backend (and of DESIGN §2–§4, §9) as a test that a
 // backend runs against its real database with Run.
+// It is orisun's machinery, not for import by applications: its API may
+// change without notice, and such a change is not a breaking change of
+// orisun.
 //
 // Tests that guard an invariant carry its id (I1, I3, I6) in their name.
 // Nothing here sleeps to wait for a result, except where the promise is

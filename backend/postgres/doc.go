@@ -3,6 +3,9 @@
 // LISTEN). Any number of stores, in one process or on many nodes, may share a
 // database: everything that must be serialised is serialised by the
 // database, never by this process.
+// The node opens it from its configuration (ORISUN_BACKEND=postgres). It is
+// orisun's machinery, not for import by applications: its API may change
+// without notice, and such a change is not a breaking change of orisun.
 //
 // # The head row
 //

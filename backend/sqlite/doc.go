@@ -1,6 +1,9 @@
 // Package sqlite is the SQLite backend of orisun: one database file,
 // Dir/orisun.db, owned by one process (an exclusive flock on Dir/LOCK), in WAL
 // mode so readers never wait for the writer. It implements backend.Store.
+// The node opens it from its configuration (ORISUN_BACKEND=sqlite). It is
+// orisun's machinery, not for import by applications: its API may change
+// without notice, and such a change is not a breaking change of orisun.
 //
 // # The write path
 //

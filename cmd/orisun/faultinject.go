@@ -49,6 +49,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/faults"
+	"github.com/orisun-io/orisun/internal/testhooks"
 )
 
 func init() { faultHooks = faultInject }
@@ -74,9 +75,9 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 	killAfterAck, _ := strconv.Atoi(os.Getenv("ORISUN_FAULT_KILL_AFTER_ACK"))
 	stopAtBatch, _ := strconv.Atoi(os.Getenv("ORISUN_FAULT_STOP_AT_BATCH"))
 	var acks atomic.Int64
-	opts := []orisun.Option{
-		orisun.WithStoreWrapper(func(s backend.Store) backend.Store { rs.Store = s; return rs }),
-		orisun.WithAfterAckHook(func(_ string, last uint64) {
+	hooks := testhooks.Hooks{
+		WrapStore: func(s backend.Store) backend.Store { rs.Store = s; return rs },
+		AfterAck: func(_ string, last uint64) {
 			rs.Acked(last)
 			n := acks.Add(1)
 			if killAfterAck > 0 && n == int64(killAfterAck) {
@@ -99,12 +100,13 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 				signal.Stop(cont)
 				rec.Write(faults.Record{Kind: faults.KindNote, Pos: last, Note: "continued after SIGSTOP: writing the checkpoint of the old term"})
 			}
-		}),
+		},
 	}
 	if os.Getenv("ORISUN_FAULT_CHECKPOINT_BEFORE_ACK") == "1" {
 		rec.Write(faults.Record{Kind: faults.KindNote, Note: "a broken publisher: checkpoint before the acknowledgement"})
-		opts = append(opts, orisun.WithBrokenCheckpointBeforeAck())
+		hooks.CheckpointBeforeAck = true
 	}
+	opts := []orisun.Option{testhooks.Option[orisun.Option](hooks)}
 	started := func(ctx context.Context, n *orisun.Node) {
 		nc, err := nats.Connect(n.NATSURL(), nats.Name("orisun-faultinject"))
 		if err != nil {

@@ -68,11 +68,11 @@ func TestStatusWaitSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	evs := make([]orisun.EventIn, 50)
+	evs := make([]orisun.Input, 50)
 	for i := range evs {
-		evs[i] = orisun.EventIn{Type: "script.step", Data: json.RawMessage(`{"n":1}`)}
+		evs[i] = orisun.Input{Type: "script.step", Data: json.RawMessage(`{"n":1}`)}
 	}
-	evs, err = event.Prepare("default", evs, event.Limits{MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, MaxEventBytes: 4096})
+	evs, err = event.Prepare("default", evs, event.Limits{MaxAppendEvents: 100, MaxAppendBytes: 1 << 20, MaxEventBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,10 +161,10 @@ func runSQLite(ctx context.Context, log *slog.Logger, src checkpoint.Subscriber,
 func appendDemo(ctx context.Context, node *orisun.Node, boundary string, n int) error {
 	types := []string{"order.placed", "order.paid", "order.shipped"}
 	for done := 0; done < n; {
-		batch := make([]orisun.EventIn, 0, min(n-done, 500))
+		batch := make([]orisun.Input, 0, min(n-done, 500))
 		for i := 0; i < cap(batch); i++ {
 			data, _ := json.Marshal(map[string]int{"order": done + i})
-			batch = append(batch, orisun.EventIn{Type: types[(done+i)%len(types)], Data: data})
+			batch = append(batch, orisun.Input{Type: types[(done+i)%len(types)], Data: data})
 		}
 		if _, err := node.Append(ctx, boundary, batch, nil); err != nil {
 			return fmt.Errorf("append demo events: %w", err)

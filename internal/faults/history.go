@@ -2,6 +2,8 @@
 // real processes did (appends, deliveries, publish acknowledgements,
 // checkpoint writes, stream contents), and the checker C1–C8 that judges a
 // history against the store's final content.
+// Being internal, it is orisun's machinery: its API may change without
+// notice.
 //
 // Every process of a scenario (orisun nodes built with -tags faultinject,
 // appenders, consumers) appends its records as JSON lines to a file of its

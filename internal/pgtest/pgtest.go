@@ -1,4 +1,6 @@
 // Package pgtest gives tests a fresh, empty PostgreSQL database each.
+// Being internal, it is orisun's machinery (test scaffolding): its API may
+// change without notice.
 //
 // The server comes from ORISUN_TEST_PG_URL, which scripts/test sets after it
 // starts a throwaway PostgreSQL (or which points at a server the user runs;

@@ -1,6 +1,8 @@
 // Package testcert writes a throwaway CA and a server certificate for
 // 127.0.0.1 and localhost, for tests that run NATS with TLS. Only the
 // standard library: crypto/x509 and ECDSA P-256 keys.
+// Being internal, it is orisun's machinery (test scaffolding): its API may
+// change without notice.
 package testcert
 
 import (

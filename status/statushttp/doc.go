@@ -1,5 +1,8 @@
 // Package statushttp is a node's HTTP status listener: the status document
 // of package status served to people and machines.
+// It is orisun's machinery, not for import by applications (they read the
+// document over HTTP, or decode it with package status): its API may change
+// without notice, and such a change is not a breaking change of orisun.
 //
 //	/status   the document, as JSON
 //	/healthz  200 while the process serves HTTP: liveness only

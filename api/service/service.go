@@ -1,4 +1,4 @@
-package api
+package service
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -78,8 +79,8 @@ func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, be: be, nc: nc, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
-		Version:     ServiceVersion,
+		Name:        api.ServiceName,
+		Version:     api.ServiceVersion,
 		Description: "orisun event store: append, read, read-latest, boundaries, status (docs/protocol.md)",
 		Metadata:    cfg.Metadata,
 		// Every node's service answers in one queue group: a request
@@ -94,7 +95,7 @@ func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("api: add service: %w", err)
 	}
 	s.svc = svc
-	g := svc.AddGroup(SubjectPrefix)
+	g := svc.AddGroup(api.SubjectPrefix)
 	endpoints := []struct {
 		name, subject string
 		h             func(context.Context, micro.Request) (any, error)
@@ -240,22 +241,22 @@ func (r *reply) send(m *nats.Msg) {
 
 // error answers with the micro error headers and the JSON error body.
 func (r *reply) error(err error) {
-	code := CodeOf(err)
+	code := api.CodeOf(err)
 	msg := err.Error()
-	if code == CodeInternal {
+	if code == api.CodeInternal {
 		r.log.Error("api request failed", "subject", r.subject, "err", err)
 	}
-	detail := ErrorDetail{Code: code, Message: msg}
+	detail := api.ErrorDetail{Code: code, Message: msg}
 	var ce *event.ConflictError
-	if code == CodeConflict && errors.As(err, &ce) && ce.Position > 0 {
+	if code == api.CodeConflict && errors.As(err, &ce) && ce.Position > 0 {
 		p := ce.Position
 		detail.Position = &p
 	}
-	body, _ := json.Marshal(ErrorBody{Error: detail})
+	body, _ := json.Marshal(api.ErrorBody{Error: detail})
 	m := &nats.Msg{Header: nats.Header{}, Data: body}
 	// A header is one line: a message with a line break would end it.
-	m.Header.Set(ErrorHeader, strings.NewReplacer("\r", " ", "\n", " ").Replace(msg))
-	m.Header.Set(ErrorCodeHeader, strconv.Itoa(NumericCode(code)))
+	m.Header.Set(api.ErrorHeader, strings.NewReplacer("\r", " ", "\n", " ").Replace(msg))
+	m.Header.Set(api.ErrorCodeHeader, strconv.Itoa(api.NumericCode(code)))
 	r.send(m)
 }
 
@@ -307,7 +308,7 @@ func (s *Service) append(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var r AppendRequest
+	var r api.AppendRequest
 	if err := decode(req.Data(), &r, `events (id, type, data, metadata, tags) and condition (query, after)`); err != nil {
 		return nil, err
 	}
@@ -319,19 +320,19 @@ func (s *Service) read(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var r ReadRequest
+	var r api.ReadRequest
 	if err := decode(req.Data(), &r, "after, limit and query"); err != nil {
 		return nil, err
 	}
-	limit := DefaultReadLimit
+	limit := api.DefaultReadLimit
 	if r.Limit != nil {
 		limit = *r.Limit
 	}
 	switch {
 	case limit < 1:
 		return nil, fmt.Errorf("%w: limit: %d is below the minimum 1", event.ErrInvalid, limit)
-	case limit > MaxReadLimit:
-		return nil, fmt.Errorf("%w: limit: %d is above the maximum %d", event.ErrInvalid, limit, MaxReadLimit)
+	case limit > api.MaxReadLimit:
+		return nil, fmt.Errorf("%w: limit: %d is above the maximum %d", event.ErrInvalid, limit, api.MaxReadLimit)
 	}
 	if err := event.ValidateQuery(r.Query); err != nil {
 		return nil, fmt.Errorf("query: %w", err)
@@ -390,7 +391,7 @@ func (s *Service) latest(ctx context.Context, req micro.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var r LatestRequest
+	var r api.LatestRequest
 	if err := decode(req.Data(), &r, "query"); err != nil {
 		return nil, err
 	}
@@ -438,11 +439,11 @@ func (s *Service) boundaries(ctx context.Context, req micro.Request) (any, error
 	if bs == nil {
 		bs = []event.Boundary{}
 	}
-	return BoundariesReply{Boundaries: bs}, nil
+	return api.BoundariesReply{Boundaries: bs}, nil
 }
 
 func (s *Service) createBoundary(ctx context.Context, req micro.Request) (any, error) {
-	var r CreateBoundaryRequest
+	var r api.CreateBoundaryRequest
 	if err := decode(req.Data(), &r, "name"); err != nil {
 		return nil, err
 	}
@@ -460,6 +461,12 @@ func (s *Service) status(ctx context.Context, req micro.Request) (any, error) {
 	return s.be.Status(ctx)
 }
 
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
+// errDeadline marks a request that was not answered within RequestTimeout.
+// To errors.Is it is event.ErrUnavailable, so its code is "unavailable":
+// the request may succeed when sent again.
+var errDeadline error = deadlineError{}
+
+type deadlineError struct{}
+
+func (deadlineError) Error() string        { return "request deadline" }
+func (deadlineError) Is(target error) bool { return target == event.ErrUnavailable }
