@@ -3,10 +3,117 @@ package orisun
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kelseyhightower/envconfig"
 )
+
+// TestConfigDefaultsMatchREADME keeps the three places that describe a
+// variable in agreement: the envconfig tags of Config (the names), Defaults
+// (built from the XDefault constants) and the table of README.md's
+// "Configuration" section. Every variable has a row and every row is a
+// variable; a default column that starts with a `literal` is that
+// variable's default, read by envconfig exactly as the binary reads the
+// environment, and one that does not (such as "(none)") belongs to a field
+// whose default is its zero value. A `default` tag would be a second source
+// of defaults, which the binary would apply before Defaults: none may exist.
+func TestConfigDefaultsMatchREADME(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readmeVariables(t, string(readme))
+	defaults := reflect.ValueOf(Defaults())
+	typ := defaults.Type()
+	seen := map[string]bool{}
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if tag, ok := f.Tag.Lookup("default"); ok {
+			t.Errorf("Config.%s has the tag default:%q; defaults live in the %sDefault constants and Defaults", f.Name, tag, f.Name)
+		}
+		name := "ORISUN_" + f.Tag.Get("envconfig")
+		seen[name] = true
+		text, ok := rows[name]
+		if !ok {
+			t.Errorf("README.md's configuration table has no row for %s (Config.%s)", name, f.Name)
+			continue
+		}
+		want := defaults.Field(i)
+		literal, isLiteral := strings.CutPrefix(text, "`")
+		if !isLiteral {
+			if !want.IsZero() {
+				t.Errorf("README.md gives %s no default (%q); Defaults().%s is %v", name, text, f.Name, want)
+			}
+			continue
+		}
+		literal, _, _ = strings.Cut(literal, "`")
+		t.Setenv(name, literal)
+		var got Config
+		err := envconfig.Process("ORISUN", &got)
+		os.Unsetenv(name) // t.Setenv restores it at the end
+		if err != nil {
+			t.Errorf("README.md's default of %s, %q, is not a value of the variable: %v", name, literal, err)
+			continue
+		}
+		if g := reflect.ValueOf(got).Field(i); !reflect.DeepEqual(g.Interface(), want.Interface()) {
+			t.Errorf("README.md gives %s the default %q (%v); Defaults().%s is %v", name, literal, g, f.Name, want)
+		}
+	}
+	for name := range rows {
+		if !seen[name] {
+			t.Errorf("README.md's configuration table has a row for %s, which is no field of Config", name)
+		}
+	}
+}
+
+// readmeVariables returns the rows of README.md's configuration table: the
+// variable and the text of its default column.
+func readmeVariables(t *testing.T, readme string) map[string]string {
+	t.Helper()
+	_, table, ok := strings.Cut(readme, "\n| variable | default | meaning |\n|---|---|---|\n")
+	if !ok {
+		t.Fatal("README.md has no table headed | variable | default | meaning |")
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.SplitN(line, " | ", 3)
+		name, ok := strings.CutPrefix(cells[0], "| `")
+		if len(cells) < 3 || !ok || !strings.HasSuffix(name, "`") {
+			t.Fatalf("README.md: a row of the configuration table is not | `VARIABLE` | default | meaning |: %s", line)
+		}
+		name = strings.TrimSuffix(name, "`")
+		if _, dup := rows[name]; dup {
+			t.Errorf("README.md's configuration table has two rows for %s", name)
+		}
+		rows[name] = cells[1]
+	}
+	if len(rows) == 0 {
+		t.Fatal("README.md's configuration table has no rows")
+	}
+	return rows
+}
+
+// TestConfigWithDefaults: New fills every zero field with its default,
+// except the two whose zero means something of its own.
+func TestConfigWithDefaults(t *testing.T) {
+	got := Config{}.withDefaults()
+	want := Defaults()
+	want.HTTPAddr = ""          // no status listener for a Node embedded in Go
+	want.EventStreamMaxMsgs = 0 // unlimited, as -1 is
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Config{}.withDefaults():\n got %+v\nwant %+v", got, want)
+	}
+	set := Config{PublishBatch: 7, Boundaries: []string{}, AppendGroupDelay: -1, EventStreamMaxMsgs: -1}.withDefaults()
+	if set.PublishBatch != 7 || set.Boundaries == nil || set.AppendGroupDelay != -1 || set.EventStreamMaxMsgs != -1 {
+		t.Errorf("withDefaults replaced a value that was set: %+v", set)
+	}
+}
 
 // TestValidateMessages pins every message of Config.Validate, word for word:
 // operators grep logs for them and the README quotes some. Each case starts

@@ -95,9 +95,13 @@ serve is configured by ORISUN_* environment variables; see README.md.
 `)
 }
 
-// loadConfig reads the environment into the node configuration.
+// loadConfig reads the environment into the node configuration: it starts
+// from orisun.Defaults, and envconfig replaces the field of every variable
+// that is set and leaves the others alone. A variable set to zero or empty
+// (ORISUN_NATS_EVENT_STREAM_MAX_MSGS=0, ORISUN_HTTP_ADDR=) is that value,
+// not the default.
 func loadConfig() (orisun.Config, error) {
-	var cfg orisun.Config
+	cfg := orisun.Defaults()
 	if err := envconfig.Process("ORISUN", &cfg); err != nil {
 		return cfg, fmt.Errorf("configuration: %w", err)
 	}
