@@ -1,6 +1,7 @@
 package orisun
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,11 +16,12 @@ import (
 // variable in agreement: the envconfig tags of Config (the names), Defaults
 // (built from the XDefault constants) and the table of README.md's
 // "Configuration" section. Every variable has a row and every row is a
-// variable; a default column that starts with a `literal` is that
-// variable's default, read by envconfig exactly as the binary reads the
-// environment, and one that does not (such as "(none)") belongs to a field
-// whose default is its zero value. A `default` tag would be a second source
-// of defaults, which the binary would apply before Defaults: none may exist.
+// variable. A default column that starts with a `literal` gives the
+// variable's default: written as defaultText writes it, and read by
+// envconfig, as the binary reads the environment, into Defaults' value. A
+// column that does not (such as "(none)") belongs to a field whose default
+// is its zero value. A `default` tag would be a second source of defaults,
+// which envconfig would apply in place of Defaults' value: none may exist.
 func TestConfigDefaultsMatchREADME(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -50,6 +52,9 @@ func TestConfigDefaultsMatchREADME(t *testing.T) {
 			continue
 		}
 		literal, _, _ = strings.Cut(literal, "`")
+		if canonical := defaultText(want.Interface()); literal != canonical {
+			t.Errorf("README.md gives %s the default %q; Defaults().%s is %q", name, literal, f.Name, canonical)
+		}
 		t.Setenv(name, literal)
 		var got Config
 		err := envconfig.Process("ORISUN", &got)
@@ -66,6 +71,18 @@ func TestConfigDefaultsMatchREADME(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("README.md's configuration table has a row for %s, which is no field of Config", name)
 		}
+	}
+}
+
+// defaultText writes a default as README.md does: as the variable's value.
+func defaultText(v any) string {
+	switch v := v.(type) {
+	case time.Duration:
+		return strings.ReplaceAll(limitText(v), "µs", "us")
+	case []string:
+		return strings.Join(v, ",")
+	default:
+		return fmt.Sprint(v)
 	}
 }
 
