@@ -202,7 +202,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.rep.Settings.Workloads = Workloads
 	}
 	r.data = eventData(cfg.EventBytes)
-	r.lim = event.Limits{MaxAppendEvents: 10000, MaxAppendBytes: 32 << 20, MaxEventBytes: 1 << 20, EncodedSize: stream.EncodedSize}
+	r.lim = event.Limits{MaxAppendEvents: orisun.MaxAppendEventsDefault, MaxAppendBytes: orisun.MaxAppendBytesDefault,
+		MaxEventBytes: orisun.NATSMaxPayloadDefault, EncodedSize: stream.EncodedSize}
 	err := r.run(ctx)
 	r.rep.Seconds = time.Since(r.rep.Started).Seconds()
 	r.rep.LoadEnd = loadAvg()

@@ -106,31 +106,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprint(stderr, plan(cfg))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	// The deferred calls run in reverse: done is closed first, so the
-	// watcher leaves without a word when the run ends by itself, and it has
-	// left (wg) before stop cancels ctx and before stderr is handed back.
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(done)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-		}
-		select {
-		case <-done:
-			return
-		default:
-		}
-		// The first signal cancels the run, which then cleans up; the
-		// default action is restored, so a second one exits at once.
-		stop()
-		fmt.Fprintln(stderr, "orisun bench: interrupted: cleaning up (the bench's database or temporary directory); signal again to exit at once, leaving them behind")
-	}()
+	// Deferred calls run in reverse: the watcher has left before stop
+	// cancels ctx and before stderr is handed back.
+	defer watchInterrupt(ctx, stop, stderr)()
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {
 		if asJSON {
@@ -150,6 +128,36 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// watchInterrupt tells the user, when the first SIGINT or SIGTERM cancels
+// ctx, that the run is cleaning up, and restores the default action (stop),
+// so a second signal exits at once. The function it returns ends the
+// watcher and waits for it: when the run ends by itself, the watcher
+// leaves without a word.
+func watchInterrupt(ctx context.Context, stop context.CancelFunc, stderr io.Writer) (end func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		select {
+		case <-done:
+			return
+		default:
+		}
+		stop()
+		fmt.Fprintln(stderr, "orisun bench: interrupted: cleaning up (the bench's database or temporary directory); signal again to exit at once, leaving them behind")
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // plan says, before anything is created, what the run will do and roughly

@@ -7,14 +7,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/nats-io/nats.go"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
@@ -25,7 +29,15 @@ var stdin io.Reader = os.Stdin
 
 // defaultURL is the NATS URL the client commands use without --server or
 // ORISUN_URL: the one a default `orisun serve` listens on.
-const defaultURL = "nats://127.0.0.1:4222"
+var defaultURL = "nats://" + net.JoinHostPort(orisun.NATSHostDefault, strconv.Itoa(orisun.NATSPortDefault))
+
+const (
+	// requestTimeout bounds each request of a command to a node (the
+	// client commands' --timeout).
+	requestTimeout = 10 * time.Second
+	// readLimitDefault is the page of `orisun read` without --limit.
+	readLimitDefault = 100
+)
 
 // clientFlags are the flags every client command has.
 type clientFlags struct {
@@ -82,6 +94,8 @@ func (c credFlags) options() ([]client.Option, error) {
 	return opts, nil
 }
 
+// newFlagSet returns the flag set of a client command with the flags every
+// one has.
 func newFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -90,7 +104,7 @@ func newFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
 		url = defaultURL
 	}
 	fs.StringVar(&cf.server, "server", url, "NATS URL of the orisun node (env ORISUN_URL)")
-	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "timeout of each request")
+	fs.DurationVar(&cf.timeout, "timeout", requestTimeout, "timeout of each request")
 	fs.BoolVar(&cf.json, "json", false, "print JSON, one value per line")
 	addCredFlags(fs, &cf.creds)
 	return fs
@@ -114,45 +128,225 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// clientCommand runs one of the client sub-commands; the exit code is 2
-// for a usage error, 1 for a failure.
-func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
-	var cf clientFlags
-	fs := newFlagSet(cmd, stderr, &cf)
+// The client sub-commands. Each parses its flags, checks what it can
+// before it connects, and talks to the node; the exit code is 2 for a
+// usage error, 1 for a failure.
+
+// appendCmd is `orisun append <boundary>`: one event from the flags, or
+// JSON lines from stdin, optionally under a condition.
+func appendCmd(args []string, stdout, stderr io.Writer) int {
 	var (
-		typ, data, metadata, tags, id string
-		after, from                   uint64
-		limit                         int
-		create                        string
-		qTypes, qTags                 string
-		ifNoneAfter                   uint64
+		cf clientFlags
+		af appendFlags
 	)
-	addQuery := func(what string) {
-		fs.StringVar(&qTypes, "query-types", "", "comma-separated event types "+what+" (any of them)")
-		fs.StringVar(&qTags, "query-tags", "", "comma-separated tags "+what+" (all of them)")
+	fs := newFlagSet("append", stderr, &cf)
+	af.add(fs)
+	boundary, code, ok := parseBoundary(fs, args, stderr)
+	if !ok {
+		return code
 	}
-	want := 1
-	switch cmd {
-	case "append":
-		fs.StringVar(&typ, "type", "", "event type (without it, events are read as JSON lines from stdin)")
-		fs.StringVar(&data, "data", "", "event data, a JSON value")
-		fs.StringVar(&metadata, "metadata", "", "event metadata, a JSON value")
-		fs.StringVar(&tags, "tags", "", "comma-separated tags")
-		fs.StringVar(&id, "id", "", "event id (a UUID; default: generated, so a retry of this command appends again)")
-		fs.Uint64Var(&ifNoneAfter, "if-none-after", 0, "append only if no event matching --query-types/--query-tags is after this position (the head `orisun latest` printed)")
-		addQuery("of the condition")
-	case "read":
-		fs.Uint64Var(&after, "after", 0, "read events after this position")
-		fs.IntVar(&limit, "limit", 100, "most events to read (1–10000)")
-		addQuery("to read (default: every event)")
-	case "latest":
-		addQuery("to match (default: every event)")
-	case "tail":
-		fs.Uint64Var(&from, "from", 0, "deliver events after this position, then follow")
-	case "boundaries":
-		fs.StringVar(&create, "create", "", "create this boundary")
-		want = 0
+	fs.Visit(func(f *flag.Flag) { af.conditional = af.conditional || f.Name == "if-none-after" })
+	if !af.conditional && af.query.query() != nil {
+		fmt.Fprintln(stderr, "orisun append: --query-types/--query-tags make a condition and need --if-none-after N (the head `orisun latest` printed)")
+		return 2
 	}
+	if af.typ != "" && af.data == "" {
+		fmt.Fprintln(stderr, "orisun append: --data is required with --type (a JSON value, e.g. --data '{\"order\":42}')")
+		return 2
+	}
+	s, code := cf.open("append", stdout, stderr)
+	if s == nil {
+		return code
+	}
+	defer s.close()
+	evs, err := af.events()
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun append: %v\n", err)
+		return 2
+	}
+	if code, ok := checkJSON(evs, stderr); !ok {
+		return code
+	}
+	res, err := s.c.Append(s.ctx, boundary, evs, af.condition())
+	if err != nil {
+		return fail(stderr, "append", err)
+	}
+	if cf.json {
+		writeJSON(s.w, res)
+	} else {
+		fmt.Fprintf(s.w, "appended positions %d–%d (epoch %s)\n", res.First, res.Last, res.Epoch)
+	}
+	return 0
+}
+
+// appendFlags are the flags of `orisun append`: one event, and a condition.
+type appendFlags struct {
+	typ, data, metadata, tags, id string
+	ifNoneAfter                   uint64
+	query                         queryFlags
+	// conditional is whether --if-none-after was given (0 is a position).
+	conditional bool
+}
+
+func (af *appendFlags) add(fs *flag.FlagSet) {
+	fs.StringVar(&af.typ, "type", "", "event type (without it, events are read as JSON lines from stdin)")
+	fs.StringVar(&af.data, "data", "", "event data, a JSON value")
+	fs.StringVar(&af.metadata, "metadata", "", "event metadata, a JSON value")
+	fs.StringVar(&af.tags, "tags", "", "comma-separated tags")
+	fs.StringVar(&af.id, "id", "", "event id (a UUID; default: generated, so a retry of this command appends again)")
+	fs.Uint64Var(&af.ifNoneAfter, "if-none-after", 0, "append only if no event matching --query-types/--query-tags is after this position (the head `orisun latest` printed)")
+	af.query.add(fs, "of the condition")
+}
+
+// events is the event of the flags, or without --type the events of stdin.
+func (af *appendFlags) events() ([]event.Input, error) {
+	if af.typ == "" {
+		return readEvents(stdin)
+	}
+	e := event.Input{ID: af.id, Type: af.typ, Data: json.RawMessage(af.data)}
+	if af.metadata != "" {
+		e.Metadata = json.RawMessage(af.metadata)
+	}
+	if af.tags != "" {
+		e.Tags = strings.Split(af.tags, ",")
+	}
+	return []event.Input{e}, nil
+}
+
+// condition is the append's condition; nil without --if-none-after.
+func (af *appendFlags) condition() *event.Condition {
+	if !af.conditional {
+		return nil
+	}
+	// No query: any newer event fails the condition.
+	cond := &event.Condition{After: af.ifNoneAfter}
+	if q := af.query.query(); q != nil {
+		cond.Query = *q
+	}
+	return cond
+}
+
+// checkJSON refuses events whose data or metadata is not JSON, before
+// anything is sent, with a hint on how to quote it.
+func checkJSON(evs []event.Input, stderr io.Writer) (code int, ok bool) {
+	for _, e := range evs {
+		if e.Data != nil && !json.Valid(e.Data) {
+			fmt.Fprintf(stderr, "orisun append: --data is not valid JSON (quote strings: --data '\"text\"')\n")
+			return 2, false
+		}
+		if e.Metadata != nil && !json.Valid(e.Metadata) {
+			fmt.Fprintf(stderr, "orisun append: --metadata is not valid JSON (e.g. --metadata '{\"by\":\"cli\"}')\n")
+			return 2, false
+		}
+	}
+	return 0, true
+}
+
+// readCmd is `orisun read <boundary>`: one page of events.
+func readCmd(args []string, stdout, stderr io.Writer) int {
+	var (
+		cf    clientFlags
+		after uint64
+		limit int
+		qf    queryFlags
+	)
+	fs := newFlagSet("read", stderr, &cf)
+	fs.Uint64Var(&after, "after", 0, "read events after this position")
+	fs.IntVar(&limit, "limit", readLimitDefault, fmt.Sprintf("most events to read (1–%d)", api.MaxReadLimit))
+	qf.add(fs, "to read (default: every event)")
+	boundary, code, ok := parseBoundary(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	s, code := cf.open("read", stdout, stderr)
+	if s == nil {
+		return code
+	}
+	defer s.close()
+	res, err := s.c.Read(s.ctx, boundary, after, limit, qf.query())
+	if err != nil {
+		return fail(stderr, "read", err)
+	}
+	for i := range res.Events {
+		printEvent(s.w, &res.Events[i], cf.json)
+	}
+	return 0
+}
+
+// latestCmd is `orisun latest <boundary>`: the head and the latest matching
+// event, the context of a decision.
+func latestCmd(args []string, stdout, stderr io.Writer) int {
+	var (
+		cf clientFlags
+		qf queryFlags
+	)
+	fs := newFlagSet("latest", stderr, &cf)
+	qf.add(fs, "to match (default: every event)")
+	boundary, code, ok := parseBoundary(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	s, code := cf.open("latest", stdout, stderr)
+	if s == nil {
+		return code
+	}
+	defer s.close()
+	l, err := s.c.ReadLatest(s.ctx, boundary, qf.query())
+	if err != nil {
+		return fail(stderr, "latest", err)
+	}
+	if cf.json {
+		writeJSON(s.w, l)
+		return 0
+	}
+	fmt.Fprintf(s.w, "head %d\tepoch %s\n", l.Head, l.Epoch)
+	if l.Event == nil {
+		fmt.Fprintln(s.w, "no matching event")
+	} else {
+		printEvent(s.w, l.Event, false)
+	}
+	return 0
+}
+
+// tailCmd is `orisun tail <boundary>`: catch up, then follow until SIGINT
+// or SIGTERM, one event per line.
+func tailCmd(args []string, stdout, stderr io.Writer) int {
+	var (
+		cf   clientFlags
+		from uint64
+	)
+	fs := newFlagSet("tail", stderr, &cf)
+	fs.Uint64Var(&from, "from", 0, "deliver events after this position, then follow")
+	boundary, code, ok := parseBoundary(fs, args, stderr)
+	if !ok {
+		return code
+	}
+	s, code := cf.open("tail", stdout, stderr)
+	if s == nil {
+		return code
+	}
+	defer s.close()
+	ctx, stop := signal.NotifyContext(s.ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := s.c.Subscribe(ctx, boundary, from, func(_ context.Context, e event.Event) error {
+		printEvent(s.w, &e, cf.json)
+		// Each line is visible at once: tail is read by people and pipes.
+		return s.w.Flush()
+	}, client.SubscribeOptions{})
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return 0
+	}
+	return fail(stderr, "tail", err)
+}
+
+// boundariesCmd is `orisun boundaries`: list the boundaries, or create one.
+func boundariesCmd(args []string, stdout, stderr io.Writer) int {
+	var (
+		cf     clientFlags
+		create string
+	)
+	fs := newFlagSet("boundaries", stderr, &cf)
+	fs.StringVar(&create, "create", "", "create this boundary")
 	pos, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -160,161 +354,107 @@ func clientCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return 2
 	}
-	if len(pos) != want {
-		if want == 1 {
-			fmt.Fprintf(stderr, "orisun %s: name one boundary, e.g. orisun %s default\n", cmd, cmd)
-		} else {
-			fmt.Fprintf(stderr, "orisun %s: unexpected argument %q\n", cmd, pos[0])
-		}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "orisun boundaries: unexpected argument %q\n", pos[0])
 		return 2
 	}
-	q := cliQuery(qTypes, qTags)
-	conditional := false
-	fs.Visit(func(f *flag.Flag) { conditional = conditional || f.Name == "if-none-after" })
-	if cmd == "append" && !conditional && q != nil {
-		fmt.Fprintln(stderr, "orisun append: --query-types/--query-tags make a condition and need --if-none-after N (the head `orisun latest` printed)")
-		return 2
+	s, code := cf.open("boundaries", stdout, stderr)
+	if s == nil {
+		return code
 	}
-	if cmd == "append" && typ != "" && data == "" {
-		fmt.Fprintln(stderr, "orisun append: --data is required with --type (a JSON value, e.g. --data '{\"order\":42}')")
-		return 2
-	}
-	copts, err := cf.creds.options()
-	if err != nil {
-		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
-		return 2
-	}
-	c, err := client.Connect(cf.server, append(copts, client.Name("orisun-cli"), client.Timeout(cf.timeout))...)
-	if err != nil {
-		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
-		return 1
-	}
-	defer c.Close()
-	ctx := context.Background()
-	w := bufio.NewWriter(stdout)
-	defer w.Flush()
-	switch cmd {
-	case "append":
-		var evs []event.Input
-		if typ != "" {
-			e := event.Input{ID: id, Type: typ, Data: json.RawMessage(data)}
-			if metadata != "" {
-				e.Metadata = json.RawMessage(metadata)
-			}
-			if tags != "" {
-				e.Tags = strings.Split(tags, ",")
-			}
-			evs = append(evs, e)
-		} else {
-			evs, err = readEvents(stdin)
-			if err != nil {
-				fmt.Fprintf(stderr, "orisun append: %v\n", err)
-				return 2
-			}
-		}
-		for _, e := range evs {
-			if e.Data != nil && !json.Valid(e.Data) {
-				fmt.Fprintf(stderr, "orisun append: --data is not valid JSON (quote strings: --data '\"text\"')\n")
-				return 2
-			}
-			if e.Metadata != nil && !json.Valid(e.Metadata) {
-				fmt.Fprintf(stderr, "orisun append: --metadata is not valid JSON (e.g. --metadata '{\"by\":\"cli\"}')\n")
-				return 2
-			}
-		}
-		var cond *event.Condition
-		if conditional {
-			// No query: any newer event fails the condition.
-			cond = &event.Condition{After: ifNoneAfter}
-			if q != nil {
-				cond.Query = *q
-			}
-		}
-		res, err := c.Append(ctx, pos[0], evs, cond)
+	defer s.close()
+	var bs []event.Boundary
+	if create != "" {
+		b, err := s.c.CreateBoundary(s.ctx, create)
 		if err != nil {
-			return fail(stderr, cmd, err)
+			return fail(stderr, "boundaries", err)
 		}
+		bs = []event.Boundary{b}
+	} else if bs, err = s.c.Boundaries(s.ctx); err != nil {
+		return fail(stderr, "boundaries", err)
+	}
+	for _, b := range bs {
 		if cf.json {
-			writeJSON(w, res)
+			writeJSON(s.w, b)
 		} else {
-			fmt.Fprintf(w, "appended positions %d–%d (epoch %s)\n", res.First, res.Last, res.Epoch)
-		}
-	case "read":
-		res, err := c.Read(ctx, pos[0], after, limit, q)
-		if err != nil {
-			return fail(stderr, cmd, err)
-		}
-		for i := range res.Events {
-			printEvent(w, &res.Events[i], cf.json)
-		}
-	case "latest":
-		l, err := c.ReadLatest(ctx, pos[0], q)
-		if err != nil {
-			return fail(stderr, cmd, err)
-		}
-		if cf.json {
-			writeJSON(w, l)
-			break
-		}
-		fmt.Fprintf(w, "head %d\tepoch %s\n", l.Head, l.Epoch)
-		if l.Event == nil {
-			fmt.Fprintln(w, "no matching event")
-		} else {
-			printEvent(w, l.Event, false)
-		}
-	case "tail":
-		return tail(c, pos[0], from, cf.json, w, stderr)
-	case "boundaries":
-		var bs []event.Boundary
-		if create != "" {
-			b, err := c.CreateBoundary(ctx, create)
-			if err != nil {
-				return fail(stderr, cmd, err)
-			}
-			bs = []event.Boundary{b}
-		} else if bs, err = c.Boundaries(ctx); err != nil {
-			return fail(stderr, cmd, err)
-		}
-		for _, b := range bs {
-			if cf.json {
-				writeJSON(w, b)
-			} else {
-				fmt.Fprintf(w, "%s\thead %d\tepoch %s\n", b.Name, b.Head, b.Epoch)
-			}
+			fmt.Fprintf(s.w, "%s\thead %d\tepoch %s\n", b.Name, b.Head, b.Epoch)
 		}
 	}
 	return 0
 }
 
-// cliQuery is the one-item query of --query-types and --query-tags; nil
-// when both are empty.
-func cliQuery(types, tags string) *event.Query {
-	if types == "" && tags == "" {
+// parseBoundary parses a command that names one boundary, the one
+// positional argument. When ok is false the command ends with code: 0
+// for --help, 2 for a usage error (the flag package or this function
+// has said what is wrong).
+func parseBoundary(fs *flag.FlagSet, args []string, stderr io.Writer) (boundary string, code int, ok bool) {
+	pos, err := parse(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return "", 0, false
+	}
+	if err != nil {
+		return "", 2, false
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "orisun %s: name one boundary, e.g. orisun %s default\n", fs.Name(), fs.Name())
+		return "", 2, false
+	}
+	return pos[0], 0, true
+}
+
+// session is a client command's connection to the node and its buffered
+// output.
+type session struct {
+	ctx context.Context
+	c   *client.Client
+	w   *bufio.Writer
+}
+
+// open connects as the flags say. On failure it says why and returns nil
+// and the exit code: 2 for bad credential flags, 1 when the node cannot be
+// reached.
+func (cf *clientFlags) open(cmd string, stdout, stderr io.Writer) (*session, int) {
+	copts, err := cf.creds.options()
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
+		return nil, 2
+	}
+	c, err := client.Connect(cf.server, append(copts, client.Name("orisun-cli"), client.Timeout(cf.timeout))...)
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
+		return nil, 1
+	}
+	return &session{ctx: context.Background(), c: c, w: bufio.NewWriter(stdout)}, 0
+}
+
+// close writes out what is buffered and closes the connection.
+func (s *session) close() {
+	s.w.Flush()
+	s.c.Close()
+}
+
+// queryFlags are --query-types and --query-tags: a one-item query.
+type queryFlags struct{ types, tags string }
+
+// add adds the flags; what says what the query selects.
+func (q *queryFlags) add(fs *flag.FlagSet, what string) {
+	fs.StringVar(&q.types, "query-types", "", "comma-separated event types "+what+" (any of them)")
+	fs.StringVar(&q.tags, "query-tags", "", "comma-separated tags "+what+" (all of them)")
+}
+
+// query is the one-item query of the flags; nil when both are empty.
+func (q queryFlags) query() *event.Query {
+	if q.types == "" && q.tags == "" {
 		return nil
 	}
 	var it event.QueryItem
-	if types != "" {
-		it.Types = strings.Split(types, ",")
+	if q.types != "" {
+		it.Types = strings.Split(q.types, ",")
 	}
-	if tags != "" {
-		it.Tags = strings.Split(tags, ",")
+	if q.tags != "" {
+		it.Tags = strings.Split(q.tags, ",")
 	}
 	return &event.Query{Items: []event.QueryItem{it}}
-}
-
-// tail catches up and follows until SIGINT or SIGTERM, one event per line.
-func tail(c *client.Client, boundary string, from uint64, asJSON bool, w *bufio.Writer, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	err := c.Subscribe(ctx, boundary, from, func(_ context.Context, e event.Event) error {
-		printEvent(w, &e, asJSON)
-		// Each line is visible at once: tail is read by people and pipes.
-		return w.Flush()
-	}, client.SubscribeOptions{})
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return 0
-	}
-	return fail(stderr, "tail", err)
 }
 
 // readEvents reads events as JSON lines (event-in objects of the API).

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/orisun-io/orisun"
 )
 
 // healthcheckCmd asks the node's /readyz and exits 0 when it answers 200,
@@ -16,7 +18,7 @@ import (
 func healthcheckCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", "127.0.0.1:8990"), "address of the node's status listener (ORISUN_HTTP_ADDR)")
+	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", orisun.HTTPAddrDefault), "address of the node's status listener (ORISUN_HTTP_ADDR)")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
 	if err := fs.Parse(args); err != nil {
 		return 2

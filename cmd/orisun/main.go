@@ -35,36 +35,58 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
+	cmd, rest := "serve", args
 	if len(args) > 0 {
-		cmd = args[0]
+		cmd, rest = args[0], args[1:]
 	}
-	switch cmd {
-	case "serve":
-		return serve(stderr)
-	case "status":
-		return statusCmd(args[1:], stdout, stderr)
-	case "healthcheck":
-		return healthcheckCmd(args[1:], stdout, stderr)
-	case "append", "read", "latest", "tail", "boundaries":
-		return clientCommand(cmd, args[1:], stdout, stderr)
-	case "bench":
-		return benchCmd(args[1:], stdout, stderr)
-	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "orisun", version)
-		return 0
-	case "help", "--help", "-h":
-		usage(stdout)
-		return 0
-	default:
+	c, ok := commands[cmd]
+	if !ok {
 		fmt.Fprintf(stderr, "orisun: unknown command %q\n\n", cmd)
 		usage(stderr)
 		return 2
 	}
+	return c(rest, stdout, stderr)
+}
+
+// A command runs one sub-command with the arguments after its name and
+// returns the exit code.
+type command func(args []string, stdout, stderr io.Writer) int
+
+// commands are the sub-commands by name (usage lists them).
+var commands = map[string]command{
+	"serve":       serveCmd,
+	"append":      appendCmd,
+	"read":        readCmd,
+	"latest":      latestCmd,
+	"tail":        tailCmd,
+	"boundaries":  boundariesCmd,
+	"status":      statusCmd,
+	"healthcheck": healthcheckCmd,
+	"bench":       benchCmd,
+	"version":     versionCmd,
+	"--version":   versionCmd,
+	"-v":          versionCmd,
+	"help":        helpCmd,
+	"--help":      helpCmd,
+	"-h":          helpCmd,
+}
+
+// serveCmd is `orisun serve`, the relay; it takes no arguments (and
+// ignores any).
+func serveCmd(_ []string, _, stderr io.Writer) int { return serve(stderr) }
+
+func versionCmd(_ []string, stdout, _ io.Writer) int {
+	fmt.Fprintln(stdout, "orisun", version)
+	return 0
+}
+
+func helpCmd(_ []string, stdout, _ io.Writer) int {
+	usage(stdout)
+	return 0
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `Usage: orisun [command]
+	fmt.Fprintf(w, `Usage: orisun [command]
 
 Commands:
   serve       run the relay (the default)
@@ -87,17 +109,21 @@ Commands:
 
 The client commands (append, read, latest, tail, boundaries) talk to a running
 orisun over NATS: --server URL, or the environment variable ORISUN_URL,
-default nats://127.0.0.1:4222. status reads the node's status listener
-(--http, or ORISUN_HTTP_ADDR, default 127.0.0.1:8990), or NATS with --server. Events print one per line as
+default %s. status reads the node's status listener
+(--http, or ORISUN_HTTP_ADDR, default %s), or NATS with --server. Events print one per line as
 "position type id time data"; --json prints the event JSON instead.
 
 serve is configured by ORISUN_* environment variables; see README.md.
-`)
+`, defaultURL, orisun.HTTPAddrDefault)
 }
 
-// loadConfig reads the environment into the node configuration.
+// loadConfig reads the environment into the node configuration: it starts
+// from orisun.Defaults, and envconfig replaces the field of every variable
+// that is set and leaves the others alone. A variable set to zero or empty
+// (ORISUN_NATS_EVENT_STREAM_MAX_MSGS=0, ORISUN_HTTP_ADDR=) is that value,
+// not the default.
 func loadConfig() (orisun.Config, error) {
-	var cfg orisun.Config
+	cfg := orisun.Defaults()
 	if err := envconfig.Process("ORISUN", &cfg); err != nil {
 		return cfg, fmt.Errorf("configuration: %w", err)
 	}

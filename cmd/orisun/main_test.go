@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/testcert"
 )
 
@@ -62,34 +61,6 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 				t.Fatalf("%s=%s: got %v, want an error naming %s", variable, value, err, variable)
 			}
 		})
-	}
-}
-
-// TestReadmeListsEveryVariable keeps the README's table true: every
-// variable of the configuration is documented with its default.
-func TestReadmeListsEveryVariable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	typ := reflect.TypeOf(orisun.Config{})
-	for i := 0; i < typ.NumField(); i++ {
-		f := typ.Field(i)
-		name := "ORISUN_" + f.Tag.Get("envconfig")
-		def := f.Tag.Get("default")
-		row := ""
-		for _, line := range strings.Split(string(readme), "\n") {
-			if strings.HasPrefix(line, "| `"+name+"` |") {
-				row = line
-			}
-		}
-		if row == "" {
-			t.Errorf("README.md has no table row for %s", name)
-			continue
-		}
-		if def != "" && !strings.Contains(row, def) {
-			t.Errorf("README.md row of %s does not give its default %q: %s", name, def, row)
-		}
 	}
 }
 

@@ -66,7 +66,7 @@ const (
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", "127.0.0.1:8990"), "address of the node's status listener (ORISUN_HTTP_ADDR)")
+	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", orisun.HTTPAddrDefault), "address of the node's status listener (ORISUN_HTTP_ADDR)")
 	server := fs.String("server", "", "read the status over NATS from this URL instead (the orisun.api.status endpoint)")
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
 	var creds credFlags
@@ -97,41 +97,79 @@ Flags:
 		fmt.Fprintf(stderr, "orisun status: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	var fetch func(ctx context.Context) (orisun.Status, error)
-	if *server != "" {
+	r, code := newStatusReader(*server, *addr, creds, stderr)
+	if r == nil {
+		return code
+	}
+	defer r.close()
+	if !wait.on {
+		return r.printOnce(*asJSON, stdout, stderr)
+	}
+	return r.waitSettled(wait.timeout, *asJSON, stdout, stderr)
+}
+
+// statusReader reads a node's status over NATS (c) or from its status
+// listener (url).
+type statusReader struct {
+	c   *client.Client
+	hc  *http.Client
+	url string
+}
+
+// newStatusReader connects to the NATS URL server, or, without one, reads
+// the listener at addr. On failure it says why and returns nil and the exit
+// code.
+func newStatusReader(server, addr string, creds credFlags, stderr io.Writer) (*statusReader, int) {
+	if server != "" {
 		copts, err := creds.options()
 		if err != nil {
 			fmt.Fprintf(stderr, "orisun status: %v\n", err)
-			return exitUsage
+			return nil, exitUsage
 		}
-		c, err := client.Connect(*server, append(copts, client.Name("orisun-status"), client.Timeout(10*time.Second))...)
+		c, err := client.Connect(server, append(copts, client.Name("orisun-status"), client.Timeout(requestTimeout))...)
 		if err != nil {
 			fmt.Fprintf(stderr, "orisun status: %v\n", err)
-			return exitUnreadable
+			return nil, exitUnreadable
 		}
-		defer c.Close()
-		fetch = func(ctx context.Context) (orisun.Status, error) { return c.Status(ctx) }
-	} else {
-		if strings.EqualFold(*addr, "off") || *addr == "" {
-			fmt.Fprintln(stderr, "orisun status: the status listener is off (ORISUN_HTTP_ADDR=off); give --http host:port, or --server to read the status over NATS")
-			return exitUsage
-		}
-		url := statusURL(*addr)
-		hc := &http.Client{}
-		fetch = func(ctx context.Context) (orisun.Status, error) { return fetchStatus(ctx, hc, url) }
+		return &statusReader{c: c}, 0
 	}
-	if !wait.on {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		st, err := fetch(ctx)
-		if err != nil {
-			fmt.Fprintf(stderr, "orisun status: %v\n", err)
-			return exitUnreadable
-		}
-		printStatus(stdout, st, *asJSON)
-		return exitSettled
+	if strings.EqualFold(addr, "off") || addr == "" {
+		fmt.Fprintln(stderr, "orisun status: the status listener is off (ORISUN_HTTP_ADDR=off); give --http host:port, or --server to read the status over NATS")
+		return nil, exitUsage
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait.timeout)
+	return &statusReader{hc: &http.Client{}, url: statusURL(addr)}, 0
+}
+
+func (r *statusReader) read(ctx context.Context) (orisun.Status, error) {
+	if r.c != nil {
+		return r.c.Status(ctx)
+	}
+	return fetchStatus(ctx, r.hc, r.url)
+}
+
+func (r *statusReader) close() {
+	if r.c != nil {
+		r.c.Close()
+	}
+}
+
+// printOnce reads the status once and prints it.
+func (r *statusReader) printOnce(asJSON bool, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	st, err := r.read(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun status: %v\n", err)
+		return exitUnreadable
+	}
+	printStatus(stdout, st, asJSON)
+	return exitSettled
+}
+
+// waitSettled reads the status until it is settled or timeout passes, and
+// prints the last one read; when it never settled it says why.
+func (r *statusReader) waitSettled(timeout time.Duration, asJSON bool, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var (
 		st      orisun.Status
@@ -142,13 +180,13 @@ Flags:
 	defer tick.Stop()
 	for {
 		// Each request is bounded by what is left of the wait.
-		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		cur, err := fetch(rctx)
+		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+		cur, err := r.read(rctx)
 		rcancel()
 		if err == nil {
 			st, read, lastErr = cur, true, nil
 			if st.Settled {
-				printStatus(stdout, st, *asJSON)
+				printStatus(stdout, st, asJSON)
 				return exitSettled
 			}
 		} else if ctx.Err() == nil || !read {
@@ -157,11 +195,11 @@ Flags:
 		select {
 		case <-ctx.Done():
 			if !read {
-				fmt.Fprintf(stderr, "orisun status: could not read the status within %s: %v\n", wait.timeout, lastErr)
+				fmt.Fprintf(stderr, "orisun status: could not read the status within %s: %v\n", timeout, lastErr)
 				return exitUnreadable
 			}
-			fmt.Fprintf(stderr, "orisun status: not settled after %s: %s\n", wait.timeout, unsettledReason(st, lastErr))
-			printStatus(stdout, st, *asJSON)
+			fmt.Fprintf(stderr, "orisun status: not settled after %s: %s\n", timeout, unsettledReason(st, lastErr))
+			printStatus(stdout, st, asJSON)
 			return exitNotSettled
 		case <-tick.C:
 		}

@@ -1,0 +1,295 @@
+package orisun
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// TestConfigDefaultsMatchREADME keeps the three places that describe a
+// variable in agreement: the envconfig tags of Config (the names), Defaults
+// (built from the XDefault constants) and the table of README.md's
+// "Configuration" section. Every variable has a row and every row is a
+// variable. A default column that starts with a `literal` gives the
+// variable's default: written as defaultText writes it, and read by
+// envconfig, as the binary reads the environment, into Defaults' value. A
+// column that does not (such as "(none)") belongs to a field whose default
+// is its zero value. A `default` tag would be a second source of defaults,
+// which envconfig would apply in place of Defaults' value: none may exist.
+func TestConfigDefaultsMatchREADME(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readmeVariables(t, string(readme))
+	defaults := reflect.ValueOf(Defaults())
+	typ := defaults.Type()
+	seen := map[string]bool{}
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if tag, ok := f.Tag.Lookup("default"); ok {
+			t.Errorf("Config.%s has the tag default:%q; defaults live in the %sDefault constants and Defaults", f.Name, tag, f.Name)
+		}
+		name := "ORISUN_" + f.Tag.Get("envconfig")
+		seen[name] = true
+		text, ok := rows[name]
+		if !ok {
+			t.Errorf("README.md's configuration table has no row for %s (Config.%s)", name, f.Name)
+			continue
+		}
+		want := defaults.Field(i)
+		literal, isLiteral := strings.CutPrefix(text, "`")
+		if !isLiteral {
+			if !want.IsZero() {
+				t.Errorf("README.md gives %s no default (%q); Defaults().%s is %v", name, text, f.Name, want)
+			}
+			continue
+		}
+		literal, _, _ = strings.Cut(literal, "`")
+		if canonical := defaultText(want.Interface()); literal != canonical {
+			t.Errorf("README.md gives %s the default %q; Defaults().%s is %q", name, literal, f.Name, canonical)
+		}
+		t.Setenv(name, literal)
+		var got Config
+		err := envconfig.Process("ORISUN", &got)
+		os.Unsetenv(name) // t.Setenv restores it at the end
+		if err != nil {
+			t.Errorf("README.md's default of %s, %q, is not a value of the variable: %v", name, literal, err)
+			continue
+		}
+		if g := reflect.ValueOf(got).Field(i); !reflect.DeepEqual(g.Interface(), want.Interface()) {
+			t.Errorf("README.md gives %s the default %q (%v); Defaults().%s is %v", name, literal, g, f.Name, want)
+		}
+	}
+	for name := range rows {
+		if !seen[name] {
+			t.Errorf("README.md's configuration table has a row for %s, which is no field of Config", name)
+		}
+	}
+}
+
+// defaultText writes a default as README.md does: as the variable's value.
+func defaultText(v any) string {
+	switch v := v.(type) {
+	case time.Duration:
+		return strings.ReplaceAll(limitText(v), "µs", "us")
+	case []string:
+		return strings.Join(v, ",")
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// readmeVariables returns the rows of README.md's configuration table: the
+// variable and the text of its default column.
+func readmeVariables(t *testing.T, readme string) map[string]string {
+	t.Helper()
+	_, table, ok := strings.Cut(readme, "\n| variable | default | meaning |\n|---|---|---|\n")
+	if !ok {
+		t.Fatal("README.md has no table headed | variable | default | meaning |")
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.SplitN(line, " | ", 3)
+		name, ok := strings.CutPrefix(cells[0], "| `")
+		if len(cells) < 3 || !ok || !strings.HasSuffix(name, "`") {
+			t.Fatalf("README.md: a row of the configuration table is not | `VARIABLE` | default | meaning |: %s", line)
+		}
+		name = strings.TrimSuffix(name, "`")
+		if _, dup := rows[name]; dup {
+			t.Errorf("README.md's configuration table has two rows for %s", name)
+		}
+		rows[name] = cells[1]
+	}
+	if len(rows) == 0 {
+		t.Fatal("README.md's configuration table has no rows")
+	}
+	return rows
+}
+
+// TestConfigWithDefaults: New fills every zero field with its default,
+// except the two whose zero means something of its own.
+func TestConfigWithDefaults(t *testing.T) {
+	got := Config{}.withDefaults()
+	want := Defaults()
+	want.HTTPAddr = ""          // no status listener for a Node embedded in Go
+	want.EventStreamMaxMsgs = 0 // unlimited, as -1 is
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Config{}.withDefaults():\n got %+v\nwant %+v", got, want)
+	}
+	set := Config{PublishBatch: 7, Boundaries: []string{}, AppendGroupDelay: -1, EventStreamMaxMsgs: -1}.withDefaults()
+	if set.PublishBatch != 7 || set.Boundaries == nil || set.AppendGroupDelay != -1 || set.EventStreamMaxMsgs != -1 {
+		t.Errorf("withDefaults replaced a value that was set: %+v", set)
+	}
+}
+
+// TestValidateMessages pins every message of Config.Validate, word for word:
+// operators grep logs for them and the README quotes some. Each case starts
+// from the defaults (sqlite) or from a valid PostgreSQL configuration and
+// changes what it names.
+func TestValidateMessages(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.pem")
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sqlite := func(change func(c *Config)) Config {
+		c := Defaults()
+		change(&c)
+		return c
+	}
+	postgres := func(change func(c *Config)) Config {
+		c := Defaults()
+		c.Backend, c.PGURL = "postgres", "postgres://orisun@db:5432/orisun"
+		change(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		// The store.
+		{"sqlite cluster name", sqlite(func(c *Config) { c.NATSClusterName = "c" }), []string{
+			`ORISUN_NATS_CLUSTER_NAME: "c": a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node (one process owns the data directory). Leave ORISUN_NATS_CLUSTER_NAME empty, or move the store to PostgreSQL`}},
+		{"sqlite cluster routes", sqlite(func(c *Config) { c.NATSClusterRoutes = []string{"nats-route://n2:6222"} }), []string{
+			`ORISUN_NATS_CLUSTER_ROUTES: a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node`,
+			`ORISUN_NATS_CLUSTER_ROUTES: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`}},
+		{"sqlite replicas", sqlite(func(c *Config) { c.StreamReplicas = 3 }), []string{
+			`ORISUN_NATS_STREAM_REPLICAS: 3: replicated streams are for a cluster of orisun nodes on PostgreSQL; SQLite stays single-node`,
+			`ORISUN_NATS_STREAM_REPLICAS: 3: only 1 is possible with a single embedded server; set ORISUN_NATS_CLUSTER_NAME (embedded cluster) or ORISUN_NATS_URL (an existing NATS cluster)`}},
+		{"postgres without URL", postgres(func(c *Config) { c.PGURL = "" }), []string{
+			`ORISUN_PG_URL: is required with ORISUN_BACKEND=postgres (e.g. postgres://user:pass@host:5432/db)`}},
+		{"postgres bad URL", postgres(func(c *Config) { c.PGURL = "postgres://u:secret@db:notaport/x" }), []string{
+			`ORISUN_PG_URL: is not a valid PostgreSQL connection string; use postgres://user:password@host:5432/database?sslmode=… or keyword=value pairs (the value is not repeated here: it may hold a password)`}},
+		{"postgres pool_max_conns", postgres(func(c *Config) { c.PGURL = "postgres://db/x?pool_max_conns=4" }), []string{
+			`ORISUN_PG_URL: sets pool_max_conns, which orisun does not use; remove it and set ORISUN_PG_MAX_CONNS instead`}},
+		{"postgres pool below", postgres(func(c *Config) { c.PGMaxConns = 1 }), []string{`ORISUN_PG_MAX_CONNS: 1 is outside 2–1000`}},
+		{"postgres pool above", postgres(func(c *Config) { c.PGMaxConns = 1001 }), []string{`ORISUN_PG_MAX_CONNS: 1001 is outside 2–1000`}},
+		{"backend", sqlite(func(c *Config) { c.Backend = "oracle" }), []string{`ORISUN_BACKEND: "oracle" is not a backend; use sqlite or postgres`}},
+		{"no boundaries", sqlite(func(c *Config) { c.Boundaries = []string{} }), []string{`ORISUN_BOUNDARIES: at least one boundary is required`}},
+		{"bad boundary", sqlite(func(c *Config) { c.Boundaries = []string{"ok", "Bad"} }), []string{
+			`ORISUN_BOUNDARIES: invalid: boundary name "Bad": byte 0 ('B') is not allowed; a name must match ^[a-z][a-z0-9_]{0,62}$`}},
+		{"sqlite synchronous", sqlite(func(c *Config) { c.SQLiteSynchronous = "SOMETIMES" }), []string{
+			`ORISUN_SQLITE_SYNCHRONOUS: "SOMETIMES" is not one of OFF, NORMAL, FULL, EXTRA`}},
+
+		// NATS: the embedded server, access, an external NATS, a cluster.
+		{"port above", sqlite(func(c *Config) { c.NATSPort = 65536 }), []string{`ORISUN_NATS_PORT: 65536 is not a port (1–65535, or -1 for a random one)`}},
+		{"port below", sqlite(func(c *Config) { c.NATSPort = -2 }), []string{`ORISUN_NATS_PORT: -2 is not a port (1–65535, or -1 for a random one)`}},
+		{"token and user", sqlite(func(c *Config) { c.NATSToken, c.NATSUser, c.NATSPassword = "t", "u", "p" }), []string{
+			`ORISUN_NATS_TOKEN: cannot be combined with ORISUN_NATS_USER/ORISUN_NATS_PASSWORD; set a token or a user and password, not both`}},
+		{"user without password", sqlite(func(c *Config) { c.NATSUser = "app" }), []string{`ORISUN_NATS_PASSWORD: is required with ORISUN_NATS_USER ("app")`}},
+		{"password without user", sqlite(func(c *Config) { c.NATSPassword = "p" }), []string{`ORISUN_NATS_USER: is required with ORISUN_NATS_PASSWORD`}},
+		{"internal user", sqlite(func(c *Config) { c.NATSUser, c.NATSPassword = "_orisun_internal", "p" }), []string{
+			`ORISUN_NATS_USER: "_orisun_internal" is reserved for orisun's own connections; choose another name`}},
+		{"TLS cert without key", sqlite(func(c *Config) { c.NATSTLSCert = notPEM }), []string{`ORISUN_NATS_TLS_KEY: is required with ORISUN_NATS_TLS_CERT (` + notPEM + `)`}},
+		{"TLS key without cert", sqlite(func(c *Config) { c.NATSTLSKey = notPEM }), []string{`ORISUN_NATS_TLS_CERT: is required with ORISUN_NATS_TLS_KEY (` + notPEM + `)`}},
+		{"TLS CA of an external NATS unreadable", sqlite(func(c *Config) { c.NATSURL, c.NATSTLSCA = "nats://n1:4222", missing }), []string{
+			`ORISUN_NATS_TLS_CA: cannot read ` + missing + `: open ` + missing + `: no such file or directory`}},
+		{"TLS CA of an external NATS not PEM", sqlite(func(c *Config) { c.NATSURL, c.NATSTLSCA = "nats://n1:4222", notPEM }), []string{
+			`ORISUN_NATS_TLS_CA: ` + notPEM + ` holds no PEM certificate`}},
+		{"TLS CA without cert", sqlite(func(c *Config) { c.NATSTLSCA = notPEM }), []string{
+			`ORISUN_NATS_TLS_CA: needs ORISUN_NATS_TLS_CERT and ORISUN_NATS_TLS_KEY: client certificates are verified only over TLS`}},
+		{"TLS files unreadable", sqlite(func(c *Config) { c.NATSTLSCert, c.NATSTLSKey = missing, missing }), []string{
+			`ORISUN_NATS_TLS_CERT: cannot read ` + missing + `: open ` + missing + `: no such file or directory`,
+			`ORISUN_NATS_TLS_KEY: cannot read ` + missing + `: open ` + missing + `: no such file or directory`}},
+		{"TLS not a pair, CA not PEM", sqlite(func(c *Config) { c.NATSTLSCert, c.NATSTLSKey, c.NATSTLSCA = notPEM, notPEM, notPEM }), []string{
+			`ORISUN_NATS_TLS_CERT: certificate ` + notPEM + ` and key ` + notPEM + ` (ORISUN_NATS_TLS_KEY) do not load as a pair: tls: failed to find any PEM data in certificate input`,
+			`ORISUN_NATS_TLS_CA: ` + notPEM + ` holds no PEM certificate`}},
+		{"max payload below", sqlite(func(c *Config) { c.NATSMaxPayload = 1023 }), []string{`ORISUN_NATS_MAX_PAYLOAD: 1023 is outside 1024–67108864 bytes`}},
+		{"max payload above", sqlite(func(c *Config) { c.NATSMaxPayload = 64<<20 + 1 }), []string{`ORISUN_NATS_MAX_PAYLOAD: 67108865 is outside 1024–67108864 bytes`}},
+		{"URL and cluster", postgres(func(c *Config) { c.NATSURL, c.NATSClusterName = "nats://n1:4222", "c" }), []string{
+			`ORISUN_NATS_CLUSTER_NAME: cannot be combined with ORISUN_NATS_URL: with an external NATS orisun starts no server; set one or the other`}},
+		{"bad NATS URL", sqlite(func(c *Config) { c.NATSURL = "nats://n1:4222, http://n2" }), []string{
+			`ORISUN_NATS_URL: " http://n2" is not a NATS URL (e.g. nats://nats1:4222,nats://nats2:4222)`}},
+		{"creds without URL", sqlite(func(c *Config) { c.NATSCreds = notPEM }), []string{
+			`ORISUN_NATS_CREDS: is the credentials file for ORISUN_NATS_URL, which is not set`}},
+		{"creds and token", sqlite(func(c *Config) { c.NATSURL, c.NATSCreds, c.NATSToken = "nats://n1:4222", notPEM, "t" }), []string{
+			`ORISUN_NATS_CREDS: cannot be combined with ORISUN_NATS_USER or ORISUN_NATS_TOKEN; use one way to log in`}},
+		{"creds unreadable", sqlite(func(c *Config) { c.NATSURL, c.NATSCreds = "nats://n1:4222", missing }), []string{
+			`ORISUN_NATS_CREDS: cannot read ` + missing + `: open ` + missing + `: no such file or directory`}},
+		{"cluster variables without a name", sqlite(func(c *Config) {
+			c.NATSClusterHost, c.NATSClusterPort = "0.0.0.0", 7222
+			c.NATSClusterUser, c.NATSClusterPassword = "u", "p"
+			c.NATSClusterTLSCert, c.NATSClusterTLSKey, c.NATSClusterTLSCA = "c", "k", "ca"
+		}), []string{
+			`ORISUN_NATS_CLUSTER_HOST: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`,
+			`ORISUN_NATS_CLUSTER_PORT: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`,
+			`ORISUN_NATS_CLUSTER_USER: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`,
+			`ORISUN_NATS_CLUSTER_PASSWORD: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`,
+			`ORISUN_NATS_CLUSTER_TLS_CERT: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`,
+			`ORISUN_NATS_CLUSTER_TLS_KEY: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`,
+			`ORISUN_NATS_CLUSTER_TLS_CA: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`}},
+		{"cluster host and port at their defaults or zero", sqlite(func(c *Config) { c.NATSClusterHost, c.NATSClusterPort = "", 0 }), nil},
+		{"cluster name", postgres(func(c *Config) { c.NATSClusterName = "a.b" }), []string{`ORISUN_NATS_CLUSTER_NAME: "a.b": use letters, digits, - and _ only`}},
+		{"cluster port", postgres(func(c *Config) { c.NATSClusterName, c.NATSClusterPort = "c", 65536 }), []string{
+			`ORISUN_NATS_CLUSTER_PORT: 65536 is not a port (1–65535, or -1 for a random one)`}},
+		{"cluster route", postgres(func(c *Config) { c.NATSClusterName, c.NATSClusterRoutes = "c", []string{"nats-route://n2:6222", "n3"} }), []string{
+			`ORISUN_NATS_CLUSTER_ROUTES: "n3" is not a route URL (e.g. nats-route://orisun2:6222)`}},
+		{"cluster user without password", postgres(func(c *Config) { c.NATSClusterName, c.NATSClusterUser = "c", "u" }), []string{
+			`ORISUN_NATS_CLUSTER_PASSWORD: is required with ORISUN_NATS_CLUSTER_USER ("u")`}},
+		{"cluster password without user", postgres(func(c *Config) { c.NATSClusterName, c.NATSClusterPassword = "c", "p" }), []string{
+			`ORISUN_NATS_CLUSTER_USER: is required with ORISUN_NATS_CLUSTER_PASSWORD`}},
+		{"cluster TLS cert without key", postgres(func(c *Config) { c.NATSClusterName, c.NATSClusterTLSCert = "c", notPEM }), []string{
+			`ORISUN_NATS_CLUSTER_TLS_KEY: ORISUN_NATS_CLUSTER_TLS_CERT and ORISUN_NATS_CLUSTER_TLS_KEY go together`}},
+		{"cluster TLS CA without cert", postgres(func(c *Config) { c.NATSClusterName, c.NATSClusterTLSCA = "c", notPEM }), []string{
+			`ORISUN_NATS_CLUSTER_TLS_CA: needs ORISUN_NATS_CLUSTER_TLS_CERT and ORISUN_NATS_CLUSTER_TLS_KEY`}},
+		{"cluster TLS files unreadable", postgres(func(c *Config) {
+			c.NATSClusterName, c.NATSClusterTLSCert, c.NATSClusterTLSKey, c.NATSClusterTLSCA = "c", missing, notPEM, missing
+		}), []string{
+			`ORISUN_NATS_CLUSTER_TLS_CERT: cannot read ` + missing + `: open ` + missing + `: no such file or directory`,
+			`ORISUN_NATS_CLUSTER_TLS_CA: cannot read ` + missing + `: open ` + missing + `: no such file or directory`}},
+		{"cluster TLS not a pair", postgres(func(c *Config) { c.NATSClusterName, c.NATSClusterTLSCert, c.NATSClusterTLSKey = "c", notPEM, notPEM }), []string{
+			`ORISUN_NATS_CLUSTER_TLS_CERT: certificate ` + notPEM + ` and key ` + notPEM + ` do not load as a pair: tls: failed to find any PEM data in certificate input`}},
+		{"replicas", postgres(func(c *Config) { c.StreamReplicas = 2 }), []string{`ORISUN_NATS_STREAM_REPLICAS: 2 is not 1, 3 or 5`}},
+		{"replicas without a shared NATS", postgres(func(c *Config) { c.StreamReplicas = 5 }), []string{
+			`ORISUN_NATS_STREAM_REPLICAS: 5: only 1 is possible with a single embedded server; set ORISUN_NATS_CLUSTER_NAME (embedded cluster) or ORISUN_NATS_URL (an existing NATS cluster)`}},
+		{"replicas on a shared NATS", postgres(func(c *Config) { c.StreamReplicas, c.NATSURL = 3, "nats://n1:4222" }), nil},
+
+		// The publisher and the store's limits.
+		{"publish batch below", sqlite(func(c *Config) { c.PublishBatch = 0 }), []string{`ORISUN_PUBLISH_BATCH: 0 is outside 1–100000`}},
+		{"publish batch above", sqlite(func(c *Config) { c.PublishBatch = 100001 }), []string{`ORISUN_PUBLISH_BATCH: 100001 is outside 1–100000`}},
+		{"publish window", sqlite(func(c *Config) { c.PublishWindow = 65537 }), []string{`ORISUN_PUBLISH_WINDOW: 65537 is outside 1–65536`}},
+		{"poll interval", sqlite(func(c *Config) { c.PollInterval = 2 * time.Hour }), []string{`ORISUN_POLL_INTERVAL: 2h0m0s is outside 1ms–1h`}},
+		{"poll backstop", sqlite(func(c *Config) { c.PollBackstop = time.Microsecond }), []string{`ORISUN_POLL_BACKSTOP: 1µs is outside 1ms–24h`}},
+		{"lease TTL", sqlite(func(c *Config) { c.LeaseTTL = 50 * time.Millisecond }), []string{`ORISUN_LEASE_TTL: 50ms is outside 100ms–1h`}},
+		{"append group max", sqlite(func(c *Config) { c.AppendGroupMax = 0 }), []string{`ORISUN_APPEND_GROUP_MAX: 0 is outside 1–100000`}},
+		{"append group delay", sqlite(func(c *Config) { c.AppendGroupDelay = time.Second }), []string{
+			`ORISUN_APPEND_GROUP_DELAY: 1s is above 100ms (a negative value turns the wait off)`}},
+		{"append group delay off", sqlite(func(c *Config) { c.AppendGroupDelay = -time.Second }), nil},
+		{"max append events", sqlite(func(c *Config) { c.MaxAppendEvents = 100001 }), []string{`ORISUN_MAX_APPEND_EVENTS: 100001 is outside 1–100000`}},
+		{"max append bytes", sqlite(func(c *Config) { c.MaxAppendBytes = 1023 }), []string{`ORISUN_MAX_APPEND_BYTES: 1023 is outside 1024–1073741824`}},
+
+		// The status listener and the logs.
+		{"HTTP address without port", sqlite(func(c *Config) { c.HTTPAddr = "localhost" }), []string{
+			`ORISUN_HTTP_ADDR: "localhost" is not host:port (e.g. 127.0.0.1:8990, :8990 for every interface, or off)`}},
+		{"HTTP port", sqlite(func(c *Config) { c.HTTPAddr = "127.0.0.1:65536" }), []string{
+			`ORISUN_HTTP_ADDR: "127.0.0.1:65536" is not host:port (e.g. 127.0.0.1:8990, :8990 for every interface, or off)`}},
+		{"HTTP host", sqlite(func(c *Config) { c.HTTPAddr = "a b:8990" }), []string{`ORISUN_HTTP_ADDR: "a b:8990": "a b" is not a host name or address`}},
+		{"HTTP off", sqlite(func(c *Config) { c.HTTPAddr = "OFF" }), nil},
+		{"stall threshold", sqlite(func(c *Config) { c.StallThreshold = 25 * time.Hour }), []string{`ORISUN_STALL_THRESHOLD: 25h0m0s is outside 100ms–24h`}},
+		{"log level", sqlite(func(c *Config) { c.LogLevel = "loud" }), []string{`ORISUN_LOG_LEVEL: "loud" is not one of debug, info, warn, error`}},
+		{"log format", sqlite(func(c *Config) { c.LogFormat = "xml" }), []string{`ORISUN_LOG_FORMAT: "xml" is not one of text, json`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if want := strings.Join(tc.want, "\n"); got != want {
+				t.Errorf("Validate():\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+}

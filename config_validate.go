@@ -1,0 +1,349 @@
+package orisun
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/natsembed"
+)
+
+// Validate checks the configuration; each error names the environment
+// variable, the limit and the value. It checks one concern after the
+// other and reports every problem it finds, in that order.
+func (c Config) Validate() error {
+	var p problems
+	c.validateStore(&p)
+	c.validateNATS(&p)
+	c.validatePublisher(&p)
+	c.validateAppends(&p)
+	c.validateStatus(&p)
+	c.validateLogs(&p)
+	return errors.Join(p...)
+}
+
+// problems collects what Validate finds, each error prefixed with the
+// variable it names.
+type problems []error
+
+// add records a problem of ORISUN_<variable>.
+func (p *problems) add(variable, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("ORISUN_%s: "+format, append([]any{variable}, args...)...))
+}
+
+// inRange records a value outside [lo, hi] as "v is outside lo–hi".
+func inRange[T int | int32 | time.Duration](p *problems, variable string, v, lo, hi T) {
+	if v < lo || v > hi {
+		p.add(variable, "%v is outside %s–%s", v, limitText(lo), limitText(hi))
+	}
+}
+
+// port records a value that is neither a port nor -1 (a random port); zero
+// takes the default.
+func (p *problems) port(variable string, v int) {
+	if v < -1 || v > 65535 {
+		p.add(variable, "%d is not a port (1–65535, or -1 for a random one)", v)
+	}
+}
+
+// readable reports whether a file can be read, and records a problem when
+// it cannot.
+func (p *problems) readable(variable, path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		p.add(variable, "cannot read %s: %v", path, err)
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// pemCA records a CA file that holds no PEM certificate; the file is known
+// to be readable.
+func (p *problems) pemCA(variable, path string) {
+	pem, _ := os.ReadFile(path)
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		p.add(variable, "%s holds no PEM certificate", path)
+	}
+}
+
+// validateStore checks the backend and what belongs to it, the boundaries
+// and SQLite's pragma.
+func (c Config) validateStore(p *problems) {
+	switch c.Backend {
+	case "sqlite":
+		// SQLite is one process per data directory: a cluster of nodes
+		// would each have a store of their own under one set of streams.
+		if c.NATSClusterName != "" {
+			p.add("NATS_CLUSTER_NAME", "%q: a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node "+
+				"(one process owns the data directory). Leave ORISUN_NATS_CLUSTER_NAME empty, or move the store to PostgreSQL", c.NATSClusterName)
+		}
+		if len(c.NATSClusterRoutes) > 0 {
+			p.add("NATS_CLUSTER_ROUTES", "a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node")
+		}
+		if c.StreamReplicas > 1 {
+			p.add("NATS_STREAM_REPLICAS", "%d: replicated streams are for a cluster of orisun nodes on PostgreSQL; SQLite stays single-node", c.StreamReplicas)
+		}
+	case "postgres":
+		if c.PGURL == "" {
+			p.add("PG_URL", "is required with ORISUN_BACKEND=postgres (e.g. postgres://user:pass@host:5432/db)")
+		} else if err := checkPGURL(c.PGURL); err != "" {
+			p.add("PG_URL", "%s", err)
+		}
+		inRange(p, "PG_MAX_CONNS", c.PGMaxConns, PGMaxConnsMin, PGMaxConnsMax)
+	default:
+		p.add("BACKEND", "%q is not a backend; use sqlite or postgres", c.Backend)
+	}
+	if len(c.Boundaries) == 0 {
+		p.add("BOUNDARIES", "at least one boundary is required")
+	}
+	for _, b := range c.Boundaries {
+		if err := event.ValidateBoundaryName(b); err != nil {
+			p.add("BOUNDARIES", "%v", err)
+		}
+	}
+	switch strings.ToUpper(c.SQLiteSynchronous) {
+	case "OFF", "NORMAL", "FULL", "EXTRA":
+	default:
+		p.add("SQLITE_SYNCHRONOUS", "%q is not one of OFF, NORMAL, FULL, EXTRA", c.SQLiteSynchronous)
+	}
+}
+
+// checkPGURL says what is wrong with ORISUN_PG_URL ("" when nothing is),
+// never repeating the URL: it may hold a password. It parses the URL as
+// the store will, so a typo stops start-up with the variable's name
+// instead of surfacing later as an anonymous "URL" error of the store.
+func checkPGURL(raw string) string {
+	if _, err := pgxpool.ParseConfig(raw); err != nil {
+		return "is not a valid PostgreSQL connection string; use postgres://user:password@host:5432/database?sslmode=… " +
+			"or keyword=value pairs (the value is not repeated here: it may hold a password)"
+	}
+	// The store's pool size is ORISUN_PG_MAX_CONNS, which always has a
+	// value (8 by default) and overrides the URL's pool_max_conns: a
+	// setting that would be ignored in silence is refused instead.
+	if cc, err := pgconn.ParseConfig(raw); err == nil && cc.RuntimeParams["pool_max_conns"] != "" {
+		return "sets pool_max_conns, which orisun does not use; remove it and set ORISUN_PG_MAX_CONNS instead"
+	}
+	return ""
+}
+
+// validateNATS checks the embedded server, who may connect to it, an
+// external NATS, the embedded cluster and the streams' replicas.
+func (c Config) validateNATS(p *problems) {
+	p.port("NATS_PORT", c.NATSPort)
+	c.validateNATSAuth(p)
+	c.validateNATSTLS(p)
+	if c.NATSMaxPayload < NATSMaxPayloadMin || c.NATSMaxPayload > NATSMaxPayloadMax {
+		p.add("NATS_MAX_PAYLOAD", "%d is outside %d–%d bytes", c.NATSMaxPayload, NATSMaxPayloadMin, NATSMaxPayloadMax)
+	}
+	c.validateExternalNATS(p)
+	if c.NATSClusterName == "" {
+		c.refuseClusterWithoutName(p)
+	} else {
+		c.validateNATSCluster(p)
+	}
+	switch {
+	case c.StreamReplicas != 1 && c.StreamReplicas != 3 && c.StreamReplicas != 5:
+		p.add("NATS_STREAM_REPLICAS", "%d is not 1, 3 or 5", c.StreamReplicas)
+	case c.StreamReplicas > 1 && !c.SharedNATS():
+		p.add("NATS_STREAM_REPLICAS", "%d: only 1 is possible with a single embedded server; set ORISUN_NATS_CLUSTER_NAME "+
+			"(embedded cluster) or ORISUN_NATS_URL (an existing NATS cluster)", c.StreamReplicas)
+	}
+}
+
+// validateNATSAuth checks the clients' user and password or token: which
+// go together and which exclude each other.
+func (c Config) validateNATSAuth(p *problems) {
+	switch {
+	case c.NATSToken != "" && (c.NATSUser != "" || c.NATSPassword != ""):
+		p.add("NATS_TOKEN", "cannot be combined with ORISUN_NATS_USER/ORISUN_NATS_PASSWORD; set a token or a user and password, not both")
+	case c.NATSUser != "" && c.NATSPassword == "":
+		p.add("NATS_PASSWORD", "is required with ORISUN_NATS_USER (%q)", c.NATSUser)
+	case c.NATSPassword != "" && c.NATSUser == "":
+		p.add("NATS_USER", "is required with ORISUN_NATS_PASSWORD")
+	case c.NATSUser == natsembed.InternalUser:
+		p.add("NATS_USER", "%q is reserved for orisun's own connections; choose another name", c.NATSUser)
+	}
+}
+
+// validateNATSTLS checks the TLS files: which go together, and that they
+// are readable and hold what they should. With an external NATS a CA alone
+// verifies the servers; for the embedded server it verifies clients, which
+// needs the server's own certificate.
+func (c Config) validateNATSTLS(p *problems) {
+	switch {
+	case c.NATSTLSCert != "" && c.NATSTLSKey == "":
+		p.add("NATS_TLS_KEY", "is required with ORISUN_NATS_TLS_CERT (%s)", c.NATSTLSCert)
+	case c.NATSTLSKey != "" && c.NATSTLSCert == "":
+		p.add("NATS_TLS_CERT", "is required with ORISUN_NATS_TLS_KEY (%s)", c.NATSTLSKey)
+	case c.NATSTLSCA != "" && c.NATSTLSCert == "" && c.NATSURL != "":
+		if p.readable("NATS_TLS_CA", c.NATSTLSCA) {
+			p.pemCA("NATS_TLS_CA", c.NATSTLSCA)
+		}
+	case c.NATSTLSCA != "" && c.NATSTLSCert == "":
+		p.add("NATS_TLS_CA", "needs ORISUN_NATS_TLS_CERT and ORISUN_NATS_TLS_KEY: client certificates are verified only over TLS")
+	case c.NATSTLSCert != "":
+		certOK := p.readable("NATS_TLS_CERT", c.NATSTLSCert)
+		keyOK := p.readable("NATS_TLS_KEY", c.NATSTLSKey)
+		if certOK && keyOK {
+			if _, err := tls.LoadX509KeyPair(c.NATSTLSCert, c.NATSTLSKey); err != nil {
+				p.add("NATS_TLS_CERT", "certificate %s and key %s (ORISUN_NATS_TLS_KEY) do not load as a pair: %v", c.NATSTLSCert, c.NATSTLSKey, err)
+			}
+		}
+		if c.NATSTLSCA != "" && p.readable("NATS_TLS_CA", c.NATSTLSCA) {
+			p.pemCA("NATS_TLS_CA", c.NATSTLSCA)
+		}
+	}
+}
+
+// validateExternalNATS checks the URLs of an external NATS and its
+// credentials file.
+func (c Config) validateExternalNATS(p *problems) {
+	if c.NATSURL != "" {
+		if c.NATSClusterName != "" {
+			p.add("NATS_CLUSTER_NAME", "cannot be combined with ORISUN_NATS_URL: with an external NATS orisun starts no server; "+
+				"set one or the other")
+		}
+		for _, u := range strings.Split(c.NATSURL, ",") {
+			pu, err := url.Parse(strings.TrimSpace(u))
+			if err != nil || pu.Host == "" || (pu.Scheme != "nats" && pu.Scheme != "tls" && pu.Scheme != "ws" && pu.Scheme != "wss") {
+				p.add("NATS_URL", "%q is not a NATS URL (e.g. nats://nats1:4222,nats://nats2:4222)", u)
+			}
+		}
+	}
+	if c.NATSCreds != "" {
+		switch {
+		case c.NATSURL == "":
+			p.add("NATS_CREDS", "is the credentials file for ORISUN_NATS_URL, which is not set")
+		case c.NATSUser != "" || c.NATSToken != "":
+			p.add("NATS_CREDS", "cannot be combined with ORISUN_NATS_USER or ORISUN_NATS_TOKEN; use one way to log in")
+		default:
+			p.readable("NATS_CREDS", c.NATSCreds)
+		}
+	}
+}
+
+// refuseClusterWithoutName refuses every cluster variable when no cluster
+// is named: it would mean nothing, and silence would hide the mistake.
+// Host and port are refused only when they differ from their defaults (an
+// unset variable reads as its default; a Config built in Go may leave them
+// zero).
+func (c Config) refuseClusterWithoutName(p *problems) {
+	port := ""
+	if c.NATSClusterPort != 0 && c.NATSClusterPort != NATSClusterPortDefault {
+		port = strconv.Itoa(c.NATSClusterPort)
+	}
+	host := ""
+	if c.NATSClusterHost != "" && c.NATSClusterHost != NATSClusterHostDefault {
+		host = c.NATSClusterHost
+	}
+	for _, v := range []struct{ name, value string }{
+		{"NATS_CLUSTER_ROUTES", strings.Join(c.NATSClusterRoutes, ",")},
+		{"NATS_CLUSTER_HOST", host},
+		{"NATS_CLUSTER_PORT", port},
+		{"NATS_CLUSTER_USER", c.NATSClusterUser},
+		{"NATS_CLUSTER_PASSWORD", c.NATSClusterPassword},
+		{"NATS_CLUSTER_TLS_CERT", c.NATSClusterTLSCert},
+		{"NATS_CLUSTER_TLS_KEY", c.NATSClusterTLSKey},
+		{"NATS_CLUSTER_TLS_CA", c.NATSClusterTLSCA},
+	} {
+		if v.value != "" {
+			p.add(v.name, "is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers")
+		}
+	}
+}
+
+// validateNATSCluster checks a named cluster: its name, listener, routes,
+// route authentication and TLS between the servers.
+func (c Config) validateNATSCluster(p *problems) {
+	if strings.ContainsAny(c.NATSClusterName, " \t.*>") {
+		p.add("NATS_CLUSTER_NAME", "%q: use letters, digits, - and _ only", c.NATSClusterName)
+	}
+	p.port("NATS_CLUSTER_PORT", c.NATSClusterPort)
+	for _, r := range c.NATSClusterRoutes {
+		u, err := url.Parse(strings.TrimSpace(r))
+		if err != nil || u.Host == "" || u.Port() == "" || (u.Scheme != "nats-route" && u.Scheme != "nats" && u.Scheme != "tls") {
+			p.add("NATS_CLUSTER_ROUTES", "%q is not a route URL (e.g. nats-route://orisun2:6222)", r)
+		}
+	}
+	switch {
+	case c.NATSClusterUser != "" && c.NATSClusterPassword == "":
+		p.add("NATS_CLUSTER_PASSWORD", "is required with ORISUN_NATS_CLUSTER_USER (%q)", c.NATSClusterUser)
+	case c.NATSClusterPassword != "" && c.NATSClusterUser == "":
+		p.add("NATS_CLUSTER_USER", "is required with ORISUN_NATS_CLUSTER_PASSWORD")
+	}
+	switch {
+	case (c.NATSClusterTLSCert == "") != (c.NATSClusterTLSKey == ""):
+		p.add("NATS_CLUSTER_TLS_KEY", "ORISUN_NATS_CLUSTER_TLS_CERT and ORISUN_NATS_CLUSTER_TLS_KEY go together")
+	case c.NATSClusterTLSCA != "" && c.NATSClusterTLSCert == "":
+		p.add("NATS_CLUSTER_TLS_CA", "needs ORISUN_NATS_CLUSTER_TLS_CERT and ORISUN_NATS_CLUSTER_TLS_KEY")
+	case c.NATSClusterTLSCert != "":
+		if p.readable("NATS_CLUSTER_TLS_CERT", c.NATSClusterTLSCert) && p.readable("NATS_CLUSTER_TLS_KEY", c.NATSClusterTLSKey) {
+			if _, err := tls.LoadX509KeyPair(c.NATSClusterTLSCert, c.NATSClusterTLSKey); err != nil {
+				p.add("NATS_CLUSTER_TLS_CERT", "certificate %s and key %s do not load as a pair: %v", c.NATSClusterTLSCert, c.NATSClusterTLSKey, err)
+			}
+		}
+		if c.NATSClusterTLSCA != "" {
+			p.readable("NATS_CLUSTER_TLS_CA", c.NATSClusterTLSCA)
+		}
+	}
+}
+
+// validatePublisher checks the publishers' batch, window and cadence, and
+// the lease that decides which node publishes.
+func (c Config) validatePublisher(p *problems) {
+	inRange(p, "PUBLISH_BATCH", c.PublishBatch, PublishBatchMin, PublishBatchMax)
+	inRange(p, "PUBLISH_WINDOW", c.PublishWindow, PublishWindowMin, PublishWindowMax)
+	inRange(p, "POLL_INTERVAL", c.PollInterval, PollIntervalMin, PollIntervalMax)
+	inRange(p, "POLL_BACKSTOP", c.PollBackstop, PollBackstopMin, PollBackstopMax)
+	inRange(p, "LEASE_TTL", c.LeaseTTL, LeaseTTLMin, LeaseTTLMax)
+}
+
+// validateAppends checks the group commit and the limits of one append.
+func (c Config) validateAppends(p *problems) {
+	inRange(p, "APPEND_GROUP_MAX", c.AppendGroupMax, AppendGroupMaxMin, AppendGroupMaxMax)
+	if c.AppendGroupDelay > AppendGroupDelayMax {
+		p.add("APPEND_GROUP_DELAY", "%s is above %s (a negative value turns the wait off)", c.AppendGroupDelay, limitText(AppendGroupDelayMax))
+	}
+	inRange(p, "MAX_APPEND_EVENTS", c.MaxAppendEvents, MaxAppendEventsMin, MaxAppendEventsMax)
+	inRange(p, "MAX_APPEND_BYTES", c.MaxAppendBytes, MaxAppendBytesMin, MaxAppendBytesMax)
+}
+
+// validateStatus checks the status listener's address and the stall
+// threshold of its /readyz.
+func (c Config) validateStatus(p *problems) {
+	if c.HTTPEnabled() {
+		host, port, err := net.SplitHostPort(c.HTTPAddr)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			p.add("HTTP_ADDR", "%q is not host:port (e.g. 127.0.0.1:8990, :8990 for every interface, or off)", c.HTTPAddr)
+		} else if host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /") {
+			p.add("HTTP_ADDR", "%q: %q is not a host name or address", c.HTTPAddr, host)
+		}
+	}
+	inRange(p, "STALL_THRESHOLD", c.StallThreshold, StallThresholdMin, StallThresholdMax)
+}
+
+// validateLogs checks the log level and format.
+func (c Config) validateLogs(p *problems) {
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("LOG_LEVEL", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	switch strings.ToLower(c.LogFormat) {
+	case "text", "json":
+	default:
+		p.add("LOG_FORMAT", "%q is not one of text, json", c.LogFormat)
+	}
+}
