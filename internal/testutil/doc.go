@@ -1,0 +1,17 @@
+// Package testutil is the one home of orisun's test scaffolding: waiting
+// for a condition (Eventually), free loopback ports (FreePort, FreePorts),
+// building a binary once per test binary (Build, OrisunBinary), running a
+// child process and reading its output (StartProcess, StartNode), and the
+// goroutine-leak checks: Main, which every package's TestMain calls, and
+// NoLeaks for a single test.
+//
+// Every package with tests has
+//
+//	func TestMain(m *testing.M) { testutil.Main(m) }
+//
+// (TestEveryPackageCallsMain checks that). Main runs the tests, removes what
+// Build built, and fails the run when a goroutine the tests started still
+// runs a few seconds after the last test: a test closes what it opens.
+//
+// It is used by tests only, and imports nothing of orisun.
+package testutil
