@@ -3,7 +3,6 @@ package orisun_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -23,21 +23,10 @@ import (
 // server, so the ports are chosen before the nodes start.
 func clusterPorts(t *testing.T, n int) ([]int, []string) {
 	t.Helper()
-	var ports []int
+	ports := testutil.FreePorts(t, n)
 	var routes []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		ports = append(ports, p)
+	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	for _, l := range ls {
-		l.Close()
 	}
 	return ports, routes
 }

@@ -1,16 +1,10 @@
 package orisun_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,117 +19,27 @@ import (
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
 // The tests of this file run real orisun processes (the binary of
 // cmd/orisun) on one PostgreSQL database, and fault them with signals.
 
-var buildOrisun = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "orisun-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "orisun")
-	out, err := exec.Command("go", "build", "-o", bin, "./cmd/orisun").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // relay is one orisun process.
 type relay struct {
+	*testutil.Process
 	id   string
 	port int
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  []string
-	done chan struct{}
 }
 
 func startRelay(t *testing.T, id, pgURL string, ttl time.Duration) *relay {
 	t.Helper()
-	bin, err := buildOrisun()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{id: id, port: freePort(t), done: make(chan struct{})}
-	r.cmd = exec.Command(bin)
-	r.cmd.Env = append(os.Environ(),
-		"ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
-		"ORISUN_DATA_DIR="+t.TempDir(), "ORISUN_NATS_PORT="+strconv.Itoa(r.port),
-		"ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_PUBLISH_BATCH=100",
-		"ORISUN_LOG_LEVEL=debug", "ORISUN_HTTP_ADDR=127.0.0.1:0")
-	stderr, err := r.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		s := bufio.NewScanner(stderr)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			r.mu.Lock()
-			r.log = append(r.log, s.Text())
-			r.mu.Unlock()
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	go func() { <-read; r.cmd.Wait(); close(r.done) }()
-	t.Cleanup(func() {
-		r.cmd.Process.Signal(syscall.SIGCONT)
-		r.cmd.Process.Kill()
-		<-r.done
-		if t.Failed() {
-			r.mu.Lock()
-			t.Logf("log of %s:\n%s", id, strings.Join(r.log, "\n"))
-			r.mu.Unlock()
-		}
-	})
-	return r
-}
-
-// logged reports whether a log line contains all of the words.
-func (r *relay) logged(words ...string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.log {
-		all := true
-		for _, w := range words {
-			all = all && strings.Contains(l, w)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
-func eventually(t *testing.T, what string, timeout time.Duration, ok func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
+	port := testutil.FreePort(t)
+	p := testutil.StartNode(t, id, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
+		"ORISUN_NATS_PORT="+strconv.Itoa(port), "ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms",
+		"ORISUN_PUBLISH_BATCH=100", "ORISUN_LOG_LEVEL=debug")
+	return &relay{Process: p, id: id, port: port}
 }
 
 // appender appends 10-event batches through its own store connection until
@@ -341,25 +245,25 @@ func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 2 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
 	b := startRelay(t, "node-b", url, ttl)
-	eventually(t, "node-b to stand by", 30*time.Second, func() bool { return b.logged("lease held by node-a") || b.logged("orisun started") })
+	testutil.Eventually(t, "node-b to stand by", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("lease held by node-a") || b.Logged("orisun started") })
 
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
-	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 300 })
+	testutil.Eventually(t, "node-a to publish", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 300 })
 	before := holder(store)
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := a.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	<-a.done
+	a.Wait()
 	cpAtKill, _ := store.Checkpoint(context.Background(), "default")
-	took := eventually(t, "node-b to take the lease", 30*time.Second, func() bool {
+	took := testutil.Eventually(t, "node-b to take the lease", 30*time.Second, 20*time.Millisecond, func() bool {
 		l := holder(store)
 		return strings.HasPrefix(l.Holder, "node-b#") && l.Term > before.Term
 	})
-	eventually(t, "node-b to publish past the old checkpoint", 30*time.Second, func() bool {
+	testutil.Eventually(t, "node-b to publish past the old checkpoint", 30*time.Second, 20*time.Millisecond, func() bool {
 		cp, _ := store.Checkpoint(context.Background(), "default")
 		return cp > cpAtKill
 	})
@@ -368,7 +272,7 @@ func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
 		took.Round(time.Millisecond), ttl, published.Round(time.Millisecond), cpAtKill)
 	time.Sleep(500 * time.Millisecond)
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
 	monitor()
 	n := app.checkAcked(t, store)
 	first, last := streamOf(t, b, store)
@@ -399,39 +303,39 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 3 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
 	b := startRelay(t, "node-b", url, ttl)
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
 	ctx := context.Background()
-	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 200 })
+	testutil.Eventually(t, "node-a to publish", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 200 })
 	before := holder(store)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	cpA, _ := store.Checkpoint(ctx, "default")
-	eventually(t, "node-b to take the lease", 30*time.Second, func() bool {
+	testutil.Eventually(t, "node-b to take the lease", 30*time.Second, 20*time.Millisecond, func() bool {
 		l := holder(store)
 		return strings.HasPrefix(l.Holder, "node-b#") && l.Term > before.Term
 	})
-	eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, func() bool {
+	testutil.Eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, 20*time.Millisecond, func() bool {
 		cp, _ := store.Checkpoint(ctx, "default")
 		return cp > cpA
 	})
 	// Freeze node-b: from now on only node-a could move the checkpoint.
-	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	leaseB := holder(store)
 	cpB, _ := store.Checkpoint(ctx, "default")
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	// node-a steps down: by a refused checkpoint write, a refused renewal,
 	// or its own clock (the lease ran out while it was stopped).
-	eventually(t, "node-a to step down", ttl/2, func() bool { return a.logged("stepping down") })
+	testutil.Eventually(t, "node-a to step down", ttl/2, 20*time.Millisecond, func() bool { return a.Logged("stepping down") })
 	// A checkpoint write with node-a's term, as its publisher would send
 	// one, changes nothing even though it would move the checkpoint.
 	head, _ := store.Boundary(ctx, "default")
@@ -449,12 +353,12 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 	}
 	// The publisher goes to standby once its run returns, a moment after
 	// the lease loop logs the step-down.
-	eventually(t, "node-a's publisher to go to standby", 10*time.Second, func() bool { return a.logged("publisher standby") })
-	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	testutil.Eventually(t, "node-a's publisher to go to standby", 10*time.Second, 20*time.Millisecond, func() bool { return a.Logged("publisher standby") })
+	if err := b.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
 	monitor()
 	app.checkAcked(t, store)
 	// Whatever either node published is in place (I2).
@@ -474,10 +378,10 @@ func TestRelayRecoversFromConnectionLoss_I4(t *testing.T) {
 	url := pgtest.URL(t)
 	store := openPG(t, url)
 	a := startRelay(t, "node-a", url, 2*time.Second)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
-	eventually(t, "publishing", 30*time.Second, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 200 })
+	testutil.Eventually(t, "publishing", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 200 })
 
 	db := pgtest.DatabaseName(t, url)
 	for i := 0; i < 3; i++ {
@@ -486,19 +390,19 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 		time.Sleep(300 * time.Millisecond)
 	}
 	cp1, _ := store.Checkpoint(context.Background(), "default")
-	eventually(t, "publishing after pg_terminate_backend", 30*time.Second, func() bool {
+	testutil.Eventually(t, "publishing after pg_terminate_backend", 30*time.Second, 20*time.Millisecond, func() bool {
 		cp, _ := store.Checkpoint(context.Background(), "default")
 		return cp > cp1
 	})
 
 	srv.CrashRestart(t)
 	cp2, _ := store.Checkpoint(context.Background(), "default")
-	eventually(t, "publishing after the PostgreSQL restart", 60*time.Second, func() bool {
+	testutil.Eventually(t, "publishing after the PostgreSQL restart", 60*time.Second, 20*time.Millisecond, func() bool {
 		cp, err := store.Checkpoint(context.Background(), "default")
 		return err == nil && cp > cp2
 	})
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
 	monitor()
 	n := app.checkAcked(t, store)
 	first, last := streamOf(t, a, store)
@@ -522,37 +426,36 @@ func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 90 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
 	b := startRelay(t, "node-b", url, ttl)
-	eventually(t, "node-b to be up", 30*time.Second, func() bool { return b.logged("orisun started") })
+	testutil.Eventually(t, "node-b to be up", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("orisun started") })
 	app := startAppender(t, store)
 	ctx := context.Background()
-	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 100 })
+	testutil.Eventually(t, "node-a to publish", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 100 })
 	before := holder(store)
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	<-a.done
-	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := a.Wait().ExitCode(); code != 0 {
 		t.Fatalf("node-a exited with %d after SIGTERM, want 0", code)
 	}
-	if !a.logged("lease released") {
+	if !a.Logged("lease released") {
 		t.Fatal("node-a stopped without logging the release of its lease")
 	}
 	cpAtStop, _ := store.Checkpoint(ctx, "default")
-	took := eventually(t, "node-b to take the lease", ttl/2, func() bool {
+	took := testutil.Eventually(t, "node-b to take the lease", ttl/2, 20*time.Millisecond, func() bool {
 		l := holder(store)
 		return strings.HasPrefix(l.Holder, "node-b#") && l.Term == before.Term+1
 	})
-	eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, func() bool {
+	testutil.Eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, 20*time.Millisecond, func() bool {
 		cp, _ := store.Checkpoint(ctx, "default")
 		return cp > cpAtStop
 	})
 	t.Logf("node-b held the lease %s after node-a's SIGTERM (TTL %s), %s after node-a exited",
 		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond))
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
 	app.checkAcked(t, store)
 	first, last := streamOf(t, b, store)
 	head, _ := store.Boundary(ctx, "default")

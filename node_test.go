@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -778,7 +779,7 @@ func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
 	}, orisun.WithStoreWrapper(func(s backend.Store) backend.Store { ss.Store = s; return ss }))
 	ctx := context.Background()
 	waitSettled(t, n, 20*time.Second)
-	eventually(t, "both publishers caught up", 20*time.Second, func() bool {
+	testutil.Eventually(t, "both publishers caught up", 20*time.Second, 20*time.Millisecond, func() bool {
 		st, err := n.Status(ctx)
 		if err != nil || len(st.Boundaries) != 2 {
 			return false

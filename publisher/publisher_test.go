@@ -18,6 +18,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
@@ -113,17 +114,6 @@ func (e *env) checkStream(t *testing.T) uint64 {
 	return info.State.LastSeq
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestStalePublisherCannotMisplace_I6_I3: a publisher whose lease term is
 // stale runs beside the current one while events are appended. Nothing it
 // does places a message out of position (I2, I6), its checkpoint write is
@@ -137,7 +127,7 @@ func TestStalePublisherCannotMisplace_I6_I3(t *testing.T) {
 		t.Fatal(err)
 	}
 	var current backend.Lease
-	waitFor(t, "the stale lease to expire and node-b to take it", 5*time.Second, func() bool {
+	testutil.Eventually(t, "the stale lease to expire and node-b to take it", 5*time.Second, 10*time.Millisecond, func() bool {
 		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
 		return err == nil
 	})
@@ -183,7 +173,7 @@ appending:
 		t.Fatalf("stale publisher ended with %v, want ErrLeaseLost", badErr)
 	}
 	head := func() uint64 { b, _ := e.store.Boundary(ctx, "b"); return b.Head }
-	waitFor(t, "the checkpoint to reach the head", 20*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint to reach the head", 20*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == head()
 	})
@@ -236,7 +226,7 @@ func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the stalled state", 5*time.Second, func() bool {
+	testutil.Eventually(t, "the stalled state", 5*time.Second, 10*time.Millisecond, func() bool {
 		st := p.Status()
 		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
 	})
@@ -268,7 +258,7 @@ func TestStreamOfOtherEpochIsRecreated_I2(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the checkpoint at 10", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint at 10", 10*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == 10
 	})
@@ -298,7 +288,7 @@ func TestCleanStopCheckpoints_I3(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "publishing under way", 10*time.Second, func() bool {
+	testutil.Eventually(t, "publishing under way", 10*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp >= 1000
 	})
@@ -334,14 +324,14 @@ func foreignMessage(t *testing.T, lim stream.Limits, after int) (*env, *publishe
 	go func() { done <- p.Run(runCtx, l) }()
 	t.Cleanup(func() { cancel(); <-done })
 	e.append(t, 3)
-	waitFor(t, "the checkpoint at 3", 10*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 3 })
+	testutil.Eventually(t, "the checkpoint at 3", 10*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 3 })
 	if _, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
 	e.append(t, after)
 	wake <- struct{}{}
 	head := uint64(3 + after)
-	waitFor(t, "the checkpoint at the head", 20*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == head })
+	testutil.Eventually(t, "the checkpoint at the head", 20*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == head })
 	return e, p
 }
 
@@ -413,7 +403,7 @@ func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the checkpoint at 10 with no new event", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint at 10 with no new event", 10*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == 10
 	})
@@ -436,7 +426,7 @@ func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
 		t.Fatal(err)
 	}
 	var current backend.Lease
-	waitFor(t, "node-b takes the expired lease", 10*time.Second, func() bool {
+	testutil.Eventually(t, "node-b takes the expired lease", 10*time.Second, 10*time.Millisecond, func() bool {
 		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
 		return err == nil
 	})
@@ -479,7 +469,7 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the lease to expire", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the lease to expire", 10*time.Second, 10*time.Millisecond, func() bool {
 		l, err := e.store.LeaseHolder(ctx, "b")
 		return err == nil && time.Now().After(l.Expires.Add(10*time.Millisecond))
 	})
@@ -534,7 +524,7 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	runCtx2, cancel2 := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx2, cur) }()
-	waitFor(t, "the lease renewed by the fence", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the lease renewed by the fence", 10*time.Second, 10*time.Millisecond, func() bool {
 		l, err := e.store.LeaseHolder(ctx, "b")
 		return err == nil && l.Term == cur.Term && l.Expires.After(cur.Expires.Add(10*time.Minute))
 	})
@@ -606,7 +596,7 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 		t.Fatal("the publisher never deleted the stream of another epoch")
 	}
 	stalled.Store(true)
-	waitFor(t, "the runner to decide to step down", 10*time.Second, asked.Load)
+	testutil.Eventually(t, "the runner to decide to step down", 10*time.Second, 10*time.Millisecond, asked.Load)
 	for end := time.Now().Add(ttl / 10); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if cur, err := e.store.LeaseHolder(ctx, "b"); err != nil || cur.Holder != "a" || cur.Expires.Unix() <= 0 {
 			t.Fatalf("lease %+v (err %v) released while the fenced delete was in flight", cur, err)
@@ -622,7 +612,7 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 	if err := <-js.err; err != nil {
 		t.Fatalf("the fenced delete failed: %v", err)
 	}
-	waitFor(t, "the lease released after the delete returned", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the lease released after the delete returned", 10*time.Second, 10*time.Millisecond, func() bool {
 		cur, _ := e.store.LeaseHolder(ctx, "b")
 		return cur.Holder == "a" && cur.Expires.Unix() <= 0
 	})
@@ -681,7 +671,7 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 		default:
 		}
 	}
-	waitFor(t, "the checkpoint at 2000", 30*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 2000 })
+	testutil.Eventually(t, "the checkpoint at 2000", 30*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 2000 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -724,7 +714,7 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the checkpoint at 1000", 60*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 1000 })
+	testutil.Eventually(t, "the checkpoint at 1000", 60*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 1000 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -780,9 +770,9 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 		return hs[0]
 	}
 	checkpoint := func() uint64 { cp, _ := e.store.Checkpoint(ctx, "b"); return cp }
-	waitFor(t, "the first 2 events published", 10*time.Second, func() bool { return checkpoint() == 2 })
+	testutil.Eventually(t, "the first 2 events published", 10*time.Second, 10*time.Millisecond, func() bool { return checkpoint() == 2 })
 	// Idle at 2: a head of 2 is not behind; a held row or another epoch is.
-	waitFor(t, "the publisher idle at the head", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the publisher idle at the head", 10*time.Second, 10*time.Millisecond, func() bool {
 		return p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: head().Boundary.Epoch, Head: 3}})
 	})
 	h := head()
@@ -810,11 +800,11 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 		t.Fatalf("checkpoint %d before any wake-up, want 2: the publisher polled although its poll interval is an hour", cp)
 	}
 	wake <- struct{}{}
-	waitFor(t, "the 3 events published after the wake-up", 10*time.Second, func() bool { return checkpoint() == 5 })
+	testutil.Eventually(t, "the 3 events published after the wake-up", 10*time.Second, 10*time.Millisecond, func() bool { return checkpoint() == 5 })
 	if last := e.checkStream(t); last != 5 {
 		t.Fatalf("stream last %d, want 5", last)
 	}
-	waitFor(t, "the publisher idle at 5, not behind", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the publisher idle at 5, not behind", 10*time.Second, 10*time.Millisecond, func() bool {
 		return !p.Behind(head()) && p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: h.Boundary.Epoch, Head: 6}})
 	})
 }
@@ -882,7 +872,7 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 	// The write of checkpoint 1 is held. New events must still go out.
 	e.append(t, 5)
 	kick()
-	waitFor(t, "positions 2..6 published while checkpoint 1 is being written", 30*time.Second, func() bool {
+	testutil.Eventually(t, "positions 2..6 published while checkpoint 1 is being written", 30*time.Second, 10*time.Millisecond, func() bool {
 		kick()
 		return streamLast() == 6
 	})
@@ -890,7 +880,7 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 		t.Fatalf("checkpoint %d stored while its write was held", cp)
 	}
 	close(g.gate)
-	waitFor(t, "the checkpoint to catch up with 6", 30*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint to catch up with 6", 30*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == 6
 	})
