@@ -311,9 +311,9 @@ func (c *cleanupT) cleanup() {
 func TestBackground(t *testing.T) {
 	for stack, want := range map[string]bool{
 		"goroutine 5 [syscall]:\nos/signal.signal_recv()\n\t/go/src/runtime/sigqueue.go:152 +0x29\nos/signal.loop()\n\t/go/src/os/signal/signal_unix.go:23 +0x13\ncreated by os/signal.Notify.func1.1 in goroutine 1": true,
-		"goroutine 2 [force gc (idle)]:\nruntime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)\n\t/go/src/runtime/proc.go:435 +0xce\nruntime.forcegchelper()\n\t/go/src/runtime/proc.go:348 +0xb3": true,
-		"goroutine 9 [chan receive]:\ngithub.com/orisun-io/orisun/publisher.(*Publisher).run(0xc000)\n\t/x/publisher.go:10 +0x1\ncreated by os/signal.Notify in goroutine 1": false,
-		"goroutine 9 [IO wait]:\nnet/http.(*persistConn).readLoop(0xc000)\n\t/go/src/net/http/transport.go:2300 +0x1": false,
+		"goroutine 2 [force gc (idle)]:\nruntime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)\n\t/go/src/runtime/proc.go:435 +0xce\nruntime.forcegchelper()\n\t/go/src/runtime/proc.go:348 +0xb3":                             true,
+		"goroutine 9 [chan receive]:\ngithub.com/orisun-io/orisun/publisher.(*Publisher).run(0xc000)\n\t/x/publisher.go:10 +0x1\ncreated by os/signal.Notify in goroutine 1":                                          false,
+		"goroutine 9 [IO wait]:\nnet/http.(*persistConn).readLoop(0xc000)\n\t/go/src/net/http/transport.go:2300 +0x1":                                                                                                 false,
 	} {
 		if got := isBackground(stack); got != want {
 			t.Errorf("isBackground = %v, want %v:\n%s", got, want, stack)
