@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/migrations"
 )
 
@@ -361,7 +361,7 @@ func stall(t *testing.T, s *Store, boundary string, n int) (release func(), firs
 		_, err := s.Append(context.Background(), boundary, in, nil)
 		errs <- err
 	}()
-	waitFor(t, "the writer begins a group", func() bool { return s.groups.Load() == before+1 })
+	testutil.Eventually(t, "the writer begins a group", 10*time.Second, time.Millisecond, func() bool { return s.groups.Load() == before+1 })
 	return release, errs
 }
 
@@ -381,7 +381,7 @@ func TestCancelledWhileQueuedWritesNothing(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	cancel()
 	for range callers {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
@@ -426,12 +426,12 @@ func TestCloseWithQueuedAppends(t *testing.T) {
 			out <- outcome{in, err}
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	closed := make(chan error)
 	go func() { closed <- s.Close() }()
 	// Close waits for the writer, which waits for the connection; the
 	// queued callers are refused at once.
-	waitFor(t, "queued callers refused", func() bool { return s.closed() && s.waiting.Load() == 0 })
+	testutil.Eventually(t, "queued callers refused", 10*time.Second, time.Millisecond, func() bool { return s.closed() && s.waiting.Load() == 0 })
 	release()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -481,7 +481,7 @@ func TestGroupCommit(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	before := s.groups.Load()
 	release()
 	if err := <-first; err != nil {
@@ -517,7 +517,7 @@ func TestGroupMaxEvents(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	before := s.groups.Load()
 	release()
 	if err := <-first; err != nil {
@@ -535,18 +535,6 @@ func TestGroupMaxEvents(t *testing.T) {
 	_, events, err := s.Read(t.Context(), "orders", 0, 1000, nil)
 	if err != nil || len(events) != 4*(callers+1) {
 		t.Fatalf("Read: %d events, %v; want %d", len(events), err, 4*(callers+1))
-	}
-}
-
-// waitFor polls cond until it holds, failing after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after 10s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -633,7 +621,7 @@ func TestErrorTranslation(t *testing.T) {
 
 func TestNoGoroutineLeak(t *testing.T) {
 	// Not parallel: it counts the process's goroutines.
-	before := runtime.NumGoroutine()
+	testutil.NoLeaks(t)
 	for range 3 {
 		s, err := Open(context.Background(), Config{Dir: t.TempDir()})
 		if err != nil {
@@ -659,14 +647,6 @@ func TestNoGoroutineLeak(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -754,7 +734,7 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 			results <- result{ids: ids, res: res, err: err, poison: poison}
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	release()
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -842,7 +822,7 @@ func TestMergedRun(t *testing.T) {
 		outs := make([]<-chan appendOutcome, len(reqs))
 		for i, in := range reqs {
 			outs[i] = appendAsync(in)
-			waitFor(t, "request held", func() bool { return queued() == i+1 })
+			testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
 		}
 		release()
 		got := make([]appendOutcome, len(reqs))
@@ -931,7 +911,7 @@ func TestMergedRunEdges(t *testing.T) {
 		n        int
 	}{{ctx, "orders", 1}, {cctx, "orders", 2}, {ctx, "orders", 1}, {ctx, "nope", 1}, {ctx, "nope", 1}, {ctx, "orders", 1}} {
 		outs = append(outs, send(r.ctx, r.boundary, prepared(t, r.boundary, r.n)))
-		waitFor(t, "request held", func() bool { return queued() == i+1 })
+		testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
 	}
 	cancel()
 	if o := <-outs[1]; !errors.Is(o.err, context.Canceled) {
@@ -1108,7 +1088,7 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	for range 3 {
 		outs = append(outs, appendAsync())
 	}
-	waitFor(t, "three requests wait behind the stalled group", func() bool { return s.waiting.Load() == 3 })
+	testutil.Eventually(t, "three requests wait behind the stalled group", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == 3 })
 	groups := s.groups.Load()
 	release()
 	if err := <-first; err != nil {

@@ -19,31 +19,36 @@ import (
 //
 //	func TestMain(m *testing.M) { testutil.Main(m) }
 //
-// Once the tests passed, it fails the run if a goroutine other than the
-// runtime's and those of background below still runs LeakWait after the
-// last test (goroutines take a moment to notice they were told to end),
-// and prints their stacks. It removes what Build built.
+// Once the tests passed, it fails the run, printing their stacks, if
+// goroutines other than the runtime's and those of background (below)
+// still run: it looks again and again for up to 5 s, as goroutines take a
+// moment to notice they were told to end. It removes what Build built.
 func Main(m *testing.M) {
 	code := m.Run()
 	removeBuilt()
 	if code == 0 {
-		if leaked := waitForLeaks(nil, LeakWait); len(leaked) > 0 {
+		if leaked := waitForLeaks(nil, mainLeakWait); len(leaked) > 0 {
 			fmt.Fprintf(os.Stderr, "testutil: %d goroutine(s) still run %s after the tests (a test did not close what it opened):\n\n%s\n",
-				len(leaked), LeakWait, joinStacks(leaked))
+				len(leaked), mainLeakWait, joinStacks(leaked))
 			code = 1
 		}
 	}
 	os.Exit(code)
 }
 
-// LeakWait is how long Main and NoLeaks wait for goroutines to end.
-const LeakWait = 5 * time.Second
+// How long Main and NoLeaks wait for goroutines to end: a node's
+// goroutines take a moment to notice they were told to stop, a pool's
+// health check a moment more.
+const (
+	mainLeakWait = 5 * time.Second
+	testLeakWait = 10 * time.Second
+)
 
-// NoLeaks makes the test fail, at its end (after its cleanups registered
-// later), if a goroutine that started after this call still runs LeakWait
-// later. For a test that checks that a part leaves nothing running once
-// closed; such a test must not run in parallel with others, whose
-// goroutines it would count.
+// NoLeaks makes the test fail, at its end (after the cleanups registered
+// after this call), if a goroutine that started after this call still
+// runs (it looks for up to 10 s). For a test that checks that a part
+// leaves nothing running once closed; such a test must not run in parallel
+// with others, whose goroutines it would count.
 func NoLeaks(t testing.TB) {
 	t.Helper()
 	before := map[uint64]bool{}
@@ -51,8 +56,8 @@ func NoLeaks(t testing.TB) {
 		before[g.id] = true
 	}
 	t.Cleanup(func() {
-		if leaked := waitForLeaks(before, LeakWait); len(leaked) > 0 {
-			t.Errorf("%d goroutine(s) started by the test still run %s after it:\n\n%s", len(leaked), LeakWait, joinStacks(leaked))
+		if leaked := waitForLeaks(before, testLeakWait); len(leaked) > 0 {
+			t.Errorf("%d goroutine(s) started by the test still run %s after it:\n\n%s", len(leaked), testLeakWait, joinStacks(leaked))
 		}
 	})
 }
