@@ -43,23 +43,21 @@ func startRelay(t *testing.T, id, pgURL string, ttl time.Duration) *relay {
 }
 
 // appender appends 10-event batches through its own store connection until
-// stopped, and records every acknowledged position and id.
+// halted, and records every acknowledged position and id.
 type appender struct {
 	store  *postgres.Store
 	mu     sync.Mutex
 	acked  map[uint64]string
 	failed int
-	stop   chan struct{}
-	done   chan struct{}
+	halt   func()
 }
 
 func startAppender(t *testing.T, store *postgres.Store) *appender {
-	a := &appender{store: store, acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
+	a := &appender{store: store, acked: map[uint64]string{}}
+	a.halt = testutil.Go(t, func(stop <-chan struct{}) {
 		for i := 0; ; i++ {
 			select {
-			case <-a.stop:
+			case <-stop:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
@@ -84,32 +82,18 @@ func startAppender(t *testing.T, store *postgres.Store) *appender {
 			}
 			a.mu.Unlock()
 		}
-	}()
-	t.Cleanup(a.halt)
+	})
 	return a
-}
-
-func (a *appender) halt() {
-	select {
-	case <-a.stop:
-	default:
-		close(a.stop)
-	}
-	<-a.done
 }
 
 // checkpointMonitor samples the checkpoint and fails on any decrease (I3).
 func checkpointMonitor(t *testing.T, store *postgres.Store) (stop func() uint64) {
-	done := make(chan struct{})
 	var last uint64
 	var decreased string
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	halt := testutil.Go(t, func(stop <-chan struct{}) {
 		for {
 			select {
-			case <-done:
+			case <-stop:
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
@@ -122,10 +106,9 @@ func checkpointMonitor(t *testing.T, store *postgres.Store) (stop func() uint64)
 			}
 			last = max(last, cp)
 		}
-	}()
+	})
 	return func() uint64 {
-		close(done)
-		wg.Wait()
+		halt()
 		if decreased != "" {
 			t.Fatalf("I3: %s", decreased)
 		}
@@ -206,6 +189,31 @@ func settledOn(store *postgres.Store) bool {
 	return err1 == nil && err2 == nil && cp == b.Head
 }
 
+// waitHolder waits until node id holds the lease with a term above
+// before's, and returns how long that took.
+func waitHolder(t *testing.T, store *postgres.Store, id string, before backend.Lease, timeout time.Duration) time.Duration {
+	t.Helper()
+	return testutil.Eventually(t, id+" to take the lease", timeout, 20*time.Millisecond, func() bool {
+		l := holder(store)
+		return strings.HasPrefix(l.Holder, id+"#") && l.Term > before.Term
+	})
+}
+
+// waitCheckpoint waits until the checkpoint is past cp.
+func waitCheckpoint(t *testing.T, store *postgres.Store, what string, cp uint64, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, what, timeout, 20*time.Millisecond, func() bool {
+		c, err := store.Checkpoint(context.Background(), "default")
+		return err == nil && c > cp
+	})
+}
+
+// settle waits until the checkpoint is the head.
+func settle(t *testing.T, store *postgres.Store) {
+	t.Helper()
+	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
+}
+
 // checkAcked asserts that every acknowledged append is in the store at its
 // position (nothing acknowledged is lost).
 func (a *appender) checkAcked(t *testing.T, store *postgres.Store) int {
@@ -245,13 +253,13 @@ func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 2 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	b := startRelay(t, "node-b", url, ttl)
 	testutil.Eventually(t, "node-b to stand by", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("lease held by node-a") || b.Logged("orisun started") })
 
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
-	testutil.Eventually(t, "node-a to publish", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 300 })
+	waitCheckpoint(t, store, "node-a to publish", 300, 30*time.Second)
 	before := holder(store)
 	if err := a.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -259,20 +267,14 @@ func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
 	killed := time.Now()
 	a.Wait()
 	cpAtKill, _ := store.Checkpoint(context.Background(), "default")
-	took := testutil.Eventually(t, "node-b to take the lease", 30*time.Second, 20*time.Millisecond, func() bool {
-		l := holder(store)
-		return strings.HasPrefix(l.Holder, "node-b#") && l.Term > before.Term
-	})
-	testutil.Eventually(t, "node-b to publish past the old checkpoint", 30*time.Second, 20*time.Millisecond, func() bool {
-		cp, _ := store.Checkpoint(context.Background(), "default")
-		return cp > cpAtKill
-	})
+	took := waitHolder(t, store, "node-b", before, 30*time.Second)
+	waitCheckpoint(t, store, "node-b to publish past the old checkpoint", cpAtKill, 30*time.Second)
 	published := time.Since(killed)
 	t.Logf("takeover: node-b held the lease %s after the SIGKILL (TTL %s) and checkpointed new events %s after it; took over from checkpoint %d",
 		took.Round(time.Millisecond), ttl, published.Round(time.Millisecond), cpAtKill)
 	time.Sleep(500 * time.Millisecond)
 	app.halt()
-	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
+	settle(t, store)
 	monitor()
 	n := app.checkAcked(t, store)
 	first, last := streamOf(t, b, store)
@@ -303,26 +305,20 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 3 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	b := startRelay(t, "node-b", url, ttl)
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
 	ctx := context.Background()
-	testutil.Eventually(t, "node-a to publish", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 200 })
+	waitCheckpoint(t, store, "node-a to publish", 200, 30*time.Second)
 	before := holder(store)
 	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	cpA, _ := store.Checkpoint(ctx, "default")
-	testutil.Eventually(t, "node-b to take the lease", 30*time.Second, 20*time.Millisecond, func() bool {
-		l := holder(store)
-		return strings.HasPrefix(l.Holder, "node-b#") && l.Term > before.Term
-	})
-	testutil.Eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, 20*time.Millisecond, func() bool {
-		cp, _ := store.Checkpoint(ctx, "default")
-		return cp > cpA
-	})
+	waitHolder(t, store, "node-b", before, 30*time.Second)
+	waitCheckpoint(t, store, "node-b to publish past node-a's checkpoint", cpA, 30*time.Second)
 	// Freeze node-b: from now on only node-a could move the checkpoint.
 	if err := b.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -358,7 +354,7 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 		t.Fatal(err)
 	}
 	app.halt()
-	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
+	settle(t, store)
 	monitor()
 	app.checkAcked(t, store)
 	// Whatever either node published is in place (I2).
@@ -378,10 +374,10 @@ func TestRelayRecoversFromConnectionLoss_I4(t *testing.T) {
 	url := pgtest.URL(t)
 	store := openPG(t, url)
 	a := startRelay(t, "node-a", url, 2*time.Second)
-	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
-	testutil.Eventually(t, "publishing", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 200 })
+	waitCheckpoint(t, store, "publishing", 200, 30*time.Second)
 
 	db := pgtest.DatabaseName(t, url)
 	for i := 0; i < 3; i++ {
@@ -390,19 +386,13 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 		time.Sleep(300 * time.Millisecond)
 	}
 	cp1, _ := store.Checkpoint(context.Background(), "default")
-	testutil.Eventually(t, "publishing after pg_terminate_backend", 30*time.Second, 20*time.Millisecond, func() bool {
-		cp, _ := store.Checkpoint(context.Background(), "default")
-		return cp > cp1
-	})
+	waitCheckpoint(t, store, "publishing after pg_terminate_backend", cp1, 30*time.Second)
 
 	srv.CrashRestart(t)
 	cp2, _ := store.Checkpoint(context.Background(), "default")
-	testutil.Eventually(t, "publishing after the PostgreSQL restart", 60*time.Second, 20*time.Millisecond, func() bool {
-		cp, err := store.Checkpoint(context.Background(), "default")
-		return err == nil && cp > cp2
-	})
+	waitCheckpoint(t, store, "publishing after the PostgreSQL restart", cp2, 60*time.Second)
 	app.halt()
-	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
+	settle(t, store)
 	monitor()
 	n := app.checkAcked(t, store)
 	first, last := streamOf(t, a, store)
@@ -426,12 +416,12 @@ func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 90 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	testutil.Eventually(t, "node-a to lead", 30*time.Second, 20*time.Millisecond, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	b := startRelay(t, "node-b", url, ttl)
 	testutil.Eventually(t, "node-b to be up", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("orisun started") })
 	app := startAppender(t, store)
 	ctx := context.Background()
-	testutil.Eventually(t, "node-a to publish", 30*time.Second, 20*time.Millisecond, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 100 })
+	waitCheckpoint(t, store, "node-a to publish", 100, 30*time.Second)
 	before := holder(store)
 	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -448,14 +438,11 @@ func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
 		l := holder(store)
 		return strings.HasPrefix(l.Holder, "node-b#") && l.Term == before.Term+1
 	})
-	testutil.Eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, 20*time.Millisecond, func() bool {
-		cp, _ := store.Checkpoint(ctx, "default")
-		return cp > cpAtStop
-	})
+	waitCheckpoint(t, store, "node-b to publish past node-a's checkpoint", cpAtStop, 30*time.Second)
 	t.Logf("node-b held the lease %s after node-a's SIGTERM (TTL %s), %s after node-a exited",
 		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond))
 	app.halt()
-	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
+	settle(t, store)
 	app.checkAcked(t, store)
 	first, last := streamOf(t, b, store)
 	head, _ := store.Boundary(ctx, "default")

@@ -155,17 +155,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	leader, err := orisun.New(orisun.Config{
-		Backend: "postgres", PGURL: url, DataDir: t.TempDir(), NodeID: "leader",
-		NATSPort: -1, PollInterval: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leader.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { leader.Stop() })
+	leader := startNode(t, orisun.Config{Backend: "postgres", PGURL: url, NodeID: "leader"})
 
 	// Appends continue through every kill.
 	stop := make(chan struct{})
@@ -277,17 +267,7 @@ func exactlyOnce(counts map[uint64]int, head uint64) error {
 func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	leader, err := orisun.New(orisun.Config{
-		Backend: "postgres", PGURL: url, DataDir: t.TempDir(), NodeID: "leader",
-		NATSPort: -1, PollInterval: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leader.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { leader.Stop() })
+	leader := startNode(t, orisun.Config{Backend: "postgres", PGURL: url, NodeID: "leader"})
 	in := make([]orisun.EventIn, 100)
 	for i := range in {
 		in[i] = orisun.EventIn{Type: "kill.naive", Data: []byte(`{}`)}
@@ -303,7 +283,7 @@ func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
 	p.WaitLine(t, "applied 100", 2*time.Minute)
 	p.Signal(syscall.SIGKILL)
 	p.Wait()
-	err = exactlyOnce(pgCounts(t, pgPool(t, url)), 100)
+	err := exactlyOnce(pgCounts(t, pgPool(t, url)), 100)
 	if err == nil || !strings.Contains(err.Error(), "position 40 applied 2 times") {
 		t.Fatalf("the checker missed the naive consumer's double application: %v", err)
 	}

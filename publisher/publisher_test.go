@@ -122,18 +122,7 @@ func (e *env) checkStream(t *testing.T) uint64 {
 func TestStalePublisherCannotMisplace_I6_I3(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var current backend.Lease
-	testutil.Eventually(t, "the stale lease to expire and node-b to take it", 5*time.Second, 10*time.Millisecond, func() bool {
-		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
-		return err == nil
-	})
-	if current.Term <= stale.Term {
-		t.Fatalf("new term %d not above stale term %d", current.Term, stale.Term)
-	}
+	stale, current := e.deposed(t)
 
 	// The stale publisher gets its own connection, as another node would.
 	nc2, err := e.ns.Connect("stale")
@@ -420,38 +409,60 @@ func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 // with ErrLeaseLost, and the stream is untouched.
 func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
 	e := setup(t)
+	stale, _ := e.deposed(t)
+	e.foreignStream(t)
+	e.refusedLeavingStream(t, stale, "the deposed publisher")
+}
+
+// deposed gives the boundary's lease to node-a for 100 ms, then to node-b
+// once it expired, and returns both: node-a's term is stale.
+func (e *env) deposed(t *testing.T) (stale, current backend.Lease) {
+	t.Helper()
 	ctx := context.Background()
 	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var current backend.Lease
-	testutil.Eventually(t, "node-b takes the expired lease", 10*time.Second, 10*time.Millisecond, func() bool {
+	testutil.Eventually(t, "the stale lease to expire and node-b to take it", 10*time.Second, 10*time.Millisecond, func() bool {
 		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
 		return err == nil
 	})
-	if current.Term == stale.Term {
-		t.Fatalf("new term %d equals the stale one", current.Term)
+	if current.Term <= stale.Term {
+		t.Fatalf("new term %d not above stale term %d", current.Term, stale.Term)
 	}
+	return stale, current
+}
+
+// foreignStream creates the boundary's stream for another epoch, holding
+// one message: a stream that a current leader deletes and recreates, a
+// fenced operation.
+func (e *env) foreignStream(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := e.js.CreateStream(ctx, stream.Config("b", "another-epoch", stream.Limits{}, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	p := e.publisher(e.js, nil)
-	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+}
+
+// refusedLeavingStream runs a publisher on lease l, which the fence must
+// refuse: it ends with ErrLeaseLost and the foreign stream is untouched
+// (I6).
+func (e *env) refusedLeavingStream(t *testing.T, l backend.Lease, who string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.Run(runCtx, stale); !errors.Is(err, event.ErrLeaseLost) {
-		t.Fatalf("deposed publisher ended with %v, want ErrLeaseLost", err)
+	if err := e.publisher(e.js, nil).Run(ctx, l); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("%s ended with %v, want ErrLeaseLost", who, err)
 	}
 	s, err := e.js.Stream(ctx, stream.Name("b"))
 	if err != nil {
-		t.Fatalf("stream gone after a deposed publisher ran: %v", err)
+		t.Fatalf("stream gone after %s ran: %v", who, err)
 	}
-	info := s.CachedInfo()
-	if stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
-		t.Fatalf("deposed publisher changed the stream: epoch %q, %d messages", stream.Epoch(&info.Config), info.State.Msgs)
+	if info := s.CachedInfo(); stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
+		t.Fatalf("%s changed the stream: epoch %q, %d messages", who, stream.Epoch(&info.Config), info.State.Msgs)
 	}
 }
 
@@ -476,26 +487,8 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if l, _ := e.store.LeaseHolder(ctx, "b"); l.Holder != "node-a" || l.Term != expired.Term {
 		t.Fatalf("lease row %+v, want node-a's expired term %d still there", l, expired.Term)
 	}
-	if _, err := e.js.CreateStream(ctx, stream.Config("b", "another-epoch", stream.Limits{}, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	p := e.publisher(e.js, nil)
-	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := p.Run(runCtx, expired); !errors.Is(err, event.ErrLeaseLost) {
-		t.Fatalf("publisher with an expired lease ended with %v, want ErrLeaseLost", err)
-	}
-	s, err := e.js.Stream(ctx, stream.Name("b"))
-	if err != nil {
-		t.Fatalf("stream gone after a publisher with an expired lease ran: %v", err)
-	}
-	if info := s.CachedInfo(); stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
-		t.Fatalf("a publisher with an expired lease changed the stream: epoch %q, %d messages",
-			stream.Epoch(&info.Config), info.State.Msgs)
-	}
+	e.foreignStream(t)
+	e.refusedLeavingStream(t, expired, "a publisher with an expired lease")
 
 	// A current lease, short, and a stream behind the checkpoint: the
 	// fence renews the lease for the publisher's TTL before purging.
@@ -519,7 +512,7 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if _, err := e.js.CreateStream(ctx, stream.Config("b", b.Epoch, stream.Limits{}, 1)); err != nil {
 		t.Fatal(err)
 	}
-	p = publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
 		PollInterval: 20 * time.Millisecond, LeaseTTL: time.Hour})
 	runCtx2, cancel2 := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -532,7 +525,7 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("publisher with a current lease: %v", err)
 	}
-	s, err = e.js.Stream(ctx, stream.Name("b"))
+	s, err := e.js.Stream(ctx, stream.Name("b"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -476,19 +476,17 @@ func mustAppendN(t testing.TB, s *Store, boundary string, n int) event.AppendRes
 
 // --- group commit ------------------------------------------------------------
 
-// TestGroupCommit: appends that wait while a group is in flight commit
-// together in the next group, one transaction for all of them.
-func TestGroupCommit(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{})
-	create(t, s, "orders")
-	release, first := stall(t, s, "orders", 3)
-	const callers = 20
+// groupsBehindStall stalls a group on boundary (stall), queues callers
+// appends of n events each behind it, releases the stall, and returns how
+// many groups (transactions) the queued appends took once all succeeded.
+func groupsBehindStall(t *testing.T, s *Store, boundary string, callers, n int) int64 {
+	t.Helper()
+	release, first := stall(t, s, boundary, n)
 	var outs []<-chan appendOutcome
 	for range callers {
-		outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 3), nil))
+		outs = append(outs, appendAsync(s, context.Background(), boundary, prepared(t, boundary, n), nil))
 	}
-	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == int64(callers) })
 	before := s.groups.Load()
 	release()
 	if o := <-first; o.err != nil {
@@ -499,7 +497,17 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatal(o.err)
 		}
 	}
-	if n := s.groups.Load() - before; n != 1 {
+	return s.groups.Load() - before
+}
+
+// TestGroupCommit: appends that wait while a group is in flight commit
+// together in the next group, one transaction for all of them.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	const callers = 20
+	if n := groupsBehindStall(t, s, "orders", callers, 3); n != 1 {
 		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
 	}
 	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
@@ -513,25 +521,8 @@ func TestGroupMaxEvents(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{GroupMaxEvents: 10})
 	create(t, s, "orders")
-	release, first := stall(t, s, "orders", 4)
-	const callers = 12
-	var outs []<-chan appendOutcome
-	for range callers {
-		outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 4), nil))
-	}
-	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == callers })
-	before := s.groups.Load()
-	release()
-	if o := <-first; o.err != nil {
-		t.Fatal(o.err)
-	}
-	for _, out := range outs {
-		if o := <-out; o.err != nil {
-			t.Fatal(o.err)
-		}
-	}
 	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
-	if n := s.groups.Load() - before; n != 6 {
+	if n := groupsBehindStall(t, s, "orders", 12, 4); n != 6 {
 		t.Fatalf("%d transactions, want 6", n)
 	}
 	checkDense(t, mustRead(t, s, "orders"))

@@ -464,24 +464,22 @@ func TestCloseWithQueuedAppends(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: appends that wait while a group is in flight commit
-// together in the next group, one transaction for all of them.
-func TestGroupCommit(t *testing.T) {
-	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	release, first := stall(t, s, "orders", 3)
-	const callers = 20
+// groupsBehindStall stalls the writer on a group for boundary (stall),
+// queues callers appends of n events each behind it, releases the stall,
+// and returns how many groups (transactions) the queued appends took once
+// all succeeded.
+func groupsBehindStall(t *testing.T, s *Store, boundary string, callers, n int) int64 {
+	t.Helper()
+	release, first := stall(t, s, boundary, n)
 	errs := make(chan error, callers)
 	for range callers {
-		in := prepared(t, "orders", 3)
+		in := prepared(t, boundary, n)
 		go func() {
-			_, err := s.Append(context.Background(), "orders", in, nil)
+			_, err := s.Append(context.Background(), boundary, in, nil)
 			errs <- err
 		}()
 	}
-	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == int64(callers) })
 	before := s.groups.Load()
 	release()
 	if err := <-first; err != nil {
@@ -492,7 +490,18 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.groups.Load() - before; n != 1 {
+	return s.groups.Load() - before
+}
+
+// TestGroupCommit: appends that wait while a group is in flight commit
+// together in the next group, one transaction for all of them.
+func TestGroupCommit(t *testing.T) {
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	const callers = 20
+	if n := groupsBehindStall(t, s, "orders", callers, 3); n != 1 {
 		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
 	}
 	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
@@ -507,29 +516,9 @@ func TestGroupMaxEvents(t *testing.T) {
 	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
 		t.Fatal(err)
 	}
-	release, first := stall(t, s, "orders", 4)
-	const callers = 12
-	errs := make(chan error, callers)
-	for range callers {
-		in := prepared(t, "orders", 4)
-		go func() {
-			_, err := s.Append(context.Background(), "orders", in, nil)
-			errs <- err
-		}()
-	}
-	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
-	before := s.groups.Load()
-	release()
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for range callers {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
 	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
-	if n := s.groups.Load() - before; n != 6 {
+	const callers = 12
+	if n := groupsBehindStall(t, s, "orders", callers, 4); n != 6 {
 		t.Fatalf("%d transactions, want 6", n)
 	}
 	_, events, err := s.Read(t.Context(), "orders", 0, 1000, nil)

@@ -33,16 +33,15 @@ type loader struct {
 	acked  map[uint64]string
 	failed int
 	lastEr error
-	halter
+	halt   func()
 }
 
 func startLoader(t *testing.T, c *client.Client) *loader {
-	l := &loader{c: c, acked: map[uint64]string{}, halter: newHalter()}
-	go func() {
-		defer close(l.done)
+	l := &loader{c: c, acked: map[uint64]string{}}
+	l.halt = testutil.Go(t, func(stop <-chan struct{}) {
 		for i := 0; ; i++ {
 			select {
-			case <-l.stop:
+			case <-stop:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
@@ -71,36 +70,14 @@ func startLoader(t *testing.T, c *client.Client) *loader {
 					break
 				}
 				select {
-				case <-l.stop:
+				case <-stop:
 					return
 				case <-time.After(100 * time.Millisecond):
 				}
 			}
 		}
-	}()
-	t.Cleanup(l.halt)
+	})
 	return l
-}
-
-// halter stops a test's background goroutine: it watches stop and closes
-// done when it returns.
-type halter struct {
-	stop chan struct{}
-	done chan struct{}
-}
-
-func newHalter() halter {
-	return halter{stop: make(chan struct{}), done: make(chan struct{})}
-}
-
-// halt stops the goroutine and waits for it; it may be called again.
-func (h halter) halt() {
-	select {
-	case <-h.stop:
-	default:
-		close(h.stop)
-	}
-	<-h.done
 }
 
 // collector is a subscription's record: every delivered position must be

@@ -150,16 +150,15 @@ type streamWatch struct {
 	maxCP     uint64
 	violation string
 	samples   int
-	halter
+	halt      func()
 }
 
 func startStreamWatch(t *testing.T, store *postgres.Store, s jetstream.Stream) *streamWatch {
-	w := &streamWatch{halter: newHalter()}
-	go func() {
-		defer close(w.done)
+	w := &streamWatch{}
+	w.halt = testutil.Go(t, func(stop <-chan struct{}) {
 		for {
 			select {
-			case <-w.stop:
+			case <-stop:
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
@@ -184,8 +183,7 @@ func startStreamWatch(t *testing.T, store *postgres.Store, s jetstream.Stream) *
 			w.maxCP = max(w.maxCP, cp)
 			w.mu.Unlock()
 		}
-	}()
-	t.Cleanup(w.halt)
+	})
 	return w
 }
 

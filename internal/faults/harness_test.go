@@ -213,15 +213,11 @@ func (r *run) usePG(srvURL string) {
 		r.t.Fatal(err)
 	}
 	r.installAudit()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	r.stopMon = testutil.Go(r.t, func(stop <-chan struct{}) {
 		var last uint64
 		for {
 			select {
-			case <-done:
+			case <-stop:
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
@@ -233,9 +229,7 @@ func (r *run) usePG(srvURL string) {
 				last = cp
 			}
 		}
-	}()
-	var once sync.Once
-	r.stopMon = func() { once.Do(func() { close(done); wg.Wait() }) }
+	})
 }
 
 // auditSQL: a test-only table and trigger in the run's database that

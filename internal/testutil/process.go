@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +49,7 @@ type Process struct {
 	Cmd  *exec.Cmd
 
 	done   chan struct{} // closed once the process was waited for and its output read
+	exited atomic.Bool   // set just before done is closed
 	keep   int
 	mu     sync.Mutex
 	lines  []string
@@ -99,6 +101,7 @@ func StartProcess(t testing.TB, c Command) *Process {
 			<-read
 		}
 		r.Close()
+		p.exited.Store(true)
 		close(p.done)
 	}()
 	t.Cleanup(func() {
@@ -176,14 +179,7 @@ func (p *Process) add(line string) {
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Exited reports whether the process has exited (and its output is read).
-func (p *Process) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *Process) Exited() bool { return p.exited.Load() }
 
 // Wait waits for the process to exit and returns its state.
 func (p *Process) Wait() *os.ProcessState {

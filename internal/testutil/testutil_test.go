@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -362,5 +363,40 @@ func TestEveryPackageCallsMain(t *testing.T) {
 	}
 	if packages < 10 {
 		t.Fatalf("go list found %d packages with tests: the check looked at the wrong tree", packages)
+	}
+}
+
+// TestGo: halt stops the goroutine and waits for it, more than once; the
+// test's cleanup halts one the test left running.
+func TestGo(t *testing.T) {
+	var n atomic.Int64
+	var left atomic.Bool
+	t.Run("left running", func(t *testing.T) {
+		fn := func(stop <-chan struct{}) {
+			<-stop
+			left.Store(true)
+		}
+		Go(t, fn)
+	})
+	if !left.Load() {
+		t.Fatal("the goroutine a test left running was not halted by its cleanup")
+	}
+	halt := Go(t, func(stop <-chan struct{}) {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				n.Add(1)
+			}
+		}
+	})
+	Eventually(t, "the goroutine to run", 10*time.Second, time.Millisecond, func() bool { return n.Load() > 3 })
+	halt()
+	stopped := n.Load()
+	halt()
+	time.Sleep(20 * time.Millisecond)
+	if n.Load() != stopped {
+		t.Fatal("the goroutine ran on after halt returned")
 	}
 }

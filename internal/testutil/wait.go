@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -25,4 +26,23 @@ func Eventually(t testing.TB, what string, timeout, tick time.Duration, ok func(
 		<-ticker.C
 	}
 	return time.Since(start)
+}
+
+// Go runs fn in a goroutine of the test: a background load or monitor.
+// halt closes fn's stop channel and waits for fn to return; it may be
+// called more than once, and the test's cleanup calls it, so that the
+// goroutine never outlives the test.
+func Go(t testing.TB, fn func(stop <-chan struct{})) (halt func()) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(stop)
+	}()
+	var once sync.Once
+	halt = func() {
+		once.Do(func() { close(stop) })
+		<-done
+	}
+	t.Cleanup(halt)
+	return halt
 }
