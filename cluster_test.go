@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
@@ -100,16 +97,7 @@ func TestEmbeddedCluster_I2_I5(t *testing.T) {
 	}
 	waitSettled(t, nodes[lead], 60*time.Second)
 
-	nc, err := nats.Connect(other.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, stream.Name("default"))
+	s, err := jsOf(t, other).Stream(ctx, stream.Name("default"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
@@ -211,16 +210,7 @@ func checkStream(t testing.TB, n *orisun.Node, boundary string) (first, last uin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, stream.Name(boundary))
+	s, err := jsOf(t, n).Stream(ctx, stream.Name(boundary))
 	if err != nil {
 		t.Fatal(err)
 	}

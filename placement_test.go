@@ -64,8 +64,7 @@ func TestPlacementSpreadsBoundaries(t *testing.T) {
 		names = append(names, fmt.Sprintf("b%02d", i))
 	}
 	cfg := func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+		ns.join(c, url)
 		c.Boundaries = names
 		c.LeaseTTL = time.Second
 	}
@@ -123,8 +122,7 @@ func TestPlacementCountsHeartbeats(t *testing.T) {
 	}
 	cfg := func(pg string) func(*orisun.Config) {
 		return func(c *orisun.Config) {
-			c.Backend, c.PGURL = "postgres", pg
-			c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+			ns.join(c, pg)
 			c.Boundaries = names
 			c.LeaseTTL = 2 * time.Second
 		}
@@ -231,8 +229,7 @@ func TestDuplicateNodeIDReported(t *testing.T) {
 	url := pgtest.URL(t)
 	ns := usersNATS(t)
 	cfg := func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+		ns.join(c, url)
 		c.LeaseTTL = 300 * time.Millisecond
 	}
 	ctx := context.Background()

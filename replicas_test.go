@@ -144,8 +144,7 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 	ns := usersNATS(t)
 	cfg := func(replicas int) func(*orisun.Config) {
 		return func(c *orisun.Config) {
-			c.Backend, c.PGURL = "postgres", url
-			c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+			ns.join(c, url)
 			c.StreamReplicas = replicas
 		}
 	}

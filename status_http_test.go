@@ -211,16 +211,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSettled(t, n, 30*time.Second)
-	js := jsOf(t, n)
-	s, err := js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.Discard = jetstream.DiscardNew
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	setDiscard(t, n, "default", jetstream.DiscardNew)
 	if _, err := n.Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -246,10 +237,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		t.Fatalf("settled while 3 events wait: %+v", st)
 	}
 
-	cfg.Discard = jetstream.DiscardOld
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	setDiscard(t, n, "default", jetstream.DiscardOld)
 	l := waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 8 })
 	if strings.Contains(l.Reason, "maximum") || l.LagEvents != 0 {
 		t.Fatalf("recovered status still carries the pause: %+v", l)
@@ -263,6 +251,24 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	// Nothing was skipped: the stream's last sequence is the head.
 	if _, last := checkStream(t, n, "default"); last != 8 {
 		t.Fatalf("stream ends at %d, want 8", last)
+	}
+}
+
+// setDiscard sets the discard policy of the boundary's stream: with
+// jetstream.DiscardNew a full stream refuses new messages and the node's
+// publisher pauses.
+func setDiscard(t testing.TB, n *orisun.Node, boundary string, d jetstream.DiscardPolicy) {
+	t.Helper()
+	ctx := context.Background()
+	js := jsOf(t, n)
+	s, err := js.Stream(ctx, stream.Name(boundary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Discard = d
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -29,23 +29,13 @@ func TestClusterRouteAuthAndTLS(t *testing.T) {
 	}
 	tlsCfg := &natsembed.TLS{CertFile: certs.PeerCert, KeyFile: certs.PeerKey, CAFile: certs.CA}
 	start := func(i int, password string) *natsembed.Server {
-		s, err := natsembed.New(natsembed.Config{
-			Port:       -1,
-			StoreDir:   t.TempDir(),
+		return startServer(t, natsembed.Config{
 			ServerName: fmt.Sprintf("n%d", i),
 			Cluster: &natsembed.Cluster{
 				Name: "c", Port: ports[i], Routes: routes,
 				User: "route", Password: password, TLS: tlsCfg,
 			},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Stop)
-		return s
 	}
 	var servers []*natsembed.Server
 	for i := range 3 {

@@ -292,14 +292,7 @@ func takeoverBound(ttl time.Duration) time.Duration { return ttl + 40*time.Secon
 // elect a stream leader before the new lease holder can publish.
 func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, natsOpts []nats.Option, killStreamLeader bool, afterTakeover func()) {
 	t.Helper()
-	var lead int
-	testutil.Eventually(t, "one node to lead the boundary", 90*time.Second, 50*time.Millisecond, func() bool {
-		l := leading(nodes, "default")
-		if len(l) == 1 {
-			lead = l[0]
-		}
-		return len(l) == 1
-	})
+	lead := waitLeading(t, nodes, "one node to lead the boundary", 90*time.Second)
 	a, c := nodes[(lead+1)%3], nodes[(lead+2)%3]
 	t.Logf("%s leads; appends through %s, the subscriber is on %s", nodes[lead].Name, a.Name, c.Name)
 	copts := []client.Option{client.Name("scaleout-test"), client.NATSOptions(natsOpts...)}
@@ -408,14 +401,7 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	took := time.Since(killed)
 	elected := <-election
 	// The new holder's /status says so.
-	var newLead int
-	testutil.Eventually(t, "the new lease holder's /status to say leading", 30*time.Second, 50*time.Millisecond, func() bool {
-		l := leading(nodes, "default")
-		if len(l) == 1 {
-			newLead = l[0]
-		}
-		return len(l) == 1
-	})
+	newLead := waitLeading(t, nodes, "the new lease holder's /status to say leading", 30*time.Second)
 	t.Logf("takeover: %s (term %d) killed with SIGKILL at checkpoint %d, the stream's Raft leader being %s; %s took the lease (term %d) "+
 		"%s after the kill and checkpointed new events %s after it (lease TTL %s); the stream's leader after the kill: %s",
 		nodes[lead].Name, before.Term, atKill, streamLeader, after.Holder, after.Term, leased.Round(time.Millisecond), took.Round(time.Millisecond), ttl, elected)

@@ -231,8 +231,24 @@ func launchNATSCluster(t *testing.T, n int, ports []int) []*proc {
 	}
 	var servers []*proc
 	for i := range n {
-		dir := t.TempDir()
-		conf := fmt.Sprintf(`server_name: ext-%d
+		cluster := fmt.Sprintf(`cluster {
+  name: ext
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, ports[n+i], strings.Join(routes, ", "))
+		servers = append(servers, startNATSServer(t, i+1, ports[i], cluster))
+	}
+	return servers
+}
+
+// startNATSServer starts nats-server number i (server name ext-i, process
+// nats-i) with JetStream and the two users, listening on port, with the
+// extra configuration (a cluster block) given.
+func startNATSServer(t *testing.T, i, port int, extra string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	conf := fmt.Sprintf(`server_name: ext-%d
 listen: 127.0.0.1:%d
 jetstream {
   store_dir: %q
@@ -243,22 +259,14 @@ authorization {
     {user: %q, password: %q}
   ]
 }
-cluster {
-  name: ext
-  listen: 127.0.0.1:%d
-  routes: [%s]
-}
-`, i+1, ports[i], filepath.Join(dir, "js"), natsOrisunUser, natsOrisunPassword, natsAppUser, natsAppPassword,
-			ports[n+i], strings.Join(routes, ", "))
-		file := filepath.Join(dir, "nats.conf")
-		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p := start(t, fmt.Sprintf("nats-%d", i+1), natsServerBinary(t), []string{"-c", file}, nil)
-		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
-		servers = append(servers, p)
+`, i, port, filepath.Join(dir, "js"), natsOrisunUser, natsOrisunPassword, natsAppUser, natsAppPassword) + extra
+	file := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	return servers
+	p := start(t, fmt.Sprintf("nats-%d", i), natsServerBinary(t), []string{"-c", file}, nil)
+	p.nats = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	return p
 }
 
 // natsUp is true once the nats-server accepts a client on its port and is
@@ -318,6 +326,21 @@ func leading(nodes []*proc, name string) []int {
 		}
 	}
 	return out
+}
+
+// waitLeading waits until exactly one running node's /status says it
+// leads the boundary default, and returns its index.
+func waitLeading(t *testing.T, nodes []*proc, what string, timeout time.Duration) int {
+	t.Helper()
+	var lead int
+	testutil.Eventually(t, what, timeout, 50*time.Millisecond, func() bool {
+		l := leading(nodes, "default")
+		if len(l) == 1 {
+			lead = l[0]
+		}
+		return len(l) == 1
+	})
+	return lead
 }
 
 func contextFor(t *testing.T, d time.Duration) context.Context {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,26 +28,7 @@ import (
 func natsServer(t *testing.T) *proc {
 	t.Helper()
 	servers, _ := startGroup(t, "1 nats-server process", 1, testutil.FreePorts, func(ports []int) []*proc {
-		dir := t.TempDir()
-		conf := fmt.Sprintf(`server_name: ext-1
-listen: 127.0.0.1:%d
-jetstream {
-  store_dir: %q
-}
-authorization {
-  users: [
-    {user: %q, password: %q}
-    {user: %q, password: %q}
-  ]
-}
-`, ports[0], filepath.Join(dir, "js"), natsOrisunUser, natsOrisunPassword, natsAppUser, natsAppPassword)
-		file := filepath.Join(dir, "nats.conf")
-		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p := start(t, "nats-1", natsServerBinary(t), []string{"-c", file}, nil)
-		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
-		return []*proc{p}
+		return []*proc{startNATSServer(t, 1, ports[0], "")}
 	}, natsUp, 60*time.Second)
 	return servers[0]
 }
