@@ -54,34 +54,29 @@ type appender struct {
 
 func startAppender(t *testing.T, store *postgres.Store) *appender {
 	a := &appender{store: store, acked: map[uint64]string{}}
-	a.halt = testutil.Go(t, func(stop <-chan struct{}) {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			in := make([]event.Input, 10)
-			for j := range in {
-				in[j] = event.Input{Type: "failover.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
-			}
-			prepared, err := event.Prepare("default", in, event.Limits{})
-			if err != nil {
-				panic(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			res, err := store.Append(ctx, "default", prepared, nil)
-			cancel()
-			a.mu.Lock()
-			if err != nil {
-				a.failed++
-			} else {
-				for j := range prepared {
-					a.acked[res.First+uint64(j)] = prepared[j].ID
-				}
-			}
-			a.mu.Unlock()
+	i := 0
+	a.halt = testutil.Every(t, 5*time.Millisecond, func(context.Context) {
+		in := make([]event.Input, 10)
+		for j := range in {
+			in[j] = event.Input{Type: "failover.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
 		}
+		i++
+		prepared, err := event.Prepare("default", in, event.Limits{})
+		if err != nil {
+			panic(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := store.Append(ctx, "default", prepared, nil)
+		cancel()
+		a.mu.Lock()
+		if err != nil {
+			a.failed++
+		} else {
+			for j := range prepared {
+				a.acked[res.First+uint64(j)] = prepared[j].ID
+			}
+		}
+		a.mu.Unlock()
 	})
 	return a
 }
@@ -90,22 +85,15 @@ func startAppender(t *testing.T, store *postgres.Store) *appender {
 func checkpointMonitor(t *testing.T, store *postgres.Store) (stop func() uint64) {
 	var last uint64
 	var decreased string
-	halt := testutil.Go(t, func(stop <-chan struct{}) {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			cp, err := store.Checkpoint(context.Background(), "default")
-			if err != nil {
-				continue
-			}
-			if cp < last && decreased == "" {
-				decreased = fmt.Sprintf("checkpoint went from %d back to %d", last, cp)
-			}
-			last = max(last, cp)
+	halt := testutil.Every(t, 10*time.Millisecond, func(context.Context) {
+		cp, err := store.Checkpoint(context.Background(), "default")
+		if err != nil {
+			return
 		}
+		if cp < last && decreased == "" {
+			decreased = fmt.Sprintf("checkpoint went from %d back to %d", last, cp)
+		}
+		last = max(last, cp)
 	})
 	return func() uint64 {
 		halt()

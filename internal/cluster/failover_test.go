@@ -38,42 +38,37 @@ type loader struct {
 
 func startLoader(t *testing.T, c *client.Client) *loader {
 	l := &loader{c: c, acked: map[uint64]string{}}
-	l.halt = testutil.Go(t, func(stop <-chan struct{}) {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
+	i := 0
+	l.halt = testutil.Every(t, 5*time.Millisecond, func(halted context.Context) {
+		in := make([]event.Input, 10)
+		for j := range in {
+			in[j] = event.Input{ID: event.NewID(), Type: "scaleout.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
+		}
+		i++
+		for {
+			// A short timeout: a request that went to the node just
+			// killed is retried soon (with the same ids), so the load
+			// goes on through the takeover.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			res, err := c.Append(ctx, "default", in, nil)
+			cancel()
+			l.mu.Lock()
+			if err == nil {
+				for j := range in {
+					l.acked[res.First+uint64(j)] = in[j].ID
+				}
+			} else {
+				l.failed++
+				l.lastEr = err
+			}
+			l.mu.Unlock()
+			if err == nil {
 				return
-			case <-time.After(5 * time.Millisecond):
 			}
-			in := make([]event.Input, 10)
-			for j := range in {
-				in[j] = event.Input{ID: event.NewID(), Type: "scaleout.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
-			}
-			for {
-				// A short timeout: a request that went to the node just
-				// killed is retried soon (with the same ids), so the
-				// load goes on through the takeover.
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				res, err := c.Append(ctx, "default", in, nil)
-				cancel()
-				l.mu.Lock()
-				if err == nil {
-					for j := range in {
-						l.acked[res.First+uint64(j)] = in[j].ID
-					}
-				} else {
-					l.failed++
-					l.lastEr = err
-				}
-				l.mu.Unlock()
-				if err == nil {
-					break
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
+			select {
+			case <-halted.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
 			}
 		}
 	})

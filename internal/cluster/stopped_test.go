@@ -134,34 +134,27 @@ type streamWatch struct {
 
 func startStreamWatch(t *testing.T, store *postgres.Store, s jetstream.Stream) *streamWatch {
 	w := &streamWatch{}
-	w.halt = testutil.Go(t, func(stop <-chan struct{}) {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			cp, err := store.Checkpoint(ctx, "default")
-			var info *jetstream.StreamInfo
-			if err == nil {
-				info, err = s.Info(ctx)
-			}
-			cancel()
-			if err != nil {
-				continue
-			}
-			w.mu.Lock()
-			w.samples++
-			if w.violation == "" && cp < w.maxCP {
-				w.violation = fmt.Sprintf("the checkpoint went back from %d to %d", w.maxCP, cp)
-			}
-			if w.violation == "" && cp > info.State.LastSeq {
-				w.violation = fmt.Sprintf("the checkpoint %d was above the stream's last sequence %d", cp, info.State.LastSeq)
-			}
-			w.maxCP = max(w.maxCP, cp)
-			w.mu.Unlock()
+	w.halt = testutil.Every(t, 20*time.Millisecond, func(context.Context) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cp, err := store.Checkpoint(ctx, "default")
+		var info *jetstream.StreamInfo
+		if err == nil {
+			info, err = s.Info(ctx)
 		}
+		cancel()
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		w.samples++
+		if w.violation == "" && cp < w.maxCP {
+			w.violation = fmt.Sprintf("the checkpoint went back from %d to %d", w.maxCP, cp)
+		}
+		if w.violation == "" && cp > info.State.LastSeq {
+			w.violation = fmt.Sprintf("the checkpoint %d was above the stream's last sequence %d", cp, info.State.LastSeq)
+		}
+		w.maxCP = max(w.maxCP, cp)
+		w.mu.Unlock()
 	})
 	return w
 }

@@ -213,21 +213,14 @@ func (r *run) usePG(srvURL string) {
 		r.t.Fatal(err)
 	}
 	r.installAudit()
-	r.stopMon = testutil.Go(r.t, func(stop <-chan struct{}) {
-		var last uint64
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			cp, err := s.Checkpoint(ctx, "default")
-			cancel()
-			if err == nil && cp != last {
-				r.rec.Write(Record{Kind: KindSeen, Pos: cp})
-				last = cp
-			}
+	var last uint64
+	r.stopMon = testutil.Every(r.t, 50*time.Millisecond, func(context.Context) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cp, err := s.Checkpoint(ctx, "default")
+		cancel()
+		if err == nil && cp != last {
+			r.rec.Write(Record{Kind: KindSeen, Pos: cp})
+			last = cp
 		}
 	})
 }

@@ -1,7 +1,7 @@
 package testutil
 
 import (
-	"sync"
+	"context"
 	"testing"
 	"time"
 )
@@ -28,19 +28,27 @@ func Eventually(t testing.TB, what string, timeout, tick time.Duration, ok func(
 	return time.Since(start)
 }
 
-// Go runs fn in a goroutine of the test: a background load or monitor.
-// halt closes fn's stop channel and waits for fn to return; it may be
-// called more than once, and the test's cleanup calls it, so that the
-// goroutine never outlives the test.
-func Go(t testing.TB, fn func(stop <-chan struct{})) (halt func()) {
-	stop, done := make(chan struct{}), make(chan struct{})
+// Every calls fn in a goroutine of the test, again and again, interval
+// after each call returned, until halt: a background load or monitor.
+// halt cancels ctx (for fn to watch in a long call) and waits for the
+// goroutine to end; it may be called more than once, and the test's
+// cleanup calls it, so that the goroutine never outlives the test.
+func Every(t testing.TB, interval time.Duration, fn func(ctx context.Context)) (halt func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		fn(stop)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(interval):
+			}
+			fn(ctx)
+		}
 	}()
-	var once sync.Once
 	halt = func() {
-		once.Do(func() { close(stop) })
+		cancel()
 		<-done
 	}
 	t.Cleanup(halt)
