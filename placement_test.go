@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/status"
@@ -97,11 +95,7 @@ func TestPlacementSpreadsBoundaries(t *testing.T) {
 func TestPlacementCountsHeartbeats(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(context.Background()) })
+	admin := pgtest.Connect(t, url)
 	// A role of C's own, so that its store alone can be taken away.
 	role := fmt.Sprintf("orisun_test_node_%d", time.Now().UnixNano())
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN SUPERUSER"); err != nil {

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -383,12 +382,7 @@ func appendRetry(ctx context.Context, n *orisun.Node, evs []orisun.EventIn) (ori
 func insertRaw(t testing.TB, url, boundary, typ, data string) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = $1 RETURNING head)
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = $1 RETURNING head)
 		INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
 		SELECT $1, h.head, gen_random_uuid(), $2, now(), '{}', $3::json FROM h`, boundary, typ, data); err != nil {
 		t.Fatal(err)
@@ -450,12 +444,7 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 		t.Fatalf("a single node stepped down from a stalled boundary: term %d then %d, state %s", s.LeaseTerm, st.LeaseTerm, st.State)
 	}
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `UPDATE orisun_events SET data = '{"p":"repaired"}' WHERE boundary = 'default' AND position = 4`); err != nil {
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `UPDATE orisun_events SET data = '{"p":"repaired"}' WHERE boundary = 'default' AND position = 4`); err != nil {
 		t.Fatal(err)
 	}
 	l := waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 6 })

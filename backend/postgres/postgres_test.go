@@ -87,12 +87,7 @@ func create(t testing.TB, s *Store, names ...string) {
 // of the test.
 func connect(t testing.TB, s *Store) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), s.cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
+	return pgtest.Connect(t, s.cfg.URL)
 }
 
 // lockWaiters counts the backends of the store's database waiting for a
@@ -251,15 +246,7 @@ func TestNaiveSequenceSkips_I1NegativeControl(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	open := func() *pgx.Conn {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close(ctx) })
-		return conn
-	}
-	reader, tx1c, tx2c := open(), open(), open()
+	reader, tx1c, tx2c := pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL)
 	if _, err := reader.Exec(ctx, `CREATE TABLE naive (seq bigserial PRIMARY KEY, note text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}

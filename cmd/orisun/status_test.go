@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
@@ -93,12 +91,7 @@ func TestStatusWaitSettled(t *testing.T) {
 
 	// An event larger than the NATS max payload, committed behind the
 	// API's back: the boundary cannot settle.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default' RETURNING head)
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default' RETURNING head)
 		INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
 		SELECT 'default', h.head, gen_random_uuid(), 'raw.big', now(), '{}', json_build_object('p', repeat('x', 8000)) FROM h`); err != nil {
 		t.Fatal(err)

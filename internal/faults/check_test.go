@@ -223,15 +223,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 func TestNegativeControlNaiveSequenceReader_C1_C4(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	open := func() *pgx.Conn {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close(ctx) })
-		return conn
-	}
-	reader, c1, c2 := open(), open(), open()
+	reader, c1, c2 := pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL)
 	if _, err := reader.Exec(ctx, `CREATE TABLE naive (seq bigserial PRIMARY KEY, id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}

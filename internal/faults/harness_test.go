@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -250,11 +249,7 @@ CREATE TRIGGER checkpoint_audit_trg AFTER UPDATE OF checkpoint ON orisun_leases
 func (r *run) installAudit() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(r.t, r.pgURL)
 	if _, err := conn.Exec(ctx, auditSQL); err != nil {
 		r.t.Fatalf("install the checkpoint audit trigger: %v", err)
 	}
@@ -264,11 +259,7 @@ func (r *run) installAudit() {
 func (r *run) readAudit() []AuditRow {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(r.t, r.pgURL)
 	rows, err := conn.Query(ctx, `SELECT id, old, new, term FROM checkpoint_audit ORDER BY id`)
 	if err != nil {
 		r.t.Fatal(err)

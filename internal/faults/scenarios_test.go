@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
@@ -338,11 +336,7 @@ func restartRelay(r *run, s *spec) {
 // position may be skipped; the status must say it waits.
 func rollbackAppenders(r *run, s *spec) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(r.t, r.pgURL)
 	for i := 0; i < s.rounds; i++ {
 		r.waitLoad(r.head() + 50)
 		hold := time.Duration(200+r.rng.IntN(600)) * time.Millisecond
