@@ -167,12 +167,19 @@ func (r *run) head() uint64 {
 func killAfterAck(r *run, s *spec) {
 	for i := 0; i < s.rounds; i++ {
 		n := 2 + r.rng.IntN(5)
-		r.stopNode("node-a")
-		r.fault("node-a restarted to die at its %d-th acknowledged batch, before the checkpoint", n)
-		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AFTER_ACK="+strconv.Itoa(n))
-		r.eventually("node-a to reach its fault point", 3*time.Minute, p.Exited)
-		r.startNode("node-a")
+		r.restartToDie("ORISUN_FAULT_KILL_AFTER_ACK="+strconv.Itoa(n),
+			fmt.Sprintf("node-a restarted to die at its %d-th acknowledged batch, before the checkpoint", n))
 	}
+}
+
+// restartToDie restarts node-a with the fault point env, which kills it,
+// waits for it to die there, and starts it again.
+func (r *run) restartToDie(env, fault string) {
+	r.stopNode("node-a")
+	r.fault("%s", fault)
+	p := r.startNode("node-a", env)
+	r.eventually("node-a to reach its fault point", 3*time.Minute, p.Exited)
+	r.startNode("node-a")
 }
 
 // killMidBatch: S3. The node kills itself when the K-th message of its run
@@ -185,11 +192,8 @@ func killMidBatch(r *run, s *spec) {
 			// is what it appended while the node started.
 			k = 20 + r.rng.IntN(150)
 		}
-		r.stopNode("node-a")
-		r.fault("node-a restarted to die at the %d-th message of its run (PUBLISH_BATCH 500, window 64)", k)
-		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AT_SEEN="+strconv.Itoa(k))
-		r.eventually("node-a to reach its fault point", 3*time.Minute, p.Exited)
-		r.startNode("node-a")
+		r.restartToDie("ORISUN_FAULT_KILL_AT_SEEN="+strconv.Itoa(k),
+			fmt.Sprintf("node-a restarted to die at the %d-th message of its run (PUBLISH_BATCH 500, window 64)", k))
 	}
 }
 
