@@ -33,9 +33,9 @@ type Command struct {
 	KeepLines int
 }
 
-// StopGrace is how long the cleanup of StartProcess waits for a process
+// stopGrace is how long the cleanup of StartProcess waits for a process
 // to end after SIGTERM before it sends SIGKILL.
-const StopGrace = 10 * time.Second
+const stopGrace = 10 * time.Second
 
 // failTail is how many of its last lines of output a process logs when
 // the test failed.
@@ -61,7 +61,7 @@ type Process struct {
 
 // StartProcess starts c with its output kept, and ends it when the test
 // ends (SIGCONT, for a process the test stopped, then SIGTERM, then SIGKILL
-// after StopGrace), logging its last lines of output if the test failed.
+// after stopGrace), logging its last lines of output if the test failed.
 // On Linux the child also dies with the test binary (a timeout, a ^C).
 func StartProcess(t testing.TB, c Command) *Process {
 	t.Helper()
@@ -97,16 +97,15 @@ func StartProcess(t testing.TB, c Command) *Process {
 		select {
 		case <-read:
 		case <-time.After(5 * time.Second):
-			r.Close()
-			<-read
 		}
 		r.Close()
+		<-read
 		p.exited.Store(true)
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		if !p.Stop(StopGrace) {
-			t.Logf("%s did not end within %s of SIGTERM: killed", name, StopGrace)
+		if !p.Stop(stopGrace) {
+			t.Logf("%s did not end within %s of SIGTERM: killed", name, stopGrace)
 		}
 		if t.Failed() {
 			t.Logf("last lines of %s's output:\n%s", name, p.Tail(failTail))
