@@ -1,10 +1,6 @@
 package testutil
 
 import (
-	"bufio"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -86,49 +82,5 @@ func TestBackground(t *testing.T) {
 		if got := isBackground(stack, nil); got != want {
 			t.Errorf("isBackground = %v, want %v:\n%s", got, want, stack)
 		}
-	}
-}
-
-// TestEveryPackageCallsMain: every package of the module with tests has a
-// TestMain that calls testutil.Main, so that the leak check runs after
-// every package's tests.
-func TestEveryPackageCallsMain(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{.TestGoFiles}}\t{{.XTestGoFiles}}", "./...")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	packages := 0
-	s := bufio.NewScanner(strings.NewReader(string(out)))
-	for s.Scan() {
-		f := strings.Split(s.Text(), "\t")
-		files := strings.Fields(strings.Trim(f[2], "[]") + " " + strings.Trim(f[3], "[]"))
-		if len(files) == 0 {
-			continue
-		}
-		packages++
-		found := false
-		for _, name := range files {
-			b, err := os.ReadFile(filepath.Join(f[1], name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			src := string(b)
-			if strings.Contains(src, "func TestMain(m *testing.M)") &&
-				(strings.Contains(src, "testutil.Main(m") || f[0] == "github.com/orisun-io/orisun/internal/testutil") {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("%s has tests but no TestMain calling testutil.Main(m): add func TestMain(m *testing.M) { testutil.Main(m) }", f[0])
-		}
-	}
-	if packages < 10 {
-		t.Fatalf("go list found %d packages with tests: the check looked at the wrong tree", packages)
 	}
 }
