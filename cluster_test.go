@@ -115,13 +115,8 @@ func TestEmbeddedCluster_I2_I5(t *testing.T) {
 	stop := subscribe(t, other, "default", 50, rec, orisun.SubscribeOptions{
 		OnCaughtUp: func(uint64) { wentLive.Store(true) },
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !wentLive.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription on a node that does not lead never went live on the shared stream")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the subscription on a node that does not lead to go live on the shared stream",
+		30*time.Second, 20*time.Millisecond, wentLive.Load)
 	for i := 0; i < 3; i++ {
 		if _, err := nodes[(lead+2)%3].Append(ctx, "default", events(10, "second", 64), nil); err != nil {
 			t.Fatal(err)

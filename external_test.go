@@ -13,6 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // usersNATS starts a NATS server with JetStream and users in the test
@@ -104,13 +105,8 @@ func TestExternalNATS_I2_I5(t *testing.T) {
 	var wentLive atomic.Bool
 	rec := newRecorder(20)
 	stop := subscribe(t, other, "default", 20, rec, orisun.SubscribeOptions{OnCaughtUp: func(uint64) { wentLive.Store(true) }})
-	deadline := time.Now().Add(30 * time.Second)
-	for !wentLive.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription on the node that does not lead never went live on the external stream")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the subscription on the node that does not lead to go live on the external stream",
+		30*time.Second, 20*time.Millisecond, wentLive.Load)
 	if _, err := nodes[lead].Append(ctx, "default", events(15, "second", 64), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +162,8 @@ func TestPausedRemoteLeaderStoreServes_I5(t *testing.T) {
 		},
 	})
 	waitDelivered(t, rec, 5, 30*time.Second)
-	for deadline := time.Now().Add(30 * time.Second); live.Load() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription on the node that does not lead never went live")
-		}
-	}
+	testutil.Eventually(t, "the subscription on the node that does not lead to go live", 30*time.Second, 20*time.Millisecond,
+		func() bool { return live.Load() > 0 })
 
 	// Pause the leader: the stream is at its limit and now refuses new
 	// messages.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -260,16 +261,13 @@ func TestDuplicateNodeIDReported(t *testing.T) {
 		logs *syncBuffer
 	}{{a, dirA, logsA}, {b, dirB, logsB}} {
 		var warning string
-		deadline := time.Now().Add(30 * time.Second)
-		for warning == "" {
-			if time.Now().After(deadline) {
-				t.Fatalf("node in %s: no status warning about the duplicate node id", c.dir)
-			}
-			time.Sleep(50 * time.Millisecond)
-			if st, err := c.n.Status(ctx); err == nil {
-				warning = st.Warning
-			}
-		}
+		testutil.Eventually(t, "a status warning about the duplicate node id of the node in "+c.dir, 30*time.Second, 50*time.Millisecond,
+			func() bool {
+				if st, err := c.n.Status(ctx); err == nil {
+					warning = st.Warning
+				}
+				return warning != ""
+			})
 		for _, want := range []string{c.n.Config().NodeID, filepath.Join(c.dir, "node-id"), "ORISUN_NODE_ID", "delete"} {
 			if !strings.Contains(warning, want) {
 				t.Fatalf("warning %q does not name %q", warning, want)
@@ -288,14 +286,8 @@ func TestDuplicateNodeIDReported(t *testing.T) {
 	if err := b.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if st, err := a.Status(ctx); err == nil && st.Warning == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the warning did not clear once the copy stopped")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the warning to clear once the copy stopped", 30*time.Second, 50*time.Millisecond, func() bool {
+		st, err := a.Status(ctx)
+		return err == nil && st.Warning == ""
+	})
 }

@@ -222,18 +222,11 @@ func testClientAgainstRelay(t *testing.T, env ...string) {
 
 func waitCaughtUp(t *testing.T, m *sync.Map, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.Eventually(t, "the subscription to go live", timeout, 10*time.Millisecond, func() bool {
 		found := false
 		m.Range(func(any, any) bool { found = true; return false })
-		if found {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription never went live")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return found
+	})
 }
 
 func checkAgainstStore(t *testing.T, c *client.Client, rec *recorder, head uint64) {
