@@ -3,16 +3,13 @@ package orisun_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -23,21 +20,10 @@ import (
 // server, so the ports are chosen before the nodes start.
 func clusterPorts(t *testing.T, n int) ([]int, []string) {
 	t.Helper()
-	var ports []int
+	ports := testutil.FreePorts(t, n)
 	var routes []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		p := l.Addr().(*net.TCPAddr).Port
-		ports = append(ports, p)
+	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-	}
-	for _, l := range ls {
-		l.Close()
 	}
 	return ports, routes
 }
@@ -111,16 +97,7 @@ func TestEmbeddedCluster_I2_I5(t *testing.T) {
 	}
 	waitSettled(t, nodes[lead], 60*time.Second)
 
-	nc, err := nats.Connect(other.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, stream.Name("default"))
+	s, err := jsOf(t, other).Stream(ctx, stream.Name("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,13 +115,8 @@ func TestEmbeddedCluster_I2_I5(t *testing.T) {
 	stop := subscribe(t, other, "default", 50, rec, orisun.SubscribeOptions{
 		OnCaughtUp: func(uint64) { wentLive.Store(true) },
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !wentLive.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription on a node that does not lead never went live on the shared stream")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the subscription on a node that does not lead to go live on the shared stream",
+		30*time.Second, 20*time.Millisecond, wentLive.Load)
 	for i := 0; i < 3; i++ {
 		if _, err := nodes[(lead+2)%3].Append(ctx, "default", events(10, "second", 64), nil); err != nil {
 			t.Fatal(err)

@@ -13,28 +13,29 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
-	"github.com/orisun-io/orisun/stream"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // usersNATS starts a NATS server with JetStream and users in the test
 // process: the NATS deployment a user already runs. orisun logs in as
-// "orisun"; clients without credentials (the test's stream checks) are
-// "reader".
-func usersNATS(t *testing.T) *server.Server {
+// "orisun" (join); clients without credentials (the test's stream checks)
+// are "reader"; extra users are added to those.
+func usersNATS(t *testing.T, extra ...*server.User) *usersServer {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: "users-nats",
 		Host:       "127.0.0.1",
 		Port:       -1,
 		JetStream:  true,
 		StoreDir:   t.TempDir(),
 		NoSigs:     true,
-		Users: []*server.User{
+		Users: append([]*server.User{
 			{Username: "orisun", Password: "s3cret"},
 			{Username: "reader", Password: "r"},
-		},
+		}, extra...),
 		NoAuthUser: "reader",
-	})
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,21 @@ func usersNATS(t *testing.T) *server.Server {
 		t.Fatal("the user's NATS server is not ready")
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
+	return &usersServer{Server: ns, opts: opts}
+}
+
+// usersServer is the NATS server of usersNATS and the options it runs
+// with (a test reloads them changed).
+type usersServer struct {
+	*server.Server
+	opts *server.Options
+}
+
+// join configures a node for PostgreSQL at pgURL and this NATS server,
+// logged in as "orisun".
+func (ns *usersServer) join(c *orisun.Config, pgURL string) {
+	c.Backend, c.PGURL = "postgres", pgURL
+	c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
 }
 
 // TestExternalNATS_I2_I5: with ORISUN_NATS_URL two nodes on one PostgreSQL
@@ -57,11 +72,7 @@ func TestExternalNATS_I2_I5(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
 	ns := usersNATS(t)
-	external := func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.NATSURL = ns.ClientURL()
-		c.NATSUser, c.NATSPassword = "orisun", "s3cret"
-	}
+	external := func(c *orisun.Config) { ns.join(c, url) }
 	nodes := []*orisun.Node{setup(t, "", external), setup(t, "", external)}
 	for _, n := range nodes {
 		if n.NATSURL() != ns.ClientURL() || n.NATSClusterURL() != "" {
@@ -94,13 +105,8 @@ func TestExternalNATS_I2_I5(t *testing.T) {
 	var wentLive atomic.Bool
 	rec := newRecorder(20)
 	stop := subscribe(t, other, "default", 20, rec, orisun.SubscribeOptions{OnCaughtUp: func(uint64) { wentLive.Store(true) }})
-	deadline := time.Now().Add(30 * time.Second)
-	for !wentLive.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription on the node that does not lead never went live on the external stream")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the subscription on the node that does not lead to go live on the external stream",
+		30*time.Second, 20*time.Millisecond, wentLive.Load)
 	if _, err := nodes[lead].Append(ctx, "default", events(15, "second", 64), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +137,7 @@ func TestPausedRemoteLeaderStoreServes_I5(t *testing.T) {
 	ctx := context.Background()
 	ns := usersNATS(t)
 	external := func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.NATSURL = ns.ClientURL()
-		c.NATSUser, c.NATSPassword = "orisun", "s3cret"
+		ns.join(c, url)
 		c.EventStreamMaxMsgs = 5
 		withHTTP(c)
 	}
@@ -158,24 +162,12 @@ func TestPausedRemoteLeaderStoreServes_I5(t *testing.T) {
 		},
 	})
 	waitDelivered(t, rec, 5, 30*time.Second)
-	for deadline := time.Now().Add(30 * time.Second); live.Load() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription on the node that does not lead never went live")
-		}
-	}
+	testutil.Eventually(t, "the subscription on the node that does not lead to go live", 30*time.Second, 20*time.Millisecond,
+		func() bool { return live.Load() > 0 })
 
 	// Pause the leader: the stream is at its limit and now refuses new
 	// messages.
-	js := jsOf(t, nodes[lead])
-	s, err := js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.Discard = jetstream.DiscardNew
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	setDiscard(t, nodes[lead], "default", jetstream.DiscardNew)
 	if _, err := nodes[lead].Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
 		t.Fatal(err)
 	}

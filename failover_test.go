@@ -1,16 +1,10 @@
 package orisun_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,203 +19,84 @@ import (
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
 // The tests of this file run real orisun processes (the binary of
 // cmd/orisun) on one PostgreSQL database, and fault them with signals.
 
-var buildOrisun = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "orisun-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "orisun")
-	out, err := exec.Command("go", "build", "-o", bin, "./cmd/orisun").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // relay is one orisun process.
 type relay struct {
+	*testutil.Process
 	id   string
 	port int
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  []string
-	done chan struct{}
 }
 
 func startRelay(t *testing.T, id, pgURL string, ttl time.Duration) *relay {
 	t.Helper()
-	bin, err := buildOrisun()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{id: id, port: freePort(t), done: make(chan struct{})}
-	r.cmd = exec.Command(bin)
-	r.cmd.Env = append(os.Environ(),
-		"ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
-		"ORISUN_DATA_DIR="+t.TempDir(), "ORISUN_NATS_PORT="+strconv.Itoa(r.port),
-		"ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_PUBLISH_BATCH=100",
-		"ORISUN_LOG_LEVEL=debug", "ORISUN_HTTP_ADDR=127.0.0.1:0")
-	stderr, err := r.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		s := bufio.NewScanner(stderr)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			r.mu.Lock()
-			r.log = append(r.log, s.Text())
-			r.mu.Unlock()
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	go func() { <-read; r.cmd.Wait(); close(r.done) }()
-	t.Cleanup(func() {
-		r.cmd.Process.Signal(syscall.SIGCONT)
-		r.cmd.Process.Kill()
-		<-r.done
-		if t.Failed() {
-			r.mu.Lock()
-			t.Logf("log of %s:\n%s", id, strings.Join(r.log, "\n"))
-			r.mu.Unlock()
-		}
-	})
-	return r
-}
-
-// logged reports whether a log line contains all of the words.
-func (r *relay) logged(words ...string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.log {
-		all := true
-		for _, w := range words {
-			all = all && strings.Contains(l, w)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
-func eventually(t *testing.T, what string, timeout time.Duration, ok func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
+	port := testutil.FreePort(t)
+	p := testutil.StartNode(t, id, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
+		"ORISUN_NATS_PORT="+strconv.Itoa(port), "ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms",
+		"ORISUN_PUBLISH_BATCH=100", "ORISUN_LOG_LEVEL=debug")
+	return &relay{Process: p, id: id, port: port}
 }
 
 // appender appends 10-event batches through its own store connection until
-// stopped, and records every acknowledged position and id.
+// halted, and records every acknowledged position and id.
 type appender struct {
 	store  *postgres.Store
 	mu     sync.Mutex
 	acked  map[uint64]string
 	failed int
-	stop   chan struct{}
-	done   chan struct{}
+	halt   func()
 }
 
 func startAppender(t *testing.T, store *postgres.Store) *appender {
-	a := &appender{store: store, acked: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		for i := 0; ; i++ {
-			select {
-			case <-a.stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			in := make([]event.Input, 10)
-			for j := range in {
-				in[j] = event.Input{Type: "failover.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
-			}
-			prepared, err := event.Prepare("default", in, event.Limits{})
-			if err != nil {
-				panic(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			res, err := store.Append(ctx, "default", prepared, nil)
-			cancel()
-			a.mu.Lock()
-			if err != nil {
-				a.failed++
-			} else {
-				for j := range prepared {
-					a.acked[res.First+uint64(j)] = prepared[j].ID
-				}
-			}
-			a.mu.Unlock()
+	a := &appender{store: store, acked: map[uint64]string{}}
+	i := 0
+	a.halt = testutil.Every(t, 5*time.Millisecond, func(context.Context) {
+		in := make([]event.Input, 10)
+		for j := range in {
+			in[j] = event.Input{Type: "failover.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
 		}
-	}()
-	t.Cleanup(a.halt)
+		i++
+		prepared, err := event.Prepare("default", in, event.Limits{})
+		if err != nil {
+			panic(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := store.Append(ctx, "default", prepared, nil)
+		cancel()
+		a.mu.Lock()
+		if err != nil {
+			a.failed++
+		} else {
+			for j := range prepared {
+				a.acked[res.First+uint64(j)] = prepared[j].ID
+			}
+		}
+		a.mu.Unlock()
+	})
 	return a
-}
-
-func (a *appender) halt() {
-	select {
-	case <-a.stop:
-	default:
-		close(a.stop)
-	}
-	<-a.done
 }
 
 // checkpointMonitor samples the checkpoint and fails on any decrease (I3).
 func checkpointMonitor(t *testing.T, store *postgres.Store) (stop func() uint64) {
-	done := make(chan struct{})
 	var last uint64
 	var decreased string
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			cp, err := store.Checkpoint(context.Background(), "default")
-			if err != nil {
-				continue
-			}
-			if cp < last && decreased == "" {
-				decreased = fmt.Sprintf("checkpoint went from %d back to %d", last, cp)
-			}
-			last = max(last, cp)
+	halt := testutil.Every(t, 10*time.Millisecond, func(context.Context) {
+		cp, err := store.Checkpoint(context.Background(), "default")
+		if err != nil {
+			return
 		}
-	}()
+		if cp < last && decreased == "" {
+			decreased = fmt.Sprintf("checkpoint went from %d back to %d", last, cp)
+		}
+		last = max(last, cp)
+	})
 	return func() uint64 {
-		close(done)
-		wg.Wait()
+		halt()
 		if decreased != "" {
 			t.Fatalf("I3: %s", decreased)
 		}
@@ -302,6 +177,31 @@ func settledOn(store *postgres.Store) bool {
 	return err1 == nil && err2 == nil && cp == b.Head
 }
 
+// waitHolder waits until node id holds the lease with a term above
+// before's, and returns how long that took.
+func waitHolder(t *testing.T, store *postgres.Store, id string, before backend.Lease, timeout time.Duration) time.Duration {
+	t.Helper()
+	return testutil.Eventually(t, id+" to take the lease", timeout, 20*time.Millisecond, func() bool {
+		l := holder(store)
+		return strings.HasPrefix(l.Holder, id+"#") && l.Term > before.Term
+	})
+}
+
+// waitCheckpoint waits until the checkpoint is past cp.
+func waitCheckpoint(t *testing.T, store *postgres.Store, what string, cp uint64, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, what, timeout, 20*time.Millisecond, func() bool {
+		c, err := store.Checkpoint(context.Background(), "default")
+		return err == nil && c > cp
+	})
+}
+
+// settle waits until the checkpoint is the head.
+func settle(t *testing.T, store *postgres.Store) {
+	t.Helper()
+	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
+}
+
 // checkAcked asserts that every acknowledged append is in the store at its
 // position (nothing acknowledged is lost).
 func (a *appender) checkAcked(t *testing.T, store *postgres.Store) int {
@@ -341,34 +241,28 @@ func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 2 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	b := startRelay(t, "node-b", url, ttl)
-	eventually(t, "node-b to stand by", 30*time.Second, func() bool { return b.logged("lease held by node-a") || b.logged("orisun started") })
+	testutil.Eventually(t, "node-b to stand by", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("lease held by node-a") || b.Logged("orisun started") })
 
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
-	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 300 })
+	waitCheckpoint(t, store, "node-a to publish", 300, 30*time.Second)
 	before := holder(store)
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := a.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	<-a.done
+	a.Wait()
 	cpAtKill, _ := store.Checkpoint(context.Background(), "default")
-	took := eventually(t, "node-b to take the lease", 30*time.Second, func() bool {
-		l := holder(store)
-		return strings.HasPrefix(l.Holder, "node-b#") && l.Term > before.Term
-	})
-	eventually(t, "node-b to publish past the old checkpoint", 30*time.Second, func() bool {
-		cp, _ := store.Checkpoint(context.Background(), "default")
-		return cp > cpAtKill
-	})
+	took := waitHolder(t, store, "node-b", before, 30*time.Second)
+	waitCheckpoint(t, store, "node-b to publish past the old checkpoint", cpAtKill, 30*time.Second)
 	published := time.Since(killed)
 	t.Logf("takeover: node-b held the lease %s after the SIGKILL (TTL %s) and checkpointed new events %s after it; took over from checkpoint %d",
 		took.Round(time.Millisecond), ttl, published.Round(time.Millisecond), cpAtKill)
 	time.Sleep(500 * time.Millisecond)
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	settle(t, store)
 	monitor()
 	n := app.checkAcked(t, store)
 	first, last := streamOf(t, b, store)
@@ -399,39 +293,33 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 3 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	b := startRelay(t, "node-b", url, ttl)
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
 	ctx := context.Background()
-	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 200 })
+	waitCheckpoint(t, store, "node-a to publish", 200, 30*time.Second)
 	before := holder(store)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	cpA, _ := store.Checkpoint(ctx, "default")
-	eventually(t, "node-b to take the lease", 30*time.Second, func() bool {
-		l := holder(store)
-		return strings.HasPrefix(l.Holder, "node-b#") && l.Term > before.Term
-	})
-	eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, func() bool {
-		cp, _ := store.Checkpoint(ctx, "default")
-		return cp > cpA
-	})
+	waitHolder(t, store, "node-b", before, 30*time.Second)
+	waitCheckpoint(t, store, "node-b to publish past node-a's checkpoint", cpA, 30*time.Second)
 	// Freeze node-b: from now on only node-a could move the checkpoint.
-	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
 	leaseB := holder(store)
 	cpB, _ := store.Checkpoint(ctx, "default")
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	// node-a steps down: by a refused checkpoint write, a refused renewal,
 	// or its own clock (the lease ran out while it was stopped).
-	eventually(t, "node-a to step down", ttl/2, func() bool { return a.logged("stepping down") })
+	testutil.Eventually(t, "node-a to step down", ttl/2, 20*time.Millisecond, func() bool { return a.Logged("stepping down") })
 	// A checkpoint write with node-a's term, as its publisher would send
 	// one, changes nothing even though it would move the checkpoint.
 	head, _ := store.Boundary(ctx, "default")
@@ -449,12 +337,12 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 	}
 	// The publisher goes to standby once its run returns, a moment after
 	// the lease loop logs the step-down.
-	eventually(t, "node-a's publisher to go to standby", 10*time.Second, func() bool { return a.logged("publisher standby") })
-	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	testutil.Eventually(t, "node-a's publisher to go to standby", 10*time.Second, 20*time.Millisecond, func() bool { return a.Logged("publisher standby") })
+	if err := b.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	settle(t, store)
 	monitor()
 	app.checkAcked(t, store)
 	// Whatever either node published is in place (I2).
@@ -474,10 +362,10 @@ func TestRelayRecoversFromConnectionLoss_I4(t *testing.T) {
 	url := pgtest.URL(t)
 	store := openPG(t, url)
 	a := startRelay(t, "node-a", url, 2*time.Second)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
-	eventually(t, "publishing", 30*time.Second, func() bool { cp, _ := store.Checkpoint(context.Background(), "default"); return cp > 200 })
+	waitCheckpoint(t, store, "publishing", 200, 30*time.Second)
 
 	db := pgtest.DatabaseName(t, url)
 	for i := 0; i < 3; i++ {
@@ -486,19 +374,13 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 		time.Sleep(300 * time.Millisecond)
 	}
 	cp1, _ := store.Checkpoint(context.Background(), "default")
-	eventually(t, "publishing after pg_terminate_backend", 30*time.Second, func() bool {
-		cp, _ := store.Checkpoint(context.Background(), "default")
-		return cp > cp1
-	})
+	waitCheckpoint(t, store, "publishing after pg_terminate_backend", cp1, 30*time.Second)
 
 	srv.CrashRestart(t)
 	cp2, _ := store.Checkpoint(context.Background(), "default")
-	eventually(t, "publishing after the PostgreSQL restart", 60*time.Second, func() bool {
-		cp, err := store.Checkpoint(context.Background(), "default")
-		return err == nil && cp > cp2
-	})
+	waitCheckpoint(t, store, "publishing after the PostgreSQL restart", cp2, 60*time.Second)
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	settle(t, store)
 	monitor()
 	n := app.checkAcked(t, store)
 	first, last := streamOf(t, a, store)
@@ -522,37 +404,33 @@ func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
 	store := openPG(t, url)
 	ttl := 90 * time.Second
 	a := startRelay(t, "node-a", url, ttl)
-	eventually(t, "node-a to lead", 30*time.Second, func() bool { return strings.HasPrefix(holder(store).Holder, "node-a#") })
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	b := startRelay(t, "node-b", url, ttl)
-	eventually(t, "node-b to be up", 30*time.Second, func() bool { return b.logged("orisun started") })
+	testutil.Eventually(t, "node-b to be up", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("orisun started") })
 	app := startAppender(t, store)
 	ctx := context.Background()
-	eventually(t, "node-a to publish", 30*time.Second, func() bool { cp, _ := store.Checkpoint(ctx, "default"); return cp > 100 })
+	waitCheckpoint(t, store, "node-a to publish", 100, 30*time.Second)
 	before := holder(store)
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	<-a.done
-	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := a.Wait().ExitCode(); code != 0 {
 		t.Fatalf("node-a exited with %d after SIGTERM, want 0", code)
 	}
-	if !a.logged("lease released") {
+	if !a.Logged("lease released") {
 		t.Fatal("node-a stopped without logging the release of its lease")
 	}
 	cpAtStop, _ := store.Checkpoint(ctx, "default")
-	took := eventually(t, "node-b to take the lease", ttl/2, func() bool {
+	took := testutil.Eventually(t, "node-b to take the lease", ttl/2, 20*time.Millisecond, func() bool {
 		l := holder(store)
 		return strings.HasPrefix(l.Holder, "node-b#") && l.Term == before.Term+1
 	})
-	eventually(t, "node-b to publish past node-a's checkpoint", 30*time.Second, func() bool {
-		cp, _ := store.Checkpoint(ctx, "default")
-		return cp > cpAtStop
-	})
+	waitCheckpoint(t, store, "node-b to publish past node-a's checkpoint", cpAtStop, 30*time.Second)
 	t.Logf("node-b held the lease %s after node-a's SIGTERM (TTL %s), %s after node-a exited",
 		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond))
 	app.halt()
-	eventually(t, "settled", 60*time.Second, func() bool { return settledOn(store) })
+	settle(t, store)
 	app.checkAcked(t, store)
 	first, last := streamOf(t, b, store)
 	head, _ := store.Boundary(ctx, "default")

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -63,7 +64,7 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(3)); err != nil {
 		t.Fatalf("publishing the forged message: %v", err)
 	}
-	waitFor(t, "the subscription to meet the forged message and go back to the store", 30*time.Second, func() bool {
+	testutil.Eventually(t, "the subscription to meet the forged message and go back to the store", 30*time.Second, 20*time.Millisecond, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(reasons) > 0
@@ -83,15 +84,5 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 	t.Logf("fell back %d times, first: %s", len(reasons), reasons[0])
 	if !strings.Contains(reasons[0], "sequence 4") {
 		t.Fatalf("fell back with %q, want the reason to name sequence 4", reasons[0])
-	}
-}
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
 	}
 }

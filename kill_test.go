@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/testhooks"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestMain lets the test binary run as a child relay process for the kill
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("ORISUN_TEST_CHILD") != "" {
 		os.Exit(childMain())
 	}
-	os.Exit(m.Run())
+	testutil.Main(m)
 }
 
 // childMain runs a node on ORISUN_DATA_DIR that appends batches, subscribes
@@ -86,25 +86,18 @@ func childMain() int {
 // gets every later position exactly once.
 func TestKilledBetweenAckAndCheckpoint_I3_I4_I5(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "ORISUN_TEST_CHILD=1", "ORISUN_DATA_DIR="+dir, "ORISUN_TEST_HANG_AT=15")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	child := testutil.StartProcess(t, testutil.Command{Name: "relay child", Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env: []string{"ORISUN_TEST_CHILD=1", "ORISUN_DATA_DIR=" + dir, "ORISUN_TEST_HANG_AT=15"}})
 
 	var delivered, acked, hungAt uint64
-	scan := bufio.NewScanner(stdout)
-	deadline := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	deadline := time.AfterFunc(60*time.Second, func() { child.Signal(syscall.SIGKILL) })
 	acks := 0
-	for scan.Scan() {
-		f := strings.Fields(scan.Text())
+	for {
+		line, ok := child.NextLine(t, 2*time.Minute)
+		if !ok {
+			break
+		}
+		f := strings.Fields(line)
 		if len(f) != 2 {
 			continue
 		}
@@ -125,15 +118,14 @@ func TestKilledBetweenAckAndCheckpoint_I3_I4_I5(t *testing.T) {
 			// then kill: the batch up to hungAt is acknowledged, its
 			// checkpoint not written.
 			time.Sleep(200 * time.Millisecond)
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			if err := child.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	deadline.Stop()
-	cmd.Wait()
 	if hungAt == 0 {
-		t.Fatalf("the child never reached the fault point; stderr:\n%s", stderr.String())
+		t.Fatalf("the child never reached the fault point; its output:\n%s", child.Tail(50))
 	}
 	t.Logf("killed with batch up to %d acknowledged and not checkpointed; subscriber at %d", hungAt, delivered)
 

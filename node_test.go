@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
@@ -22,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testhooks"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -211,16 +211,7 @@ func checkStream(t testing.TB, n *orisun.Node, boundary string) (first, last uin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, stream.Name(boundary))
+	s, err := jsOf(t, n).Stream(ctx, stream.Name(boundary))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,7 +770,7 @@ func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
 	}, testhooks.Option[orisun.Option](testhooks.Hooks{WrapStore: func(s backend.Store) backend.Store { ss.Store = s; return ss }}))
 	ctx := context.Background()
 	waitSettled(t, n, 20*time.Second)
-	eventually(t, "both publishers caught up", 20*time.Second, func() bool {
+	testutil.Eventually(t, "both publishers caught up", 20*time.Second, 20*time.Millisecond, func() bool {
 		st, err := n.Status(ctx)
 		if err != nil || len(st.Boundaries) != 2 {
 			return false

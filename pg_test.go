@@ -109,11 +109,7 @@ func TestSubscriberOnDemotedNodeReadsStore_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	// node-b takes the lease, as after node-a was paused past it.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(t, url)
 	if _, err := conn.Exec(ctx, `UPDATE orisun_leases SET holder = $1, term = term + 1,
 expires_at = clock_timestamp() + interval '1 hour' WHERE boundary = 'default'`, stB.LeaseHolder); err != nil {
 		t.Fatal(err)
@@ -208,12 +204,7 @@ VALUES ('default', $1, $2, 'unnotified', now(), '{}', '{}')`, p, event.NewID());
 func beginTx(t *testing.T, url string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
+	tx, err := pgtest.Connect(t, url).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -64,8 +63,7 @@ func TestPlacementSpreadsBoundaries(t *testing.T) {
 		names = append(names, fmt.Sprintf("b%02d", i))
 	}
 	cfg := func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+		ns.join(c, url)
 		c.Boundaries = names
 		c.LeaseTTL = time.Second
 	}
@@ -98,11 +96,7 @@ func TestPlacementSpreadsBoundaries(t *testing.T) {
 func TestPlacementCountsHeartbeats(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(context.Background()) })
+	admin := pgtest.Connect(t, url)
 	// A role of C's own, so that its store alone can be taken away.
 	role := fmt.Sprintf("orisun_test_node_%d", time.Now().UnixNano())
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN SUPERUSER"); err != nil {
@@ -123,8 +117,7 @@ func TestPlacementCountsHeartbeats(t *testing.T) {
 	}
 	cfg := func(pg string) func(*orisun.Config) {
 		return func(c *orisun.Config) {
-			c.Backend, c.PGURL = "postgres", pg
-			c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+			ns.join(c, pg)
 			c.Boundaries = names
 			c.LeaseTTL = 2 * time.Second
 		}
@@ -231,8 +224,7 @@ func TestDuplicateNodeIDReported(t *testing.T) {
 	url := pgtest.URL(t)
 	ns := usersNATS(t)
 	cfg := func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+		ns.join(c, url)
 		c.LeaseTTL = 300 * time.Millisecond
 	}
 	ctx := context.Background()
@@ -269,16 +261,13 @@ func TestDuplicateNodeIDReported(t *testing.T) {
 		logs *syncBuffer
 	}{{a, dirA, logsA}, {b, dirB, logsB}} {
 		var warning string
-		deadline := time.Now().Add(30 * time.Second)
-		for warning == "" {
-			if time.Now().After(deadline) {
-				t.Fatalf("node in %s: no status warning about the duplicate node id", c.dir)
-			}
-			time.Sleep(50 * time.Millisecond)
-			if st, err := c.n.Status(ctx); err == nil {
-				warning = st.Warning
-			}
-		}
+		testutil.Eventually(t, "a status warning about the duplicate node id of the node in "+c.dir, 30*time.Second, 50*time.Millisecond,
+			func() bool {
+				if st, err := c.n.Status(ctx); err == nil {
+					warning = st.Warning
+				}
+				return warning != ""
+			})
 		for _, want := range []string{c.n.Config().NodeID, filepath.Join(c.dir, "node-id"), "ORISUN_NODE_ID", "delete"} {
 			if !strings.Contains(warning, want) {
 				t.Fatalf("warning %q does not name %q", warning, want)
@@ -297,14 +286,8 @@ func TestDuplicateNodeIDReported(t *testing.T) {
 	if err := b.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if st, err := a.Status(ctx); err == nil && st.Warning == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the warning did not clear once the copy stopped")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the warning to clear once the copy stopped", 30*time.Second, 50*time.Millisecond, func() bool {
+		st, err := a.Status(ctx)
+		return err == nil && st.Warning == ""
+	})
 }

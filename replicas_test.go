@@ -15,6 +15,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -144,8 +145,7 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 	ns := usersNATS(t)
 	cfg := func(replicas int) func(*orisun.Config) {
 		return func(c *orisun.Config) {
-			c.Backend, c.PGURL = "postgres", url
-			c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "s3cret"
+			ns.join(c, url)
 			c.StreamReplicas = replicas
 		}
 	}
@@ -161,12 +161,7 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 	logs := &syncBuffer{}
 	second := setup(t, "", cfg(3), orisun.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	var warning string
-	deadline := time.Now().Add(30 * time.Second)
-	for warning == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("no warning in the status about the refused replica count")
-		}
-		time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, "a warning in the status about the refused replica count", 30*time.Second, 50*time.Millisecond, func() bool {
 		st, err := second.Status(ctx)
 		if err == nil && len(st.Boundaries) == 1 {
 			warning = st.Boundaries[0].Warning
@@ -174,7 +169,8 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 				t.Fatalf("status reports %d stream replicas, the stream has 1", st.Boundaries[0].StreamReplicas)
 			}
 		}
-	}
+		return warning != ""
+	})
 	if !strings.Contains(warning, "keeps 1 replica(s), not the 3") || !strings.Contains(warning, "non-clustered") {
 		t.Fatalf("warning %q does not say what was refused and JetStream's reason", warning)
 	}

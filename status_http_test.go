@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -211,16 +210,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSettled(t, n, 30*time.Second)
-	js := jsOf(t, n)
-	s, err := js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.Discard = jetstream.DiscardNew
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	setDiscard(t, n, "default", jetstream.DiscardNew)
 	if _, err := n.Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -246,10 +236,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		t.Fatalf("settled while 3 events wait: %+v", st)
 	}
 
-	cfg.Discard = jetstream.DiscardOld
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	setDiscard(t, n, "default", jetstream.DiscardOld)
 	l := waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 8 })
 	if strings.Contains(l.Reason, "maximum") || l.LagEvents != 0 {
 		t.Fatalf("recovered status still carries the pause: %+v", l)
@@ -263,6 +250,24 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	// Nothing was skipped: the stream's last sequence is the head.
 	if _, last := checkStream(t, n, "default"); last != 8 {
 		t.Fatalf("stream ends at %d, want 8", last)
+	}
+}
+
+// setDiscard sets the discard policy of the boundary's stream: with
+// jetstream.DiscardNew a full stream refuses new messages and the node's
+// publisher pauses.
+func setDiscard(t testing.TB, n *orisun.Node, boundary string, d jetstream.DiscardPolicy) {
+	t.Helper()
+	ctx := context.Background()
+	js := jsOf(t, n)
+	s, err := js.Stream(ctx, stream.Name(boundary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Discard = d
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -377,12 +382,7 @@ func appendRetry(ctx context.Context, n *orisun.Node, evs []orisun.Input) (orisu
 func insertRaw(t testing.TB, url, boundary, typ, data string) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = $1 RETURNING head)
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = $1 RETURNING head)
 		INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
 		SELECT $1, h.head, gen_random_uuid(), $2, now(), '{}', $3::json FROM h`, boundary, typ, data); err != nil {
 		t.Fatal(err)
@@ -444,12 +444,7 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 		t.Fatalf("a single node stepped down from a stalled boundary: term %d then %d, state %s", s.LeaseTerm, st.LeaseTerm, st.State)
 	}
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `UPDATE orisun_events SET data = '{"p":"repaired"}' WHERE boundary = 'default' AND position = 4`); err != nil {
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `UPDATE orisun_events SET data = '{"p":"repaired"}' WHERE boundary = 'default' AND position = 4`); err != nil {
 		t.Fatal(err)
 	}
 	l := waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 6 })

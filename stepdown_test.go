@@ -27,35 +27,12 @@ import (
 func TestStalledLeaderStepsDown_I2_I4_I5(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	opts := &server.Options{
-		ServerName: "users-nats",
-		Host:       "127.0.0.1",
-		Port:       -1,
-		JetStream:  true,
-		StoreDir:   t.TempDir(),
-		NoSigs:     true,
-		Users: []*server.User{
-			{Username: "orisun", Password: "s3cret"},
-			{Username: "node-a", Password: "a"},
-			{Username: "reader", Password: "r"},
-		},
-		NoAuthUser: "reader",
-	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("the NATS server is not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := usersNATS(t, &server.User{Username: "node-a", Password: "a"})
 
 	cfg := func(user, password string) func(*orisun.Config) {
 		return func(c *orisun.Config) {
-			c.Backend, c.PGURL = "postgres", url
-			c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), user, password
+			ns.join(c, url)
+			c.NATSUser, c.NATSPassword = user, password
 			c.LeaseTTL = 2 * time.Second
 			c.StallThreshold = time.Second
 		}
@@ -80,7 +57,7 @@ func TestStalledLeaderStepsDown_I2_I4_I5(t *testing.T) {
 	}
 
 	// A may no longer publish into the event subjects.
-	broken := opts.Clone()
+	broken := ns.opts.Clone()
 	for _, u := range broken.Users {
 		if u.Username == "node-a" {
 			u.Permissions = &server.Permissions{Publish: &server.SubjectPermission{Deny: []string{"orisun.events.>"}}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestHandlerErrorEndsSubscription: the handler's error ends the
@@ -170,48 +170,38 @@ func TestIdempotentRetryThroughNode(t *testing.T) {
 // TestNoGoroutineLeak: a node that appended, published, served a
 // subscription and its status listener leaves no goroutine behind once stopped.
 func TestNoGoroutineLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	func() {
-		dir := t.TempDir()
-		n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1, PollInterval: 20 * time.Millisecond, HTTPAddr: "127.0.0.1:0"})
-		if err != nil {
-			t.Fatal(err)
+	testutil.NoLeaks(t)
+	dir := t.TempDir()
+	n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1, PollInterval: 20 * time.Millisecond, HTTPAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The status listener too: a request and a scrape.
+	for _, path := range []string{"/status", "/metrics"} {
+		if code, _ := httpGet(t, n, path); code != 200 {
+			t.Fatalf("%s: %d", path, code)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		if err := n.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// The status listener too: a request and a scrape.
-		for _, path := range []string{"/status", "/metrics"} {
-			if code, _ := httpGet(t, n, path); code != 200 {
-				t.Fatalf("%s: %d", path, code)
-			}
-		}
-		if _, err := n.Append(ctx, "default", events(100, "a", 16), nil); err != nil {
-			t.Fatal(err)
-		}
-		r := newRecorder(0)
-		done := make(chan error, 1)
-		go func() { done <- n.Subscribe(ctx, "default", 0, r.handle, orisun.SubscribeOptions{}) }()
-		waitDelivered(t, r, 100, 10*time.Second)
-		if err := n.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; !errors.Is(err, event.ErrClosed) {
-			t.Fatalf("subscription ended with %v, want ErrClosed", err)
-		}
-		if err := n.Stop(); err != nil {
-			t.Fatalf("second stop: %v", err)
-		}
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := n.Append(ctx, "default", events(100, "a", 16), nil); err != nil {
+		t.Fatal(err)
+	}
+	r := newRecorder(0)
+	done := make(chan error, 1)
+	go func() { done <- n.Subscribe(ctx, "default", 0, r.handle, orisun.SubscribeOptions{}) }()
+	waitDelivered(t, r, 100, 10*time.Second)
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, event.ErrClosed) {
+		t.Fatalf("subscription ended with %v, want ErrClosed", err)
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatalf("second stop: %v", err)
 	}
 }
 

@@ -6,43 +6,26 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
-// buildNATS builds the nats CLI from tools/natscli (natscli v0.5.0, a module
-// of its own so that it stays out of orisun's go.mod) once per test binary.
-// A failed build fails the tests that need it.
-var buildNATS = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "orisun-natscli")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "nats")
-	cmd := exec.Command("go", "build", "-C", "../tools/natscli", "-o", bin, "github.com/nats-io/natscli/nats")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the nats CLI: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+// natsCLIBinary is the nats CLI from tools/natscli (natscli v0.5.0, a
+// module of its own so that it stays out of orisun's go.mod).
+var natsCLIBinary = testutil.Binary{Pkg: "github.com/nats-io/natscli/nats", Module: "tools/natscli"}
 
 // natsCLI runs the nats CLI against url with a home of its own (no saved
 // contexts of the machine interfere) and returns its standard output. The
 // timeout is short because `nats micro ls` waits all of it for answers.
 func natsCLI(t *testing.T, url string, args ...string) string {
 	t.Helper()
-	bin, err := buildNATS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append([]string{"--server", url, "--timeout", "3s"}, args...)...)
+	cmd := exec.Command(testutil.Build(t, natsCLIBinary), append([]string{"--server", url, "--timeout", "3s"}, args...)...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
 	var stderr strings.Builder
@@ -122,7 +105,7 @@ func TestWithTheNATSCLI(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			bin, _ := buildNATS()
+			bin := testutil.Build(t, natsCLIBinary)
 			home := t.TempDir()
 			cmd := exec.Command(bin, "--server", url, "stream", "get", "ORISUN_default", fmt.Sprint(seq), "--json")
 			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)

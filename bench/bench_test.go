@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -106,13 +104,8 @@ func checkDropped(t *testing.T, serverURL, progress string) {
 		t.Fatalf("the progress names no database created:\n%s", progress)
 	}
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", m[1]).Scan(&n); err != nil {
+	if err := pgtest.Connect(t, serverURL).QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = $1", m[1]).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {

@@ -66,16 +66,7 @@ func sqliteProjection(t *testing.T, name string) projection[*sql.Tx] {
 				t.Fatal(err)
 			}
 			defer rows.Close()
-			out := map[uint64]int{}
-			for rows.Next() {
-				var p int64
-				var n int
-				if err := rows.Scan(&p, &n); err != nil {
-					t.Fatal(err)
-				}
-				out[uint64(p)] = n
-			}
-			return out
+			return countRows(t, rows)
 		},
 		setEpoch: func(t *testing.T, epoch string) {
 			if _, err := db.Exec(`UPDATE orisun_consumer_checkpoints SET epoch = ?`, epoch); err != nil {
@@ -112,19 +103,7 @@ func pgCounts(t *testing.T, pool *pgxpool.Pool) map[uint64]int {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[uint64]int{}
-	for rows.Next() {
-		var p int64
-		var n int
-		if err := rows.Scan(&p, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[uint64(p)] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return countRows(t, rows)
 }
 
 func pgProjection(t *testing.T, name string) projection[pgx.Tx] {
@@ -154,6 +133,47 @@ func pgProjection(t *testing.T, name string) projection[pgx.Tx] {
 			return err
 		},
 	}
+}
+
+// startNode starts a node in this process with cfg, NATS on a random port
+// and a poll interval of 50 ms, and stops it when the test ends.
+func startNode(t *testing.T, cfg orisun.Config) *orisun.Node {
+	t.Helper()
+	cfg.NATSPort, cfg.PollInterval = -1, 50*time.Millisecond
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	n, err := orisun.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop() })
+	return n
+}
+
+// countRows reads the (position, n) rows of a projection's table.
+func countRows(t *testing.T, rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}) map[uint64]int {
+	t.Helper()
+	out := map[uint64]int{}
+	for rows.Next() {
+		var p int64
+		var n int
+		if err := rows.Scan(&p, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[uint64(p)] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestHandlerSQLite_I5(t *testing.T) {
@@ -300,15 +320,8 @@ func TestNamesChecked(t *testing.T) {
 // rebuild and reset.
 func TestRunResumes_I5(t *testing.T) {
 	t.Parallel()
-	n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := startNode(t, orisun.Config{})
 	ctx := context.Background()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Stop() })
 	p := sqliteProjection(t, "totals")
 	if err := p.cp.EnsureSchema(ctx); err != nil {
 		t.Fatal(err)
@@ -368,7 +381,7 @@ func TestRunResumes_I5(t *testing.T) {
 	}
 
 	p.setEpoch(t, uuid.NewString())
-	err = p.cp.Run(ctx, n, fn)
+	err := p.cp.Run(ctx, n, fn)
 	var ee *checkpoint.EpochError
 	if !errors.Is(err, event.ErrEpochChanged) || !errors.As(err, &ee) || !strings.Contains(err.Error(), "Reset") {
 		t.Fatalf("Run with a checkpoint of another epoch: %v", err)

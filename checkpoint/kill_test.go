@@ -1,12 +1,10 @@
 package checkpoint_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestMain lets the test binary run as a consumer child process for the
@@ -34,7 +33,7 @@ func TestMain(m *testing.M) {
 	case "naive":
 		os.Exit(naiveMain())
 	}
-	os.Exit(m.Run())
+	testutil.Main(m)
 }
 
 // consumerMain projects boundary "default" into the PostgreSQL database of
@@ -127,40 +126,13 @@ func naiveMain() int {
 	return fail("subscribe", err)
 }
 
-type consumerProc struct {
-	cmd    *exec.Cmd
-	lines  chan string
-	stderr *strings.Builder
-	done   chan struct{}
-}
-
-func startConsumer(t *testing.T, url, id string, env ...string) *consumerProc {
+// startConsumer starts this test binary as a consumer child process
+// (TestMain) projecting into the database of url.
+func startConsumer(t *testing.T, url, id string, env ...string) *testutil.Process {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), "ORISUN_TEST_CHILD=consumer", "ORISUN_TEST_PROJECTION_URL="+url,
-		"ORISUN_DATA_DIR="+t.TempDir(), "ORISUN_NODE_ID="+id), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &consumerProc{cmd: cmd, lines: make(chan string, 1<<16), stderr: &strings.Builder{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(p.done)
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			select {
-			case p.lines <- s.Text():
-			default: // the parent only needs the first few hundred
-			}
-		}
-		cmd.Wait()
-	}()
-	t.Cleanup(func() { cmd.Process.Kill(); <-p.done })
-	return p
+	return testutil.StartProcess(t, testutil.Command{Name: id, Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env: append([]string{"ORISUN_TEST_CHILD=consumer", "ORISUN_TEST_PROJECTION_URL=" + url,
+			"ORISUN_DATA_DIR=" + t.TempDir(), "ORISUN_NODE_ID=" + id}, env...)})
 }
 
 // TestConsumerKilledAppliesEachEventOnce_I5: a consumer projecting into
@@ -183,17 +155,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	leader, err := orisun.New(orisun.Config{
-		Backend: "postgres", PGURL: url, DataDir: t.TempDir(), NodeID: "leader",
-		NATSPort: -1, PollInterval: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leader.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { leader.Stop() })
+	leader := startNode(t, orisun.Config{Backend: "postgres", PGURL: url, NodeID: "leader"})
 
 	// Appends continue through every kill.
 	stop := make(chan struct{})
@@ -231,20 +193,10 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 		// start-up (schema, node start, checkpoint load).
 		k := rng.IntN(400)
 		last := ""
-		for i := 0; i < k; i++ {
-			select {
-			case l := <-p.lines:
-				last = l
-			case <-p.done:
-				t.Fatalf("round %d: the consumer ended by itself after %d lines; stderr:\n%s", round, i, p.stderr.String())
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("round %d: the consumer applied only %d events in 2 minutes; stderr:\n%s", round, i, p.stderr.String())
-			}
+		for range k {
+			last = p.WaitLine(t, "applied ", 2*time.Minute)
 		}
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-p.done
+		p.Kill(t)
 		t.Logf("round %d: SIGKILL after %d applications (last %q)", round, k, last)
 	}
 	close(stop)
@@ -277,18 +229,16 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 			}
 			break
 		}
-		select {
-		case <-p.done:
-			t.Fatalf("the final consumer ended at %d of %d; stderr:\n%s", st.Position, head, p.stderr.String())
-		default:
+		if p.Exited() {
+			t.Fatalf("the final consumer ended at %d of %d; its output:\n%s", st.Position, head, p.Tail(20))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the final consumer reached %d of %d in 3 minutes", st.Position, head)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	p.Signal(syscall.SIGKILL)
+	p.Wait()
 
 	if err := exactlyOnce(pgCounts(t, pool), head); err != nil {
 		t.Fatalf("%v (I5)", err)
@@ -317,17 +267,7 @@ func exactlyOnce(counts map[uint64]int, head uint64) error {
 func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	leader, err := orisun.New(orisun.Config{
-		Backend: "postgres", PGURL: url, DataDir: t.TempDir(), NodeID: "leader",
-		NATSPort: -1, PollInterval: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leader.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { leader.Stop() })
+	leader := startNode(t, orisun.Config{Backend: "postgres", PGURL: url, NodeID: "leader"})
 	in := make([]orisun.Input, 100)
 	for i := range in {
 		in[i] = orisun.Input{Type: "kill.naive", Data: []byte(`{}`)}
@@ -335,28 +275,15 @@ func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
 	if _, err := leader.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitLine := func(p *consumerProc, want string) {
-		t.Helper()
-		for {
-			select {
-			case l := <-p.lines:
-				if l == want {
-					return
-				}
-			case <-p.done:
-				t.Fatalf("the naive consumer ended before %q; stderr:\n%s", want, p.stderr.String())
-			}
-		}
-	}
 	p := startConsumer(t, url, "naive-1", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_HANG_AT=40", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
-	waitLine(p, "applied 40")
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	p.WaitLine(t, "applied 40", 2*time.Minute)
+	p.Signal(syscall.SIGKILL)
+	p.Wait()
 	p = startConsumer(t, url, "naive-2", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
-	waitLine(p, "applied 100")
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-	err = exactlyOnce(pgCounts(t, pgPool(t, url)), 100)
+	p.WaitLine(t, "applied 100", 2*time.Minute)
+	p.Signal(syscall.SIGKILL)
+	p.Wait()
+	err := exactlyOnce(pgCounts(t, pgPool(t, url)), 100)
 	if err == nil || !strings.Contains(err.Error(), "position 40 applied 2 times") {
 		t.Fatalf("the checker missed the naive consumer's double application: %v", err)
 	}

@@ -1,19 +1,12 @@
 package client_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,99 +14,18 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
-// build compiles the orisun binary once per test binary.
-var build = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "orisun-client-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "orisun")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/orisun-io/orisun/cmd/orisun").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-// freePort returns a loopback port nothing listens on now: the relay is
-// restarted on the same port, so it cannot be random per start.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-type relay struct {
-	cmd     *exec.Cmd
-	started chan struct{}
-	done    chan struct{}
-	log     strings.Builder
-	mu      sync.Mutex
-}
-
 // startRelay runs the orisun binary on dir and port, and waits until it
-// logs that it started.
-func startRelay(t *testing.T, dir string, port int, env ...string) *relay {
+// logs that it started. The port is the caller's: the relay is restarted
+// on the same port, so it cannot be random per start.
+func startRelay(t *testing.T, dir string, port int, env ...string) *testutil.Process {
 	t.Helper()
-	bin, err := build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), append([]string{"ORISUN_DATA_DIR=" + dir, fmt.Sprintf("ORISUN_NATS_PORT=%d", port),
-		"ORISUN_POLL_INTERVAL=20ms", "ORISUN_PUBLISH_BATCH=50", "ORISUN_HTTP_ADDR=127.0.0.1:0"}, env...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{cmd: cmd, started: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		s := bufio.NewScanner(stderr)
-		once := sync.Once{}
-		for s.Scan() {
-			r.mu.Lock()
-			r.log.WriteString(s.Text() + "\n")
-			r.mu.Unlock()
-			if strings.Contains(s.Text(), "orisun started") {
-				once.Do(func() { close(r.started) })
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		cmd.Wait()
-		close(r.done)
-	}()
-	t.Cleanup(func() { cmd.Process.Kill(); <-r.done })
-	select {
-	case <-r.started:
-	case <-r.done:
-		t.Fatalf("relay exited before starting:\n%s", r.logs())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("relay did not start within 60s:\n%s", r.logs())
-	}
+	r := testutil.StartNode(t, "relay", append([]string{"ORISUN_DATA_DIR=" + dir, fmt.Sprintf("ORISUN_NATS_PORT=%d", port),
+		"ORISUN_POLL_INTERVAL=20ms", "ORISUN_PUBLISH_BATCH=50"}, env...)...)
+	r.WaitLine(t, "orisun started", 60*time.Second)
 	return r
-}
-
-func (r *relay) logs() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.log.String()
-}
-
-func (r *relay) kill(t *testing.T) {
-	t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-r.done
 }
 
 // recorder checks I5 as events arrive: each position is the one after the
@@ -204,7 +116,7 @@ func TestClientAgainstRelayProcessPostgres_I5(t *testing.T) {
 
 func testClientAgainstRelay(t *testing.T, env ...string) {
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	r := startRelay(t, dir, port, env...)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	c, err := client.Connect(url, client.Name("client-test"), client.Timeout(5*time.Second))
@@ -276,7 +188,7 @@ func testClientAgainstRelay(t *testing.T, env ...string) {
 	d, _ := rec.delivered()
 	rec.waitFor(t, d+100, 60*time.Second)
 
-	r.kill(t)
+	r.Kill(t)
 	killedAt, _ := rec.delivered()
 	t.Logf("relay killed; subscription at %d", killedAt)
 	startRelay(t, dir, port, env...)
@@ -310,18 +222,11 @@ func testClientAgainstRelay(t *testing.T, env ...string) {
 
 func waitCaughtUp(t *testing.T, m *sync.Map, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.Eventually(t, "the subscription to go live", timeout, 10*time.Millisecond, func() bool {
 		found := false
 		m.Range(func(any, any) bool { found = true; return false })
-		if found {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription never went live")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return found
+	})
 }
 
 func checkAgainstStore(t *testing.T, c *client.Client, rec *recorder, head uint64) {

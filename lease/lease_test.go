@@ -11,6 +11,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/lease"
 )
 
@@ -58,17 +59,6 @@ func (l *leaders) get() (string, []uint64, bool) {
 	return l.current, append([]uint64(nil), l.terms...), l.overlap
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestOneLeaderAndHandOver_I6: of two runners one leads, the other waits
 // and sees the holder; when the leader stops it releases the lease and the
 // other takes over at once with a higher term.
@@ -86,17 +76,17 @@ func TestOneLeaderAndHandOver_I6(t *testing.T) {
 		defer wg.Done()
 		(&lease.Runner{Store: s, Holder: "a", TTL: ttl}).Run(ctxA, "b", l.lead("a"), nil)
 	}()
-	waitFor(t, "a to lead", 5*time.Second, func() bool { c, _, _ := l.get(); return c == "a" })
+	testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
 	go func() {
 		defer wg.Done()
 		(&lease.Runner{Store: s, Holder: "b", TTL: ttl}).Run(ctxB, "b", l.lead("b"), func(h backend.Lease, err error) {
 			seenHolder.Store(h.Holder)
 		})
 	}()
-	waitFor(t, "b to see a as the holder", 5*time.Second, func() bool { h, _ := seenHolder.Load().(string); return h == "a" })
+	testutil.Eventually(t, "b to see a as the holder", 5*time.Second, 5*time.Millisecond, func() bool { h, _ := seenHolder.Load().(string); return h == "a" })
 	start := time.Now()
 	stopA()
-	waitFor(t, "b to lead", 5*time.Second, func() bool { c, _, _ := l.get(); return c == "b" })
+	testutil.Eventually(t, "b to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "b" })
 	if took := time.Since(start); took > ttl/2 {
 		t.Fatalf("takeover took %s: the lease was not released on a clean stop", took)
 	}
@@ -137,9 +127,9 @@ func TestLeaderStepsDownWhenLeaseLost(t *testing.T) {
 		defer close(done)
 		(&lease.Runner{Store: s, Holder: "a", TTL: 300 * time.Millisecond}).Run(ctx, "b", l.lead("a"), nil)
 	}()
-	waitFor(t, "a to lead", 5*time.Second, func() bool { c, _, _ := l.get(); return c == "a" })
+	testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
 	s.fail.Store(true)
-	waitFor(t, "a to step down", 2*time.Second, func() bool { c, _, _ := l.get(); return c == "" })
+	testutil.Eventually(t, "a to step down", 2*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "" })
 	s.fail.Store(false)
 	cancel()
 	<-done
@@ -165,7 +155,7 @@ func TestYieldNeverOrphansABoundary(t *testing.T) {
 			}
 		})
 	}()
-	waitFor(t, "a leads despite yielding", 10*time.Second, func() bool { cur, _, _ := l.get(); return cur == "a" })
+	testutil.Eventually(t, "a leads despite yielding", 10*time.Second, 5*time.Millisecond, func() bool { cur, _, _ := l.get(); return cur == "a" })
 	cancel()
 	<-done
 	if asked.Load() != 2 || yieldedSeen.Load() != 2 {
@@ -187,11 +177,11 @@ func TestStepDownReleasesTheLease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(ctx, "b", l.lead("a"), nil) }()
-	waitFor(t, "a leads", 10*time.Second, func() bool { cur, _, _ := l.get(); return cur == "a" })
+	testutil.Eventually(t, "a leads", 10*time.Second, 5*time.Millisecond, func() bool { cur, _, _ := l.get(); return cur == "a" })
 	step.Store(true)
 	// A release sets the expiry to the epoch; a lease left to run out
 	// would expire about now instead.
-	waitFor(t, "the lease released", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the lease released", 10*time.Second, 5*time.Millisecond, func() bool {
 		cur, err := s.LeaseHolder(context.Background(), "b")
 		return err == nil && cur.Expires.Before(time.Unix(1, 0))
 	})
@@ -243,14 +233,14 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 			}
 		})
 	}()
-	waitFor(t, "a to lead", 5*time.Second, func() bool {
+	testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool {
 		cur, _ := s.LeaseHolder(ctx, "b")
 		return cur.Holder == "a" && cur.Expires.After(time.Now())
 	})
 	stalled.Store(true)
 	// Released (a release expires the lease at the Unix epoch, unlike a
 	// lease running out) while the work still hangs.
-	waitFor(t, "the lease released", 5*time.Second, func() bool {
+	testutil.Eventually(t, "the lease released", 5*time.Second, 5*time.Millisecond, func() bool {
 		cur, _ := s.LeaseHolder(ctx, "b")
 		return cur.Holder == "a" && cur.Expires.Unix() <= 0
 	})
@@ -271,7 +261,7 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 	}
 	close(unblock)
 	<-returned
-	waitFor(t, "the observer to hear the step-down", 5*time.Second, func() bool { _, ok := observed.Load("sd"); return ok })
+	testutil.Eventually(t, "the observer to hear the step-down", 5*time.Second, 5*time.Millisecond, func() bool { _, ok := observed.Load("sd"); return ok })
 	if hold := sd.Until.Sub(sd.At); hold != 2*ttl {
 		t.Fatalf("hold-off %s, want two TTLs (%s)", hold, 2*ttl)
 	}
@@ -289,7 +279,7 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	waitFor(t, "a to lead again", 10*time.Second, func() bool {
+	testutil.Eventually(t, "a to lead again", 10*time.Second, 5*time.Millisecond, func() bool {
 		cur, _ := s.LeaseHolder(ctx, "b")
 		return cur.Holder == "a" && cur.Term > other.Term
 	})
@@ -350,7 +340,7 @@ func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
 	go func() { defer close(done); r.Run(ctx, "b", lead, nil) }()
 	<-inside
 	stalled.Store(true)
-	waitFor(t, "the runner to decide to step down", 5*time.Second, asked.Load)
+	testutil.Eventually(t, "the runner to decide to step down", 5*time.Second, 5*time.Millisecond, asked.Load)
 	// The section is in flight, within its deadline (the renewed expiry,
 	// a TTL after the last renewal): the lease stays with a, and nobody
 	// else can take it.
@@ -367,7 +357,7 @@ func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
 		t.Fatalf("another holder acquiring during the fenced section: %v, want ErrLeaseHeld", err)
 	}
 	close(leave)
-	waitFor(t, "the lease released once the section ended", 5*time.Second, func() bool {
+	testutil.Eventually(t, "the lease released once the section ended", 5*time.Second, 5*time.Millisecond, func() bool {
 		cur, _ := s.LeaseHolder(ctx, "b")
 		return cur.Holder == "a" && cur.Expires.Unix() <= 0
 	})
@@ -376,7 +366,7 @@ func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
 		t.Fatal("the work returned before the test let it")
 	default:
 	}
-	waitFor(t, "the work to try a section after the step-down", 5*time.Second, func() bool { return lateErr.Load() != nil })
+	testutil.Eventually(t, "the work to try a section after the step-down", 5*time.Second, 5*time.Millisecond, func() bool { return lateErr.Load() != nil })
 	if err := lateErr.Load().(errOrNil).err; !errors.Is(err, lease.ErrSteppingDown) {
 		t.Fatalf("EnterFence after the step-down began: %v, want ErrSteppingDown", err)
 	}
@@ -451,7 +441,7 @@ func TestSharedStallKeepsALeader_I4(t *testing.T) {
 			wg.Add(1)
 			go func() { defer wg.Done(); r.Run(ctx, "b", m.lead(h, since), nil) }()
 			if i == 0 {
-				waitFor(t, "a to lead first", 5*time.Second, func() bool { return since.Load() != 0 })
+				testutil.Eventually(t, "a to lead first", 5*time.Second, 5*time.Millisecond, func() bool { return since.Load() != 0 })
 			}
 		}
 		time.Sleep(d)

@@ -1,23 +1,33 @@
 package migrations
 
 import (
+	"embed"
 	"strings"
 	"testing"
 	"testing/fstest"
 )
 
-func TestListSQLite(t *testing.T) {
-	ms, err := List(SQLite, SQLiteDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ms[0].Version != 1 || ms[0].Name != "0001_init.sql" {
-		t.Fatalf("first migration = %d %s, want 1 0001_init.sql", ms[0].Version, ms[0].Name)
-	}
-	for _, m := range ms {
-		if strings.TrimSpace(m.SQL) == "" {
-			t.Errorf("%s is empty", m.Name)
-		}
+// TestListEmbedded: each dialect's embedded migrations start at version 1
+// with 0001_init.sql, and none is empty.
+func TestListEmbedded(t *testing.T) {
+	for _, d := range []struct {
+		fsys embed.FS
+		dir  string
+	}{{SQLite, SQLiteDir}, {Postgres, PostgresDir}} {
+		t.Run(d.dir, func(t *testing.T) {
+			ms, err := List(d.fsys, d.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms[0].Version != 1 || ms[0].Name != "0001_init.sql" {
+				t.Fatalf("first migration = %d %s, want 1 0001_init.sql", ms[0].Version, ms[0].Name)
+			}
+			for _, m := range ms {
+				if strings.TrimSpace(m.SQL) == "" {
+					t.Errorf("%s is empty", m.Name)
+				}
+			}
+		})
 	}
 }
 
@@ -54,20 +64,5 @@ func TestListIgnoresOtherFiles(t *testing.T) {
 	}
 	if len(ms) != 2 || ms[1].Name != "0002_b.sql" {
 		t.Fatalf("List = %+v, want 0001_a.sql and 0002_b.sql", ms)
-	}
-}
-
-func TestListPostgres(t *testing.T) {
-	ms, err := List(Postgres, PostgresDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ms[0].Version != 1 || ms[0].Name != "0001_init.sql" {
-		t.Fatalf("first migration = %d %s, want 1 0001_init.sql", ms[0].Version, ms[0].Name)
-	}
-	for _, m := range ms {
-		if strings.TrimSpace(m.SQL) == "" {
-			t.Errorf("%s is empty", m.Name)
-		}
 	}
 }

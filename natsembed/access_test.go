@@ -13,6 +13,8 @@ import (
 	"github.com/orisun-io/orisun/natsembed"
 )
 
+// startServer starts an embedded server with cfg on a random port and a
+// store directory of the test's, and stops it when the test ends.
 func startServer(t *testing.T, cfg natsembed.Config) *natsembed.Server {
 	t.Helper()
 	cfg.Port = -1

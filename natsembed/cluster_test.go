@@ -3,7 +3,6 @@ package natsembed_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -11,28 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/internal/testcert"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/natsembed"
 )
-
-// freePorts returns n free TCP ports on loopback (routes must be known
-// before the servers start: a JetStream cluster needs them on every server).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
 
 // TestClusterRouteAuthAndTLS: three embedded servers join one cluster over
 // TLS routes with a route user and password (every server gets the same
@@ -40,30 +20,22 @@ func freePorts(t *testing.T, n int) []int {
 // leader; a fourth server with the wrong route password is not admitted.
 func TestClusterRouteAuthAndTLS(t *testing.T) {
 	certs := testcert.Write(t, t.TempDir())
-	ports := freePorts(t, 4)
+	// The routes must be known before the servers start: a JetStream
+	// cluster needs them on every server.
+	ports := testutil.FreePorts(t, 4)
 	var routes []string
 	for _, p := range ports[:3] {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
 	tlsCfg := &natsembed.TLS{CertFile: certs.PeerCert, KeyFile: certs.PeerKey, CAFile: certs.CA}
 	start := func(i int, password string) *natsembed.Server {
-		s, err := natsembed.New(natsembed.Config{
-			Port:       -1,
-			StoreDir:   t.TempDir(),
+		return startServer(t, natsembed.Config{
 			ServerName: fmt.Sprintf("n%d", i),
 			Cluster: &natsembed.Cluster{
 				Name: "c", Port: ports[i], Routes: routes,
 				User: "route", Password: password, TLS: tlsCfg,
 			},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Stop)
-		return s
 	}
 	var servers []*natsembed.Server
 	for i := range 3 {

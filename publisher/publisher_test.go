@@ -18,6 +18,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
@@ -113,17 +114,6 @@ func (e *env) checkStream(t *testing.T) uint64 {
 	return info.State.LastSeq
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestStalePublisherCannotMisplace_I6_I3: a publisher whose lease term is
 // stale runs beside the current one while events are appended. Nothing it
 // does places a message out of position (I2, I6), its checkpoint write is
@@ -132,18 +122,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 func TestStalePublisherCannotMisplace_I6_I3(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var current backend.Lease
-	waitFor(t, "the stale lease to expire and node-b to take it", 5*time.Second, func() bool {
-		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
-		return err == nil
-	})
-	if current.Term <= stale.Term {
-		t.Fatalf("new term %d not above stale term %d", current.Term, stale.Term)
-	}
+	stale, current := e.deposed(t)
 
 	// The stale publisher gets its own connection, as another node would.
 	nc2, err := e.ns.Connect("stale")
@@ -183,7 +162,7 @@ appending:
 		t.Fatalf("stale publisher ended with %v, want ErrLeaseLost", badErr)
 	}
 	head := func() uint64 { b, _ := e.store.Boundary(ctx, "b"); return b.Head }
-	waitFor(t, "the checkpoint to reach the head", 20*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint to reach the head", 20*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == head()
 	})
@@ -236,7 +215,7 @@ func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the stalled state", 5*time.Second, func() bool {
+	testutil.Eventually(t, "the stalled state", 5*time.Second, 10*time.Millisecond, func() bool {
 		st := p.Status()
 		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
 	})
@@ -268,7 +247,7 @@ func TestStreamOfOtherEpochIsRecreated_I2(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the checkpoint at 10", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint at 10", 10*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == 10
 	})
@@ -298,7 +277,7 @@ func TestCleanStopCheckpoints_I3(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "publishing under way", 10*time.Second, func() bool {
+	testutil.Eventually(t, "publishing under way", 10*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp >= 1000
 	})
@@ -334,14 +313,14 @@ func foreignMessage(t *testing.T, lim stream.Limits, after int) (*env, *publishe
 	go func() { done <- p.Run(runCtx, l) }()
 	t.Cleanup(func() { cancel(); <-done })
 	e.append(t, 3)
-	waitFor(t, "the checkpoint at 3", 10*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 3 })
+	testutil.Eventually(t, "the checkpoint at 3", 10*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 3 })
 	if _, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
 	e.append(t, after)
 	wake <- struct{}{}
 	head := uint64(3 + after)
-	waitFor(t, "the checkpoint at the head", 20*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == head })
+	testutil.Eventually(t, "the checkpoint at the head", 20*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == head })
 	return e, p
 }
 
@@ -413,7 +392,7 @@ func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the checkpoint at 10 with no new event", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint at 10 with no new event", 10*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == 10
 	})
@@ -430,38 +409,60 @@ func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 // with ErrLeaseLost, and the stream is untouched.
 func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
 	e := setup(t)
+	stale, _ := e.deposed(t)
+	e.foreignStream(t)
+	e.refusedLeavingStream(t, stale, "the deposed publisher")
+}
+
+// deposed gives the boundary's lease to node-a for 100 ms, then to node-b
+// once it expired, and returns both: node-a's term is stale.
+func (e *env) deposed(t *testing.T) (stale, current backend.Lease) {
+	t.Helper()
 	ctx := context.Background()
 	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var current backend.Lease
-	waitFor(t, "node-b takes the expired lease", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the stale lease to expire and node-b to take it", 10*time.Second, 10*time.Millisecond, func() bool {
 		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
 		return err == nil
 	})
-	if current.Term == stale.Term {
-		t.Fatalf("new term %d equals the stale one", current.Term)
+	if current.Term <= stale.Term {
+		t.Fatalf("new term %d not above stale term %d", current.Term, stale.Term)
 	}
+	return stale, current
+}
+
+// foreignStream creates the boundary's stream for another epoch, holding
+// one message: a stream that a current leader deletes and recreates, a
+// fenced operation.
+func (e *env) foreignStream(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := e.js.CreateStream(ctx, stream.Config("b", "another-epoch", stream.Limits{}, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	p := e.publisher(e.js, nil)
-	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+}
+
+// refusedLeavingStream runs a publisher on lease l, which the fence must
+// refuse: it ends with ErrLeaseLost and the foreign stream is untouched
+// (I6).
+func (e *env) refusedLeavingStream(t *testing.T, l backend.Lease, who string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.Run(runCtx, stale); !errors.Is(err, event.ErrLeaseLost) {
-		t.Fatalf("deposed publisher ended with %v, want ErrLeaseLost", err)
+	if err := e.publisher(e.js, nil).Run(ctx, l); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("%s ended with %v, want ErrLeaseLost", who, err)
 	}
 	s, err := e.js.Stream(ctx, stream.Name("b"))
 	if err != nil {
-		t.Fatalf("stream gone after a deposed publisher ran: %v", err)
+		t.Fatalf("stream gone after %s ran: %v", who, err)
 	}
-	info := s.CachedInfo()
-	if stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
-		t.Fatalf("deposed publisher changed the stream: epoch %q, %d messages", stream.Epoch(&info.Config), info.State.Msgs)
+	if info := s.CachedInfo(); stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
+		t.Fatalf("%s changed the stream: epoch %q, %d messages", who, stream.Epoch(&info.Config), info.State.Msgs)
 	}
 }
 
@@ -479,33 +480,15 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the lease to expire", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the lease to expire", 10*time.Second, 10*time.Millisecond, func() bool {
 		l, err := e.store.LeaseHolder(ctx, "b")
 		return err == nil && time.Now().After(l.Expires.Add(10*time.Millisecond))
 	})
 	if l, _ := e.store.LeaseHolder(ctx, "b"); l.Holder != "node-a" || l.Term != expired.Term {
 		t.Fatalf("lease row %+v, want node-a's expired term %d still there", l, expired.Term)
 	}
-	if _, err := e.js.CreateStream(ctx, stream.Config("b", "another-epoch", stream.Limits{}, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.js.Publish(ctx, stream.Subject("b", "t"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	p := e.publisher(e.js, nil)
-	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := p.Run(runCtx, expired); !errors.Is(err, event.ErrLeaseLost) {
-		t.Fatalf("publisher with an expired lease ended with %v, want ErrLeaseLost", err)
-	}
-	s, err := e.js.Stream(ctx, stream.Name("b"))
-	if err != nil {
-		t.Fatalf("stream gone after a publisher with an expired lease ran: %v", err)
-	}
-	if info := s.CachedInfo(); stream.Epoch(&info.Config) != "another-epoch" || info.State.Msgs != 1 {
-		t.Fatalf("a publisher with an expired lease changed the stream: epoch %q, %d messages",
-			stream.Epoch(&info.Config), info.State.Msgs)
-	}
+	e.foreignStream(t)
+	e.refusedLeavingStream(t, expired, "a publisher with an expired lease")
 
 	// A current lease, short, and a stream behind the checkpoint: the
 	// fence renews the lease for the publisher's TTL before purging.
@@ -529,12 +512,12 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if _, err := e.js.CreateStream(ctx, stream.Config("b", b.Epoch, stream.Limits{}, 1)); err != nil {
 		t.Fatal(err)
 	}
-	p = publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
 		PollInterval: 20 * time.Millisecond, LeaseTTL: time.Hour})
 	runCtx2, cancel2 := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx2, cur) }()
-	waitFor(t, "the lease renewed by the fence", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the lease renewed by the fence", 10*time.Second, 10*time.Millisecond, func() bool {
 		l, err := e.store.LeaseHolder(ctx, "b")
 		return err == nil && l.Term == cur.Term && l.Expires.After(cur.Expires.Add(10*time.Minute))
 	})
@@ -542,7 +525,7 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("publisher with a current lease: %v", err)
 	}
-	s, err = e.js.Stream(ctx, stream.Name("b"))
+	s, err := e.js.Stream(ctx, stream.Name("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +589,7 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 		t.Fatal("the publisher never deleted the stream of another epoch")
 	}
 	stalled.Store(true)
-	waitFor(t, "the runner to decide to step down", 10*time.Second, asked.Load)
+	testutil.Eventually(t, "the runner to decide to step down", 10*time.Second, 10*time.Millisecond, asked.Load)
 	for end := time.Now().Add(ttl / 10); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if cur, err := e.store.LeaseHolder(ctx, "b"); err != nil || cur.Holder != "a" || cur.Expires.Unix() <= 0 {
 			t.Fatalf("lease %+v (err %v) released while the fenced delete was in flight", cur, err)
@@ -622,7 +605,7 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 	if err := <-js.err; err != nil {
 		t.Fatalf("the fenced delete failed: %v", err)
 	}
-	waitFor(t, "the lease released after the delete returned", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the lease released after the delete returned", 10*time.Second, 10*time.Millisecond, func() bool {
 		cur, _ := e.store.LeaseHolder(ctx, "b")
 		return cur.Holder == "a" && cur.Expires.Unix() <= 0
 	})
@@ -681,7 +664,7 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 		default:
 		}
 	}
-	waitFor(t, "the checkpoint at 2000", 30*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 2000 })
+	testutil.Eventually(t, "the checkpoint at 2000", 30*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 2000 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -724,7 +707,7 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(runCtx, l) }()
-	waitFor(t, "the checkpoint at 1000", 60*time.Second, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 1000 })
+	testutil.Eventually(t, "the checkpoint at 1000", 60*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 1000 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -780,9 +763,9 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 		return hs[0]
 	}
 	checkpoint := func() uint64 { cp, _ := e.store.Checkpoint(ctx, "b"); return cp }
-	waitFor(t, "the first 2 events published", 10*time.Second, func() bool { return checkpoint() == 2 })
+	testutil.Eventually(t, "the first 2 events published", 10*time.Second, 10*time.Millisecond, func() bool { return checkpoint() == 2 })
 	// Idle at 2: a head of 2 is not behind; a held row or another epoch is.
-	waitFor(t, "the publisher idle at the head", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the publisher idle at the head", 10*time.Second, 10*time.Millisecond, func() bool {
 		return p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: head().Boundary.Epoch, Head: 3}})
 	})
 	h := head()
@@ -810,11 +793,11 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 		t.Fatalf("checkpoint %d before any wake-up, want 2: the publisher polled although its poll interval is an hour", cp)
 	}
 	wake <- struct{}{}
-	waitFor(t, "the 3 events published after the wake-up", 10*time.Second, func() bool { return checkpoint() == 5 })
+	testutil.Eventually(t, "the 3 events published after the wake-up", 10*time.Second, 10*time.Millisecond, func() bool { return checkpoint() == 5 })
 	if last := e.checkStream(t); last != 5 {
 		t.Fatalf("stream last %d, want 5", last)
 	}
-	waitFor(t, "the publisher idle at 5, not behind", 10*time.Second, func() bool {
+	testutil.Eventually(t, "the publisher idle at 5, not behind", 10*time.Second, 10*time.Millisecond, func() bool {
 		return !p.Behind(head()) && p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: h.Boundary.Epoch, Head: 6}})
 	})
 }
@@ -882,7 +865,7 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 	// The write of checkpoint 1 is held. New events must still go out.
 	e.append(t, 5)
 	kick()
-	waitFor(t, "positions 2..6 published while checkpoint 1 is being written", 30*time.Second, func() bool {
+	testutil.Eventually(t, "positions 2..6 published while checkpoint 1 is being written", 30*time.Second, 10*time.Millisecond, func() bool {
 		kick()
 		return streamLast() == 6
 	})
@@ -890,7 +873,7 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 		t.Fatalf("checkpoint %d stored while its write was held", cp)
 	}
 	close(g.gate)
-	waitFor(t, "the checkpoint to catch up with 6", 30*time.Second, func() bool {
+	testutil.Eventually(t, "the checkpoint to catch up with 6", 30*time.Second, 10*time.Millisecond, func() bool {
 		cp, _ := e.store.Checkpoint(ctx, "b")
 		return cp == 6
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // The outcomes of a group transaction at its edges: a COMMIT that fails, a
@@ -53,12 +54,12 @@ func TestRetryInAGroupWhoseCommitFails(t *testing.T) {
 			a[0].Data = []byte(`{"boom":true}`)
 			queued, release := s.holdGroups("orders")
 			outs := []<-chan appendOutcome{appendAsync(s, context.Background(), "orders", a, nil)}
-			waitFor(t, "first queued", func() bool { return queued() == 1 })
+			testutil.Eventually(t, "first queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 1 })
 			outs = append(outs, appendAsync(s, context.Background(), "orders", append(a[:0:0], a...), nil))
-			waitFor(t, "retry queued", func() bool { return queued() == 2 })
+			testutil.Eventually(t, "retry queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 2 })
 			if tail {
 				outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), nil))
-				waitFor(t, "tail queued", func() bool { return queued() == 3 })
+				testutil.Eventually(t, "tail queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 3 })
 			}
 			release()
 			for i, o := range outs {
@@ -101,9 +102,9 @@ FOR EACH ROW EXECUTE FUNCTION test_poison();`)
 	written[0].Data = []byte(`{"poison":true}`)
 	queued, release := s.holdGroups("orders")
 	oc := appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), cond)
-	waitFor(t, "conditional queued", func() bool { return queued() == 1 })
+	testutil.Eventually(t, "conditional queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 1 })
 	ow := appendAsync(s, context.Background(), "orders", written, nil)
-	waitFor(t, "unconditional queued", func() bool { return queued() == 2 })
+	testutil.Eventually(t, "unconditional queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 2 })
 	release()
 	rc, rw := <-oc, <-ow
 	if rw.err != nil || rw.res.First != 2 {
@@ -195,7 +196,7 @@ func TestGroupIsOneRoundTrip(t *testing.T) {
 		var outs []<-chan appendOutcome
 		for i, c := range conds {
 			outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), c))
-			waitFor(t, "request queued", func() bool { return queued() == i+1 })
+			testutil.Eventually(t, "request queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == i+1 })
 		}
 		before, groups := s.batches.Load(), s.groups.Load()
 		release()
@@ -298,7 +299,7 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	for range 3 {
 		outs = append(outs, appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil))
 	}
-	waitFor(t, "three requests queued behind the stalled group", func() bool {
+	testutil.Eventually(t, "three requests queued behind the stalled group", 20*time.Second, 2*time.Millisecond, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.queues["orders"]) == 3

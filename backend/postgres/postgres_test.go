@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/migrations"
 )
 
@@ -87,26 +87,7 @@ func create(t testing.TB, s *Store, names ...string) {
 // of the test.
 func connect(t testing.TB, s *Store) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), s.cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
-
-// waitFor polls cond until it holds, failing after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after 20s", what)
-		}
-		<-tick.C
-	}
+	return pgtest.Connect(t, s.cfg.URL)
 }
 
 // lockWaiters counts the backends of the store's database waiting for a
@@ -190,7 +171,7 @@ func stall(t *testing.T, s *Store, boundary string, n int) (release func(), firs
 	before := s.groups.Load()
 	waitersBefore := lockWaiters(t, s)
 	first = appendAsync(s, context.Background(), boundary, prepared(t, boundary, n), nil)
-	waitFor(t, "the worker waits for the head row", func() bool {
+	testutil.Eventually(t, "the worker waits for the head row", 20*time.Second, 2*time.Millisecond, func() bool {
 		return s.groups.Load() == before+1 && lockWaiters(t, s) > waitersBefore
 	})
 	return release, first
@@ -265,15 +246,7 @@ func TestNaiveSequenceSkips_I1NegativeControl(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	open := func() *pgx.Conn {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close(ctx) })
-		return conn
-	}
-	reader, tx1c, tx2c := open(), open(), open()
+	reader, tx1c, tx2c := pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL)
 	if _, err := reader.Exec(ctx, `CREATE TABLE naive (seq bigserial PRIMARY KEY, note text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +341,7 @@ func TestReverseCommitOrder_I1(t *testing.T) {
 		p, _, commit := holdHead(t, s, "orders", 1) // transaction A draws p
 		waiters := lockWaiters(t, s)
 		second := appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil) // B starts
-		waitFor(t, "the second append waits for the head row", func() bool { return lockWaiters(t, s) > waiters })
+		testutil.Eventually(t, "the second append waits for the head row", 20*time.Second, 2*time.Millisecond, func() bool { return lockWaiters(t, s) > waiters })
 		select {
 		case o := <-second:
 			t.Fatalf("round %d: the second append finished (%+v, %v) while position %d was uncommitted", round, o.res, o.err, p)
@@ -429,7 +402,7 @@ func TestSlowAppender(t *testing.T) {
 	for range 5 {
 		waiting = append(waiting, appendAsync(s, ctx, "slow", prepared(t, "slow", 2), nil))
 	}
-	waitFor(t, "an append to the slow boundary waits for its head row", func() bool { return lockWaiters(t, s) > waiters })
+	testutil.Eventually(t, "an append to the slow boundary waits for its head row", 20*time.Second, 2*time.Millisecond, func() bool { return lockWaiters(t, s) > waiters })
 
 	// Another boundary: several appends, each finishing while the slow one
 	// is held (a deadline, not a timing assertion: waiting for the held
@@ -490,19 +463,17 @@ func mustAppendN(t testing.TB, s *Store, boundary string, n int) event.AppendRes
 
 // --- group commit ------------------------------------------------------------
 
-// TestGroupCommit: appends that wait while a group is in flight commit
-// together in the next group, one transaction for all of them.
-func TestGroupCommit(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{})
-	create(t, s, "orders")
-	release, first := stall(t, s, "orders", 3)
-	const callers = 20
+// groupsBehindStall stalls a group on boundary (stall), queues callers
+// appends of n events each behind it, releases the stall, and returns how
+// many groups (transactions) the queued appends took once all succeeded.
+func groupsBehindStall(t *testing.T, s *Store, boundary string, callers, n int) int64 {
+	t.Helper()
+	release, first := stall(t, s, boundary, n)
 	var outs []<-chan appendOutcome
 	for range callers {
-		outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 3), nil))
+		outs = append(outs, appendAsync(s, context.Background(), boundary, prepared(t, boundary, n), nil))
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == int64(callers) })
 	before := s.groups.Load()
 	release()
 	if o := <-first; o.err != nil {
@@ -513,7 +484,17 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatal(o.err)
 		}
 	}
-	if n := s.groups.Load() - before; n != 1 {
+	return s.groups.Load() - before
+}
+
+// TestGroupCommit: appends that wait while a group is in flight commit
+// together in the next group, one transaction for all of them.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	create(t, s, "orders")
+	const callers = 20
+	if n := groupsBehindStall(t, s, "orders", callers, 3); n != 1 {
 		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
 	}
 	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
@@ -527,25 +508,8 @@ func TestGroupMaxEvents(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{GroupMaxEvents: 10})
 	create(t, s, "orders")
-	release, first := stall(t, s, "orders", 4)
-	const callers = 12
-	var outs []<-chan appendOutcome
-	for range callers {
-		outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 4), nil))
-	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
-	before := s.groups.Load()
-	release()
-	if o := <-first; o.err != nil {
-		t.Fatal(o.err)
-	}
-	for _, out := range outs {
-		if o := <-out; o.err != nil {
-			t.Fatal(o.err)
-		}
-	}
 	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
-	if n := s.groups.Load() - before; n != 6 {
+	if n := groupsBehindStall(t, s, "orders", 12, 4); n != 6 {
 		t.Fatalf("%d transactions, want 6", n)
 	}
 	checkDense(t, mustRead(t, s, "orders"))
@@ -598,7 +562,7 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 	for i, r := range reqs {
 		outs[i] = appendAsync(s, context.Background(), "orders", r.in, r.cond)
 		// One at a time, so the queue (and the group) keeps this order.
-		waitFor(t, "request queued", func() bool { return s.waiting.Load() == int64(i+1) })
+		testutil.Eventually(t, "request queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == int64(i+1) })
 	}
 	before := s.groups.Load()
 	release()
@@ -654,7 +618,7 @@ func TestCancelledWhileQueuedWritesNothing(t *testing.T) {
 	for range callers {
 		outs = append(outs, appendAsync(s, ctx, "orders", prepared(t, "orders", 2), nil))
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	cancel()
 	for _, out := range outs {
 		if o := <-out; !errors.Is(o.err, context.Canceled) {
@@ -691,12 +655,12 @@ func TestCloseWithQueuedAppends(t *testing.T) {
 		in := prepared(t, "orders", 2)
 		qs = append(qs, queued{in, appendAsync(s, context.Background(), "orders", in, nil)})
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
 	// Close waits for the group in flight, which waits for the row; the
 	// queued callers are refused at once.
-	waitFor(t, "queued callers refused", func() bool { return s.isClosed() && s.waiting.Load() == 0 })
+	testutil.Eventually(t, "queued callers refused", 20*time.Second, 2*time.Millisecond, func() bool { return s.isClosed() && s.waiting.Load() == 0 })
 	release()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -965,7 +929,7 @@ func TestNotifyAcrossStores(t *testing.T) {
 		default:
 		}
 	})
-	waitFor(t, "b listens", func() bool { return b.listens.Load() == 1 && listenerPID(t, b) != 0 })
+	testutil.Eventually(t, "b listens", 20*time.Second, 2*time.Millisecond, func() bool { return b.listens.Load() == 1 && listenerPID(t, b) != 0 })
 
 	expectWake := func(what string) {
 		t.Helper()
@@ -987,7 +951,7 @@ func TestNotifyAcrossStores(t *testing.T) {
 
 	pid := listenerPID(t, b)
 	pgtest.Exec(t, `SELECT pg_terminate_backend($1)`, pid)
-	waitFor(t, "b's listener reconnects", func() bool {
+	testutil.Eventually(t, "b's listener reconnects", 20*time.Second, 2*time.Millisecond, func() bool {
 		cur := listenerPID(t, b)
 		return b.listens.Load() >= 2 && cur != 0 && cur != pid
 	})
@@ -1112,7 +1076,7 @@ WHERE datname = $1 AND application_name = 'killed_store'`, pgtest.DatabaseName(t
 	t.Logf("%d appends acknowledged, %d refused with ErrUnavailable", len(ok)/2, len(refused))
 
 	// The store recovers by itself.
-	waitFor(t, "appends succeed again", func() bool {
+	testutil.Eventually(t, "appends succeed again", 20*time.Second, 2*time.Millisecond, func() bool {
 		_, err := s.Append(ctx, "orders", prepared(t, "orders", 1), nil)
 		return err == nil
 	})
@@ -1195,7 +1159,7 @@ func TestReadLimitMustBePositive(t *testing.T) {
 // counts the process's goroutines.
 func TestNoGoroutineLeak(t *testing.T) {
 	dbURL := pgtest.URL(t)
-	before := runtime.NumGoroutine()
+	testutil.NoLeaks(t)
 	for range 3 {
 		s, err := Open(context.Background(), Config{URL: dbURL})
 		if err != nil {
@@ -1217,21 +1181,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		waitFor(t, "the listener is up", func() bool { return s.listens.Load() == 1 })
+		testutil.Eventually(t, "the listener is up", 20*time.Second, 2*time.Millisecond, func() bool { return s.listens.Load() == 1 })
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/migrations"
 )
 
@@ -361,7 +361,7 @@ func stall(t *testing.T, s *Store, boundary string, n int) (release func(), firs
 		_, err := s.Append(context.Background(), boundary, in, nil)
 		errs <- err
 	}()
-	waitFor(t, "the writer begins a group", func() bool { return s.groups.Load() == before+1 })
+	testutil.Eventually(t, "the writer begins a group", 10*time.Second, time.Millisecond, func() bool { return s.groups.Load() == before+1 })
 	return release, errs
 }
 
@@ -381,7 +381,7 @@ func TestCancelledWhileQueuedWritesNothing(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	cancel()
 	for range callers {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
@@ -426,12 +426,12 @@ func TestCloseWithQueuedAppends(t *testing.T) {
 			out <- outcome{in, err}
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	closed := make(chan error)
 	go func() { closed <- s.Close() }()
 	// Close waits for the writer, which waits for the connection; the
 	// queued callers are refused at once.
-	waitFor(t, "queued callers refused", func() bool { return s.closed() && s.waiting.Load() == 0 })
+	testutil.Eventually(t, "queued callers refused", 10*time.Second, time.Millisecond, func() bool { return s.closed() && s.waiting.Load() == 0 })
 	release()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -464,24 +464,22 @@ func TestCloseWithQueuedAppends(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: appends that wait while a group is in flight commit
-// together in the next group, one transaction for all of them.
-func TestGroupCommit(t *testing.T) {
-	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	release, first := stall(t, s, "orders", 3)
-	const callers = 20
+// groupsBehindStall stalls the writer on a group for boundary (stall),
+// queues callers appends of n events each behind it, releases the stall,
+// and returns how many groups (transactions) the queued appends took once
+// all succeeded.
+func groupsBehindStall(t *testing.T, s *Store, boundary string, callers, n int) int64 {
+	t.Helper()
+	release, first := stall(t, s, boundary, n)
 	errs := make(chan error, callers)
 	for range callers {
-		in := prepared(t, "orders", 3)
+		in := prepared(t, boundary, n)
 		go func() {
-			_, err := s.Append(context.Background(), "orders", in, nil)
+			_, err := s.Append(context.Background(), boundary, in, nil)
 			errs <- err
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == int64(callers) })
 	before := s.groups.Load()
 	release()
 	if err := <-first; err != nil {
@@ -492,7 +490,18 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.groups.Load() - before; n != 1 {
+	return s.groups.Load() - before
+}
+
+// TestGroupCommit: appends that wait while a group is in flight commit
+// together in the next group, one transaction for all of them.
+func TestGroupCommit(t *testing.T) {
+	s := setup(t, Config{})
+	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	const callers = 20
+	if n := groupsBehindStall(t, s, "orders", callers, 3); n != 1 {
 		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
 	}
 	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
@@ -507,46 +516,14 @@ func TestGroupMaxEvents(t *testing.T) {
 	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
 		t.Fatal(err)
 	}
-	release, first := stall(t, s, "orders", 4)
-	const callers = 12
-	errs := make(chan error, callers)
-	for range callers {
-		in := prepared(t, "orders", 4)
-		go func() {
-			_, err := s.Append(context.Background(), "orders", in, nil)
-			errs <- err
-		}()
-	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
-	before := s.groups.Load()
-	release()
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for range callers {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
 	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
-	if n := s.groups.Load() - before; n != 6 {
+	const callers = 12
+	if n := groupsBehindStall(t, s, "orders", callers, 4); n != 6 {
 		t.Fatalf("%d transactions, want 6", n)
 	}
 	_, events, err := s.Read(t.Context(), "orders", 0, 1000, nil)
 	if err != nil || len(events) != 4*(callers+1) {
 		t.Fatalf("Read: %d events, %v; want %d", len(events), err, 4*(callers+1))
-	}
-}
-
-// waitFor polls cond until it holds, failing after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after 10s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -633,7 +610,7 @@ func TestErrorTranslation(t *testing.T) {
 
 func TestNoGoroutineLeak(t *testing.T) {
 	// Not parallel: it counts the process's goroutines.
-	before := runtime.NumGoroutine()
+	testutil.NoLeaks(t)
 	for range 3 {
 		s, err := Open(context.Background(), Config{Dir: t.TempDir()})
 		if err != nil {
@@ -659,14 +636,6 @@ func TestNoGoroutineLeak(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -754,7 +723,7 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 			results <- result{ids: ids, res: res, err: err, poison: poison}
 		}()
 	}
-	waitFor(t, "callers queued", func() bool { return s.waiting.Load() == callers })
+	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	release()
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -842,7 +811,7 @@ func TestMergedRun(t *testing.T) {
 		outs := make([]<-chan appendOutcome, len(reqs))
 		for i, in := range reqs {
 			outs[i] = appendAsync(in)
-			waitFor(t, "request held", func() bool { return queued() == i+1 })
+			testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
 		}
 		release()
 		got := make([]appendOutcome, len(reqs))
@@ -931,7 +900,7 @@ func TestMergedRunEdges(t *testing.T) {
 		n        int
 	}{{ctx, "orders", 1}, {cctx, "orders", 2}, {ctx, "orders", 1}, {ctx, "nope", 1}, {ctx, "nope", 1}, {ctx, "orders", 1}} {
 		outs = append(outs, send(r.ctx, r.boundary, prepared(t, r.boundary, r.n)))
-		waitFor(t, "request held", func() bool { return queued() == i+1 })
+		testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
 	}
 	cancel()
 	if o := <-outs[1]; !errors.Is(o.err, context.Canceled) {
@@ -1108,7 +1077,7 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	for range 3 {
 		outs = append(outs, appendAsync())
 	}
-	waitFor(t, "three requests wait behind the stalled group", func() bool { return s.waiting.Load() == 3 })
+	testutil.Eventually(t, "three requests wait behind the stalled group", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == 3 })
 	groups := s.groups.Load()
 	release()
 	if err := <-first; err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"github.com/orisun-io/orisun"
 	"os"
 	"os/exec"
 	"regexp"
@@ -12,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // serveNode runs `orisun serve` on a temporary directory and returns its
@@ -20,7 +21,7 @@ import (
 func serveNode(t *testing.T, env ...string) string {
 	t.Helper()
 	p := start(t, t.TempDir(), env...)
-	line := p.waitLine(t, "orisun started")
+	line := p.WaitLine(t, "orisun started", lineWait)
 	m := regexp.MustCompile(`nats_url=(\S+)`).FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("no nats_url in %q", line)
@@ -167,10 +168,7 @@ func TestCLITail(t *testing.T) {
 			t.Fatal(errs)
 		}
 	}
-	bin, err := build()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testutil.OrisunBinary(t)
 	cmd := exec.Command(bin, "tail", "default", "--from", "1", "--json")
 	cmd.Env = append(os.Environ(), "ORISUN_URL="+url)
 	stdout, err := cmd.StdoutPipe()

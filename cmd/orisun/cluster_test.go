@@ -93,9 +93,8 @@ func TestClusterConfig(t *testing.T) {
 // that names the variable and says SQLite stays single-node.
 func TestSQLiteClusterRefusedAtStart(t *testing.T) {
 	p := start(t, t.TempDir(), "ORISUN_NATS_CLUSTER_NAME=orisun", "ORISUN_NATS_CLUSTER_ROUTES=nats-route://127.0.0.1:6222")
-	line := p.waitLine(t, "ORISUN_NATS_CLUSTER_NAME")
-	<-p.done
-	if code := p.cmd.ProcessState.ExitCode(); code != 2 {
+	line := p.WaitLine(t, "ORISUN_NATS_CLUSTER_NAME", lineWait)
+	if code := p.Wait().ExitCode(); code != 2 {
 		t.Fatalf("exit code %d, want 2 (configuration refused)", code)
 	}
 	if !strings.Contains(line, "SQLite stays single-node") || !strings.Contains(line, "ORISUN_BACKEND=postgres") {

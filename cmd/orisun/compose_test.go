@@ -236,15 +236,15 @@ func TestComposeFileMatchesConfig(t *testing.T) {
 // exits 0 against a ready node and 1 once nothing answers.
 func TestHealthcheckCommand(t *testing.T) {
 	p := start(t, t.TempDir())
-	addr := p.httpAddrOf(t)
-	p.waitLine(t, "orisun started")
+	addr := httpAddrOf(t, p)
+	p.WaitLine(t, "orisun started", lineWait)
 	if code, out, errOut := runBin(t, "healthcheck", "--http", addr); code != 0 || !strings.Contains(out, "200") {
 		t.Fatalf("healthcheck of a ready node: exit %d, %q %q", code, out, errOut)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-p.done
+	p.Wait()
 	if code, _, _ := runBin(t, "healthcheck", "--http", addr); code != 1 {
 		t.Fatalf("healthcheck of a stopped node: exit %d, want 1", code)
 	}

@@ -1,20 +1,19 @@
 package main
 
 import (
-	"bufio"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun/internal/testcert"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
+
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("ORISUN_BOUNDARIES", "orders,payments")
@@ -64,84 +63,15 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 	}
 }
 
-// build compiles the command once per test binary.
-var build = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "orisun-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "orisun")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", &buildError{string(out)}
-	}
-	return bin, nil
-})
-
-type buildError struct{ out string }
-
-func (e *buildError) Error() string { return "go build: " + e.out }
-
-type proc struct {
-	cmd   *exec.Cmd
-	lines chan string
-	done  chan struct{}
-}
-
-// start runs `orisun serve` on dir with a random NATS port and status
-// listener; env adds or overrides variables.
-func start(t *testing.T, dir string, env ...string) *proc {
+// start runs `orisun serve` on dir (testutil.StartNode: a random NATS
+// port and status listener); env adds or overrides variables.
+func start(t *testing.T, dir string, env ...string) *testutil.Process {
 	t.Helper()
-	bin, err := build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "ORISUN_DATA_DIR="+dir, "ORISUN_NATS_PORT=-1", "ORISUN_LOG_FORMAT=text", "ORISUN_HTTP_ADDR=127.0.0.1:0")
-	cmd.Env = append(cmd.Env, env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, lines: make(chan string, 1000), done: make(chan struct{})}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		defer close(p.lines)
-		s := bufio.NewScanner(stderr)
-		for s.Scan() {
-			p.lines <- s.Text()
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	t.Cleanup(func() { cmd.Process.Kill(); <-p.done })
-	// Wait closes the pipe: call it only once every line has been read,
-	// or the last lines can be lost.
-	go func() { <-read; cmd.Wait(); close(p.done) }()
-	return p
+	return testutil.StartNode(t, "orisun", append([]string{"ORISUN_DATA_DIR=" + dir, "ORISUN_LOG_FORMAT=text"}, env...)...)
 }
 
-// waitLine waits for a log line containing s and returns it.
-func (p *proc) waitLine(t *testing.T, s string) string {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("process ended before logging %q", s)
-			}
-			if strings.Contains(l, s) {
-				return l
-			}
-		case <-timeout:
-			t.Fatalf("no log line with %q within 30s", s)
-		}
-	}
-}
+// lineWait is how long a test waits for a log line of an orisun process.
+const lineWait = 30 * time.Second
 
 // TestServeStopsCleanlyOnSignal runs the real binary: it starts with no
 // configuration but a data directory, a second process on the same
@@ -151,41 +81,38 @@ func (p *proc) waitLine(t *testing.T, s string) string {
 func TestServeStopsCleanlyOnSignal(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, dir)
-	p.waitLine(t, "orisun started")
-	p.waitLine(t, "publisher leading")
+	p.WaitLine(t, "orisun started", lineWait)
+	p.WaitLine(t, "publisher leading", lineWait)
 
 	second := start(t, dir)
-	line := second.waitLine(t, "start failed")
+	line := second.WaitLine(t, "start failed", lineWait)
 	if !strings.Contains(line, "locked") {
 		t.Fatalf("second process on the same directory: %s", line)
 	}
-	<-second.done
-	if second.cmd.ProcessState.ExitCode() == 0 {
+	if second.Wait().ExitCode() == 0 {
 		t.Fatal("second process exited 0")
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	p.waitLine(t, "lease released")
-	p.waitLine(t, "orisun stopped")
-	<-p.done
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+	p.WaitLine(t, "lease released", lineWait)
+	p.WaitLine(t, "orisun stopped", lineWait)
+	if code := p.Wait().ExitCode(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
 	}
 
 	// Ctrl-C (SIGINT) stops it the same way, and the directory the first
 	// process left serves again.
 	p = start(t, dir)
-	p.waitLine(t, "publisher leading")
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	p.WaitLine(t, "publisher leading", lineWait)
+	if err := p.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	p.waitLine(t, "shutting down")
-	p.waitLine(t, "lease released")
-	p.waitLine(t, "orisun stopped")
-	<-p.done
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+	p.WaitLine(t, "shutting down", lineWait)
+	p.WaitLine(t, "lease released", lineWait)
+	p.WaitLine(t, "orisun stopped", lineWait)
+	if code := p.Wait().ExitCode(); code != 0 {
 		t.Fatalf("exit code %d after SIGINT", code)
 	}
 }

@@ -9,18 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // httpAddrOf waits for the process's status listener and returns its address.
-func (p *proc) httpAddrOf(t *testing.T) string {
+func httpAddrOf(t *testing.T, p *testutil.Process) string {
 	t.Helper()
-	line := p.waitLine(t, "status HTTP listener ready")
+	line := p.WaitLine(t, "status HTTP listener ready", lineWait)
 	m := regexp.MustCompile(`addr=(\S+)`).FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("no address in %q", line)
@@ -32,14 +31,10 @@ func (p *proc) httpAddrOf(t *testing.T) string {
 // and stderr.
 func runBin(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	bin, err := build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(testutil.OrisunBinary(t), args...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
+	err := cmd.Run()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
@@ -57,10 +52,10 @@ func TestStatusWaitSettled(t *testing.T) {
 	url := pgtest.URL(t)
 	p := start(t, t.TempDir(), "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+url, "ORISUN_NATS_MAX_PAYLOAD=4096",
 		"ORISUN_POLL_INTERVAL=100ms", "ORISUN_NODE_ID=status-node")
-	addr := p.httpAddrOf(t)
-	started := p.waitLine(t, "orisun started")
+	addr := httpAddrOf(t, p)
+	started := p.WaitLine(t, "orisun started", lineWait)
 	natsURL := regexp.MustCompile(`nats_url=(\S+)`).FindStringSubmatch(started)[1]
-	p.waitLine(t, "publisher leading")
+	p.WaitLine(t, "publisher leading", lineWait)
 
 	ctx := context.Background()
 	store, err := postgres.Open(ctx, postgres.Config{URL: url})
@@ -96,12 +91,7 @@ func TestStatusWaitSettled(t *testing.T) {
 
 	// An event larger than the NATS max payload, committed behind the
 	// API's back: the boundary cannot settle.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default' RETURNING head)
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `WITH h AS (UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default' RETURNING head)
 		INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
 		SELECT 'default', h.head, gen_random_uuid(), 'raw.big', now(), '{}', json_build_object('p', repeat('x', 8000)) FROM h`); err != nil {
 		t.Fatal(err)

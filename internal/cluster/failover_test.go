@@ -19,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -32,74 +33,46 @@ type loader struct {
 	acked  map[uint64]string
 	failed int
 	lastEr error
-	halter
+	halt   func()
 }
 
 func startLoader(t *testing.T, c *client.Client) *loader {
-	l := &loader{c: c, acked: map[uint64]string{}, halter: newHalter()}
-	go func() {
-		defer close(l.done)
-		for i := 0; ; i++ {
-			select {
-			case <-l.stop:
+	l := &loader{c: c, acked: map[uint64]string{}}
+	i := 0
+	l.halt = testutil.Every(t, 5*time.Millisecond, func(halted context.Context) {
+		in := make([]event.Input, 10)
+		for j := range in {
+			in[j] = event.Input{ID: event.NewID(), Type: "scaleout.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
+		}
+		i++
+		for {
+			// A short timeout: a request that went to the node just
+			// killed is retried soon (with the same ids), so the load
+			// goes on through the takeover.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			res, err := c.Append(ctx, "default", in, nil)
+			cancel()
+			l.mu.Lock()
+			if err == nil {
+				for j := range in {
+					l.acked[res.First+uint64(j)] = in[j].ID
+				}
+			} else {
+				l.failed++
+				l.lastEr = err
+			}
+			l.mu.Unlock()
+			if err == nil {
 				return
-			case <-time.After(5 * time.Millisecond):
 			}
-			in := make([]event.Input, 10)
-			for j := range in {
-				in[j] = event.Input{ID: event.NewID(), Type: "scaleout.test", Data: json.RawMessage(fmt.Sprintf(`{"i":%d,"j":%d}`, i, j))}
-			}
-			for {
-				// A short timeout: a request that went to the node just
-				// killed is retried soon (with the same ids), so the
-				// load goes on through the takeover.
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				res, err := c.Append(ctx, "default", in, nil)
-				cancel()
-				l.mu.Lock()
-				if err == nil {
-					for j := range in {
-						l.acked[res.First+uint64(j)] = in[j].ID
-					}
-				} else {
-					l.failed++
-					l.lastEr = err
-				}
-				l.mu.Unlock()
-				if err == nil {
-					break
-				}
-				select {
-				case <-l.stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
+			select {
+			case <-halted.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
 			}
 		}
-	}()
-	t.Cleanup(l.halt)
+	})
 	return l
-}
-
-// halter stops a test's background goroutine: it watches stop and closes
-// done when it returns.
-type halter struct {
-	stop chan struct{}
-	done chan struct{}
-}
-
-func newHalter() halter {
-	return halter{stop: make(chan struct{}), done: make(chan struct{})}
-}
-
-// halt stops the goroutine and waits for it; it may be called again.
-func (h halter) halt() {
-	select {
-	case <-h.stop:
-	default:
-		close(h.stop)
-	}
-	<-h.done
 }
 
 // collector is a subscription's record: every delivered position must be
@@ -174,7 +147,7 @@ func checkStream(t *testing.T, url string, opts []nats.Option, ids map[uint64]st
 	// a moment while the stream's Raft group settles.
 	for seq := uint64(1); seq <= head; seq++ {
 		var msg *jetstream.RawStreamMsg
-		waitFor(t, fmt.Sprintf("stream message %d", seq), 30*time.Second, 100*time.Millisecond, func() bool {
+		testutil.Eventually(t, fmt.Sprintf("stream message %d", seq), 30*time.Second, 100*time.Millisecond, func() bool {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			msg, err = s.GetMsg(rctx, seq)
@@ -268,7 +241,7 @@ func moveStreamLeader(t *testing.T, url string, opts []nats.Option, want string)
 	subject := "$JS.API.STREAM.LEADER.STEPDOWN." + stream.Name("default")
 	var asked time.Time
 	var last string
-	waitFor(t, "the stream's Raft leader to move to "+want, 90*time.Second, 100*time.Millisecond, func() bool {
+	testutil.Eventually(t, "the stream's Raft leader to move to "+want, 90*time.Second, 100*time.Millisecond, func() bool {
 		leader := streamLeaderOf(t, url, opts)
 		if leader == want {
 			return true
@@ -314,16 +287,9 @@ func takeoverBound(ttl time.Duration) time.Duration { return ttl + 40*time.Secon
 // elect a stream leader before the new lease holder can publish.
 func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, natsOpts []nats.Option, killStreamLeader bool, afterTakeover func()) {
 	t.Helper()
-	var lead int
-	waitFor(t, "one node to lead the boundary", 90*time.Second, 50*time.Millisecond, func() bool {
-		l := leading(nodes, "default")
-		if len(l) == 1 {
-			lead = l[0]
-		}
-		return len(l) == 1
-	})
+	lead := waitLeading(t, nodes, "one node to lead the boundary", 90*time.Second)
 	a, c := nodes[(lead+1)%3], nodes[(lead+2)%3]
-	t.Logf("%s leads; appends through %s, the subscriber is on %s", nodes[lead].name, a.name, c.name)
+	t.Logf("%s leads; appends through %s, the subscriber is on %s", nodes[lead].Name, a.Name, c.Name)
 	copts := []client.Option{client.Name("scaleout-test"), client.NATSOptions(natsOpts...)}
 	ca, err := client.Connect(a.nats, copts...)
 	if err != nil {
@@ -357,12 +323,12 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 		b, _ := boundary(st, "default")
 		return b.Published
 	}
-	waitFor(t, "the leader to publish 300 events", 60*time.Second, 50*time.Millisecond, func() bool { return published(c) > 300 })
-	waitFor(t, "the subscriber to reach position 300", 60*time.Second, 50*time.Millisecond, func() bool { return col.delivered() >= 300 })
+	testutil.Eventually(t, "the leader to publish 300 events", 60*time.Second, 50*time.Millisecond, func() bool { return published(c) > 300 })
+	testutil.Eventually(t, "the subscriber to reach position 300", 60*time.Second, 50*time.Millisecond, func() bool { return col.delivered() >= 300 })
 
 	// The subscriber's node does not lead: with a shared NATS the stream it
 	// can go live on is fed all the same.
-	waitFor(t, fmt.Sprintf("the subscriber on %s (not leading) to go live on the shared stream", c.name), 30*time.Second, 50*time.Millisecond,
+	testutil.Eventually(t, fmt.Sprintf("the subscriber on %s (not leading) to go live on the shared stream", c.Name), 30*time.Second, 50*time.Millisecond,
 		func() bool { col.mu.Lock(); defer col.mu.Unlock(); return col.live > 0 })
 
 	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: 2})
@@ -376,32 +342,30 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 		t.Fatal(err)
 	}
 	if killStreamLeader {
-		moveStreamLeader(t, c.nats, natsOpts, nodes[lead].name)
+		moveStreamLeader(t, c.nats, natsOpts, nodes[lead].Name)
 		// Still the lease holder, publishing, after the leader change.
 		if l := leading(nodes, "default"); len(l) != 1 || l[0] != lead {
-			t.Fatalf("after moving the stream's Raft leader, the nodes leading the boundary are %v; want only %s", l, nodes[lead].name)
+			t.Fatalf("after moving the stream's Raft leader, the nodes leading the boundary are %v; want only %s", l, nodes[lead].Name)
 		}
 		before, err = store.LeaseHolder(dbCtx(), "default")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(before.Holder, nodes[lead].name+"#") {
-			t.Fatalf("the lease is held by %q after moving the stream's Raft leader; want %s", before.Holder, nodes[lead].name)
+		if !strings.HasPrefix(before.Holder, nodes[lead].Name+"#") {
+			t.Fatalf("the lease is held by %q after moving the stream's Raft leader; want %s", before.Holder, nodes[lead].Name)
 		}
 	}
 	streamLeader := streamLeaderOf(t, c.nats, natsOpts)
-	if killStreamLeader && streamLeader != nodes[lead].name {
-		t.Fatalf("the stream's Raft leader is %s, not the lease holder %s, at the kill", streamLeader, nodes[lead].name)
+	if killStreamLeader && streamLeader != nodes[lead].Name {
+		t.Fatalf("the stream's Raft leader is %s, not the lease holder %s, at the kill", streamLeader, nodes[lead].Name)
 	}
 	logFrom := make([]int, len(nodes))
 	for i, n := range nodes {
-		n.mu.Lock()
-		logFrom[i] = len(n.log)
-		n.mu.Unlock()
+		logFrom[i] = n.LineCount()
 	}
-	nodes[lead].kill(t)
+	nodes[lead].Kill(t)
 	killed := time.Now()
-	election := watchStreamLeader(c.nats, natsOpts, nodes[lead].name, killed, takeoverBound(ttl))
+	election := watchStreamLeader(c.nats, natsOpts, nodes[lead].Name, killed, takeoverBound(ttl))
 	atKill, err := store.Checkpoint(dbCtx(), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -414,7 +378,7 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	var leased time.Duration
 	var after backend.Lease
 	var atLease uint64
-	waitFor(t, "a surviving node to take the lease and publish", takeoverBound(ttl), 25*time.Millisecond, func() bool {
+	testutil.Eventually(t, "a surviving node to take the lease and publish", takeoverBound(ttl), 25*time.Millisecond, func() bool {
 		if leased == 0 {
 			l, err := store.LeaseHolder(dbCtx(), "default")
 			if err != nil || l.Term <= before.Term {
@@ -432,28 +396,19 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	took := time.Since(killed)
 	elected := <-election
 	// The new holder's /status says so.
-	var newLead int
-	waitFor(t, "the new lease holder's /status to say leading", 30*time.Second, 50*time.Millisecond, func() bool {
-		l := leading(nodes, "default")
-		if len(l) == 1 {
-			newLead = l[0]
-		}
-		return len(l) == 1
-	})
+	newLead := waitLeading(t, nodes, "the new lease holder's /status to say leading", 30*time.Second)
 	t.Logf("takeover: %s (term %d) killed with SIGKILL at checkpoint %d, the stream's Raft leader being %s; %s took the lease (term %d) "+
 		"%s after the kill and checkpointed new events %s after it (lease TTL %s); the stream's leader after the kill: %s",
-		nodes[lead].name, before.Term, atKill, streamLeader, after.Holder, after.Term, leased.Round(time.Millisecond), took.Round(time.Millisecond), ttl, elected)
+		nodes[lead].Name, before.Term, atKill, streamLeader, after.Holder, after.Term, leased.Round(time.Millisecond), took.Round(time.Millisecond), ttl, elected)
 	// What the new holder's publisher and lease said meanwhile.
 	nl := nodes[newLead]
-	nl.mu.Lock()
 	var said []string
-	for _, line := range nl.log[logFrom[newLead]:] {
+	for _, line := range nl.LinesFrom(logFrom[newLead]) {
 		if strings.Contains(line, "component=publisher") || strings.Contains(line, "component=lease") {
 			said = append(said, line)
 		}
 	}
-	nl.mu.Unlock()
-	t.Logf("%s's publisher and lease after the kill:\n%s", nl.name, strings.Join(said[:min(len(said), 40)], "\n"))
+	t.Logf("%s's publisher and lease after the kill:\n%s", nl.Name, strings.Join(said[:min(len(said), 40)], "\n"))
 
 	if afterTakeover != nil {
 		afterTakeover()
@@ -461,11 +416,11 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	time.Sleep(time.Second)
 	load.halt()
 	load.mu.Lock()
-	t.Logf("%d events acknowledged through %s; %d appends failed and were retried (last error: %v)", len(load.acked), a.name, load.failed, load.lastEr)
+	t.Logf("%d events acknowledged through %s; %d appends failed and were retried (last error: %v)", len(load.acked), a.Name, load.failed, load.lastEr)
 	load.mu.Unlock()
 
 	var head uint64
-	waitFor(t, "the new leader to publish up to the head", 60*time.Second, 100*time.Millisecond, func() bool {
+	testutil.Eventually(t, "the new leader to publish up to the head", 60*time.Second, 100*time.Millisecond, func() bool {
 		st, err := nodes[newLead].status()
 		if err != nil {
 			return false
@@ -474,22 +429,22 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 		head = b.Head
 		return st.Settled && b.Published == b.Head
 	})
-	waitFor(t, fmt.Sprintf("the subscriber on %s to reach the head %d", c.name, head), 60*time.Second, 50*time.Millisecond,
+	testutil.Eventually(t, fmt.Sprintf("the subscriber on %s to reach the head %d", c.Name, head), 60*time.Second, 50*time.Millisecond,
 		func() bool { return col.delivered() >= head })
 	stopSub()
 	<-subDone
 	if subErr != nil && !errors.Is(subErr, context.Canceled) {
-		t.Fatalf("the subscription on %s ended: %v", c.name, subErr)
+		t.Fatalf("the subscription on %s ended: %v", c.Name, subErr)
 	}
 
 	ids := storeIDs(t, cc, head)
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	if col.violation != "" {
-		t.Fatalf("I5: the subscriber on %s: %s", c.name, col.violation)
+		t.Fatalf("I5: the subscriber on %s: %s", c.Name, col.violation)
 	}
 	if uint64(len(col.ids)) != head || col.last != head {
-		t.Fatalf("I5: the subscriber on %s got %d positions up to %d; the head is %d", c.name, len(col.ids), col.last, head)
+		t.Fatalf("I5: the subscriber on %s got %d positions up to %d; the head is %d", c.Name, len(col.ids), col.last, head)
 	}
 	for pos, id := range ids {
 		if col.ids[pos] != id {
@@ -515,7 +470,7 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 		}
 	}
 	t.Logf("the subscriber on %s got 1..%d exactly once in order and went live %d time(s); the stream holds 1..%d on %v",
-		c.name, head, col.live, head, peers)
+		c.Name, head, col.live, head, peers)
 }
 
 // TestEmbeddedClusterLeaderSIGKILL: three orisun processes on one
@@ -560,9 +515,9 @@ func TestExternalNATSClusterLeaderSIGKILL(t *testing.T) {
 		// The test's clients are on the servers of the surviving nodes
 		// (node i's client on server i); kill the killed node's server.
 		for i, n := range nodes {
-			if n.dead() {
-				servers[i].kill(t)
-				t.Logf("%s killed with SIGKILL as well", servers[i].name)
+			if n.Exited() {
+				servers[i].Kill(t)
+				t.Logf("%s killed with SIGKILL as well", servers[i].Name)
 			}
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // leaders reads every running node's /status and returns, per boundary,
@@ -22,18 +23,18 @@ func leaders(nodes []*proc) (map[string][]string, map[string]int) {
 	by := map[string][]string{}
 	counts := map[string]int{}
 	for _, p := range nodes {
-		if p.dead() {
+		if p.Exited() {
 			continue
 		}
 		st, err := p.status()
 		if err != nil {
 			continue
 		}
-		counts[p.name] = 0
+		counts[p.Name] = 0
 		for _, b := range st.Boundaries {
 			if b.State == "leading" {
-				by[b.Name] = append(by[b.Name], p.name)
-				counts[p.name]++
+				by[b.Name] = append(by[b.Name], p.Name)
+				counts[p.Name]++
 			}
 		}
 	}
@@ -86,21 +87,21 @@ func TestFiftyBoundariesSpreadAndMove(t *testing.T) {
 		}
 		return true
 	}
-	spread := waitFor(t, "all 50 boundaries led once, no node above its share of 17", 120*time.Second, 200*time.Millisecond,
+	spread := testutil.Eventually(t, "all 50 boundaries led once, no node above its share of 17", 120*time.Second, 200*time.Millisecond,
 		func() bool { return fairly(3) })
 	t.Logf("spread %s after start: boundaries led per node %v", spread.Round(100*time.Millisecond), counts)
 
 	victim := nodes[0]
 	for _, p := range nodes {
-		if counts[p.name] > counts[victim.name] {
+		if counts[p.Name] > counts[victim.Name] {
 			victim = p
 		}
 	}
-	victimLed := counts[victim.name]
-	victim.kill(t)
+	victimLed := counts[victim.Name]
+	victim.Kill(t)
 	killed := time.Now()
 	var by map[string][]string
-	waitFor(t, "the two survivors to lead all 50 boundaries", ttl+15*time.Second, 100*time.Millisecond, func() bool {
+	testutil.Eventually(t, "the two survivors to lead all 50 boundaries", ttl+15*time.Second, 100*time.Millisecond, func() bool {
 		by, counts = leaders(nodes)
 		return allLedOnce(names, by)
 	})
@@ -109,16 +110,16 @@ func TestFiftyBoundariesSpreadAndMove(t *testing.T) {
 		t.Fatalf("the boundaries were led again %s after the SIGKILL; the bound is the lease TTL %s plus 15 s", took, ttl)
 	}
 	t.Logf("%s (leading %d) killed with SIGKILL; all 50 led again %s after (lease TTL %s): per node %v",
-		victim.name, victimLed, took.Round(time.Millisecond), ttl, counts)
+		victim.Name, victimLed, took.Round(time.Millisecond), ttl, counts)
 
 	// Placement moves on: the survivors even out at 25 each.
-	even := waitFor(t, "the two survivors to lead 25 each", 90*time.Second, 200*time.Millisecond, func() bool { return fairly(2) })
+	even := testutil.Eventually(t, "the two survivors to lead 25 each", 90*time.Second, 200*time.Millisecond, func() bool { return fairly(2) })
 	t.Logf("evened out %s later: per node %v", even.Round(100*time.Millisecond), counts)
 
 	// Every boundary is published by its new leader.
 	var survivor *proc
 	for _, p := range nodes {
-		if !p.dead() {
+		if !p.Exited() {
 			survivor = p
 		}
 	}
@@ -135,7 +136,7 @@ func TestFiftyBoundariesSpreadAndMove(t *testing.T) {
 			t.Fatalf("append to %s: %v", b, err)
 		}
 	}
-	waitFor(t, "every boundary published up to its head, in its stream", 60*time.Second, 200*time.Millisecond, func() bool {
+	testutil.Eventually(t, "every boundary published up to its head, in its stream", 60*time.Second, 200*time.Millisecond, func() bool {
 		st, err := survivor.status()
 		if err != nil || !st.Settled || len(st.Boundaries) != len(names) {
 			return false

@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestStartGroupRetriesTakenPort: a port picked for a child and taken by
@@ -19,9 +21,9 @@ func TestStartGroupRetriesTakenPort(t *testing.T) {
 	takenPort := taken.Addr().(*net.TCPAddr).Port
 	var first []*proc
 	picks := 0
-	pick := func(t *testing.T, n int) []int {
+	pick := func(t testing.TB, n int) []int {
 		picks++
-		ports := freePorts(t, n)
+		ports := testutil.FreePorts(t, n)
 		if picks == 1 {
 			ports[0] = takenPort // the client port of the only server
 		}
@@ -38,9 +40,9 @@ func TestStartGroupRetriesTakenPort(t *testing.T) {
 		t.Fatalf("started after %d attempt(s) with %d pick(s) of ports; want 2 and 2 (the first port taken)", attempts, picks)
 	}
 	if !first[0].bindFailed() {
-		t.Fatalf("the first attempt's server did not report its port taken:\n%s", first[0].tail(20))
+		t.Fatalf("the first attempt's server did not report its port taken:\n%s", first[0].Tail(20))
 	}
-	if servers[0].dead() || !natsUp(servers[0]) {
-		t.Fatalf("the second attempt's server does not run on its port:\n%s", servers[0].tail(20))
+	if servers[0].Exited() || !natsUp(servers[0]) {
+		t.Fatalf("the second attempt's server does not run on its port:\n%s", servers[0].Tail(20))
 	}
 }

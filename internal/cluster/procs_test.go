@@ -6,90 +6,29 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 )
 
-var binDir string
+func TestMain(m *testing.M) { testutil.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// build builds the orisun binary and nats-server (the version go.mod
-// pins) once per test binary.
-var build = sync.OnceValues(func() (map[string]string, error) {
-	dir, err := os.MkdirTemp("", "orisun-cluster-bin")
-	if err != nil {
-		return nil, err
-	}
-	binDir = dir
-	bins := map[string]string{}
-	for name, pkg := range map[string]string{
-		"orisun":      "github.com/orisun-io/orisun/cmd/orisun",
-		"nats-server": "github.com/nats-io/nats-server/v2",
-	} {
-		bin := filepath.Join(dir, name)
-		out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-		}
-		bins[name] = bin
-	}
-	return bins, nil
-})
-
-func binary(t *testing.T, name string) string {
-	t.Helper()
-	bins, err := build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bins[name]
-}
-
-// freePorts picks n distinct free loopback ports (all listeners are held
-// until all are picked, so they differ). The listeners are closed before
-// the children bind the ports, so another process on the machine may take
-// one meanwhile: startGroup starts the children again on new ports then.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
+// natsServerBinary is nats-server, the version go.mod pins.
+func natsServerBinary(t testing.TB) string {
+	return testutil.Build(t, testutil.Binary{Pkg: "github.com/nats-io/nats-server/v2"})
 }
 
 // startAttempts is how many times startGroup starts a group of children,
@@ -104,7 +43,7 @@ const startAttempts = 4
 // attempt is killed and the group starts again on new ports. It returns
 // the group and how many attempts it took; any other early exit, or no
 // group up within timeout, fails the test.
-func startGroup(t *testing.T, what string, nPorts int, pick func(t *testing.T, n int) []int,
+func startGroup(t *testing.T, what string, nPorts int, pick func(t testing.TB, n int) []int,
 	launch func(ports []int) []*proc, up func(*proc) bool, timeout time.Duration) ([]*proc, int) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
@@ -114,16 +53,16 @@ func startGroup(t *testing.T, what string, nPorts int, pick func(t *testing.T, n
 			return group, attempt
 		}
 		for _, p := range group {
-			p.stop()
+			p.Stop(0)
 		}
 		if !failed.bindFailed() {
-			t.Fatalf("%s exited while %s started:\n%s", failed.name, what, failed.tail(50))
+			t.Fatalf("%s exited while %s started:\n%s", failed.Name, what, failed.Tail(50))
 		}
 		if attempt == startAttempts {
-			t.Fatalf("%s: a port was taken under a child in each of %d attempts; the last:\n%s", what, attempt, failed.tail(20))
+			t.Fatalf("%s: a port was taken under a child in each of %d attempts; the last:\n%s", what, attempt, failed.Tail(20))
 		}
 		t.Logf("%s could not bind a port picked for it (another process took it meanwhile): starting %s again on new ports",
-			failed.name, what)
+			failed.Name, what)
 	}
 }
 
@@ -136,7 +75,7 @@ func waitUp(t *testing.T, what string, group []*proc, up func(*proc) bool, timeo
 	for {
 		all := true
 		for i, p := range group {
-			if p.dead() {
+			if p.Exited() {
 				return p
 			}
 			if !isUp[i] {
@@ -148,7 +87,7 @@ func waitUp(t *testing.T, what string, group []*proc, up func(*proc) bool, timeo
 			// Once more: a child that found a port taken after another
 			// process answered on it has exited by now.
 			for _, p := range group {
-				if p.dead() {
+				if p.Exited() {
 					return p
 				}
 			}
@@ -163,113 +102,25 @@ func waitUp(t *testing.T, what string, group []*proc, up func(*proc) bool, timeo
 
 // proc is one child process: an orisun node or a nats-server.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
+	*testutil.Process
 	// nats is the client URL of the NATS server the process runs (orisun
 	// with the embedded server, or nats-server); http the status
 	// listener's host:port (orisun).
 	nats, http string
-
-	mu  sync.Mutex
-	log []string
 }
 
-// start runs bin with args and the environment env on top of this
-// process's (less any ORISUN_* variable but the tests' own), collects its
-// output, and kills it when the test ends.
+// start runs bin with args and the environment env, and ends it when the
+// test ends (testutil.StartProcess).
 func start(t *testing.T, name, bin string, args, env []string) *proc {
 	t.Helper()
-	p := &proc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "ORISUN_") && !strings.HasPrefix(kv, "ORISUN_TEST_") {
-			continue
-		}
-		p.cmd.Env = append(p.cmd.Env, kv)
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	dieWithParent(p.cmd)
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Stderr = p.cmd.Stdout
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		s := bufio.NewScanner(out)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			p.mu.Lock()
-			p.log = append(p.log, s.Text())
-			p.mu.Unlock()
-		}
-		io.Copy(io.Discard, out)
-	}()
-	go func() { <-read; p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			p.mu.Lock()
-			lines := p.log[max(0, len(p.log)-300):]
-			t.Logf("last %d lines of %s's output:\n%s", len(lines), name, strings.Join(lines, "\n"))
-			p.mu.Unlock()
-		}
-	})
-	return p
-}
-
-// stop kills the process, if it runs, and waits for it to be gone.
-func (p *proc) stop() {
-	p.cmd.Process.Kill()
-	<-p.done
+	return &proc{Process: testutil.StartProcess(t, testutil.Command{Name: name, Path: bin, Args: args, Env: env})}
 }
 
 // bindFailed reports whether the process exited because an address it was
 // to listen on was in use (orisun's status listener or embedded NATS, or
 // nats-server).
 func (p *proc) bindFailed() bool {
-	if !p.dead() {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, line := range p.log {
-		if strings.Contains(line, "address already in use") {
-			return true
-		}
-	}
-	return false
-}
-
-// tail returns the last n lines of the process's output.
-func (p *proc) tail(n int) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.log[max(0, len(p.log)-n):], "\n")
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL %s: %v", p.name, err)
-	}
-	<-p.done
-}
-
-func (p *proc) dead() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return p.Exited() && p.Logged("address already in use")
 }
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
@@ -277,8 +128,8 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 // status reads the node's GET /status.
 func (p *proc) status() (status.Status, error) {
 	var st status.Status
-	if p.dead() {
-		return st, fmt.Errorf("%s is not running", p.name)
+	if p.Exited() {
+		return st, fmt.Errorf("%s is not running", p.Name)
 	}
 	resp, err := httpClient.Get("http://" + p.http + "/status")
 	if err != nil {
@@ -290,7 +141,7 @@ func (p *proc) status() (status.Status, error) {
 		return st, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s /status: %d %s", p.name, resp.StatusCode, body)
+		return st, fmt.Errorf("%s /status: %d %s", p.Name, resp.StatusCode, body)
 	}
 	return st, json.Unmarshal(body, &st)
 }
@@ -303,20 +154,6 @@ func boundary(st status.Status, name string) (status.BoundaryStatus, bool) {
 		}
 	}
 	return status.BoundaryStatus{}, false
-}
-
-// waitFor polls ok every interval until it holds, and fails the test after
-// timeout; it returns how long it took.
-func waitFor(t *testing.T, what string, timeout, interval time.Duration, ok func() bool) time.Duration {
-	t.Helper()
-	begin := time.Now()
-	for !ok() {
-		if time.Since(begin) > timeout {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(interval)
-	}
-	return time.Since(begin)
 }
 
 // orisunEnv is what every orisun node of these tests runs with: PostgreSQL,
@@ -335,7 +172,7 @@ func orisunEnv(t *testing.T, pgURL, id string, httpPort int, ttl time.Duration) 
 // docker-compose.yml), with streams of three replicas.
 func embeddedCluster(t *testing.T, pgURL string, n int, ttl time.Duration, extra ...string) []*proc {
 	t.Helper()
-	nodes, _ := startGroup(t, fmt.Sprintf("%d orisun nodes", n), 3*n, freePorts, func(ports []int) []*proc {
+	nodes, _ := startGroup(t, fmt.Sprintf("%d orisun nodes", n), 3*n, testutil.FreePorts, func(ports []int) []*proc {
 		var routes []string
 		for i := range n {
 			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
@@ -349,7 +186,7 @@ func embeddedCluster(t *testing.T, pgURL string, n int, ttl time.Duration, extra
 				"ORISUN_NATS_CLUSTER_PORT="+strconv.Itoa(ports[n+i]),
 				"ORISUN_NATS_CLUSTER_ROUTES="+strings.Join(routes, ","),
 				"ORISUN_NATS_STREAM_REPLICAS=3")
-			p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
+			p := start(t, id, testutil.OrisunBinary(t), nil, append(env, extra...))
 			p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
 			p.http = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
 			nodes = append(nodes, p)
@@ -364,7 +201,7 @@ func embeddedCluster(t *testing.T, pgURL string, n int, ttl time.Duration, extra
 // port before it starts, and exits when one is taken).
 func orisunUp(p *proc) bool {
 	st, err := p.status()
-	return err == nil && st.NodeID == p.name
+	return err == nil && st.NodeID == p.Name
 }
 
 // Users of the external NATS cluster: orisun logs in as one, the test's
@@ -379,7 +216,7 @@ const (
 // each proc's nats is its client URL.
 func natsCluster(t *testing.T, n int) []*proc {
 	t.Helper()
-	servers, _ := startGroup(t, fmt.Sprintf("%d nats-server processes", n), 2*n, freePorts,
+	servers, _ := startGroup(t, fmt.Sprintf("%d nats-server processes", n), 2*n, testutil.FreePorts,
 		func(ports []int) []*proc { return launchNATSCluster(t, n, ports) }, natsUp, 60*time.Second)
 	return servers
 }
@@ -394,8 +231,24 @@ func launchNATSCluster(t *testing.T, n int, ports []int) []*proc {
 	}
 	var servers []*proc
 	for i := range n {
-		dir := t.TempDir()
-		conf := fmt.Sprintf(`server_name: ext-%d
+		cluster := fmt.Sprintf(`cluster {
+  name: ext
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, ports[n+i], strings.Join(routes, ", "))
+		servers = append(servers, startNATSServer(t, i+1, ports[i], cluster))
+	}
+	return servers
+}
+
+// startNATSServer starts nats-server number i (server name ext-i, process
+// nats-i) with JetStream and the two users, listening on port, with the
+// extra configuration (a cluster block) given.
+func startNATSServer(t *testing.T, i, port int, extra string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	conf := fmt.Sprintf(`server_name: ext-%d
 listen: 127.0.0.1:%d
 jetstream {
   store_dir: %q
@@ -406,22 +259,14 @@ authorization {
     {user: %q, password: %q}
   ]
 }
-cluster {
-  name: ext
-  listen: 127.0.0.1:%d
-  routes: [%s]
-}
-`, i+1, ports[i], filepath.Join(dir, "js"), natsOrisunUser, natsOrisunPassword, natsAppUser, natsAppPassword,
-			ports[n+i], strings.Join(routes, ", "))
-		file := filepath.Join(dir, "nats.conf")
-		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p := start(t, fmt.Sprintf("nats-%d", i+1), binary(t, "nats-server"), []string{"-c", file}, nil)
-		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
-		servers = append(servers, p)
+`, i, port, filepath.Join(dir, "js"), natsOrisunUser, natsOrisunPassword, natsAppUser, natsAppPassword) + extra
+	file := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	return servers
+	p := start(t, fmt.Sprintf("nats-%d", i), natsServerBinary(t), []string{"-c", file}, nil)
+	p.nats = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	return p
 }
 
 // natsUp is true once the nats-server accepts a client on its port and is
@@ -435,7 +280,7 @@ func natsUp(p *proc) bool {
 		return false
 	}
 	defer nc.Close()
-	return "nats-"+strings.TrimPrefix(nc.ConnectedServerName(), "ext-") == p.name
+	return "nats-"+strings.TrimPrefix(nc.ConnectedServerName(), "ext-") == p.Name
 }
 
 // externalNodes starts n orisun nodes against the external NATS servers
@@ -443,7 +288,7 @@ func natsUp(p *proc) bool {
 // different server), logged in as natsOrisunUser.
 func externalNodes(t *testing.T, pgURL string, servers []*proc, n int, ttl time.Duration, extra ...string) []*proc {
 	t.Helper()
-	nodes, _ := startGroup(t, fmt.Sprintf("%d orisun nodes", n), n, freePorts, func(ports []int) []*proc {
+	nodes, _ := startGroup(t, fmt.Sprintf("%d orisun nodes", n), n, testutil.FreePorts, func(ports []int) []*proc {
 		var nodes []*proc
 		for i := range n {
 			var urls []string
@@ -454,7 +299,7 @@ func externalNodes(t *testing.T, pgURL string, servers []*proc, n int, ttl time.
 			env := append(orisunEnv(t, pgURL, id, ports[i], ttl),
 				"ORISUN_NATS_URL="+strings.Join(urls, ","),
 				"ORISUN_NATS_USER="+natsOrisunUser, "ORISUN_NATS_PASSWORD="+natsOrisunPassword)
-			p := start(t, id, binary(t, "orisun"), nil, append(env, extra...))
+			p := start(t, id, testutil.OrisunBinary(t), nil, append(env, extra...))
 			p.nats = servers[i%len(servers)].nats
 			p.http = fmt.Sprintf("127.0.0.1:%d", ports[i])
 			nodes = append(nodes, p)
@@ -469,7 +314,7 @@ func externalNodes(t *testing.T, pgURL string, servers []*proc, n int, ttl time.
 func leading(nodes []*proc, name string) []int {
 	var out []int
 	for i, p := range nodes {
-		if p.dead() {
+		if p.Exited() {
 			continue
 		}
 		st, err := p.status()
@@ -481,6 +326,21 @@ func leading(nodes []*proc, name string) []int {
 		}
 	}
 	return out
+}
+
+// waitLeading waits until exactly one running node's /status says it
+// leads the boundary default, and returns its index.
+func waitLeading(t *testing.T, nodes []*proc, what string, timeout time.Duration) int {
+	t.Helper()
+	var lead int
+	testutil.Eventually(t, what, timeout, 50*time.Millisecond, func() bool {
+		l := leading(nodes, "default")
+		if len(l) == 1 {
+			lead = l[0]
+		}
+		return len(l) == 1
+	})
+	return lead
 }
 
 func contextFor(t *testing.T, d time.Duration) context.Context {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -28,27 +27,8 @@ import (
 // stream's last sequence where it is stored.
 func natsServer(t *testing.T) *proc {
 	t.Helper()
-	servers, _ := startGroup(t, "1 nats-server process", 1, freePorts, func(ports []int) []*proc {
-		dir := t.TempDir()
-		conf := fmt.Sprintf(`server_name: ext-1
-listen: 127.0.0.1:%d
-jetstream {
-  store_dir: %q
-}
-authorization {
-  users: [
-    {user: %q, password: %q}
-    {user: %q, password: %q}
-  ]
-}
-`, ports[0], filepath.Join(dir, "js"), natsOrisunUser, natsOrisunPassword, natsAppUser, natsAppPassword)
-		file := filepath.Join(dir, "nats.conf")
-		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p := start(t, "nats-1", binary(t, "nats-server"), []string{"-c", file}, nil)
-		p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
-		return []*proc{p}
+	servers, _ := startGroup(t, "1 nats-server process", 1, testutil.FreePorts, func(ports []int) []*proc {
+		return []*proc{startNATSServer(t, 1, ports[0], "")}
 	}, natsUp, 60*time.Second)
 	return servers[0]
 }
@@ -149,42 +129,33 @@ type streamWatch struct {
 	maxCP     uint64
 	violation string
 	samples   int
-	halter
+	halt      func()
 }
 
 func startStreamWatch(t *testing.T, store *postgres.Store, s jetstream.Stream) *streamWatch {
-	w := &streamWatch{halter: newHalter()}
-	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			cp, err := store.Checkpoint(ctx, "default")
-			var info *jetstream.StreamInfo
-			if err == nil {
-				info, err = s.Info(ctx)
-			}
-			cancel()
-			if err != nil {
-				continue
-			}
-			w.mu.Lock()
-			w.samples++
-			if w.violation == "" && cp < w.maxCP {
-				w.violation = fmt.Sprintf("the checkpoint went back from %d to %d", w.maxCP, cp)
-			}
-			if w.violation == "" && cp > info.State.LastSeq {
-				w.violation = fmt.Sprintf("the checkpoint %d was above the stream's last sequence %d", cp, info.State.LastSeq)
-			}
-			w.maxCP = max(w.maxCP, cp)
-			w.mu.Unlock()
+	w := &streamWatch{}
+	w.halt = testutil.Every(t, 20*time.Millisecond, func(context.Context) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cp, err := store.Checkpoint(ctx, "default")
+		var info *jetstream.StreamInfo
+		if err == nil {
+			info, err = s.Info(ctx)
 		}
-	}()
-	t.Cleanup(w.halt)
+		cancel()
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		w.samples++
+		if w.violation == "" && cp < w.maxCP {
+			w.violation = fmt.Sprintf("the checkpoint went back from %d to %d", w.maxCP, cp)
+		}
+		if w.violation == "" && cp > info.State.LastSeq {
+			w.violation = fmt.Sprintf("the checkpoint %d was above the stream's last sequence %d", cp, info.State.LastSeq)
+		}
+		w.maxCP = max(w.maxCP, cp)
+		w.mu.Unlock()
+	})
 	return w
 }
 
@@ -326,13 +297,13 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 
 	// A is whoever holds the lease; the stream exists once it publishes.
 	var a, b *proc
-	waitFor(t, "a node to take the lease", 90*time.Second, 20*time.Millisecond, func() bool {
+	testutil.Eventually(t, "a node to take the lease", 90*time.Second, 20*time.Millisecond, func() bool {
 		l, err := store.LeaseHolder(dbCtx(), "default")
 		if err != nil {
 			return false
 		}
 		for i, n := range nodes {
-			if strings.HasPrefix(l.Holder, n.name+"#") {
+			if strings.HasPrefix(l.Holder, n.Name+"#") {
 				a, b = n, nodes[1-i]
 				return true
 			}
@@ -344,7 +315,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		t.Fatal(err)
 	}
 	var s jetstream.Stream
-	waitFor(t, "the stream to exist", 60*time.Second, 20*time.Millisecond, func() bool {
+	testutil.Eventually(t, "the stream to exist", 60*time.Second, 20*time.Millisecond, func() bool {
 		s, err = js.Stream(dbCtx(), stream.Name("default"))
 		return err == nil
 	})
@@ -359,7 +330,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		return info.State.LastSeq
 	}
 	var atStop uint64
-	waitFor(t, "A to publish into the middle of a batch after its first", 5*time.Minute, 5*time.Millisecond, func() bool {
+	testutil.Eventually(t, "A to publish into the middle of a batch after its first", 5*time.Minute, 5*time.Millisecond, func() bool {
 		// The checkpoint is written in the background, a moment after
 		// the batch's acknowledgement: wait for the first batch's. Read
 		// before the stream, so that nothing but the checks below comes
@@ -375,47 +346,41 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		if l < stoppedBatch || in < 1000 || in > stoppedBatch-5000 {
 			return false
 		}
-		a.mu.Lock()
-		lost := false
-		for _, line := range a.log {
-			lost = lost || strings.Contains(line, "component=lease") && strings.Contains(line, "stepping down")
-		}
-		a.mu.Unlock()
-		if lost {
+		if a.Logged("component=lease", "stepping down") {
 			// Not the case under test (a leader stopped while it holds its
 			// lease), and nothing would be refused: say so, loudly.
 			t.Fatalf("%s stepped down on its own before it could be stopped (its store did not answer a renewal in time):\n%s",
-				a.name, a.tail(20))
+				a.Name, a.Tail(20))
 		}
-		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := a.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		atStop = l
 		return true
 	})
 	stopped := time.Now()
-	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
 	afterStop := lastSeq()
 	cpAtStop, _ := store.Checkpoint(dbCtx(), "default")
 	batchEnd := (afterStop/stoppedBatch + 1) * stoppedBatch
 	t.Logf("%s leads (term %d); stopped with SIGSTOP %s after the start, at stream sequence %d (%d read just after), "+
 		"checkpoint %d, in its batch %d..%d",
-		a.name, leaseA.Term, stopped.Sub(started).Round(time.Millisecond), atStop, afterStop, cpAtStop, batchEnd-stoppedBatch+1, batchEnd)
+		a.Name, leaseA.Term, stopped.Sub(started).Round(time.Millisecond), atStop, afterStop, cpAtStop, batchEnd-stoppedBatch+1, batchEnd)
 	if afterStop%stoppedBatch == 0 || cpAtStop < stoppedBatch {
 		t.Fatalf("A was not stopped in the middle of a batch after its first checkpoint: stream at %d, checkpoint %d", afterStop, cpAtStop)
 	}
 
 	// B takes the lease with a newer term and publishes up to the head.
 	var leaseB = leaseA
-	took := waitFor(t, "B to take the lease", 60*time.Second, 20*time.Millisecond, func() bool {
+	took := testutil.Eventually(t, "B to take the lease", 60*time.Second, 20*time.Millisecond, func() bool {
 		l, err := store.LeaseHolder(dbCtx(), "default")
-		if err == nil && strings.HasPrefix(l.Holder, b.name+"#") && l.Term > leaseA.Term {
+		if err == nil && strings.HasPrefix(l.Holder, b.Name+"#") && l.Term > leaseA.Term {
 			leaseB = l
 			return true
 		}
 		return false
 	})
-	caughtUp := waitFor(t, "B to publish up to the head", 5*time.Minute, 50*time.Millisecond, func() bool {
+	caughtUp := testutil.Eventually(t, "B to publish up to the head", 5*time.Minute, 50*time.Millisecond, func() bool {
 		st, err := b.status()
 		if err != nil {
 			return false
@@ -423,24 +388,22 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		bs, _ := boundary(st, "default")
 		return bs.State == "leading" && bs.Published == head && bs.StreamLast == head && lastSeq() == head
 	})
-	if a.dead() {
-		t.Fatalf("%s exited while stopped:\n%s", a.name, a.tail(50))
+	if a.Exited() {
+		t.Fatalf("%s exited while stopped:\n%s", a.Name, a.Tail(50))
 	}
-	a.mu.Lock()
-	logFrom := len(a.log)
-	a.mu.Unlock()
+	logFrom := a.LineCount()
 	t.Logf("%s took the lease (term %d) %s after the SIGSTOP and published up to the head %d %s after it",
-		b.name, leaseB.Term, took.Round(time.Millisecond), head, (took + caughtUp).Round(time.Millisecond))
+		b.Name, leaseB.Term, took.Round(time.Millisecond), head, (took + caughtUp).Round(time.Millisecond))
 
 	// Continue A: it publishes the rest of its batch into the shared
 	// stream, which refuses every message; it steps down.
 	continued := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	var refused []string
 	var reasonA string
-	steppedDown := waitFor(t, "A to step down with its publishes refused", 60*time.Second, 20*time.Millisecond, func() bool {
+	steppedDown := testutil.Eventually(t, "A to step down with its publishes refused", 60*time.Second, 20*time.Millisecond, func() bool {
 		refused = tap.refusedSince(continued)
 		if l := lastSeq(); l > head {
 			// Nothing is appended meanwhile: only A publishes past it.
@@ -455,16 +418,14 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		reasonA = string(bs.State) + ": " + bs.Reason
 		return len(refused) > 0 && bs.State == "standby"
 	})
-	a.mu.Lock()
 	var saidA []string
-	for _, line := range a.log[logFrom:] {
+	for _, line := range a.LinesFrom(logFrom) {
 		if strings.Contains(line, "component=publisher") || strings.Contains(line, "component=lease") {
 			saidA = append(saidA, line)
 		}
 	}
-	a.mu.Unlock()
 	t.Logf("%s continued: %d of its publishes refused by the stream, the first %s; its status %q %s after the SIGCONT; "+
-		"its publisher and lease said:\n%s", a.name, len(refused), refused[0], reasonA, steppedDown.Round(time.Millisecond),
+		"its publisher and lease said:\n%s", a.Name, len(refused), refused[0], reasonA, steppedDown.Round(time.Millisecond),
 		strings.Join(saidA[:min(len(saidA), 20)], "\n"))
 	// It stepped down by its lease loop (the renewal refused, or its own
 	// clock past the lease), and stands by for B.
@@ -472,8 +433,8 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 	for _, line := range saidA {
 		steppedLog = steppedLog || strings.Contains(line, "component=lease") && strings.Contains(line, "stepping down")
 	}
-	if !steppedLog || !strings.Contains(reasonA, b.name+"#") && !strings.Contains(reasonA, "lease lost") {
-		t.Fatalf("%s did not step down for %s after the SIGCONT: status %q, stepping down logged: %v", a.name, b.name, reasonA, steppedLog)
+	if !steppedLog || !strings.Contains(reasonA, b.Name+"#") && !strings.Contains(reasonA, "lease lost") {
+		t.Fatalf("%s did not step down for %s after the SIGCONT: status %q, stepping down logged: %v", a.Name, b.Name, reasonA, steppedLog)
 	}
 	for _, r := range refused {
 		// Every refused publish was one A had read before the stop, past
@@ -492,7 +453,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 
 	// B keeps leading and publishes what is appended now.
 	head = appendBacklog(t, store, 500, "after")
-	waitFor(t, "B to publish the new events", 2*time.Minute, 50*time.Millisecond, func() bool {
+	testutil.Eventually(t, "B to publish the new events", 2*time.Minute, 50*time.Millisecond, func() bool {
 		st, err := b.status()
 		if err != nil {
 			return false
@@ -504,7 +465,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 		t.Fatalf("the lease is %+v (%v) at the end; want B's term %d kept", l, err, leaseB.Term)
 	}
 	if l := leading(nodes, "default"); len(l) != 1 || nodes[l[0]] != b {
-		t.Fatalf("the nodes leading at the end are %v; want only %s", l, b.name)
+		t.Fatalf("the nodes leading at the end are %v; want only %s", l, b.Name)
 	}
 	watch.halt()
 	watch.mu.Lock()

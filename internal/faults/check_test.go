@@ -18,6 +18,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -223,15 +224,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 func TestNegativeControlNaiveSequenceReader_C1_C4(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	open := func() *pgx.Conn {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close(ctx) })
-		return conn
-	}
-	reader, c1, c2 := open(), open(), open()
+	reader, c1, c2 := pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL), pgtest.Connect(t, dbURL)
 	if _, err := reader.Exec(ctx, `CREATE TABLE naive (seq bigserial PRIMARY KEY, id text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -377,15 +370,10 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(cctx) }()
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if _, pos, _ := LoadCheckpoint(c.CheckpointFile); pos == 100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("orisun's subscription never reached 100")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, "orisun's subscription to reach 100", 60*time.Second, 20*time.Millisecond, func() bool {
+		_, pos, _ := LoadCheckpoint(c.CheckpointFile)
+		return pos == 100
+	})
 	cancel()
 	<-done
 	_, evs, err := n.Read(ctx, "default", 0, 1000, nil)

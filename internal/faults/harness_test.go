@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,6 +23,7 @@ import (
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // The harness: real orisun processes (cmd/orisun built with -tags
@@ -48,31 +46,8 @@ func TestMain(m *testing.M) {
 	if kind := os.Getenv("ORISUN_FAULTS_CHILD"); kind != "" {
 		os.Exit(childMain(kind))
 	}
-	flag.Parse()
-	code := m.Run()
-	if dir := binDir; dir != "" {
-		os.RemoveAll(dir)
-	}
-	os.Exit(code)
+	testutil.Main(m)
 }
-
-var binDir string
-
-// buildOrisun builds cmd/orisun with the fault points, once per test run.
-var buildOrisun = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "orisun-faults-bin")
-	if err != nil {
-		return "", err
-	}
-	binDir = dir
-	bin := filepath.Join(dir, "orisun")
-	cmd := exec.Command("go", "build", "-tags", "faultinject", "-o", bin, "./cmd/orisun")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -tags faultinject: %v\n%s", err, out)
-	}
-	return bin, nil
-})
 
 func seedFor(t *testing.T) uint64 {
 	if *seedFlag != 0 {
@@ -83,11 +58,8 @@ func seedFor(t *testing.T) uint64 {
 
 // proc is one process the harness started.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	out  bytes.Buffer // last output, for a failed run
+	*testutil.Process
+	mu sync.Mutex
 	// want is how the process must end: "" (it runs until the harness
 	// stops it: any exit before is a crash), wantKilled (the harness or
 	// its own fault point sent SIGKILL) or wantExit0 (stopped with
@@ -113,10 +85,10 @@ func (p *proc) endProblem() string {
 	p.mu.Lock()
 	want := p.want
 	p.mu.Unlock()
-	if !p.exited() {
+	if !p.Exited() {
 		return "" // still running: the harness's cleanup kills it
 	}
-	ps := p.cmd.ProcessState
+	ps := p.Cmd.ProcessState
 	if ps == nil {
 		return ""
 	}
@@ -131,56 +103,29 @@ func (p *proc) endProblem() string {
 			return ""
 		}
 	default:
-		return fmt.Sprintf("%s ended unasked (%s)", p.name, ps)
+		return fmt.Sprintf("%s ended unasked (%s)", p.Name, ps)
 	}
-	return fmt.Sprintf("%s ended with %s, want %s", p.name, ps, want)
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.out.Write(b)
-	if p.out.Len() > 256<<10 {
-		tail := append([]byte(nil), p.out.Bytes()[p.out.Len()-128<<10:]...)
-		p.out.Reset()
-		p.out.Write(tail)
-	}
-	return len(b), nil
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return fmt.Sprintf("%s ended with %s, want %s", p.Name, ps, want)
 }
 
 // signal sends sig to this process if it still runs; never anything else.
 func (p *proc) signal(sig syscall.Signal) {
-	if !p.exited() {
+	if !p.Exited() {
 		if sig == syscall.SIGKILL {
 			p.expect(wantKilled)
 		}
-		p.cmd.Process.Signal(sig)
+		p.Signal(sig)
 	}
 }
 
-// stop ends the process: SIGTERM, then SIGKILL after the grace.
+// stop ends the process: SIGTERM, then SIGKILL after the grace (still
+// wantExit0: a hang fails the run).
 func (p *proc) stop(grace time.Duration) {
-	if p.exited() {
+	if p.Exited() {
 		return
 	}
 	p.expect(wantExit0)
-	p.signal(syscall.SIGCONT)
-	p.signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		p.cmd.Process.Signal(syscall.SIGKILL) // still wantExit0: a hang fails the run
-		<-p.done
-	}
+	p.Stop(grace)
 }
 
 // run is one scenario run.
@@ -222,12 +167,9 @@ func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run
 	}
 	replay := fmt.Sprintf("scripts/test -run 'TestScenarios/%s$' ./internal/faults -args -seed %d -scale %d", name, seed, scale)
 	t.Logf("%s: seed %d (replay: %s)", name, seed, replay)
+	// Each process's own cleanup (testutil.StartProcess) has ended it, and
+	// logged its last output if the run failed, before this one runs.
 	t.Cleanup(func() {
-		for _, p := range r.all {
-			p.signal(syscall.SIGCONT)
-			p.signal(syscall.SIGKILL)
-			<-p.done
-		}
 		if r.stopMon != nil {
 			r.stopMon()
 		}
@@ -238,15 +180,6 @@ func newRun(t *testing.T, name, backendName string, seed uint64, scale int) *run
 			r.schedMu.Lock()
 			t.Logf("FAILED %s: seed %d, replay: %s\nfault schedule:\n  %s", name, seed, replay, strings.Join(r.schedule, "\n  "))
 			r.schedMu.Unlock()
-			for _, p := range r.all {
-				p.mu.Lock()
-				out := p.out.String()
-				p.mu.Unlock()
-				if len(out) > 6000 {
-					out = "…" + out[len(out)-6000:]
-				}
-				t.Logf("output of %s:\n%s", p.name, out)
-			}
 		}
 		r.rec.Close()
 	})
@@ -279,29 +212,16 @@ func (r *run) usePG(srvURL string) {
 		r.t.Fatal(err)
 	}
 	r.installAudit()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var last uint64
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			cp, err := s.Checkpoint(ctx, "default")
-			cancel()
-			if err == nil && cp != last {
-				r.rec.Write(Record{Kind: KindSeen, Pos: cp})
-				last = cp
-			}
+	var last uint64
+	r.stopMon = testutil.Every(r.t, 50*time.Millisecond, func(context.Context) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cp, err := s.Checkpoint(ctx, "default")
+		cancel()
+		if err == nil && cp != last {
+			r.rec.Write(Record{Kind: KindSeen, Pos: cp})
+			last = cp
 		}
-	}()
-	var once sync.Once
-	r.stopMon = func() { once.Do(func() { close(done); wg.Wait() }) }
+	})
 }
 
 // auditSQL: a test-only table and trigger in the run's database that
@@ -329,11 +249,7 @@ CREATE TRIGGER checkpoint_audit_trg AFTER UPDATE OF checkpoint ON orisun_leases
 func (r *run) installAudit() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(r.t, r.pgURL)
 	if _, err := conn.Exec(ctx, auditSQL); err != nil {
 		r.t.Fatalf("install the checkpoint audit trigger: %v", err)
 	}
@@ -343,11 +259,7 @@ func (r *run) installAudit() {
 func (r *run) readAudit() []AuditRow {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := pgtest.Connect(r.t, r.pgURL)
 	rows, err := conn.Query(ctx, `SELECT id, old, new, term FROM checkpoint_audit ORDER BY id`)
 	if err != nil {
 		r.t.Fatal(err)
@@ -368,24 +280,11 @@ func (r *run) readAudit() []AuditRow {
 	return out
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // spawn starts a process named name (a new generation each time).
-func (r *run) spawn(name string, cmd *exec.Cmd) *proc {
-	p := &proc{name: fmt.Sprintf("%s#%d", name, r.gen[name]), cmd: cmd, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p, p
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		r.t.Fatalf("start %s: %v", p.name, err)
-	}
-	go func() { cmd.Wait(); close(p.done) }()
+func (r *run) spawn(name string, c testutil.Command) *proc {
+	c.Name = fmt.Sprintf("%s#%d", name, r.gen[name])
+	c.KeepLines = 1000 // a node logs at debug level for minutes
+	p := &proc{Process: testutil.StartProcess(r.t, c)}
 	r.procs[name] = p
 	r.all = append(r.all, p)
 	return p
@@ -399,28 +298,23 @@ func (r *run) historyEnv(name string) []string {
 
 // startNode starts (or restarts) orisun node name with extra environment.
 func (r *run) startNode(name string, extra ...string) *proc {
-	bin, err := buildOrisun()
-	if err != nil {
-		r.t.Fatal(err)
-	}
 	if r.ports[name] == 0 {
-		r.ports[name] = freePort(r.t)
+		r.ports[name] = testutil.FreePort(r.t)
 	}
 	data := filepath.Join(r.dir, "data-"+name)
 	if r.backend == "sqlite" {
 		r.data = data
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "ORISUN_NODE_ID="+name, "ORISUN_DATA_DIR="+data,
-		"ORISUN_NATS_PORT="+strconv.Itoa(r.ports[name]), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_LOG_LEVEL=debug",
-		"ORISUN_FAULT_STATUS=250ms", "ORISUN_HTTP_ADDR=127.0.0.1:0")
+	env := []string{"ORISUN_NODE_ID=" + name, "ORISUN_DATA_DIR=" + data,
+		"ORISUN_NATS_PORT=" + strconv.Itoa(r.ports[name]), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_LOG_LEVEL=debug",
+		"ORISUN_FAULT_STATUS=250ms", "ORISUN_HTTP_ADDR=127.0.0.1:0"}
 	if r.backend == "postgres" {
-		cmd.Env = append(cmd.Env, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+r.pgURL)
+		env = append(env, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+r.pgURL)
 	}
-	cmd.Env = append(cmd.Env, r.nodeEnv...)
-	cmd.Env = append(cmd.Env, r.historyEnv(name)...)
-	cmd.Env = append(cmd.Env, extra...)
-	p := r.spawn(name, cmd)
+	env = append(env, r.nodeEnv...)
+	env = append(env, r.historyEnv(name)...)
+	env = append(env, extra...)
+	p := r.spawn(name, testutil.Command{Path: testutil.OrisunBinary(r.t, "faultinject"), Env: env})
 	for _, e := range extra {
 		if strings.HasPrefix(e, "ORISUN_FAULT_KILL_") {
 			p.expect(wantKilled) // its own fault point kills it
@@ -439,26 +333,16 @@ func (r *run) natsURLs() string {
 
 // startChild starts this test binary as an appender or consumer (PostgreSQL).
 func (r *run) startChild(kind, name string, extra ...string) *proc {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "ORISUN_FAULTS_CHILD="+kind, "ORISUN_FAULTS_NAME="+name,
-		"ORISUN_FAULTS_PG_URL="+r.pgURL, "ORISUN_FAULTS_NODES="+r.natsURLs(),
-		"ORISUN_FAULTS_CHECKPOINT="+filepath.Join(r.dir, name+".checkpoint"))
-	cmd.Env = append(cmd.Env, r.historyEnv(name)...)
-	cmd.Env = append(cmd.Env, extra...)
-	return r.spawn(name, cmd)
+	env := append([]string{"ORISUN_FAULTS_CHILD=" + kind, "ORISUN_FAULTS_NAME=" + name,
+		"ORISUN_FAULTS_PG_URL=" + r.pgURL, "ORISUN_FAULTS_NODES=" + r.natsURLs(),
+		"ORISUN_FAULTS_CHECKPOINT=" + filepath.Join(r.dir, name+".checkpoint")}, r.historyEnv(name)...)
+	return r.spawn(name, testutil.Command{Path: os.Args[0], Args: []string{"-test.run=^$"}, Env: append(env, extra...)})
 }
 
 // eventually polls ok until it holds or the deadline passes.
 func (r *run) eventually(what string, timeout time.Duration, ok func() bool) time.Duration {
 	r.t.Helper()
-	start := time.Now()
-	for !ok() {
-		if time.Since(start) > timeout {
-			r.t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start)
+	return testutil.Eventually(r.t, what, timeout, 50*time.Millisecond, ok)
 }
 
 // leader returns the node name holding the lease (PostgreSQL).
@@ -487,8 +371,8 @@ func (r *run) headAndCheckpoint() (head, cp uint64, ok bool) {
 	if p == nil {
 		return 0, 0, false
 	}
-	st, found := lastStatus(filepath.Join(r.dir, p.name+".jsonl"))
-	if !found || !strings.HasPrefix(st.Proc, p.name) {
+	st, found := lastStatus(filepath.Join(r.dir, p.Name+".jsonl"))
+	if !found || !strings.HasPrefix(st.Proc, p.Name) {
 		return 0, 0, false
 	}
 	return st.Head, st.Pos, true
@@ -562,7 +446,7 @@ func (r *run) readStreams() map[string][2]uint64 {
 	out := map[string][2]uint64{}
 	for name, port := range r.ports {
 		p := r.procs[name]
-		if p == nil || p.exited() {
+		if p == nil || p.Exited() {
 			continue
 		}
 		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port))

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
@@ -75,7 +73,7 @@ func execute(t *testing.T, s *spec) Stats {
 		if s.preload > 0 {
 			p := r.startChild("appender", "preload", "ORISUN_FAULTS_BATCH=100", "ORISUN_FAULTS_LIMIT="+strconv.Itoa(s.preload))
 			p.expect(wantExit0) // it ends by itself
-			r.eventually("the preload", 120*time.Second, p.exited)
+			r.eventually("the preload", 120*time.Second, p.Exited)
 		}
 		r.startNode("node-a")
 		r.eventually("node-a to lead", 60*time.Second, func() bool { n, _ := r.leader(); return n == "node-a" })
@@ -92,7 +90,7 @@ func execute(t *testing.T, s *spec) Stats {
 			}
 			p := r.startChild("consumer", c, env...)
 			if i == 0 && s.liveFirst {
-				hist := filepath.Join(r.dir, p.name+".jsonl")
+				hist := filepath.Join(r.dir, p.Name+".jsonl")
 				r.eventually(c+" to go live on the empty stream", 2*time.Minute, func() bool {
 					return historyHas(hist, func(rec Record) bool { return rec.Kind == KindCaughtUp })
 				})
@@ -169,12 +167,19 @@ func (r *run) head() uint64 {
 func killAfterAck(r *run, s *spec) {
 	for i := 0; i < s.rounds; i++ {
 		n := 2 + r.rng.IntN(5)
-		r.stopNode("node-a")
-		r.fault("node-a restarted to die at its %d-th acknowledged batch, before the checkpoint", n)
-		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AFTER_ACK="+strconv.Itoa(n))
-		r.eventually("node-a to reach its fault point", 3*time.Minute, p.exited)
-		r.startNode("node-a")
+		r.restartToDie("ORISUN_FAULT_KILL_AFTER_ACK="+strconv.Itoa(n),
+			fmt.Sprintf("node-a restarted to die at its %d-th acknowledged batch, before the checkpoint", n))
 	}
+}
+
+// restartToDie restarts node-a with the fault point env, which kills it,
+// waits for it to die there, and starts it again.
+func (r *run) restartToDie(env, fault string) {
+	r.stopNode("node-a")
+	r.fault("%s", fault)
+	p := r.startNode("node-a", env)
+	r.eventually("node-a to reach its fault point", 3*time.Minute, p.Exited)
+	r.startNode("node-a")
 }
 
 // killMidBatch: S3. The node kills itself when the K-th message of its run
@@ -187,11 +192,8 @@ func killMidBatch(r *run, s *spec) {
 			// is what it appended while the node started.
 			k = 20 + r.rng.IntN(150)
 		}
-		r.stopNode("node-a")
-		r.fault("node-a restarted to die at the %d-th message of its run (PUBLISH_BATCH 500, window 64)", k)
-		p := r.startNode("node-a", "ORISUN_FAULT_KILL_AT_SEEN="+strconv.Itoa(k))
-		r.eventually("node-a to reach its fault point", 3*time.Minute, p.exited)
-		r.startNode("node-a")
+		r.restartToDie("ORISUN_FAULT_KILL_AT_SEEN="+strconv.Itoa(k),
+			fmt.Sprintf("node-a restarted to die at the %d-th message of its run (PUBLISH_BATCH 500, window 64)", k))
 	}
 }
 
@@ -206,7 +208,7 @@ func killLeader(r *run, s *spec) {
 		r.procs[name].signal(syscall.SIGKILL)
 		killed := time.Now()
 		r.fault("SIGKILL %s, the leader (term %d)", name, before.Term)
-		<-r.procs[name].done
+		r.procs[name].Wait()
 		r.eventually(other+" to take over and publish", 2*time.Minute, func() bool {
 			n, l := r.leader()
 			_, cp, ok := r.headAndCheckpoint()
@@ -235,12 +237,12 @@ func stopLeader(r *run, s *spec) {
 		n := 1 + r.rng.IntN(3)
 		r.stopNode(sb)
 		p := r.startNode(sb, "ORISUN_FAULT_STOP_AT_BATCH="+strconv.Itoa(n))
-		r.fault("%s restarted to stop itself (SIGSTOP) at its %d-th acknowledged batch, before the checkpoint; %s stopped cleanly", p.name, n, ldr)
+		r.fault("%s restarted to stop itself (SIGSTOP) at its %d-th acknowledged batch, before the checkpoint; %s stopped cleanly", p.Name, n, ldr)
 		r.stopNode(ldr)
 		r.eventually(sb+" to lead", 2*time.Minute, func() bool { n, _ := r.leader(); return n == sb })
 		r.startNode(ldr)
-		hist := filepath.Join(r.dir, p.name+".jsonl")
-		r.eventually(p.name+" to stop itself", 2*time.Minute, func() bool { return fileHas(hist, "SIGSTOP itself") })
+		hist := filepath.Join(r.dir, p.Name+".jsonl")
+		r.eventually(p.Name+" to stop itself", 2*time.Minute, func() bool { return fileHas(hist, "SIGSTOP itself") })
 		// The stopped node's term, from its own history (the lease may
 		// have moved already).
 		var term uint64
@@ -260,10 +262,10 @@ func stopLeader(r *run, s *spec) {
 		_, cp, _ := r.headAndCheckpoint()
 		r.eventually(ldr+" to publish", 2*time.Minute, func() bool { _, c, ok := r.headAndCheckpoint(); return ok && c > cp })
 		p.signal(syscall.SIGCONT)
-		r.fault("SIGCONT %s after the lease moved from its term %d to %s", p.name, term, ldr)
-		r.stopped = append(r.stopped, p.name)
-		r.eventually(p.name+" to write its checkpoint after SIGCONT", time.Minute, func() bool { return fileHas(hist, `"kind":"checkpoint"`) })
-		r.eventually(p.name+" to step down (standby in its status)", time.Minute, func() bool {
+		r.fault("SIGCONT %s after the lease moved from its term %d to %s", p.Name, term, ldr)
+		r.stopped = append(r.stopped, p.Name)
+		r.eventually(p.Name+" to write its checkpoint after SIGCONT", time.Minute, func() bool { return fileHas(hist, `"kind":"checkpoint"`) })
+		r.eventually(p.Name+" to step down (standby in its status)", time.Minute, func() bool {
 			st, ok := lastStatus(hist)
 			return ok && st.T > time.Now().Add(-time.Second).UnixNano() && st.State == "standby"
 		})
@@ -276,9 +278,9 @@ func stopLeader(r *run, s *spec) {
 // crash.
 func (r *run) stopNode(name string) {
 	p := r.procs[name]
-	hist := filepath.Join(r.dir, p.name+".jsonl")
-	r.eventually(p.name+" to be up before it is stopped", 2*time.Minute, func() bool {
-		return p.exited() || historyHas(hist, func(rec Record) bool { return rec.Kind == KindStatus })
+	hist := filepath.Join(r.dir, p.Name+".jsonl")
+	r.eventually(p.Name+" to be up before it is stopped", 2*time.Minute, func() bool {
+		return p.Exited() || historyHas(hist, func(rec Record) bool { return rec.Kind == KindStatus })
 	})
 	p.stop(30 * time.Second)
 }
@@ -327,7 +329,7 @@ func restartRelay(r *run, s *spec) {
 	for i := 0; i < s.rounds; i++ {
 		r.waitLoad(r.head() + 200)
 		r.procs["node-a"].signal(syscall.SIGKILL)
-		<-r.procs["node-a"].done
+		r.procs["node-a"].Wait()
 		r.fault("SIGKILL node-a and start it again: the memory stream is lost")
 		r.startNode("node-a")
 	}
@@ -338,11 +340,7 @@ func restartRelay(r *run, s *spec) {
 // position may be skipped; the status must say it waits.
 func rollbackAppenders(r *run, s *spec) {
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(r.t, r.pgURL)
 	for i := 0; i < s.rounds; i++ {
 		r.waitLoad(r.head() + 50)
 		hold := time.Duration(200+r.rng.IntN(600)) * time.Millisecond
@@ -389,7 +387,7 @@ func killConsumer(r *run, s *spec) {
 			}
 			// Bounded: while the appender outpaces c1 it may not go live
 			// at all (then this kill strikes during the catch-up).
-			hist := filepath.Join(r.dir, r.procs[owner].name+".jsonl")
+			hist := filepath.Join(r.dir, r.procs[owner].Name+".jsonl")
 			when = "during the catch-up (c1 did not go live within 10s)"
 			for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
 				if historyHas(hist, func(rec Record) bool { return rec.Kind == KindCaughtUp && rec.Consumer == "c1" }) {
@@ -402,14 +400,14 @@ func killConsumer(r *run, s *spec) {
 		}
 		if s.backend == "postgres" {
 			r.procs["c1"].signal(syscall.SIGKILL)
-			<-r.procs["c1"].done
+			r.procs["c1"].Wait()
 			r.fault("SIGKILL consumer c1 at position %d, %s", r.consumerAt("c1"), when)
 			r.startChild("consumer", "c1")
 		} else {
 			// On SQLite the consumers live in the node process (until
 			// the NATS client exists): the node dies with them.
 			r.procs["node-a"].signal(syscall.SIGKILL)
-			<-r.procs["node-a"].done
+			r.procs["node-a"].Wait()
 			r.fault("SIGKILL node-a with its consumers at c1 position %d, %s", r.consumerAt("c1"), when)
 			r.startNode("node-a")
 		}

@@ -118,6 +118,20 @@ func Exec(t testing.TB, sql string, args ...any) {
 	}
 }
 
+// Connect opens a connection of the test's own to the database at dbURL
+// (a URL that URL returned, or ServerURL), closed when the test ends.
+func Connect(t testing.TB, dbURL string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // DatabaseName returns the database of a URL that URL returned.
 func DatabaseName(t testing.TB, dbURL string) string {
 	t.Helper()

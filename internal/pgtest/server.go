@@ -2,11 +2,12 @@ package pgtest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // Server is a PostgreSQL server of one test's own, for tests that crash or
@@ -44,12 +45,7 @@ func StartServer(t testing.TB) *Server {
 	}
 	s.data = filepath.Join(dir, "data")
 	s.run(t, "initdb", "-D", s.data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := testutil.FreePort(t)
 	s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s", port, dir)
 	s.Start(t)
 	t.Cleanup(func() {

@@ -1,9 +1,9 @@
 //go:build !linux
 
-package cluster
+package testutil
 
 import "os/exec"
 
 // dieWithParent: only Linux has a parent-death signal; elsewhere the
-// tests' cleanups kill the children.
+// tests' cleanups end the children.
 func dieWithParent(*exec.Cmd) {}

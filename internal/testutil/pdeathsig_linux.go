@@ -1,4 +1,4 @@
-package faults
+package testutil
 
 import (
 	"os/exec"
@@ -6,7 +6,7 @@ import (
 )
 
 // dieWithParent makes a child die when the test binary dies (a timeout, a
-// ^C): no orisun process outlives the run that started it.
+// ^C): no orisun or nats-server process outlives the run that started it.
 func dieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package faults
-
-import "os/exec"
-
-func dieWithParent(cmd *exec.Cmd) {}

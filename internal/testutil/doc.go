@@ -1,0 +1,20 @@
+// Package testutil is the one home of orisun's test scaffolding: waiting
+// for a condition (Eventually), a background load or monitor owned by the
+// test (Every), free loopback ports (FreePort, FreePorts), building a
+// binary once per test binary (Build, OrisunBinary), running a child
+// process and reading its output (StartProcess, StartNode), and the
+// goroutine-leak checks: Main, which every package's TestMain calls, and
+// NoLeaks for a single test.
+//
+// Every package with tests has
+//
+//	func TestMain(m *testing.M) { testutil.Main(m) }
+//
+// (TestEveryPackageCallsMain checks that). Main runs the tests, removes what
+// Build built, and fails the run when a goroutine the tests started still
+// runs a few seconds after the last test: a test closes what it opens.
+//
+// It is used by tests only, and imports nothing but the standard library,
+// so that every package's tests, internal ones included, can import it
+// without a cycle.
+package testutil

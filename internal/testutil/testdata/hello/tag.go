@@ -1,0 +1,5 @@
+//go:build testutiltag
+
+package main
+
+func init() { greeting = "hello, tagged" }

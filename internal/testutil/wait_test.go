@@ -1,0 +1,67 @@
+package testutil
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestEventually(t *testing.T) {
+	calls := 0
+	took := Eventually(t, "the third call", 5*time.Second, time.Millisecond, func() bool { calls++; return calls == 3 })
+	if calls != 3 || took <= 0 || took > 5*time.Second {
+		t.Fatalf("returned after %d calls, %s", calls, took)
+	}
+	msg := failing(t, func(tb testing.TB) {
+		Eventually(tb, "never", 50*time.Millisecond, 10*time.Millisecond, func() bool { return false })
+		tb.Errorf("Eventually returned though the condition never held")
+	})
+	if msg != "timed out after 50ms waiting for never" {
+		t.Fatalf("failed with %q", msg)
+	}
+}
+
+// TestEvery: fn runs until halt, which waits for it and may be called
+// again; the test's cleanup halts a loop the test left running.
+func TestEvery(t *testing.T) {
+	var calls atomic.Int64
+	stopsAt := func(what string) {
+		t.Helper()
+		n := calls.Load()
+		time.Sleep(20 * time.Millisecond)
+		if calls.Load() != n {
+			t.Fatalf("fn was called after %s", what)
+		}
+	}
+	run := func(t *testing.T) func() {
+		halt := Every(t, time.Millisecond, func(context.Context) { calls.Add(1) })
+		n := calls.Load()
+		Eventually(t, "the loop to run", 10*time.Second, time.Millisecond, func() bool { return calls.Load() > n+3 })
+		return halt
+	}
+	t.Run("left running", func(t *testing.T) { run(t) })
+	stopsAt("the test that left it running ended")
+	halt := run(t)
+	halt()
+	stopsAt("halt returned")
+	halt()
+
+	// halt cancels the context of a call in progress.
+	var cancelled atomic.Bool
+	entered := make(chan struct{})
+	halt = Every(t, time.Millisecond, func(ctx context.Context) {
+		select {
+		case <-entered:
+		default:
+			close(entered)
+		}
+		<-ctx.Done()
+		cancelled.Store(true)
+	})
+	<-entered
+	halt()
+	if !cancelled.Load() {
+		t.Fatal("halt returned before the call in progress saw its context end")
+	}
+}
