@@ -5,9 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/orisun-io/orisun/backend/postgres"
-	"github.com/orisun-io/orisun/backend/sqlite"
 )
 
 // Defaults and limits of Config, each written once. Defaults builds from
@@ -21,11 +18,16 @@ const (
 	// Boundaries is nil.
 	BoundaryDefault = "default"
 
-	PGMaxConnsDefault = postgres.DefaultMaxConns
+	// PGMaxConnsDefault and SQLiteSynchronousDefault are also the
+	// backends' own defaults for a zero field (postgres.DefaultMaxConns,
+	// sqlite.DefaultSynchronous); TestConfigDefaultsMatchBackends keeps
+	// them equal, since a public constant cannot take its value from
+	// machinery.
+	PGMaxConnsDefault = 8
 	PGMaxConnsMin     = 2
 	PGMaxConnsMax     = 1000
 
-	SQLiteSynchronousDefault = sqlite.DefaultSynchronous
+	SQLiteSynchronousDefault = "FULL"
 
 	NATSHostDefault        = "127.0.0.1"
 	NATSPortDefault        = 4222

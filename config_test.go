@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+	"github.com/orisun-io/orisun/backend/postgres"
+	"github.com/orisun-io/orisun/backend/sqlite"
 )
 
 // TestConfigDefaultsMatchREADME keeps the three places that describe a
@@ -291,5 +293,17 @@ func TestValidateMessages(t *testing.T) {
 				t.Errorf("Validate():\n got %s\nwant %s", got, want)
 			}
 		})
+	}
+}
+
+// TestConfigDefaultsMatchBackends: the node's defaults for the store are
+// the backends' own defaults for a zero field, so a store opened by a
+// test or the bench behaves as a node's does.
+func TestConfigDefaultsMatchBackends(t *testing.T) {
+	if PGMaxConnsDefault != postgres.DefaultMaxConns {
+		t.Errorf("PGMaxConnsDefault is %d, postgres.DefaultMaxConns %d", PGMaxConnsDefault, postgres.DefaultMaxConns)
+	}
+	if SQLiteSynchronousDefault != sqlite.DefaultSynchronous {
+		t.Errorf("SQLiteSynchronousDefault is %q, sqlite.DefaultSynchronous %q", SQLiteSynchronousDefault, sqlite.DefaultSynchronous)
 	}
 }

@@ -363,6 +363,9 @@ func (r *runner) startNode(ctx context.Context, backlog bool) error {
 	r.rep.Settings.PublishBatch = n.Config().PublishBatch
 	r.rep.Settings.PublishWindow = n.Config().PublishWindow
 	m := startMeter()
+	// Finished by the relay row; on every other return, here (finish is
+	// idempotent), so that no sampler outlives the measurement.
+	defer m.finish()
 	if err := n.Start(ctx); err != nil {
 		return fmt.Errorf("bench: start node: %w", err)
 	}

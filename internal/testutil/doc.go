@@ -4,7 +4,8 @@
 // binary once per test binary (Build, OrisunBinary), running a child
 // process and reading its output (StartProcess, StartNode), and the
 // goroutine-leak checks: Main, which every package's TestMain calls, and
-// NoLeaks for a single test.
+// NoLeaks for a single test. Being internal, it is orisun's machinery:
+// its API may change without notice.
 //
 // Every package with tests has
 //
