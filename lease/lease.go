@@ -31,6 +31,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 )
 
 // Runner holds leases for one node.
@@ -111,7 +112,7 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 					standby(cur, ErrYielded)
 				}
 			}
-			if !sleep(ctx, retry) {
+			if !serviceutil.Sleep(ctx, retry) {
 				return
 			}
 			continue
@@ -131,7 +132,7 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 				log.Warn("lease acquisition failing; retrying", "err", err)
 			}
 			failing = !held
-			if !sleep(ctx, retry) {
+			if !serviceutil.Sleep(ctx, retry) {
 				return
 			}
 			continue
@@ -205,7 +206,7 @@ func (r *Runner) holdOff(ctx context.Context, boundary string, left uint64, sd *
 			// Wake when the free period reaches a TTL, not a retry later.
 			wait = min(wait, max(freeSince.Add(r.TTL).Sub(now), time.Millisecond))
 		}
-		if !sleep(ctx, wait) {
+		if !serviceutil.Sleep(ctx, wait) {
 			return taken
 		}
 	}
@@ -327,17 +328,6 @@ func (r *Runner) logger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return r.Logger
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Describe says who holds a lease, for status reasons.

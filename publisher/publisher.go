@@ -16,6 +16,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -193,7 +194,7 @@ type run struct {
 
 func (r *run) loop(ctx context.Context) error {
 	p := r.p
-	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	backoff := serviceutil.NewBackoff(100*time.Millisecond, 5*time.Second)
 	defer r.finalCheckpoint()
 	for ctx.Err() == nil {
 		next, err := r.sync(ctx)
@@ -210,7 +211,7 @@ func (r *run) loop(ctx context.Context) error {
 				// request itself waited), without growing the backoff, so
 				// publishing resumes right after the election.
 				p.setState(status.StateStalled, err.Error(), err)
-				if !sleep(ctx, noLeaderRetry) {
+				if !serviceutil.Sleep(ctx, noLeaderRetry) {
 					return nil
 				}
 				continue
@@ -220,7 +221,7 @@ func (r *run) loop(ctx context.Context) error {
 			} else {
 				p.setState(status.StateStalled, err.Error(), err)
 			}
-			if !backoff.wait(ctx) {
+			if !backoff.Wait(ctx) {
 				return nil
 			}
 			continue
@@ -235,12 +236,12 @@ func (r *run) loop(ctx context.Context) error {
 			} else {
 				p.setState(status.StateStalled, err.Error(), err)
 			}
-			if !backoff.wait(ctx) {
+			if !backoff.Wait(ctx) {
 				return nil
 			}
 			continue
 		}
-		backoff.reset()
+		backoff.Reset()
 	}
 	return nil
 }
