@@ -46,103 +46,160 @@ const infoTimeout = time.Second
 // later position (I2, I4).
 func (r *run) sync(ctx context.Context) (uint64, error) {
 	p := r.p
-	name := stream.Name(p.cfg.Boundary)
 	// The stream is read before the store: the head only grows, so a stream
 	// beyond the head read after it really is ahead of the store.
+	s, err := r.streamInfo(ctx)
+	if err != nil {
+		return 0, err
+	}
+	b, cp, err := r.readStore(ctx)
+	if err != nil {
+		return 0, err
+	}
+	want := stream.Config(p.cfg.Boundary, b.Epoch, p.cfg.Limits, cp+1)
+	if s == nil {
+		return r.createStream(ctx, want, cp)
+	}
+	info := s.CachedInfo()
+	if got := stream.Epoch(&info.Config); got != b.Epoch {
+		return r.replaceOtherEpoch(ctx, want, got, cp)
+	}
+	r.applyConfig(ctx, info, want)
+	switch last := info.State.LastSeq; {
+	case last > b.Head:
+		return r.aheadOfStore(ctx, s, want, cp, last, b.Head)
+	case last >= cp:
+		return r.resume(ctx, s, info, want, cp, last)
+	default:
+		return r.purgeToCheckpoint(ctx, s, cp)
+	}
+}
+
+// streamInfo reads the boundary's stream: nil when there is none. A stream
+// that does not answer, or answers without a Raft leader, is a
+// *noLeaderError.
+func (r *run) streamInfo(ctx context.Context) (jetstream.Stream, error) {
+	name := stream.Name(r.p.cfg.Boundary)
 	wait := min(infoTimeout*time.Duration(1+r.infoUnanswered/4), jsTimeout)
 	ictx, cancel := context.WithTimeout(ctx, wait)
-	s, streamErr := p.cfg.JS.Stream(ictx, name)
+	s, err := r.p.cfg.JS.Stream(ictx, name)
 	cancel()
-	if errors.Is(streamErr, context.DeadlineExceeded) && ctx.Err() == nil {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		r.infoUnanswered++
-		return 0, &noLeaderError{fmt.Errorf("stream %s: no answer within %s (JetStream answers once the stream's Raft group "+
-			"has a leader; asking again): %w", name, wait, streamErr)}
+		return nil, &noLeaderError{fmt.Errorf("stream %s: no answer within %s (JetStream answers once the stream's Raft group "+
+			"has a leader; asking again): %w", name, wait, err)}
 	}
-	if streamErr != nil && !errors.Is(streamErr, jetstream.ErrStreamNotFound) {
-		return 0, fmt.Errorf("stream %s: %w", name, streamErr)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
 	}
 	r.infoUnanswered = 0
-	if streamErr == nil {
-		if info := s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader == "" {
-			// Answered by a replica while the stream's Raft group elects
-			// a leader (its leader's server is gone): its state may lag
-			// the acknowledged messages, and nothing can be written until
-			// a leader exists. Acting on it could purge or recreate a
-			// stream that is whole.
-			return 0, &noLeaderError{fmt.Errorf("stream %s has no Raft leader (an election is under way, or too few of its "+
-				"replicas' servers run): waiting for one", name)}
-		}
+	if err != nil { // not found
+		return nil, nil
 	}
+	if info := s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader == "" {
+		// Answered by a replica while the stream's Raft group elects
+		// a leader (its leader's server is gone): its state may lag
+		// the acknowledged messages, and nothing can be written until
+		// a leader exists. Acting on it could purge or recreate a
+		// stream that is whole.
+		return nil, &noLeaderError{fmt.Errorf("stream %s has no Raft leader (an election is under way, or too few of its "+
+			"replicas' servers run): waiting for one", name)}
+	}
+	return s, nil
+}
+
+// readStore reads the boundary (its epoch and head) and the checkpoint, and
+// starts the run's positions afresh when the epoch changed.
+func (r *run) readStore(ctx context.Context) (event.Boundary, uint64, error) {
+	p := r.p
 	b, err := p.cfg.Store.Boundary(ctx, p.cfg.Boundary)
 	if err != nil {
-		return 0, fmt.Errorf("read boundary: %w", err)
+		return event.Boundary{}, 0, fmt.Errorf("read boundary: %w", err)
 	}
 	cp, err := p.cfg.Store.Checkpoint(ctx, p.cfg.Boundary)
 	if err != nil {
-		return 0, fmt.Errorf("read checkpoint: %w", err)
+		return event.Boundary{}, 0, fmt.Errorf("read checkpoint: %w", err)
 	}
 	if b.Epoch != r.epoch {
 		r.acked, r.saved = 0, 0
 	}
 	r.epoch = b.Epoch
 	r.saved = max(r.saved, cp)
-	want := stream.Config(p.cfg.Boundary, b.Epoch, p.cfg.Limits, cp+1)
+	return b, cp, nil
+}
 
-	if streamErr != nil { // not found
-		if _, err := p.cfg.JS.CreateStream(ctx, want); err != nil {
-			return 0, fmt.Errorf("create stream %s: %w", name, err)
-		}
-		p.log.Info("stream created", "stream", name, "first_seq", cp+1, "epoch", b.Epoch)
-		return cp + 1, nil
+// createStream creates the missing stream with its next sequence at
+// checkpoint+1.
+func (r *run) createStream(ctx context.Context, want jetstream.StreamConfig, cp uint64) (uint64, error) {
+	if _, err := r.p.cfg.JS.CreateStream(ctx, want); err != nil {
+		return 0, fmt.Errorf("create stream %s: %w", want.Name, err)
 	}
-	info := s.CachedInfo()
-	if got := stream.Epoch(&info.Config); got != b.Epoch {
-		p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
-			"stream", name, "stream_epoch", got, "epoch", b.Epoch)
-		fctx, cancel, err := r.fence(ctx, "delete stream "+name)
-		if err != nil {
+	r.p.log.Info("stream created", "stream", want.Name, "first_seq", cp+1, "epoch", r.epoch)
+	return cp + 1, nil
+}
+
+// replaceOtherEpoch deletes a stream of another epoch (got) than the
+// boundary's and creates it again from the checkpoint, fenced.
+func (r *run) replaceOtherEpoch(ctx context.Context, want jetstream.StreamConfig, got string, cp uint64) (uint64, error) {
+	p, name := r.p, want.Name
+	p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
+		"stream", name, "stream_epoch", got, "epoch", r.epoch)
+	fctx, cancel, err := r.fence(ctx, "delete stream "+name)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if err := p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("delete stream %s of epoch %q: %w", name, got, err)
+	}
+	if _, err := p.cfg.JS.CreateStream(fctx, want); err != nil {
+		return 0, fmt.Errorf("create stream %s: %w", name, err)
+	}
+	return cp + 1, nil
+}
+
+// aheadOfStore handles a stream whose last sequence is beyond the store's
+// head: orisun's own message there means the store went back in time, and
+// the publisher stops with that reason; a foreign one took the sequences,
+// and the stream starts again from the checkpoint.
+func (r *run) aheadOfStore(ctx context.Context, s jetstream.Stream, want jetstream.StreamConfig, cp, last, head uint64) (uint64, error) {
+	if r.ownMessage(ctx, s, last) {
+		return 0, fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
+			"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", want.Name, last, head)
+	}
+	// The last message is not one of orisun's: foreign messages took
+	// the sequences. The store is the truth: start the stream again.
+	return r.recreate(ctx, want, cp, fmt.Sprintf("sequence %d is not an orisun event (foreign messages in the stream)", last))
+}
+
+// resume continues after the stream's last sequence once verify proved
+// every message after the checkpoint to be this epoch's event at its
+// position, moving the checkpoint there; a stream it cannot prove is
+// recreated from the checkpoint.
+func (r *run) resume(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, want jetstream.StreamConfig, cp, last uint64) (uint64, error) {
+	proven, why, err := r.verify(ctx, s, info, cp, last)
+	if err != nil {
+		return 0, err
+	}
+	if !proven {
+		return r.recreate(ctx, want, cp, why)
+	}
+	// Every message after the checkpoint is this epoch's event at its
+	// position: they were acknowledged, so the checkpoint may move there.
+	if last > r.saved {
+		r.acked = max(r.acked, last)
+		if err := r.checkpoint(ctx, last); err != nil {
 			return 0, err
 		}
-		defer cancel()
-		if err := p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return 0, fmt.Errorf("delete stream %s of epoch %q: %w", name, got, err)
-		}
-		if _, err := p.cfg.JS.CreateStream(fctx, want); err != nil {
-			return 0, fmt.Errorf("create stream %s: %w", name, err)
-		}
-		return cp + 1, nil
 	}
-	r.applyConfig(ctx, info, want)
-	last := info.State.LastSeq
-	if last > b.Head {
-		if r.ownMessage(ctx, s, last) {
-			return 0, fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
-				"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", name, last, b.Head)
-		}
-		// The last message is not one of orisun's: foreign messages took
-		// the sequences. The store is the truth: start the stream again.
-		return r.recreate(ctx, want, cp, fmt.Sprintf("sequence %d is not an orisun event (foreign messages in the stream)", last))
-	}
-	if last >= cp {
-		proven, why, err := r.verify(ctx, s, info, cp, last)
-		if err != nil {
-			return 0, err
-		}
-		if !proven {
-			return r.recreate(ctx, want, cp, why)
-		}
-		// Every message after the checkpoint is this epoch's event at its
-		// position: they were acknowledged, so the checkpoint may move there.
-		if last > r.saved {
-			r.acked = max(r.acked, last)
-			if err := r.checkpoint(ctx, last); err != nil {
-				return 0, err
-			}
-		}
-		return last + 1, nil
-	}
-	// The stream is behind the checkpoint (purged or lost): make its next
-	// sequence checkpoint+1, so that sequence and position agree.
+	return last + 1, nil
+}
+
+// purgeToCheckpoint handles a stream behind the checkpoint (purged or
+// lost): its next sequence becomes checkpoint+1, so that sequence and
+// position agree.
+func (r *run) purgeToCheckpoint(ctx context.Context, s jetstream.Stream, cp uint64) (uint64, error) {
+	name := stream.Name(r.p.cfg.Boundary)
 	fctx, cancel, err := r.fence(ctx, "purge stream "+name)
 	if err != nil {
 		return 0, err
@@ -151,7 +208,7 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if err := s.Purge(fctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
 		return 0, fmt.Errorf("purge stream %s to sequence %d: %w", name, cp+1, err)
 	}
-	p.log.Info("stream purged to the checkpoint", "stream", name, "next", cp+1)
+	r.p.log.Info("stream purged to the checkpoint", "stream", name, "next", cp+1)
 	return cp + 1, nil
 }
 
