@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/startstop"
 )
 
 // checkpoint writes the checkpoint of an acknowledged position. A stale
@@ -50,13 +51,17 @@ func (r *run) saveCheckpoint(ctx context.Context, pos uint64) error {
 // keeps the maximum of what it is given (I3). Before, every fully
 // acknowledged batch wrote its checkpoint in the publishing loop, and the
 // events committed meanwhile waited behind that write.
+//
+// Its goroutine is its life's; stop ends it (quit) after it wrote what was
+// handed over. A failed write ends it at once.
 type checkpointer struct {
-	r   *run
-	ctx context.Context
+	r *run
+	// ctx is the writes' context; quit ends the goroutine.
+	ctx  context.Context
+	life startstop.Base
+	quit context.CancelFunc
 	// kick has room for one signal: positions were handed over.
 	kick chan struct{}
-	quit chan struct{}
-	done chan struct{}
 	// failed is closed on the first failure, err is that failure.
 	failed chan struct{}
 
@@ -64,17 +69,31 @@ type checkpointer struct {
 	want uint64 // the last acknowledged position handed over
 	err  error
 
-	// written is the last position written; the goroutine's until done.
+	// written is the last position written; the goroutine's until it
+	// ends.
 	written uint64
 }
 
+// startCheckpointer starts the checkpointer of one drain; its writes run
+// under ctx.
 func (r *run) startCheckpointer(ctx context.Context) *checkpointer {
-	c := &checkpointer{
-		r: r, ctx: ctx,
-		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}), failed: make(chan struct{}),
-	}
-	go c.loop()
+	c := &checkpointer{r: r, ctx: ctx, kick: make(chan struct{}, 1), failed: make(chan struct{})}
+	_ = c.life.Start(ctx, c.start, c.halt) // it cannot fail
 	return c
+}
+
+func (c *checkpointer) start(context.Context) error {
+	quit, cancel := context.WithCancel(context.Background())
+	c.quit = cancel
+	c.life.Go(func() { c.loop(quit) })
+	return nil
+}
+
+func (c *checkpointer) halt() error {
+	if c.quit != nil {
+		c.quit()
+	}
+	return nil
 }
 
 // save hands over an acknowledged position; it never waits.
@@ -95,16 +114,14 @@ func (c *checkpointer) failure() error {
 	return c.err
 }
 
-func (c *checkpointer) loop() {
-	defer close(c.done)
+func (c *checkpointer) loop(quit context.Context) {
 	for {
 		select {
 		case <-c.kick:
 			if !c.write() {
-				<-c.quit
 				return
 			}
-		case <-c.quit:
+		case <-quit.Done():
 			c.write() // what was handed over before the stop
 			return
 		}
@@ -137,8 +154,7 @@ func (c *checkpointer) write() bool {
 // stop writes what was handed over and not yet written, ends the
 // goroutine, and returns the first failure.
 func (c *checkpointer) stop() error {
-	close(c.quit)
-	<-c.done
+	_ = c.life.Stop(c.halt)
 	c.r.saved = max(c.r.saved, c.written)
 	return c.failure()
 }

@@ -150,8 +150,10 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 		// this one is in flight. A short one reached the head; the next
 		// read (after it is sent) usually finds nothing.
 		if len(events) == p.cfg.BatchSize {
-			pre = make(chan readResult, 1)
-			go func(after uint64) { pre <- r.read(ctx, after+1) }(last)
+			res := make(chan readResult, 1)
+			if p.life.Go(func() { res <- r.read(ctx, last+1) }) {
+				pre = res
+			}
 		}
 		if err := fl.send(actx, events); err != nil {
 			return err

@@ -7,6 +7,7 @@ package publisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/serviceutil"
+	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -92,6 +94,15 @@ type Publisher struct {
 	cfg Config
 	log *slog.Logger
 
+	// life owns every goroutine of the publisher: each Run's, its
+	// prefetches and the removal of its verification readers. ctx ends at
+	// Stop, or when Start's context ends: it ends every Run in progress,
+	// and the removals; unlink undoes Start's tie to its context.
+	life   startstop.Base
+	ctx    context.Context
+	cancel context.CancelFunc
+	unlink func() bool
+
 	mu    sync.Mutex
 	state Status
 
@@ -132,8 +143,39 @@ func New(cfg Config) *Publisher {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Publisher{cfg: cfg, log: cfg.Logger.With("boundary", cfg.Boundary)}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.state = Status{State: status.StateStandby, Reason: "not leading", Since: time.Now().UTC()}
 	return p
+}
+
+// Start ties the publisher to ctx: when ctx ends, every Run in progress
+// ends as Stop ends it. A publisher may Run from New on (its lease runner
+// drives it); Start and Stop are what its owner uses to end it whatever
+// runs. A second Start does nothing; a Start after Stop fails.
+func (p *Publisher) Start(ctx context.Context) error {
+	if err := p.life.Start(ctx, p.start, p.halt); err != nil {
+		return fmt.Errorf("publisher %q: %w", p.cfg.Boundary, err)
+	}
+	return nil
+}
+
+func (p *Publisher) start(ctx context.Context) error {
+	p.unlink = context.AfterFunc(ctx, p.cancel)
+	return nil
+}
+
+// Stop ends every Run in progress as the end of its context does (each
+// finishes the batch in flight and checkpoints it), waits for them and for
+// every goroutine the publisher started, and makes later Runs fail with
+// event.ErrClosed. Safe to call twice, concurrently, and before Start.
+func (p *Publisher) Stop() error { return p.life.Stop(p.halt) }
+
+func (p *Publisher) halt() error {
+	p.cancel()
+	if p.unlink != nil {
+		p.unlink()
+	}
+	return nil
 }
 
 // Run publishes while ctx lives, as the holder of lease. When ctx ends it
@@ -142,13 +184,37 @@ func New(cfg Config) *Publisher {
 // before it), checkpoints it and returns, reading and sending nothing more.
 // It returns nil on a clean stop, event.ErrLeaseLost when a checkpoint write
 // was refused because the lease term is stale (a newer publisher exists).
+//
+// The run itself is a goroutine of the publisher, so that Stop waits for
+// it; Run waits for it in turn.
 func (p *Publisher) Run(ctx context.Context, lease backend.Lease) error {
+	if p.life.State() == startstop.Stopped {
+		return p.errStopped()
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.ctx, cancel)()
+	done := make(chan error, 1)
+	if !p.life.Go(func() { done <- p.run(rctx, ctx, lease) }) {
+		return p.errStopped()
+	}
+	return <-done
+}
+
+func (p *Publisher) errStopped() error {
+	return fmt.Errorf("publisher %q: run after stop: %w", p.cfg.Boundary, event.ErrClosed)
+}
+
+// run is Run on the publisher's goroutine. ctx ends with Run's context
+// (parent) or at Stop; the status reports why parent ended (its cause), and
+// a Stop as a clean stop.
+func (p *Publisher) run(ctx, parent context.Context, lease backend.Lease) error {
 	r := &run{p: p, lease: lease}
 	p.idle.Store(false)
 	p.markProgress()
 	err := r.loop(ctx)
 	p.progress.Store(0)
-	cause := context.Cause(ctx)
+	cause := context.Cause(parent)
 	switch {
 	case errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost):
 		p.setState(status.StateStandby, "lease lost: another node holds a newer term", nil)

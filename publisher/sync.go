@@ -335,13 +335,15 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 		return false, "", fmt.Errorf("verify stream %s after %d: create a reader: %w", name, cp, err)
 	}
 	defer func() {
-		// Best effort, and not waited for (a stream without a leader does
-		// not answer): the server removes it after a minute unused anyway.
-		go func(name string) {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jsTimeout)
+		// Best effort, and not waited for by the run (a stream without a
+		// leader does not answer): the server removes it after a minute
+		// unused anyway. A Stop of the publisher ends the wait.
+		name := cons.CachedInfo().Name
+		p.life.Go(func() {
+			dctx, cancel := context.WithTimeout(p.ctx, jsTimeout)
 			defer cancel()
 			_ = s.DeleteConsumer(dctx, name)
-		}(cons.CachedInfo().Name)
+		})
 	}()
 	want := cp + 1
 	for want <= last {
