@@ -47,8 +47,9 @@ type Options struct {
 // call Start and Stop on each at once. Every Start must return nil or a
 // stopped error (o.Stopped); every Stop of one part must return the same
 // error (the first Stop's, which the others wait for); once every worker is
-// done, Stop again must return that error and Start a stopped error. The
-// first round is a warm-up: goroutines alive after it (the process's
+// done, Stop again must return that error and Start a stopped error, and
+// no goroutine started with startstop.Base.Go may still run. The first
+// round is a warm-up: goroutines alive after it (the process's
 // lazily started ones) are not counted; after the last round, no goroutine
 // started since may remain.
 func Stress(t testing.TB, newPart func(t testing.TB) Part, o Options) {
@@ -151,7 +152,35 @@ func stressOne(t testing.TB, p Part, o Options, round int) bool {
 	if err := p.Start(ctx); !o.Stopped(err) {
 		t.Errorf("round %d: Start after Stop returned %v, want a stopped error", round, err)
 	}
+	if left := runningOwned(); left != "" {
+		t.Errorf("round %d: goroutines started with startstop.Base.Go still run after Stop returned:\n%s", round, left)
+	}
 	return !t.Failed()
+}
+
+// runningOwned returns the stacks of the goroutines started with
+// startstop.Base.Go that still run their function: Stop must have waited
+// for every one. A goroutine past its function (in the wrapper that marks
+// it done, or the runtime's exit) is not counted.
+func runningOwned() string {
+	const goFunc = "github.com/orisun-io/orisun/internal/startstop.(*Base).Go"
+	var left strings.Builder
+	for _, g := range strings.Split(stacks(), "\n\n") {
+		if !strings.Contains(g, "\ncreated by "+goFunc+" ") {
+			continue
+		}
+		for _, line := range strings.Split(g, "\n")[1:] {
+			if line == "" || strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "created by ") {
+				continue
+			}
+			if !strings.HasPrefix(line, goFunc+".func") && !strings.HasPrefix(line, "sync.") && !strings.HasPrefix(line, "runtime.") {
+				left.WriteString(g)
+				left.WriteString("\n\n")
+				break
+			}
+		}
+	}
+	return left.String()
 }
 
 // goroutines returns the ids of the goroutines alive now.
