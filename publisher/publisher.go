@@ -1,6 +1,7 @@
-// The Publisher, its configuration, and Run: one run per lease term, a loop
-// of sync (sync.go) and drain (pipeline.go) that backs off on errors and
-// says why in the status.
+// The Publisher, its configuration, its lifecycle (Start, Stop: who owns
+// its goroutines), and Run: one run per lease term, a loop of sync
+// (sync.go) and drain (pipeline.go) that backs off on errors and says why
+// in the status.
 
 package publisher
 

@@ -1,8 +1,8 @@
 // The sync: how a run compares the boundary's stream with the store
-// (docs/design.md §5 step 1) before it publishes, creating, purging or recreating the
-// stream, verifying what it holds after the checkpoint, fencing every
-// destructive operation with a lease renewal, and keeping the stream's
-// configuration (limits, replicas) as configured.
+// (docs/design.md §5 step 1) before it publishes, creating, purging or
+// recreating the stream, verifying what it holds after the checkpoint,
+// fencing every destructive operation with a lease renewal, and keeping
+// the stream's configuration (limits, replicas) as configured.
 
 package publisher
 
