@@ -92,7 +92,7 @@ func (r *Runner) Start(ctx context.Context) error {
 
 func (r *Runner) start(ctx context.Context) error {
 	if r.Boundary == "" || r.Lead == nil {
-		return errors.New("Start needs Boundary and Lead")
+		return errors.New("a runner needs Boundary and Lead to start")
 	}
 	r.life.Go(func() { r.Run(ctx, r.Boundary, r.Lead, r.Standby) })
 	return nil
