@@ -22,6 +22,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
@@ -68,10 +69,16 @@ type Node struct {
 	brokenCheckpointOrder bool
 	wrapStore             func(backend.Store) backend.Store
 
-	phase   atomic.Int32
+	// life is the node's lifecycle (startstop.Base): Start runs start,
+	// Stop runs teardown, each once, and the node's goroutines (the heads
+	// watch, placement, adoptions) are its own. serving is set during
+	// start once store and js are ready: requests may be served (the API
+	// starts after it, and the status listener asks before it).
+	life    startstop.Base
+	serving atomic.Bool
+	// mu guards what start sets and the accessors read (natsURL, ns,
+	// http); start holds it throughout.
 	mu      sync.Mutex
-	started bool
-	stopped bool
 	store   backend.Store
 	ns      *natsembed.Server // nil with an external NATS
 	natsURL string
@@ -86,11 +93,7 @@ type Node struct {
 	api        *service.Service
 	runCtx     context.Context
 	cancel     context.CancelFunc
-	wg         sync.WaitGroup
 	subs       sync.WaitGroup
-
-	stopDone chan struct{}
-	stopErr  error
 
 	// Placement (shared NATS only, placement.go): how many boundaries this
 	// node leads, its fair share (0: unknown, no yielding), and a token
@@ -109,9 +112,19 @@ type Node struct {
 	runners map[string]*boundaryRunner
 }
 
+// boundaryRunner is one boundary on this node: its lease runner, which
+// runs the publisher while this node holds the lease, and what the status
+// and the subscriptions read of it.
 type boundaryRunner struct {
-	pub  *publisher.Publisher
-	wake chan struct{}
+	pub   *publisher.Publisher
+	lease *lease.Runner
+	wake  chan struct{}
+	// self is this node's lease holder; leading the node's count of the
+	// boundaries it leads (placement); stallThreshold the node's
+	// ORISUN_STALL_THRESHOLD.
+	self           string
+	leading        *atomic.Int64
+	stallThreshold time.Duration
 	// Subscription counters for the status.
 	catchingUp, live, fallBacks atomic.Int64
 	// heldElsewhere is when (unix nanoseconds) this node last found the
@@ -157,7 +170,7 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	// own (its instance token): two processes given the same node id (or a
 	// restarted one and the zombie of the old) must never share a (holder,
 	// term), and placement's heartbeats find such twins by it.
-	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}, stopDone: make(chan struct{})}
+	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -177,36 +190,73 @@ func WithVersion(v string) Option { return func(n *Node) { n.version = v } }
 func (n *Node) Config() Config { return n.cfg }
 
 // Start opens the store, starts NATS, creates the configured boundaries and
-// starts their publishers. On error everything started is stopped again.
-func (n *Node) Start(ctx context.Context) (err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopped {
+// starts their publishers. On error everything started is stopped again,
+// and the node cannot be started again. A second Start returns nil; a
+// Start after Stop fails with event.ErrClosed.
+func (n *Node) Start(ctx context.Context) error {
+	err := n.life.Start(ctx, n.start, n.teardown)
+	if errors.Is(err, startstop.ErrStopped) {
 		return fmt.Errorf("orisun: start: %w", event.ErrClosed)
 	}
-	if n.started {
+	return err
+}
+
+// start is Start's work, in its order; n.life runs teardown when it fails.
+func (n *Node) start(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	// The status listener is bound first: a taken port fails the start
+	// before any lease is taken, and probes get 503 "starting" instead of
+	// no answer.
+	if err := n.startHTTP(); err != nil {
+		return err
+	}
+	if err := n.openData(ctx); err != nil {
+		return err
+	}
+	if err := n.startNATS(); err != nil {
+		return err
+	}
+	if err := n.connectRelay(); err != nil {
+		return err
+	}
+	names, err := n.startBoundaries(ctx)
+	if err != nil {
+		return err
+	}
+	n.serving.Store(true)
+	n.life.Go(func() { n.watchHeads(n.runCtx) })
+	if n.registry != nil {
+		n.life.Go(func() { n.placement(n.runCtx, n.registry) })
+	}
+	// The API comes last: every request it serves finds the node ready.
+	if err := n.startAPI(); err != nil {
+		return err
+	}
+	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
+		"nats_url", n.natsURL, "shared_nats", n.cfg.SharedNATS(), "boundaries", names)
+	return nil
+}
+
+// startHTTP starts the status listener, when it is on.
+func (n *Node) startHTTP() error {
+	if !n.cfg.HTTPEnabled() {
 		return nil
 	}
-	defer func() {
-		if err != nil {
-			n.stopped = true
-			n.phase.Store(phaseStopped)
-			n.stopErr = n.teardown()
-			close(n.stopDone)
-		}
-	}()
-	if n.cfg.HTTPEnabled() {
-		// Bound first: a taken port fails the start before any lease is
-		// taken, and probes get 503 "starting" instead of no answer.
-		n.http = statushttp.NewServer(n, statushttp.Options{
-			Addr:           n.cfg.HTTPAddr,
-			StallThreshold: n.cfg.StallThreshold,
-			Logger:         n.log.With("component", "http"),
-		})
-		if err := n.http.Start(); err != nil {
-			return fmt.Errorf("orisun: %w", err)
-		}
+	n.http = statushttp.NewServer(n, statushttp.Options{
+		Addr:           n.cfg.HTTPAddr,
+		StallThreshold: n.cfg.StallThreshold,
+		Logger:         n.log.With("component", "http"),
+	})
+	if err := n.http.Start(); err != nil {
+		return fmt.Errorf("orisun: %w", err)
 	}
+	return nil
+}
+
+// openData makes the data directory and opens the store (wrapped for
+// tests), with its table of live nodes when placement is on.
+func (n *Node) openData(ctx context.Context) error {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("orisun: data directory: %w", err)
 	}
@@ -228,9 +278,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.wrapStore != nil {
 		n.store = n.wrapStore(store)
 	}
-	if err := n.startNATS(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// connectRelay opens the publishers' connection and JetStream context, and
+// sets the append limits the connection's max payload implies.
+func (n *Node) connectRelay() error {
+	var err error
 	n.nc, err = n.connect("orisun-relay")
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
@@ -245,34 +299,36 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		MaxEventBytes:   int(n.nc.MaxPayload()),
 		EncodedSize:     stream.EncodedSize,
 	}
+	return nil
+}
+
+// startBoundaries creates the configured boundaries and starts a publisher
+// for every stored one, also those created through the API on an earlier
+// run and not in the configuration. It returns their names.
+func (n *Node) startBoundaries(ctx context.Context) ([]string, error) {
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)
 	for _, name := range n.cfg.Boundaries {
 		if _, _, err := n.store.CreateBoundary(ctx, name); err != nil {
-			return fmt.Errorf("orisun: create boundary %q: %w", name, err)
+			return nil, fmt.Errorf("orisun: create boundary %q: %w", name, err)
 		}
 	}
-	// Every stored boundary gets a publisher, also those created through
-	// the API on an earlier run and not in the configuration.
 	all, err := n.store.Boundaries(ctx)
 	if err != nil {
-		return fmt.Errorf("orisun: list boundaries: %w", err)
+		return nil, fmt.Errorf("orisun: list boundaries: %w", err)
 	}
 	names := make([]string, 0, len(all))
 	for _, b := range all {
-		n.startBoundaryLocked(b.Name)
+		n.startBoundary(b.Name)
 		names = append(names, b.Name)
 	}
-	n.phase.Store(phaseRunning)
-	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.watchHeads(n.runCtx) }()
-	if n.registry != nil {
-		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.placement(n.runCtx, n.registry) }()
-	}
-	// The API comes last: every request it serves finds the node ready.
-	// It has a connection of its own, so that its requests never queue
-	// behind the publishers' traffic, and Stop can drain it first.
+	return names, nil
+}
+
+// startAPI starts the NATS API service. It has a connection of its own, so
+// that its requests never queue behind the publishers' traffic, and Stop
+// can drain it first.
+func (n *Node) startAPI() error {
 	apiNC, err := n.connectAPI("orisun-api")
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
@@ -285,9 +341,6 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		apiNC.Close()
 		return fmt.Errorf("orisun: %w", err)
 	}
-	n.started = true
-	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
-		"nats_url", n.natsURL, "shared_nats", n.cfg.SharedNATS(), "boundaries", names)
 	return nil
 }
 
@@ -412,14 +465,26 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 	}
 }
 
-// startBoundaryLocked starts the lease loop and publisher of a boundary.
-func (n *Node) startBoundaryLocked(name string) {
+// startBoundary starts the lease runner and the publisher of a boundary,
+// unless it runs already. It runs within start, or under n.life.IfRunning:
+// never once teardown has begun, which stops every runner it finds.
+func (n *Node) startBoundary(name string) {
 	n.rmu.Lock()
 	defer n.rmu.Unlock()
 	if _, ok := n.runners[name]; ok {
 		return
 	}
-	r := &boundaryRunner{wake: make(chan struct{}, 1)}
+	r := n.newBoundaryRunner(name)
+	n.runners[name] = r
+	// Neither can fail: both are new, and the runner has its boundary and
+	// its leader work.
+	_ = r.pub.Start(n.runCtx)
+	_ = r.lease.Start(n.runCtx)
+}
+
+// newBoundaryRunner makes the publisher and the lease runner of a boundary.
+func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
+	r := &boundaryRunner{wake: make(chan struct{}, 1), self: n.holder, leading: &n.leading, stallThreshold: n.cfg.StallThreshold}
 	var afterAck func(uint64)
 	if n.afterAck != nil {
 		afterAck = func(last uint64) { n.afterAck(name, last) }
@@ -446,10 +511,10 @@ func (n *Node) startBoundaryLocked(name string) {
 
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
-	n.runners[name] = r
-	lr := &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease")}
+	r.lease = &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease"),
+		Boundary: name, Lead: r.lead, Standby: r.standby}
 	if n.cfg.Placement() {
-		lr.Yield, lr.StepDown = n.yield, n.takeStepDown
+		r.lease.Yield, r.lease.StepDown = n.yield, n.takeStepDown
 		// A leader whose publisher cannot publish (its NATS connection
 		// is broken, the store fails for it alone, a stream it may not
 		// write) would keep renewing the lease and keep the boundary
@@ -459,50 +524,58 @@ func (n *Node) startBoundaryLocked(name string) {
 		// of its own (or a SQLite node, alone with its store) keeps
 		// leading: nobody else could feed its stream, and stepping down
 		// would only add a hold-off to the stall.
-		lr.Stalled = func() string {
-			d, why := r.pub.Stalled(time.Now())
-			if d <= n.cfg.StallThreshold {
-				return ""
-			}
-			return fmt.Sprintf("publisher stalled for %s, longer than ORISUN_STALL_THRESHOLD (%s): %s",
-				d.Round(time.Millisecond), n.cfg.StallThreshold, why)
+		r.lease.Stalled = r.stalled
+	}
+	return r
+}
+
+// lead is the lease runner's leader work: the publisher's run, counted
+// among the boundaries this node leads.
+func (r *boundaryRunner) lead(ctx context.Context, l backend.Lease) error {
+	r.leading.Add(1)
+	defer r.leading.Add(-1)
+	return r.pub.Run(ctx, l)
+}
+
+// stalled says why the publisher has been stalled for longer than the stall
+// threshold, or "" (lease.Runner.Stalled).
+func (r *boundaryRunner) stalled() string {
+	d, why := r.pub.Stalled(time.Now())
+	if d <= r.stallThreshold {
+		return ""
+	}
+	return fmt.Sprintf("publisher stalled for %s, longer than ORISUN_STALL_THRESHOLD (%s): %s",
+		d.Round(time.Millisecond), r.stallThreshold, why)
+}
+
+// standby is the lease runner's observer while this node does not lead the
+// boundary: it records whether another node holds the lease (which feeds a
+// shared stream, see fed) and gives the publisher's status its reason.
+func (r *boundaryRunner) standby(holder backend.Lease, err error) {
+	var sd *lease.SteppedDownError
+	switch {
+	case errors.As(err, &sd):
+		// Holding off after a stall: standby once another node holds the
+		// lease (it feeds the shared stream), stalled until then.
+		if holder.Holder != "" && holder.Holder != r.self && holder.Expires.After(time.Now()) {
+			r.heldElsewhere.Store(time.Now().UnixNano())
+			r.pub.SetStandby("lease held by " + lease.Describe(holder) + "; this node " + sd.Error())
+		} else {
+			r.heldElsewhere.Store(0)
+			r.pub.SetStalled(err.Error())
 		}
+	case errors.Is(err, lease.ErrYielded):
+		r.heldElsewhere.Store(0)
+		r.pub.SetStandby("no holder; this node leads its share of boundaries and leaves the lease to the others")
+	case errors.Is(err, event.ErrLeaseHeld):
+		r.heldElsewhere.Store(time.Now().UnixNano())
+		r.pub.SetStandby("lease held by " + lease.Describe(holder))
+	default:
+		// Nobody can take the lease while the store fails: this node is
+		// not standing by for a leader, it is stuck.
+		r.heldElsewhere.Store(0)
+		r.pub.SetStalled("lease not acquired: " + err.Error())
 	}
-	lead := func(ctx context.Context, l backend.Lease) error {
-		n.leading.Add(1)
-		defer n.leading.Add(-1)
-		return r.pub.Run(ctx, l)
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		lr.Run(n.runCtx, name, lead, func(holder backend.Lease, err error) {
-			var sd *lease.SteppedDownError
-			if errors.As(err, &sd) {
-				// Holding off after a stall: standby once another node
-				// holds the lease (it feeds the shared stream), stalled
-				// until then.
-				if holder.Holder != "" && holder.Holder != n.holder && holder.Expires.After(time.Now()) {
-					r.heldElsewhere.Store(time.Now().UnixNano())
-					r.pub.SetStandby("lease held by " + lease.Describe(holder) + "; this node " + sd.Error())
-				} else {
-					r.heldElsewhere.Store(0)
-					r.pub.SetStalled(err.Error())
-				}
-			} else if errors.Is(err, lease.ErrYielded) {
-				r.heldElsewhere.Store(0)
-				r.pub.SetStandby("no holder; this node leads its share of boundaries and leaves the lease to the others")
-			} else if errors.Is(err, event.ErrLeaseHeld) {
-				r.heldElsewhere.Store(time.Now().UnixNano())
-				r.pub.SetStandby("lease held by " + lease.Describe(holder))
-			} else {
-				// Nobody can take the lease while the store fails: this
-				// node is not standing by for a leader, it is stuck.
-				r.heldElsewhere.Store(0)
-				r.pub.SetStalled("lease not acquired: " + err.Error())
-			}
-		})
-	}()
 }
 
 // adopt starts the publisher of a boundary that exists in the store but not
@@ -511,14 +584,13 @@ func (n *Node) adopt(boundary string) {
 	if event.ValidateBoundaryName(boundary) != nil {
 		return
 	}
-	n.mu.Lock()
-	store, runCtx, ok := n.store, n.runCtx, n.started && !n.stopped
-	n.mu.Unlock()
-	if !ok || n.runner(boundary) != nil {
+	var store backend.Store
+	var runCtx context.Context
+	if !n.life.IfRunning(func() { store, runCtx = n.store, n.runCtx }) || n.runner(boundary) != nil {
 		return
 	}
-	// The lookup runs outside the node lock: appends and Stop must not
-	// wait behind a slow database.
+	// The lookup runs outside the lifecycle's lock: appends and Stop must
+	// not wait behind a slow database.
 	ctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
 	defer cancel()
 	if _, err := store.Boundary(ctx, boundary); err != nil {
@@ -527,13 +599,13 @@ func (n *Node) adopt(boundary string) {
 		}
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopped || n.runner(boundary) != nil {
-		return
-	}
-	n.log.Info("boundary not run here yet (created by another node, or just now): starting its publisher", "boundary", boundary)
-	n.startBoundaryLocked(boundary)
+	n.life.IfRunning(func() {
+		if n.runner(boundary) != nil {
+			return
+		}
+		n.log.Info("boundary not run here yet (created by another node, or just now): starting its publisher", "boundary", boundary)
+		n.startBoundary(boundary)
+	})
 }
 
 func (n *Node) runner(boundary string) *boundaryRunner {
@@ -548,8 +620,9 @@ func (n *Node) wake(boundary string) {
 	r := n.runner(boundary)
 	if r == nil {
 		// A boundary this node does not run yet: created by another node
-		// after this one started. Adopt it off the store's callback.
-		go n.adopt(boundary)
+		// after this one started. Adopt it off the store's callback, on a
+		// goroutine of the node (none once it has stopped).
+		n.life.Go(func() { n.adopt(boundary) })
 		return
 	}
 	select {
@@ -614,23 +687,11 @@ func (n *Node) watchHeads(ctx context.Context) {
 // is in flight and checkpoints it), releases the leases, ends the subscriptions (ErrClosed), and
 // closes NATS and the store. Safe to call twice, concurrently, and before
 // Start; every call returns once the node is stopped.
-func (n *Node) Stop() error {
-	n.mu.Lock()
-	if n.stopped {
-		n.mu.Unlock()
-		<-n.stopDone
-		return n.stopErr
-	}
-	n.stopped = true
-	n.phase.Store(phaseStopped)
-	n.mu.Unlock()
-	n.stopErr = n.teardown()
-	close(n.stopDone)
-	return n.stopErr
-}
+func (n *Node) Stop() error { return n.life.Stop(n.teardown) }
 
-// teardown stops everything that was started. It never takes n.mu: the
-// store's after-commit callback (wake) may run until the store is closed.
+// teardown stops everything that was started, in order; it undoes a start
+// that failed too. It never takes n.mu: the store's after-commit callback
+// (wake) may run until the store is closed.
 func (n *Node) teardown() error {
 	var errs []error
 	if n.http != nil {
@@ -648,7 +709,10 @@ func (n *Node) teardown() error {
 	if n.cancel != nil {
 		n.cancel()
 	}
-	n.wg.Wait()
+	if err := n.stopBoundaries(); err != nil {
+		errs = append(errs, err)
+	}
+	n.life.Wait()
 	n.subs.Wait()
 	// The leases are released (the publishers stopped): now this node
 	// stops being counted for placement.
@@ -675,34 +739,44 @@ func (n *Node) teardown() error {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
 	}
-	if n.started {
+	if n.life.Started() {
 		n.log.Info("orisun stopped")
+	}
+	return errors.Join(errs...)
+}
+
+// stopBoundaries stops every boundary's lease runner (its publisher
+// finishes its batch and checkpoints it, the lease is released) and then
+// its publisher (what the publisher left running ends). n.cancel has ended
+// them all at once: this waits for each.
+func (n *Node) stopBoundaries() error {
+	n.rmu.RLock()
+	runners := make([]*boundaryRunner, 0, len(n.runners))
+	for _, r := range n.runners {
+		runners = append(runners, r)
+	}
+	n.rmu.RUnlock()
+	var errs []error
+	for _, r := range runners {
+		errs = append(errs, r.lease.Stop(), r.pub.Stop())
 	}
 	return errors.Join(errs...)
 }
 
 // ready returns the parts of a started node, ErrUnavailable before Start
 // has finished, or ErrClosed once Stop has begun. It takes no lock: the
-// status listener calls it while Start (which holds n.mu, possibly for
-// seconds while the database connects) is still running.
+// status listener calls it while Start (which holds the lifecycle's lock,
+// possibly for seconds while the database connects) is still running.
 func (n *Node) ready() (backend.Store, jetstream.JetStream, error) {
-	switch n.phase.Load() {
-	case phaseRunning:
-		// store and js were written before phase was set to running.
-		return n.store, n.js, nil
-	case phaseStopped:
+	if n.life.State() == startstop.Stopped {
 		return nil, nil, fmt.Errorf("orisun: node stopped: %w", event.ErrClosed)
-	default:
+	}
+	if !n.serving.Load() {
 		return nil, nil, fmt.Errorf("orisun: node not started (or still starting): %w", event.ErrUnavailable)
 	}
+	// store and js were written before serving was set.
+	return n.store, n.js, nil
 }
-
-// Node phases, for ready.
-const (
-	phaseNew int32 = iota
-	phaseRunning
-	phaseStopped
-)
 
 // CreateBoundary creates a boundary (or returns the existing one) and starts
 // its publisher.
@@ -718,11 +792,7 @@ func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error
 	if err != nil {
 		return Boundary{}, fmt.Errorf("create boundary %q: %w", name, err)
 	}
-	n.mu.Lock()
-	if !n.stopped {
-		n.startBoundaryLocked(name)
-	}
-	n.mu.Unlock()
+	n.life.IfRunning(func() { n.startBoundary(name) })
 	return b, nil
 }
 
@@ -829,14 +899,18 @@ func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Lates
 // following the stream (DESIGN §7). It returns when ctx ends (ctx's error),
 // h fails, the epoch changes (ErrEpochChanged) or the node stops.
 func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
-	n.mu.Lock()
-	if !n.started || n.stopped {
-		n.mu.Unlock()
+	var (
+		store  backend.Store
+		js     jetstream.JetStream
+		r      *boundaryRunner
+		runCtx context.Context
+	)
+	if !n.life.IfRunning(func() {
+		store, js, r, runCtx = n.store, n.js, n.runner(boundary), n.runCtx
+		n.subs.Add(1)
+	}) {
 		return fmt.Errorf("orisun: node not running: %w", event.ErrClosed)
 	}
-	store, js, r, runCtx := n.store, n.js, n.runner(boundary), n.runCtx
-	n.subs.Add(1)
-	n.mu.Unlock()
 	defer n.subs.Done()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -60,7 +60,7 @@ func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
 		} else {
 			// A node that cannot reach NATS cannot publish: it stops
 			// beating, so the others stop counting it and take its share
-			// (its stalled publishers step down, see startBoundaryLocked).
+			// (its stalled publishers step down, see newBoundaryRunner).
 			err = errors.New("not connected to NATS")
 		}
 		switch {

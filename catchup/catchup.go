@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -121,7 +122,7 @@ func (s *sub) run(ctx context.Context) error {
 		if s.next != before {
 			pause = 0
 		}
-		if pause > 0 && !wait(ctx, pause) {
+		if pause > 0 && !serviceutil.Sleep(ctx, pause) {
 			return ctx.Err()
 		}
 		live, err := s.canGoLive(ctx)
@@ -129,7 +130,7 @@ func (s *sub) run(ctx context.Context) error {
 			return err
 		}
 		if !live {
-			if !wait(ctx, s.cfg.RetryInterval) {
+			if !serviceutil.Sleep(ctx, s.cfg.RetryInterval) {
 				return ctx.Err()
 			}
 			continue
@@ -199,7 +200,7 @@ func (s *sub) read(ctx context.Context, after uint64, limit int) ([]event.Event,
 				return nil, fmt.Errorf("read boundary %q after %d: %w", s.boundary, after, err)
 			}
 			s.log.Warn("store read failed; retrying", "after", after, "err", err)
-			if !wait(ctx, s.cfg.RetryInterval) {
+			if !serviceutil.Sleep(ctx, s.cfg.RetryInterval) {
 				return nil, ctx.Err()
 			}
 			continue
@@ -386,16 +387,5 @@ func (s *sub) live(ctx context.Context) (string, error) {
 		}
 		// A slow handler is not a silent consumer.
 		quietSince = time.Now()
-	}
-}
-
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -30,18 +30,28 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
+	"github.com/orisun-io/orisun/internal/startstop"
 )
 
-// Runner holds leases for one node.
+// Runner holds leases for one node. Run competes for one boundary's lease
+// until its context ends; Start runs it for Boundary, Lead and Standby on a
+// goroutine of the runner's own, and Stop ends it (startstop.Base).
 type Runner struct {
 	Store  backend.Leases
 	Holder string
 	TTL    time.Duration
 	Logger *slog.Logger
+
+	// Boundary, Lead and Standby are what Start runs: Run's arguments.
+	Boundary string
+	Lead     func(ctx context.Context, l backend.Lease) error
+	Standby  Observer
 
 	// Yield, when set, is asked before each acquisition: true means this
 	// node leads its fair share already and should leave a free lease to
@@ -64,6 +74,49 @@ type Runner struct {
 	// hold-off ends early when the lease stays free for a TTL: nobody else
 	// took it (see holdOff).
 	Stalled func() string
+
+	// life owns the goroutines: Start's Run, and each term's leader work.
+	// Every Run's context also ends with ctx, which Stop ends (end); once
+	// makes them, for a Runner is used as a struct literal.
+	life startstop.Base
+	once sync.Once
+	ctx  context.Context
+	end  context.CancelFunc
+}
+
+// Start runs Run(ctx, Boundary, Lead, Standby) in the background until ctx
+// ends or Stop. A second Start does nothing; a Start after Stop fails.
+func (r *Runner) Start(ctx context.Context) error {
+	if err := r.life.Start(ctx, r.start, r.halt); err != nil {
+		return fmt.Errorf("lease runner of %q: %w", r.Boundary, err)
+	}
+	return nil
+}
+
+func (r *Runner) start(ctx context.Context) error {
+	if r.Boundary == "" || r.Lead == nil {
+		return errors.New("a runner needs Boundary and Lead to start")
+	}
+	r.life.Go(func() { r.Run(ctx, r.Boundary, r.Lead, r.Standby) })
+	return nil
+}
+
+// Stop ends every Run in progress (Start's and any other): the leader work
+// returns and the lease is released, as when Run's context ends. It returns
+// once every goroutine of the runner has ended. Safe to call twice,
+// concurrently, and before Start.
+func (r *Runner) Stop() error { return r.life.Stop(r.halt) }
+
+func (r *Runner) halt() error {
+	r.lifeContext()
+	r.end()
+	return nil
+}
+
+// lifeContext is the context that ends at Stop.
+func (r *Runner) lifeContext() context.Context {
+	r.once.Do(func() { r.ctx, r.end = context.WithCancel(context.Background()) })
+	return r.ctx
 }
 
 // SteppedDownError is what the leader work's context and the standby
@@ -86,11 +139,17 @@ var ErrYielded = errors.New("leaving the lease to a node that leads fewer bounda
 // Observer is told about standby periods: who holds the lease instead.
 type Observer func(holder backend.Lease, err error)
 
-// Run competes for the boundary's lease until ctx ends. While this node
-// holds it, lead runs with a context that ends when the lease is lost or ctx
-// ends; lead must return promptly then. On a clean stop the lease is released
-// so that a standby can take over at once.
+// Run competes for the boundary's lease until ctx ends (or the runner is
+// stopped). While this node holds it, lead runs with a context that ends
+// when the lease is lost or ctx ends; lead must return promptly then. On a
+// clean stop the lease is released so that a standby can take over at once.
 func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context.Context, l backend.Lease) error, standby Observer) {
+	if r.life.State() == startstop.Stopped {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.lifeContext(), cancel)()
 	log := r.logger().With("boundary", boundary, "holder", r.Holder)
 	retry := max(r.TTL/3, 50*time.Millisecond)
 	failing := false // log a failing acquisition once, not every retry
@@ -114,7 +173,7 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 					standby(cur, ErrYielded)
 				}
 			}
-			if !sleep(ctx, retry) {
+			if !serviceutil.Sleep(ctx, retry) {
 				return
 			}
 			continue
@@ -134,7 +193,7 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 				log.Warn("lease acquisition failing; retrying", "err", err)
 			}
 			failing = !held
-			if !sleep(ctx, retry) {
+			if !serviceutil.Sleep(ctx, retry) {
 				return
 			}
 			continue
@@ -208,7 +267,7 @@ func (r *Runner) holdOff(ctx context.Context, boundary string, left uint64, sd *
 			// Wake when the free period reaches a TTL, not a retry later.
 			wait = min(wait, max(freeSince.Add(r.TTL).Sub(now), time.Millisecond))
 		}
-		if !sleep(ctx, wait) {
+		if !serviceutil.Sleep(ctx, wait) {
 			return taken
 		}
 	}
@@ -223,9 +282,13 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 	// expired lease is not a stop, and the publisher's status says which.
 	lctx, cancelCause := context.WithCancelCause(ctx)
 	cancel := func() { cancelCause(nil) }
-	fs := newFences()
-	done := make(chan error, 1)
-	go func() { done <- lead(context.WithValue(lctx, fenceKey{}, fs), l) }()
+	t := &term{cancel: cancelCause, fences: newFences(), done: make(chan error, 1)}
+	if !r.life.Go(func() { t.done <- lead(context.WithValue(lctx, fenceKey{}, t.fences), l) }) {
+		// The runner is stopping: nothing leads under this term.
+		cancel()
+		r.release(l, log)
+		return nil
+	}
 
 	// The local deadline: acquired is taken before the acquisition call,
 	// so the node never trusts the lease longer than the store does.
@@ -236,7 +299,7 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-done:
+		case err := <-t.done:
 			cancel()
 			if err != nil && !errors.Is(err, event.ErrLeaseLost) {
 				log.Warn("leader work ended with an error", "term", l.Term, "err", err)
@@ -263,42 +326,13 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 				}
 				if r.Stalled != nil && lctx.Err() == nil {
 					if why := r.Stalled(); why != "" {
-						now := time.Now()
-						sd := &SteppedDownError{Why: why, At: now, Until: now.Add(holdOff)}
-						log.Warn("stepped down: the leader work made no progress; lease released for another node",
-							"term", l.Term, "why", why, "retry_after", holdOff)
-						cancelCause(sd)
-						// Released before the work returns: a stalled
-						// publisher may hang in a call (an acknowledgement
-						// that never comes) for a while, and the lease is
-						// what keeps the others out. Safety never rests on
-						// it: a late publish is refused by its expected
-						// last sequence, a late checkpoint only records
-						// what JetStream acknowledged and is fenced by the
-						// term (I2, I3). A delete or purge checks no
-						// sequence, though: a fenced one in flight (see
-						// EnterFence) ends first, within its renewed
-						// lease, and no new one starts.
-						returned := false
-						select {
-						case <-fs.close():
-						case <-done:
-							returned = true
-						}
-						r.release(l, log)
-						if standby != nil {
-							standby(l, sd)
-						}
-						if !returned {
-							<-done
-						}
-						return sd
+						return r.stepDownStalled(t, l, why, holdOff, standby, log)
 					}
 				}
 			case errors.Is(err, event.ErrLeaseLost):
 				log.Warn("lease lost on renewal: stepping down", "term", l.Term)
 				cancelCause(fmt.Errorf("lease term %d lost on renewal: %w", l.Term, err))
-				<-done
+				<-t.done
 				return nil
 			case lctx.Err() != nil:
 				// Stopping: lead is returning; done follows.
@@ -307,12 +341,54 @@ func (r *Runner) hold(ctx context.Context, l backend.Lease, acquired time.Time, 
 				if time.Now().After(deadline) {
 					log.Warn("lease expired locally: stepping down", "term", l.Term)
 					cancelCause(&ExpiredError{TTL: r.TTL, Err: err})
-					<-done
+					<-t.done
 					return nil
 				}
 			}
 		}
 	}
+}
+
+// term is the leader work of one held lease, as hold runs it.
+type term struct {
+	cancel context.CancelCauseFunc // ends the work's context, with a cause
+	fences *fences                 // the work's fenced sections (EnterFence)
+	done   chan error              // the work's result
+}
+
+// stepDownStalled gives the lease l up because the leader work stalled
+// (Runner.Stalled said why): the work's context ends with a
+// *SteppedDownError, the lease is released, the observer hears it, and it
+// returns that error once the work has returned.
+//
+// The lease is released before the work returns: a stalled publisher may
+// hang in a call (an acknowledgement that never comes) for a while, and
+// the lease is what keeps the others out. Safety never rests on it: a late
+// publish is refused by its expected last sequence, a late checkpoint only
+// records what JetStream acknowledged and is fenced by the term (I2, I3).
+// A delete or purge checks no sequence, though: a fenced one in flight
+// (see EnterFence) ends first, within its renewed lease, and no new one
+// starts.
+func (r *Runner) stepDownStalled(t *term, l backend.Lease, why string, holdOff time.Duration, standby Observer, log *slog.Logger) *SteppedDownError {
+	now := time.Now()
+	sd := &SteppedDownError{Why: why, At: now, Until: now.Add(holdOff)}
+	log.Warn("stepped down: the leader work made no progress; lease released for another node",
+		"term", l.Term, "why", why, "retry_after", holdOff)
+	t.cancel(sd)
+	returned := false
+	select {
+	case <-t.fences.close():
+	case <-t.done:
+		returned = true
+	}
+	r.release(l, log)
+	if standby != nil {
+		standby(l, sd)
+	}
+	if !returned {
+		<-t.done
+	}
+	return sd
 }
 
 func (r *Runner) release(l backend.Lease, log *slog.Logger) {
@@ -330,17 +406,6 @@ func (r *Runner) logger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return r.Logger
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Describe says who holds a lease, for status reasons.

@@ -1,7 +1,14 @@
+// The publisher's state for the status (I7): the state, its reason and
+// since when, the configuration warning, how long it has gone without
+// progress, and what a pause means to an operator.
+
 package publisher
 
 import (
+	"errors"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/status"
 )
@@ -102,4 +109,30 @@ func (p *Publisher) Stalled(now time.Time) (time.Duration, string) {
 		why = "no batch acknowledged (last state: " + string(st.State) + ", " + st.Reason + ")"
 	}
 	return max(0, now.Sub(time.Unix(0, since))), why
+}
+
+// pausedReason says what JetStream refused and what an operator can do.
+func pausedReason(err error) string {
+	return err.Error() + " (JetStream refuses to store more: it needs memory (and, for a file store, disk) for every " +
+		"boundary's stream, and orisun's streams discard old messages at their limits, so check that nobody changed the " +
+		"stream's discard policy, lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more resources; nothing " +
+		"is skipped, the publisher retries)"
+}
+
+// isPaused reports whether JetStream refuses for a reason of its own limits
+// (a full stream with discard-new, or the server's memory or storage is
+// exhausted), as opposed to a failure of orisun or the store.
+func isPaused(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10077, // stream store failed: maximum messages or bytes exceeded
+		10028, // insufficient memory resources
+		10047, // insufficient storage resources
+		10023: // insufficient resources
+		return true
+	}
+	return false
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -49,24 +49,24 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// Service is the running API service. Stop is safe to call twice.
+// Service is the API service. Start and Stop are safe to call twice,
+// concurrently, and in any order (startstop.Base); the handlers run on
+// goroutines of the service's own, which Stop waits for.
 type Service struct {
-	cfg     Config
-	be      Backend
-	nc      *nats.Conn
-	svc     micro.Service
-	log     *slog.Logger
-	ctx     context.Context
-	cancel  context.CancelFunc
-	sem     chan struct{}
-	mu      sync.Mutex
-	stopped bool
-	wg      sync.WaitGroup
+	cfg    Config
+	be     Backend
+	nc     *nats.Conn
+	svc    micro.Service
+	log    *slog.Logger
+	life   startstop.Base
+	ctx    context.Context // the requests'; ends after Stop's grace
+	cancel context.CancelFunc
+	sem    chan struct{}
 }
 
-// Start adds the micro service "orisun" on nc and serves be. The service
-// owns nc from here on: Stop closes it.
-func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
+// New returns the service of be on nc, not started. The service owns nc
+// from here on: Stop closes it, even before Start.
+func New(nc *nats.Conn, be Backend, cfg Config) *Service {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 30 * time.Second
 	}
@@ -78,11 +78,37 @@ func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, be: be, nc: nc, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	svc, err := micro.AddService(nc, micro.Config{
+	return s
+}
+
+// Start adds the micro service "orisun" on nc and serves be: New, then
+// Start. The service owns nc from here on: Stop closes it, and so does a
+// Start that fails.
+func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
+	s := New(nc, be, cfg)
+	if err := s.Start(context.Background()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Start adds the micro service "orisun" on the service's connection and
+// serves its backend. A second Start does nothing; a Start after Stop, or
+// after a Start that failed (which closed the connection), is an error.
+func (s *Service) Start(ctx context.Context) error {
+	err := s.life.Start(ctx, s.serve, s.shutdown)
+	if errors.Is(err, startstop.ErrStopped) {
+		return fmt.Errorf("api: %w", err)
+	}
+	return err
+}
+
+func (s *Service) serve(context.Context) error {
+	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        api.ServiceName,
 		Version:     api.ServiceVersion,
 		Description: "orisun event store: append, read, read-latest, boundaries, status (docs/protocol.md)",
-		Metadata:    cfg.Metadata,
+		Metadata:    s.cfg.Metadata,
 		// Every node's service answers in one queue group: a request
 		// reaches one of them.
 		QueueGroup: "orisun",
@@ -91,8 +117,7 @@ func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
 		},
 	})
 	if err != nil {
-		s.cancel()
-		return nil, fmt.Errorf("api: add service: %w", err)
+		return fmt.Errorf("api: add service: %w", err)
 	}
 	s.svc = svc
 	g := svc.AddGroup(api.SubjectPrefix)
@@ -109,34 +134,29 @@ func Start(nc *nats.Conn, be Backend, cfg Config) (*Service, error) {
 	}
 	for _, e := range endpoints {
 		if err := g.AddEndpoint(e.name, s.handler(e.h), micro.WithEndpointSubject(e.subject)); err != nil {
-			svc.Stop()
-			s.cancel()
-			return nil, fmt.Errorf("api: add endpoint %s: %w", e.name, err)
+			return fmt.Errorf("api: add endpoint %s: %w", e.name, err)
 		}
 	}
 	// Subscriptions reach the server asynchronously: flush, so that a
 	// request sent once Start returned finds its responder.
-	if err := nc.Flush(); err != nil {
-		svc.Stop()
-		s.cancel()
-		return nil, fmt.Errorf("api: flush subscriptions: %w", err)
+	if err := s.nc.Flush(); err != nil {
+		return fmt.Errorf("api: flush subscriptions: %w", err)
 	}
-	return s, nil
+	return nil
 }
 
 // Stop stops taking requests, lets the requests in flight finish (their
 // context is cancelled after a grace period), and closes the connection.
-func (s *Service) Stop() error {
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return nil
+// Every Stop returns the first one's error.
+func (s *Service) Stop() error { return s.life.Stop(s.shutdown) }
+
+func (s *Service) shutdown() error {
+	var err error
+	if s.svc != nil {
+		err = s.svc.Stop()
 	}
-	s.stopped = true
-	s.mu.Unlock()
-	err := s.svc.Stop()
 	grace := time.AfterFunc(5*time.Second, s.cancel)
-	s.wg.Wait()
+	s.life.Wait()
 	grace.Stop()
 	s.cancel()
 	s.nc.Close()
@@ -163,52 +183,57 @@ func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) m
 			s.log.Warn("api request refused: its reply subject is not an inbox", "subject", r.subject, "reply", r.reply)
 			return
 		}
-		s.mu.Lock()
-		if s.stopped {
-			s.mu.Unlock()
-			r.error(fmt.Errorf("the orisun node is stopping; send the request again: %w", event.ErrUnavailable))
+		if s.life.State() == startstop.Stopped {
+			r.error(errStopping())
 			return
 		}
-		s.wg.Add(1)
-		s.mu.Unlock()
 		// Waiting here holds up the endpoint's delivery: the back-pressure
 		// of a full house.
 		s.sem <- struct{}{}
-		go func() {
-			defer s.wg.Done()
-			defer func() { <-s.sem }()
-			defer func() {
-				// A bug in a handler answers "internal" and leaves the
-				// server running.
-				if p := recover(); p != nil {
-					s.log.Error("api handler panicked", "subject", r.subject, "panic", p)
-					r.error(fmt.Errorf("internal error while handling %s", r.subject))
-				}
-			}()
-			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
-			defer cancel()
-			res, err := h(ctx, req)
-			if err != nil {
-				if ctx.Err() != nil && s.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					err = fmt.Errorf("%w: not answered within %s: %w", errDeadline, s.cfg.RequestTimeout, err)
-				}
-				r.error(err)
-				return
-			}
-			var body []byte
-			switch v := res.(type) {
-			case []byte:
-				body = v
-			default:
-				body, err = json.Marshal(v)
-				if err != nil {
-					r.error(fmt.Errorf("encode reply: %w", err))
-					return
-				}
-			}
-			r.send(&nats.Msg{Data: body})
-		}()
+		if !s.life.Go(func() { defer func() { <-s.sem }(); s.handle(h, req, r) }) {
+			<-s.sem
+			r.error(errStopping())
+		}
 	})
+}
+
+// errStopping answers a request the stopping service does not serve.
+func errStopping() error {
+	return fmt.Errorf("the orisun node is stopping; send the request again: %w", event.ErrUnavailable)
+}
+
+// handle runs h for req and replies with its result or its error.
+func (s *Service) handle(h func(context.Context, micro.Request) (any, error), req micro.Request, r *reply) {
+	defer func() {
+		// A bug in a handler answers "internal" and leaves the
+		// server running.
+		if p := recover(); p != nil {
+			s.log.Error("api handler panicked", "subject", r.subject, "panic", p)
+			r.error(fmt.Errorf("internal error while handling %s", r.subject))
+		}
+	}()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	res, err := h(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil && s.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: not answered within %s: %w", errDeadline, s.cfg.RequestTimeout, err)
+		}
+		r.error(err)
+		return
+	}
+	var body []byte
+	switch v := res.(type) {
+	case []byte:
+		body = v
+	default:
+		body, err = json.Marshal(v)
+		if err != nil {
+			r.error(fmt.Errorf("encode reply: %w", err))
+			return
+		}
+	}
+	r.send(&nats.Msg{Data: body})
 }
 
 // unsafeReply reports whether a reply subject lies inside subjects that a

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/orisun-io/orisun/internal/serviceutil"
 )
 
 // listen keeps a LISTEN connection open until ctx ends, calling the
@@ -33,7 +35,7 @@ func (s *Store) listen(ctx context.Context) {
 				s.log.Warn("postgres LISTEN connection unavailable; reconnecting with back-off", "err", err)
 				down = true
 			}
-			if !sleep(ctx, backoff) {
+			if !serviceutil.Sleep(ctx, backoff) {
 				return
 			}
 			backoff = nextBackoff(backoff, s.cfg.ListenReconnectMax)
@@ -61,7 +63,7 @@ func (s *Store) listen(ctx context.Context) {
 		if time.Since(connectedAt) >= s.cfg.ListenReconnectMax {
 			backoff = s.cfg.ListenReconnectMin
 		}
-		if !sleep(ctx, backoff) {
+		if !serviceutil.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = nextBackoff(backoff, s.cfg.ListenReconnectMax)
@@ -116,16 +118,4 @@ func closeQuietly(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
-}
-
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

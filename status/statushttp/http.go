@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -31,19 +32,19 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
-// Server is the HTTP listener of a node.
+// Server is the HTTP listener of a node. Its goroutines (the listener's,
+// each measurement's) are its life's (startstop.Base).
 type Server struct {
 	src  status.Source
 	opts Options
 	log  *slog.Logger
 	reg  *prometheus.Registry
+	life startstop.Base
 
 	mu       sync.Mutex
 	srv      *http.Server
 	ln       net.Listener
-	done     chan struct{}
 	stopping bool
-	stopped  bool
 
 	// flight is the measurement in progress: concurrent requests (probes,
 	// scrapes, a CLI polling) share it instead of each running 4 store
@@ -94,29 +95,30 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Start listens on Options.Addr and serves in the background. A taken
-// address is an error at once, naming it. Start after Stop is an error.
+// address is an error at once, naming it. A second Start does nothing;
+// Start after Stop, or after a Start that failed, is an error.
 func (s *Server) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return errors.New("status HTTP listener: start after stop")
+	err := s.life.Start(context.Background(), s.listen, s.shutdown)
+	if errors.Is(err, startstop.ErrStopped) {
+		return fmt.Errorf("status HTTP listener: %w", err)
 	}
-	if s.srv != nil {
-		return nil
-	}
+	return err
+}
+
+func (s *Server) listen(context.Context) error {
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
 		return fmt.Errorf("status HTTP listener on %s (ORISUN_HTTP_ADDR): %w", s.opts.Addr, err)
 	}
-	s.ln = ln
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.mu.Lock()
+	s.ln, s.srv = ln, srv
+	s.mu.Unlock()
+	s.life.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("status HTTP listener failed", "addr", ln.Addr().String(), "err", err)
 		}
-	}()
+	})
 	s.log.Info("status HTTP listener ready", "addr", ln.Addr().String())
 	return nil
 }
@@ -140,11 +142,14 @@ func (s *Server) Stopping() {
 }
 
 // Stop closes the listener, waiting up to a few seconds for requests in
-// flight. Safe to call twice and before Start.
-func (s *Server) Stop() error {
+// flight, and returns once its goroutines have ended. Safe to call twice,
+// concurrently, and before Start.
+func (s *Server) Stop() error { return s.life.Stop(s.shutdown) }
+
+func (s *Server) shutdown() error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
-	s.stopping, s.stopped = true, true
+	srv := s.srv
+	s.stopping = true
 	s.mu.Unlock()
 	s.fmu.Lock()
 	m := s.flight
@@ -161,7 +166,6 @@ func (s *Server) Stop() error {
 	if err != nil {
 		err = srv.Close()
 	}
-	<-done
 	return err
 }
 
@@ -178,16 +182,11 @@ func (s *Server) measureShared(ctx context.Context) (status.Status, error) {
 	m := s.flight
 	if m == nil {
 		m = &measurement{done: make(chan struct{})}
-		s.flight = m
-		go func() {
-			mctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
-			m.st, m.err = s.src.Status(mctx)
-			cancel()
-			s.fmu.Lock()
-			s.flight = nil
+		if !s.life.Go(func() { s.runMeasurement(m) }) {
 			s.fmu.Unlock()
-			close(m.done)
-		}()
+			return status.Status{}, errors.New("status: the listener is stopped")
+		}
+		s.flight = m
 	}
 	s.fmu.Unlock()
 	timer := time.NewTimer(s.opts.Timeout + time.Second)
@@ -200,6 +199,17 @@ func (s *Server) measureShared(ctx context.Context) (status.Status, error) {
 	case <-timer.C:
 		return status.Status{}, fmt.Errorf("status: no measurement within %s", s.opts.Timeout+time.Second)
 	}
+}
+
+// runMeasurement measures into m and ends the sharing of m.
+func (s *Server) runMeasurement(m *measurement) {
+	mctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	m.st, m.err = s.src.Status(mctx)
+	cancel()
+	s.fmu.Lock()
+	s.flight = nil
+	s.fmu.Unlock()
+	close(m.done)
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,481 @@
+// The sync: how a run compares the boundary's stream with the store
+// (docs/design.md §5 step 1) before it publishes, creating, purging or
+// recreating the stream, verifying what it holds after the checkpoint,
+// fencing every destructive operation with a lease renewal, and keeping
+// the stream's configuration (limits, replicas) as configured.
+
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/lease"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// jsTimeout bounds each JetStream API call of the sync (stream info,
+// create, update, the verification's reads). A request to a stream whose
+// Raft leader is gone is not answered until the replicas notice and elect
+// another, so the call times out: the publisher then reports the stall and
+// asks again, and the first request after the election succeeds.
+const jsTimeout = 5 * time.Second
+
+// infoTimeout is the wait for the stream's info in a sync; it grows by as
+// much after every four unanswered requests in a row, up to jsTimeout (so
+// a machine too loaded to answer within a second is still served), and
+// starts again after an answer. A stream info is answered in milliseconds
+// when the stream has a leader; after the leader's server died, the
+// requests sent during the election (4–9 s of Raft election timeout) are
+// never answered, and a short wait asks again soon after it ends.
+const infoTimeout = time.Second
+
+// sync compares the stream with the store (DESIGN §5 step 1) and returns the
+// next position to publish. It creates the stream when missing, recreates it
+// when its epoch is not the boundary's, refuses to guess when the stream is
+// ahead of the store, and verifies the stream's last message against the
+// store before resuming after it: a message placed there by anyone but
+// orisun stops the publisher with that reason instead of shifting every
+// later position (I2, I4).
+func (r *run) sync(ctx context.Context) (uint64, error) {
+	p := r.p
+	// The stream is read before the store: the head only grows, so a stream
+	// beyond the head read after it really is ahead of the store.
+	s, err := r.streamInfo(ctx)
+	if err != nil {
+		return 0, err
+	}
+	b, cp, err := r.readStore(ctx)
+	if err != nil {
+		return 0, err
+	}
+	want := stream.Config(p.cfg.Boundary, b.Epoch, p.cfg.Limits, cp+1)
+	if s == nil {
+		return r.createStream(ctx, want, cp)
+	}
+	info := s.CachedInfo()
+	if got := stream.Epoch(&info.Config); got != b.Epoch {
+		return r.replaceOtherEpoch(ctx, want, got, cp)
+	}
+	r.applyConfig(ctx, info, want)
+	switch last := info.State.LastSeq; {
+	case last > b.Head:
+		return r.aheadOfStore(ctx, s, want, cp, last, b.Head)
+	case last >= cp:
+		return r.resume(ctx, s, info, want, cp, last)
+	default:
+		return r.purgeToCheckpoint(ctx, s, cp)
+	}
+}
+
+// streamInfo reads the boundary's stream: nil when there is none. A stream
+// that does not answer, or answers without a Raft leader, is a
+// *noLeaderError.
+func (r *run) streamInfo(ctx context.Context) (jetstream.Stream, error) {
+	name := stream.Name(r.p.cfg.Boundary)
+	wait := min(infoTimeout*time.Duration(1+r.infoUnanswered/4), jsTimeout)
+	ictx, cancel := context.WithTimeout(ctx, wait)
+	s, err := r.p.cfg.JS.Stream(ictx, name)
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		r.infoUnanswered++
+		return nil, &noLeaderError{fmt.Errorf("stream %s: no answer within %s (JetStream answers once the stream's Raft group "+
+			"has a leader; asking again): %w", name, wait, err)}
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	r.infoUnanswered = 0
+	if err != nil { // not found
+		return nil, nil
+	}
+	if info := s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader == "" {
+		// Answered by a replica while the stream's Raft group elects
+		// a leader (its leader's server is gone): its state may lag
+		// the acknowledged messages, and nothing can be written until
+		// a leader exists. Acting on it could purge or recreate a
+		// stream that is whole.
+		return nil, &noLeaderError{fmt.Errorf("stream %s has no Raft leader (an election is under way, or too few of its "+
+			"replicas' servers run): waiting for one", name)}
+	}
+	return s, nil
+}
+
+// readStore reads the boundary (its epoch and head) and the checkpoint, and
+// starts the run's positions afresh when the epoch changed.
+func (r *run) readStore(ctx context.Context) (event.Boundary, uint64, error) {
+	p := r.p
+	b, err := p.cfg.Store.Boundary(ctx, p.cfg.Boundary)
+	if err != nil {
+		return event.Boundary{}, 0, fmt.Errorf("read boundary: %w", err)
+	}
+	cp, err := p.cfg.Store.Checkpoint(ctx, p.cfg.Boundary)
+	if err != nil {
+		return event.Boundary{}, 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if b.Epoch != r.epoch {
+		r.acked, r.saved = 0, 0
+	}
+	r.epoch = b.Epoch
+	r.saved = max(r.saved, cp)
+	return b, cp, nil
+}
+
+// createStream creates the missing stream with its next sequence at
+// checkpoint+1.
+func (r *run) createStream(ctx context.Context, want jetstream.StreamConfig, cp uint64) (uint64, error) {
+	if _, err := r.p.cfg.JS.CreateStream(ctx, want); err != nil {
+		return 0, fmt.Errorf("create stream %s: %w", want.Name, err)
+	}
+	r.p.log.Info("stream created", "stream", want.Name, "first_seq", cp+1, "epoch", r.epoch)
+	return cp + 1, nil
+}
+
+// replaceOtherEpoch deletes a stream of another epoch (got) than the
+// boundary's and creates it again from the checkpoint, fenced.
+func (r *run) replaceOtherEpoch(ctx context.Context, want jetstream.StreamConfig, got string, cp uint64) (uint64, error) {
+	p, name := r.p, want.Name
+	p.log.Warn("stream epoch differs from the boundary's: recreating the stream",
+		"stream", name, "stream_epoch", got, "epoch", r.epoch)
+	fctx, cancel, err := r.fence(ctx, "delete stream "+name)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if err := p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("delete stream %s of epoch %q: %w", name, got, err)
+	}
+	if _, err := p.cfg.JS.CreateStream(fctx, want); err != nil {
+		return 0, fmt.Errorf("create stream %s: %w", name, err)
+	}
+	return cp + 1, nil
+}
+
+// aheadOfStore handles a stream whose last sequence is beyond the store's
+// head: orisun's own message there means the store went back in time, and
+// the publisher stops with that reason; a foreign one took the sequences,
+// and the stream starts again from the checkpoint.
+func (r *run) aheadOfStore(ctx context.Context, s jetstream.Stream, want jetstream.StreamConfig, cp, last, head uint64) (uint64, error) {
+	if r.ownMessage(ctx, s, last) {
+		return 0, fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
+			"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", want.Name, last, head)
+	}
+	// The last message is not one of orisun's: foreign messages took
+	// the sequences. The store is the truth: start the stream again.
+	return r.recreate(ctx, want, cp, fmt.Sprintf("sequence %d is not an orisun event (foreign messages in the stream)", last))
+}
+
+// resume continues after the stream's last sequence once verify proved
+// every message after the checkpoint to be this epoch's event at its
+// position, moving the checkpoint there; a stream it cannot prove is
+// recreated from the checkpoint.
+func (r *run) resume(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, want jetstream.StreamConfig, cp, last uint64) (uint64, error) {
+	proven, why, err := r.verify(ctx, s, info, cp, last)
+	if err != nil {
+		return 0, err
+	}
+	if !proven {
+		return r.recreate(ctx, want, cp, why)
+	}
+	// Every message after the checkpoint is this epoch's event at its
+	// position: they were acknowledged, so the checkpoint may move there.
+	if last > r.saved {
+		r.acked = max(r.acked, last)
+		if err := r.checkpoint(ctx, last); err != nil {
+			return 0, err
+		}
+	}
+	return last + 1, nil
+}
+
+// purgeToCheckpoint handles a stream behind the checkpoint (purged or
+// lost): its next sequence becomes checkpoint+1, so that sequence and
+// position agree.
+func (r *run) purgeToCheckpoint(ctx context.Context, s jetstream.Stream, cp uint64) (uint64, error) {
+	name := stream.Name(r.p.cfg.Boundary)
+	fctx, cancel, err := r.fence(ctx, "purge stream "+name)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if err := s.Purge(fctx, jetstream.WithPurgeSequence(cp+1)); err != nil {
+		return 0, fmt.Errorf("purge stream %s to sequence %d: %w", name, cp+1, err)
+	}
+	r.p.log.Info("stream purged to the checkpoint", "stream", name, "next", cp+1)
+	return cp + 1, nil
+}
+
+// recreate deletes the stream and creates it again with its next sequence at
+// checkpoint+1, so publishing resumes from what the store says was
+// acknowledged. Subscribers meet the change as a gap or a restart and read
+// the store; nothing is skipped.
+func (r *run) recreate(ctx context.Context, want jetstream.StreamConfig, cp uint64, why string) (uint64, error) {
+	name := want.Name
+	r.p.log.Warn("stream cannot be trusted after the checkpoint: recreating it from the checkpoint",
+		"stream", name, "checkpoint", cp, "why", why)
+	fctx, cancel, err := r.fence(ctx, "recreate stream "+name)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if err := r.p.cfg.JS.DeleteStream(fctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("delete stream %s (%s): %w", name, why, err)
+	}
+	if _, err := r.p.cfg.JS.CreateStream(fctx, want); err != nil {
+		return 0, fmt.Errorf("create stream %s: %w", name, err)
+	}
+	return cp + 1, nil
+}
+
+// fence renews this run's lease (in the store's time, fenced by holder and
+// term) just before an operation that destroys stream content (delete,
+// purge, recreate), and refuses the operation unless the renewal succeeded.
+// Publishes need no fence (the expected last sequence refuses a stale
+// publisher, I2, I6), but a delete or purge does not check a sequence: with
+// a NATS shared by several nodes, a deposed publisher acting on what it read
+// before it lost the lease could erase a stream the new leader is already
+// publishing to. A renewal, unlike a read, also refuses a lease that has
+// expired without anyone taking it yet (another node may be taking it right
+// now) and gives the operation a whole TTL: it runs under a context that
+// ends when the renewed lease would expire in this process's clock (which
+// starts before the renewal, so it never trusts the lease longer than the
+// store does). What remains is a request already sent when that deadline
+// passes and executed by the server after another node took the lease.
+// Even then nothing is lost: positions live in the store, and the new
+// leader re-syncs (§5 step 1) from its checkpoint; subscribers meet a gap
+// and read the store (I5).
+//
+// The section is marked for the lease runner (lease.EnterFence): a node
+// stepping down does not release the lease while it is in flight, and the
+// operation runs to its answer or its deadline even when ctx ends (a step-
+// down or a stop): a request abandoned on the client side may still be
+// executed by the server, after the lease was released. The returned
+// cancel ends the section; call it when the operation returned.
+func (r *run) fence(ctx context.Context, what string) (context.Context, context.CancelFunc, error) {
+	if ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+	end, err := lease.EnterFence(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: not done: %w", what, err)
+	}
+	start := time.Now()
+	l, err := r.p.cfg.Store.RenewLease(ctx, r.lease, r.p.cfg.LeaseTTL)
+	if errors.Is(err, event.ErrLeaseLost) {
+		end()
+		return nil, nil, fmt.Errorf("%s: not done, lease term %d of %q could not be renewed (expired, or a newer term exists): %w",
+			what, r.lease.Term, r.lease.Holder, err)
+	}
+	if err != nil {
+		end()
+		return nil, nil, fmt.Errorf("%s: not done, the lease could not be renewed first: %w", what, err)
+	}
+	r.lease = l
+	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(r.p.cfg.LeaseTTL))
+	return fctx, func() { cancel(); end() }, nil
+}
+
+// ownMessage reports whether the stream's message at seq carries orisun's
+// headers for that position in this epoch.
+func (r *run) ownMessage(ctx context.Context, s jetstream.Stream, seq uint64) bool {
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		return true // cannot tell: keep the safer, louder stall
+	}
+	return m.Header.Get(stream.HeaderPosition) == strconv.FormatUint(seq, 10) && m.Header.Get(stream.HeaderEpoch) == r.epoch
+}
+
+// verify proves that the stream holds, at every sequence from cp+1 to last,
+// this epoch's event at that position with the store's event id. Anything
+// else publishing into the stream takes a sequence, and a pipelined message
+// after it may then be accepted in place, so the last message alone proves
+// nothing. Normally the range is at most one batch (the checkpoint follows
+// every batch). A range that is not whole (messages gone by age or size, a
+// deleted message) or holds a message that is not orisun's is not proven:
+// the caller then recreates the stream from the checkpoint rather than trust
+// it. A read that fails or delivers nothing (the stream's Raft group is
+// electing a leader, a server is gone) proves nothing either way: it is an
+// error, and the caller retries instead of destroying the stream.
+//
+// Every call is bounded by jsTimeout and ctx. A consumer create sent while
+// the stream elects a leader may never be answered (seen: no answer within
+// 30 s, the old bound here). It reads through a plain pull consumer, not an
+// ordered one: an ordered consumer's Fetch re-creates its server-side
+// consumer first, retrying without end (10 s a try, under no context of
+// ours); one begun during an election was seen still blocked minutes later,
+// a new lease holder silent all along.
+func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.StreamInfo, cp, last uint64) (proven bool, why string, err error) {
+	if last <= cp {
+		return true, "", nil
+	}
+	if info.State.Msgs == 0 || info.State.FirstSeq > cp+1 {
+		return false, fmt.Sprintf("sequences from %d on after the checkpoint have left the stream and cannot be checked", cp+1), nil
+	}
+	p := r.p
+	name := stream.Name(p.cfg.Boundary)
+	cctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	cons, err := s.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       cp + 1,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute,
+	})
+	cancel()
+	if err != nil {
+		return false, "", fmt.Errorf("verify stream %s after %d: create a reader: %w", name, cp, err)
+	}
+	defer func() {
+		// Best effort, and not waited for by the run (a stream without a
+		// leader does not answer): the server removes it after a minute
+		// unused anyway. A Stop of the publisher ends the wait.
+		name := cons.CachedInfo().Name
+		p.life.Go(func() {
+			dctx, cancel := context.WithTimeout(p.ctx, jsTimeout)
+			defer cancel()
+			_ = s.DeleteConsumer(dctx, name)
+		})
+	}()
+	want := cp + 1
+	for want <= last {
+		rctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		epoch, page, err := p.cfg.Store.Read(rctx, p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
+		cancel()
+		if err != nil {
+			return false, "", fmt.Errorf("read position %d: %w", want, err)
+		}
+		if epoch != r.epoch || len(page) == 0 {
+			return false, "", fmt.Errorf("read position %d: the boundary changed under the verification", want)
+		}
+		batch, err := cons.Fetch(len(page), jetstream.FetchMaxWait(jsTimeout))
+		if err != nil {
+			return false, "", fmt.Errorf("verify stream %s after %d: %w", name, want-1, err)
+		}
+		i := 0
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
+			if err != nil {
+				return false, "", fmt.Errorf("verify stream %s: %w", name, err)
+			}
+			seq := md.Sequence.Stream
+			if seq != want || i >= len(page) || page[i].Position != seq {
+				return false, fmt.Sprintf("sequence %d is missing from the stream (the next message is at %d)", want, seq), nil
+			}
+			h := msg.Headers()
+			if h.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) || h.Get(stream.HeaderEpoch) != r.epoch ||
+				h.Get(stream.HeaderEventID) != page[i].ID {
+				return false, fmt.Sprintf("sequence %d on subject %s is not orisun's event at that position "+
+					"(position header %q, event %q): something else publishes to orisun.events.%s.>",
+					seq, msg.Subject(), h.Get(stream.HeaderPosition), h.Get(stream.HeaderEventID), p.cfg.Boundary), nil
+			}
+			want++
+			i++
+		}
+		if err := batch.Error(); err != nil {
+			return false, "", fmt.Errorf("verify stream %s after %d: %w", name, want-1, err)
+		}
+		if i == 0 {
+			return false, "", fmt.Errorf("verify stream %s: sequence %d was not delivered within %s (the stream holds it up to %d)",
+				name, want, jsTimeout, last)
+		}
+	}
+	return true, "", nil
+}
+
+// applyConfig brings an existing stream's limits and replica count to the
+// configured ones. A refusal is not a stall (the stream still takes the
+// events): it is logged once, with JetStream's reason, and kept in the
+// status as the publisher's warning until an update succeeds.
+func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want jetstream.StreamConfig) {
+	p := r.p
+	name := want.Name
+	have := info.Config
+	var warnings []string
+	if limitsDiffer(&have, &want) {
+		upd := have
+		upd.MaxBytes, upd.MaxMsgs, upd.MaxAge, upd.Duplicates = want.MaxBytes, want.MaxMsgs, want.MaxAge, want.Duplicates
+		if upd.Duplicates == 0 {
+			upd.Duplicates = have.Duplicates
+		}
+		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			warnings = append(warnings, fmt.Sprintf("stream %s keeps its limits (max bytes %d, max msgs %d, max age %s): "+
+				"JetStream refused the configured ones: %v; trying again", name, have.MaxBytes, have.MaxMsgs, have.MaxAge, err))
+		} else {
+			have = si.CachedInfo().Config
+		}
+	}
+	// Replicas of an existing stream can change (JetStream adds or removes
+	// peers and copies the messages); without this, a changed
+	// ORISUN_NATS_STREAM_REPLICAS would apply only to streams created
+	// afterwards.
+	if max(have.Replicas, 1) != want.Replicas {
+		upd := have
+		upd.Replicas = want.Replicas
+		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+			hint := ""
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) {
+				hint = " (a stream needs as many JetStream servers in the cluster as replicas; a single server takes 1 only)"
+			}
+			warnings = append(warnings, fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS: "+
+				"JetStream refused the change: %v%s; trying again", name, max(have.Replicas, 1), want.Replicas, err, hint))
+		} else {
+			p.log.Info("stream replicas changed", "stream", name, "from", max(have.Replicas, 1), "to", si.CachedInfo().Config.Replicas)
+		}
+	}
+	w := strings.Join(warnings, "; ")
+	if p.setWarning(w) && w != "" {
+		p.log.Warn("stream configuration not applied", "stream", name, "warning", w)
+	}
+	r.want = want
+	r.scheduleConfigRetry(w != "")
+}
+
+// scheduleConfigRetry sets when applyConfig runs again: never while the
+// stream matches the configuration, with a growing wait while it does not.
+func (r *run) scheduleConfigRetry(pending bool) {
+	if !pending {
+		r.configRetry, r.configWait = time.Time{}, 0
+		return
+	}
+	r.configWait = min(max(2*r.configWait, time.Second), time.Minute)
+	r.configRetry = time.Now().Add(r.configWait)
+}
+
+// retryConfig applies the configuration again when a retry is due (see
+// run.want). It never fails the run: the stream still takes the events.
+func (r *run) retryConfig(ctx context.Context) {
+	if r.configRetry.IsZero() || time.Now().Before(r.configRetry) {
+		return
+	}
+	s, err := r.p.cfg.JS.Stream(ctx, r.want.Name)
+	if err != nil {
+		r.scheduleConfigRetry(true)
+		return
+	}
+	r.applyConfig(ctx, s.CachedInfo(), r.want)
+}
+
+func limitsDiffer(have, want *jetstream.StreamConfig) bool {
+	return have.MaxBytes != want.MaxBytes || have.MaxMsgs != want.MaxMsgs || have.MaxAge != want.MaxAge ||
+		want.Duplicates != 0 && have.Duplicates != want.Duplicates
+}
+
+// noLeaderError says that the stream has no Raft leader now (the server
+// that led it is gone and the others elect one): the sync is retried every
+// noLeaderRetry.
+type noLeaderError struct{ err error }
+
+func (e *noLeaderError) Error() string { return e.err.Error() }
+func (e *noLeaderError) Unwrap() error { return e.err }
+
+const noLeaderRetry = 200 * time.Millisecond
