@@ -14,18 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
-
-// newEpoch returns a new boundary epoch: a time-ordered UUID, so epochs of
-// one database sort by creation.
-func newEpoch() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new epoch: %w", err)
-	}
-	return u.String(), nil
-}
 
 // CreateBoundary creates the boundary with a new epoch, or returns the
 // existing one unchanged.
@@ -39,7 +30,7 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 	if s.isClosed() {
 		return event.Boundary{}, false, errClosed(op)
 	}
-	epoch, err := newEpoch()
+	epoch, err := sqlstore.NewEpoch()
 	if err != nil {
 		return event.Boundary{}, false, fmt.Errorf("postgres: %s: %w", op, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -23,7 +24,7 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 	if s.closed() {
 		return event.Boundary{}, false, errClosed(op)
 	}
-	epoch, err := newEpoch()
+	epoch, err := sqlstore.NewEpoch()
 	if err != nil {
 		return event.Boundary{}, false, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
