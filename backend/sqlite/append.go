@@ -674,12 +674,20 @@ func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64,
 
 // firstMatchSQL is the statement of firstMatch, with its arguments.
 func firstMatchSQL(q *event.Query, boundary string, after uint64) (string, []any) {
-	m, margs, ok := matchSQL(q, forward)
-	args := append([]any{boundary, backend.ClampPosition(after), 1}, margs...)
+	return matchStatement(q, forward, sqlFirstAny, sqlFirstMatchPrefix, sqlFirstMatchSuffix, boundary, after, 1)
+}
+
+// matchStatement is a statement over the positions that match q
+// (matchSQL, in direction d): plain when q matches every event, else the
+// compound SELECT between prefix and suffix. Its arguments are ?1 the
+// boundary, ?2 the position bound, ?3 how many positions, then q's.
+func matchStatement(q *event.Query, d direction, plain, prefix, suffix, boundary string, bound uint64, n int) (string, []any) {
+	m, margs, ok := matchSQL(q, d)
+	args := append([]any{boundary, backend.ClampPosition(bound), n}, margs...)
 	if !ok {
-		return sqlFirstAny, args
+		return plain, args
 	}
-	return sqlFirstMatchPrefix + m + sqlFirstMatchSuffix, args
+	return prefix + m + suffix, args
 }
 
 // insertEvents inserts events at positions first, first+1, … in multi-row

@@ -281,6 +281,13 @@ func WriterDSN(path, synchronous string) string {
 	return dsn(path, writerParams(synchronous))
 }
 
+// ReaderDSN is the connection string of the store's readers for the
+// database file at path: the busy timeout, query_only. For code that must
+// read the database as the store does (the bench's raw read).
+func ReaderDSN(path string) string {
+	return dsn(path, readerParams())
+}
+
 // testWriterParams are added to the writer's connection parameters. Tests
 // set them to stand in for a file system that SQLite cannot use WAL on.
 var testWriterParams url.Values

@@ -4,32 +4,20 @@
 //
 // It holds the append request of group commit and the race between its
 // caller and the writer (Request), the judgement of an append whose ids are
-// stored (Retry), the checks and texts of leases, new epochs, and which
-// errors are already the core's (IsDomain). What is dialect-specific (the
-// statements, the transactions, the driver's errors, how requests queue)
-// stays in each backend. Errors returned here carry no backend prefix: each
-// backend wraps them as it wraps its own ("postgres: <op>: …").
+// stored (Retry), the checks and texts of leases, new epochs, how a
+// boundary's row reads, and which errors are already the core's
+// (IsDomain). What is dialect-specific (the statements, the transactions,
+// the driver's errors, how requests queue) stays in each backend. Errors
+// returned here carry no backend prefix: each backend wraps them as it
+// wraps its own ("postgres: <op>: …").
 package sqlstore
 
 import (
 	"context"
 	"errors"
-	"fmt"
-
-	"github.com/google/uuid"
 
 	"github.com/orisun-io/orisun/event"
 )
-
-// NewEpoch returns a new boundary epoch: a time-ordered UUID, so epochs of
-// one database sort by creation.
-func NewEpoch() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new epoch: %w", err)
-	}
-	return u.String(), nil
-}
 
 // domainErrors are the errors a backend passes on as they are: the
 // sentinels of package event and the end of a context.
