@@ -314,7 +314,10 @@ type step struct {
 	plan string
 }
 
-// groupRun is the state of one group transaction.
+// groupRun is the state of one group transaction. The sqlite backend has a
+// type of the same name and role, with the same steps where they fit
+// (take, appendAll, commit, fail, answer); here the statements go as
+// pipelined batches.
 type groupRun struct {
 	s        *Store
 	boundary string
@@ -390,25 +393,7 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 			s.notify(b)
 		}
 	}()
-	var todo []int
-	for _, r := range group {
-		if !r.Take() {
-			continue // its caller gave up before its turn
-		}
-		s.waiting.Add(-1)
-		i := len(g.reqs)
-		g.reqs = append(g.reqs, r)
-		g.replies = append(g.replies, sqlstore.Reply{})
-		g.wrote = append(g.wrote, false)
-		g.decided = append(g.decided, false)
-		if err := r.Ctx.Err(); err != nil {
-			// Its context ended before its turn: nothing of it is written.
-			g.replies[i].Err = fmt.Errorf("postgres: append to %q: %w", b, err)
-			g.decided[i] = true
-			continue
-		}
-		todo = append(todo, i)
-	}
+	todo := g.take(group)
 	if len(todo) == 0 {
 		return
 	}
@@ -423,14 +408,49 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 	// so a failed group never hands a dirty session to the next user.
 	defer conn.Release()
 
+	if !g.appendAll(ctx, g.firstSteps(todo)) {
+		return // every request of the group was answered
+	}
+	g.finish(ctx)
+}
+
+// take takes the requests of group for their turn, each with a reply
+// slot, and returns those to run (indices into g.reqs). A request whose
+// caller gave up is skipped, one whose context ended is answered so:
+// nothing of either is written.
+func (g *groupRun) take(group []*sqlstore.Request) (todo []int) {
+	for _, r := range group {
+		if !r.Take() {
+			continue // its caller gave up before its turn
+		}
+		g.s.waiting.Add(-1)
+		i := len(g.reqs)
+		g.reqs = append(g.reqs, r)
+		g.replies = append(g.replies, sqlstore.Reply{})
+		g.wrote = append(g.wrote, false)
+		g.decided = append(g.decided, false)
+		if err := r.Ctx.Err(); err != nil {
+			// Its context ended before its turn: nothing of it is written.
+			g.replies[i].Err = fmt.Errorf("postgres: append to %q: %w", g.boundary, err)
+			g.decided[i] = true
+			continue
+		}
+		todo = append(todo, i)
+	}
+	return todo
+}
+
+// firstSteps are the steps of the group's first batch: BEGIN, the
+// head-row lock, and the requests of todo in order. Consecutive requests
+// without a condition append in one statement: nothing they do depends on
+// each other, and a statement per request (with its savepoint) was most of
+// a group's work on the server. A run that fails (a stored id) goes again
+// one request at a time.
+func (g *groupRun) firstSteps(todo []int) []step {
 	steps := []step{
 		{kind: stepBegin, req: -1, sql: sqlBegin},
-		{kind: stepLock, req: -1, sql: sqlLockHead, args: []any{b}},
+		{kind: stepLock, req: -1, sql: sqlLockHead, args: []any{g.boundary}},
 	}
-	// Consecutive requests without a condition append in one statement:
-	// nothing they do depends on each other, and a statement per request
-	// (with its savepoint) was most of a group's work on the server. A
-	// run that fails (a stored id) goes again one request at a time.
 	for k := 0; k < len(todo); {
 		end := k
 		for end < len(todo) && g.reqs[todo[end]].Cond == nil {
@@ -444,6 +464,13 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 		steps = append(steps, g.requestSteps(todo[k])...)
 		k++
 	}
+	return steps
+}
+
+// appendAll sends steps, and the steps each batch leaves to do, until none
+// are left. false: the group transaction is lost and every request was
+// answered.
+func (g *groupRun) appendAll(ctx context.Context, steps []step) bool {
 	g.open = true
 	for len(steps) > 0 {
 		if g.open && writesUnconditioned(g, steps) {
@@ -461,7 +488,7 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 			// may write nothing (a decision load: most conflict), and then
 			// it needs no COMMIT, WAL flush or notification at all.
 			steps = append(steps,
-				step{kind: stepNotify, req: -1, sql: sqlNotify, args: []any{notifyChannel, b}},
+				step{kind: stepNotify, req: -1, sql: sqlNotify, args: []any{notifyChannel, g.boundary}},
 				step{kind: stepCommit, req: -1, sql: sqlCommit})
 		}
 		next, err := g.runBatch(ctx, steps)
@@ -470,16 +497,23 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 				g.rollback()
 			}
 			g.fail(err)
-			return
+			return false
 		}
 		steps = next
 	}
+	return true
+}
 
+// finish ends the group once every step ran: a request left without an
+// outcome gets an internal error, and a transaction still open (the last
+// batch only looked up) commits what the earlier batches wrote, or rolls
+// back when nothing was written.
+func (g *groupRun) finish(ctx context.Context) {
 	for i := range g.reqs {
 		if !g.wrote[i] && !g.decided[i] {
 			// Never answer "success at position 0": a request the steps
 			// left without an outcome is a bug, said as such.
-			g.replies[i].Err = fmt.Errorf("postgres: append to %q: internal error: the group left the request without an outcome", b)
+			g.replies[i].Err = fmt.Errorf("postgres: append to %q: internal error: the group left the request without an outcome", g.boundary)
 			g.decided[i] = true
 		}
 	}

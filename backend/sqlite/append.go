@@ -186,7 +186,8 @@ func (s *Store) gatherHeld(h *groupHold, group []*sqlstore.Request) []*sqlstore.
 
 // groupRun is the state of one group transaction: the requests taken so
 // far, their answers, and the boundaries that got events. The postgres
-// backend has a type of the same name and role.
+// backend has a type of the same name and role, with the same steps where
+// they fit (take, appendAll, commit, fail, answer).
 type groupRun struct {
 	s *Store
 	// ctx is the group's: the transaction belongs to the group, not to any
