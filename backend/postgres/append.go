@@ -393,7 +393,12 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 			s.notify(b)
 		}
 	}()
-	todo := g.take(group)
+	var todo []int // the requests to run: indices into g.reqs
+	for _, r := range group {
+		if i, ok := g.take(r); ok {
+			todo = append(todo, i)
+		}
+	}
 	if len(todo) == 0 {
 		return
 	}
@@ -408,49 +413,45 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 	// so a failed group never hands a dirty session to the next user.
 	defer conn.Release()
 
-	if !g.appendAll(ctx, g.firstSteps(todo)) {
+	steps := []step{
+		{kind: stepBegin, req: -1, sql: sqlBegin},
+		{kind: stepLock, req: -1, sql: sqlLockHead, args: []any{b}},
+	}
+	if !g.appendAll(ctx, g.addRequests(steps, todo)) {
 		return // every request of the group was answered
 	}
 	g.finish(ctx)
 }
 
-// take takes the requests of group for their turn, each with a reply
-// slot, and returns those to run (indices into g.reqs). A request whose
-// caller gave up is skipped, one whose context ended is answered so:
-// nothing of either is written.
-func (g *groupRun) take(group []*sqlstore.Request) (todo []int) {
-	for _, r := range group {
-		if !r.Take() {
-			continue // its caller gave up before its turn
-		}
-		g.s.waiting.Add(-1)
-		i := len(g.reqs)
-		g.reqs = append(g.reqs, r)
-		g.replies = append(g.replies, sqlstore.Reply{})
-		g.wrote = append(g.wrote, false)
-		g.decided = append(g.decided, false)
-		if err := r.Ctx.Err(); err != nil {
-			// Its context ended before its turn: nothing of it is written.
-			g.replies[i].Err = fmt.Errorf("postgres: append to %q: %w", g.boundary, err)
-			g.decided[i] = true
-			continue
-		}
-		todo = append(todo, i)
+// take takes r for its turn and gives it a reply slot (an index into
+// g.reqs and g.replies). false: its caller gave up, or its context ended
+// and it was answered so; nothing of it is written.
+func (g *groupRun) take(r *sqlstore.Request) (slot int, ok bool) {
+	if !r.Take() {
+		return 0, false // its caller gave up before its turn
 	}
-	return todo
+	g.s.waiting.Add(-1)
+	slot = len(g.reqs)
+	g.reqs = append(g.reqs, r)
+	g.replies = append(g.replies, sqlstore.Reply{})
+	g.wrote = append(g.wrote, false)
+	g.decided = append(g.decided, false)
+	if err := r.Ctx.Err(); err != nil {
+		// Its context ended before its turn: nothing of it is written.
+		g.replies[slot].Err = fmt.Errorf("postgres: append to %q: %w", g.boundary, err)
+		g.decided[slot] = true
+		return 0, false
+	}
+	return slot, true
 }
 
-// firstSteps are the steps of the group's first batch: BEGIN, the
-// head-row lock, and the requests of todo in order. Consecutive requests
-// without a condition append in one statement: nothing they do depends on
-// each other, and a statement per request (with its savepoint) was most of
-// a group's work on the server. A run that fails (a stored id) goes again
-// one request at a time.
-func (g *groupRun) firstSteps(todo []int) []step {
-	steps := []step{
-		{kind: stepBegin, req: -1, sql: sqlBegin},
-		{kind: stepLock, req: -1, sql: sqlLockHead, args: []any{g.boundary}},
-	}
+// addRequests adds the steps of the requests of todo, in order, to steps
+// (the group's first batch, after BEGIN and the head-row lock).
+// Consecutive requests without a condition append in one statement:
+// nothing they do depends on each other, and a statement per request
+// (with its savepoint) was most of a group's work on the server. A run
+// that fails (a stored id) goes again one request at a time.
+func (g *groupRun) addRequests(steps []step, todo []int) []step {
 	for k := 0; k < len(todo); {
 		end := k
 		for end < len(todo) && g.reqs[todo[end]].Cond == nil {

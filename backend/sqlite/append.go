@@ -184,8 +184,8 @@ func (s *Store) gatherHeld(h *groupHold, group []*sqlstore.Request) []*sqlstore.
 	}
 }
 
-// groupRun is the state of one group transaction: the requests taken so
-// far, their answers, and the boundaries that got events. The postgres
+// groupRun is the state of one group transaction: its requests, their
+// answers, and the boundaries that got events. The postgres
 // backend has a type of the same name and role, with the same steps where
 // they fit (take, appendAll, commit, fail, answer).
 type groupRun struct {
@@ -193,8 +193,11 @@ type groupRun struct {
 	// ctx is the group's: the transaction belongs to the group, not to any
 	// one caller, and a caller that goes away must not abort the others'
 	// commit.
-	ctx   context.Context
-	group []*sqlstore.Request
+	ctx context.Context
+	// group are the requests, in order; replies[k] is the answer of
+	// group[k], sent once the group is done to those taken.
+	group   []*sqlstore.Request
+	replies []sqlstore.Reply
 	// now is the commit time of every event of the group.
 	now   time.Time
 	sqlTx *sql.Tx
@@ -202,10 +205,6 @@ type groupRun struct {
 	// savepoints is false for a lone request, which needs none: its
 	// failure rolls the whole transaction back, which holds nothing else.
 	savepoints bool
-	// reqs are the requests taken, in the group's order, and replies their
-	// answers, sent once the group is done.
-	reqs    []*sqlstore.Request
-	replies []sqlstore.Reply
 	// touched are the boundaries that got events.
 	touched []string
 }
@@ -223,7 +222,7 @@ func (s *Store) commitGroup(group []*sqlstore.Request) {
 		ctx:        context.Background(),
 		group:      group,
 		savepoints: len(group) > 1,
-		replies:    make([]sqlstore.Reply, 0, len(group)),
+		replies:    make([]sqlstore.Reply, len(group)),
 	}
 	s.groups.Add(1)
 	s.prepareConditions(g.ctx, group)
@@ -251,7 +250,16 @@ func (s *Store) commitGroup(group []*sqlstore.Request) {
 func (g *groupRun) appendAll() bool {
 	for i := 0; i < len(g.group); {
 		j := runEnd(g.group, i)
-		run, slots := g.take(g.group[i:j])
+		// Every request of the run is taken before any of them runs;
+		// slots are their places in the group.
+		var run []*sqlstore.Request
+		var slots []int
+		for k := i; k < j; k++ {
+			if g.take(k) {
+				run = append(run, g.group[k])
+				slots = append(slots, k)
+			}
+		}
 		i = j
 		if len(run) >= 2 && g.savepoints {
 			merged, err := g.appendMerged(run, slots)
@@ -289,30 +297,22 @@ func runEnd(group []*sqlstore.Request, i int) int {
 	return j
 }
 
-// take takes the requests of reqs for their turn, each with a reply slot,
-// and returns those to run and their slots (indices into g.reqs and
-// g.replies). A request whose caller gave up is skipped, one whose context
-// ended is answered so: nothing of either is written.
-func (g *groupRun) take(reqs []*sqlstore.Request) (run []*sqlstore.Request, slots []int) {
-	for _, r := range reqs {
-		if !r.Take() {
-			continue // its caller gave up before its turn
-		}
-		g.reqs = append(g.reqs, r)
-		g.replies = append(g.replies, sqlstore.Reply{})
-		i := len(g.reqs) - 1
-		if err := r.Ctx.Err(); err != nil {
-			// Its context ended before its turn: nothing of it is written.
-			g.replies[i].Err = fmt.Errorf("sqlite: append to %q: %w", r.Boundary, err)
-			continue
-		}
-		run = append(run, r)
-		slots = append(slots, i)
+// take takes group[k] for its turn. false: its caller gave up, or its
+// context ended and its reply says so; nothing of it is written.
+func (g *groupRun) take(k int) bool {
+	r := g.group[k]
+	if !r.Take() {
+		return false // its caller gave up before its turn
 	}
-	return run, slots
+	if err := r.Ctx.Err(); err != nil {
+		// Its context ended before its turn: nothing of it is written.
+		g.replies[k].Err = fmt.Errorf("sqlite: append to %q: %w", r.Boundary, err)
+		return false
+	}
+	return true
 }
 
-// appendMerged appends run, whose replies are at slots, in one go
+// appendMerged appends run, at slots in the group, in one go
 // (appendRun). false: the run needs its requests one at a time, and
 // nothing of it was written. An error means the group transaction is lost.
 func (g *groupRun) appendMerged(run []*sqlstore.Request, slots []int) (bool, error) {
@@ -327,11 +327,11 @@ func (g *groupRun) appendMerged(run []*sqlstore.Request, slots []int) (bool, err
 	return true, nil
 }
 
-// appendAlone runs request i alone, inside its own savepoint when the
+// appendAlone runs group[i] alone, inside its own savepoint when the
 // group has others. false: the group transaction is lost and every request
 // was answered.
 func (g *groupRun) appendAlone(i int) bool {
-	r := g.reqs[i]
+	r := g.group[i]
 	op := fmt.Sprintf("append to %q", r.Boundary)
 	if g.savepoints {
 		if _, err := g.tx.ExecContext(g.ctx, sqlSavepoint); err != nil {
@@ -408,10 +408,13 @@ func (g *groupRun) fail(err error) {
 	}
 }
 
-// answer sends every request taken its reply.
+// answer sends every request taken its reply. Every request of the group
+// is taken or abandoned by now.
 func (g *groupRun) answer() {
-	for i, r := range g.reqs {
-		r.Answer(g.replies[i])
+	for k, r := range g.group {
+		if r.Taken() {
+			r.Answer(g.replies[k])
+		}
 	}
 }
 
