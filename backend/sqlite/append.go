@@ -185,9 +185,9 @@ func (s *Store) gatherHeld(h *groupHold, group []*sqlstore.Request) []*sqlstore.
 }
 
 // groupRun is the state of one group transaction: its requests, their
-// answers, and the boundaries that got events. The postgres
-// backend has a type of the same name and role, with the same steps where
-// they fit (take, appendAll, commit, fail, answer).
+// answers, and the boundaries that got events. The postgres backend has a
+// type of the same name and role, with the same steps where they fit
+// (take, appendAll, commit, fail, answer).
 type groupRun struct {
 	s *Store
 	// ctx is the group's: the transaction belongs to the group, not to any
