@@ -169,7 +169,7 @@ WHERE boundary = $1 AND position > $2 ORDER BY position LIMIT $3`, relayBoundary
 			return got, last, rows.Err()
 		}
 	} else {
-		db, err := sql.Open("sqlite", sqliteDSN(r.dir, "query_only(1)"))
+		db, err := sql.Open("sqlite", sqlite.ReaderDSN(filepath.Join(r.dir, sqlite.DBFile)))
 		if err != nil {
 			return fmt.Errorf("bench: raw read: %w", err)
 		}
@@ -213,12 +213,6 @@ WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`, relayBoundary
 	r.rep.Limits = append(r.rep.Limits, row)
 	r.rep.check("raw read rows = backlog", int64(r.cfg.Events), n)
 	return nil
-}
-
-func sqliteDSN(dir string, pragmas ...string) string {
-	v := url.Values{"_pragma": append([]string{"busy_timeout(10000)"}, pragmas...)}
-	path := filepath.Join(dir, sqlite.DBFile)
-	return "file:" + (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath() + "?" + v.Encode()
 }
 
 // The SQLite copy of the events table: the same columns, keys, indexes and

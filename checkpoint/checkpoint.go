@@ -109,6 +109,18 @@ type row struct {
 	position        uint64
 }
 
+// scanRow reads a row from the columns boundary, epoch and position, of a
+// pgx.Row or a *sql.Row: the statements of both dialects select them so.
+func scanRow(sc interface{ Scan(dest ...any) error }) (row, error) {
+	var r row
+	var pos int64
+	if err := sc.Scan(&r.boundary, &r.epoch, &pos); err != nil {
+		return row{}, err
+	}
+	r.position = uint64(pos)
+	return r, nil
+}
+
 // dialect is one database's SQL.
 type dialect[Tx any] interface {
 	ensureSchema(ctx context.Context) error

@@ -60,16 +60,13 @@ func (d pgDialect) load(ctx context.Context, consumer string) (row, bool, error)
 		return row{}, false, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	var r row
-	var pos int64
-	err = tx.QueryRow(ctx, pgLoad, consumer).Scan(&r.boundary, &r.epoch, &pos)
+	r, err := scanRow(tx.QueryRow(ctx, pgLoad, consumer))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return row{}, false, nil
 	}
 	if err != nil {
 		return row{}, false, err
 	}
-	r.position = uint64(pos)
 	return r, true, nil
 }
 
@@ -99,13 +96,7 @@ func (t pgTxn) lock(ctx context.Context, consumer, boundary string) (row, error)
 	if _, err := t.tx.Exec(ctx, pgCreate, consumer, boundary); err != nil {
 		return row{}, err
 	}
-	var r row
-	var pos int64
-	if err := t.tx.QueryRow(ctx, pgLock, consumer).Scan(&r.boundary, &r.epoch, &pos); err != nil {
-		return row{}, err
-	}
-	r.position = uint64(pos)
-	return r, nil
+	return scanRow(t.tx.QueryRow(ctx, pgLock, consumer))
 }
 
 func (t pgTxn) save(ctx context.Context, consumer, epoch string, position uint64) error {

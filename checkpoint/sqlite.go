@@ -43,16 +43,13 @@ func (d sqliteDialect) ensureSchema(ctx context.Context) error {
 }
 
 func (d sqliteDialect) load(ctx context.Context, consumer string) (row, bool, error) {
-	var r row
-	var pos int64
-	err := d.db.QueryRowContext(ctx, sqliteLoad, consumer).Scan(&r.boundary, &r.epoch, &pos)
+	r, err := scanRow(d.db.QueryRowContext(ctx, sqliteLoad, consumer))
 	if errors.Is(err, sql.ErrNoRows) {
 		return row{}, false, nil
 	}
 	if err != nil {
 		return row{}, false, err
 	}
-	r.position = uint64(pos)
 	return r, true, nil
 }
 
@@ -77,13 +74,7 @@ func (t sqliteTxn) lock(ctx context.Context, consumer, boundary string) (row, er
 	if _, err := t.tx.ExecContext(ctx, sqliteCreate, consumer, boundary); err != nil {
 		return row{}, err
 	}
-	var r row
-	var pos int64
-	if err := t.tx.QueryRowContext(ctx, sqliteLoad, consumer).Scan(&r.boundary, &r.epoch, &pos); err != nil {
-		return row{}, err
-	}
-	r.position = uint64(pos)
-	return r, nil
+	return scanRow(t.tx.QueryRowContext(ctx, sqliteLoad, consumer))
 }
 
 func (t sqliteTxn) save(ctx context.Context, consumer, epoch string, position uint64) error {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,34 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
-
-// The states of an append request. The caller and the worker race for the
-// transition out of queued with a compare-and-swap, so a request is either
-// abandoned (the caller returns ctx.Err() and nothing is written) or taken
-// (the caller waits for the outcome), never both.
-const (
-	stateQueued int32 = iota
-	stateTaken
-	stateAbandoned
-)
-
-type appendRequest struct {
-	ctx      context.Context
-	boundary string
-	events   []event.Input
-	cond     *event.Condition
-	state    atomic.Int32
-	// reply has room for the one answer, so a worker never waits for a
-	// caller that has gone.
-	reply chan appendReply
-}
-
-type appendReply struct {
-	res event.AppendResult
-	err error
-}
 
 // Append appends events to boundary atomically (all or none), under cond
 // when it is not nil. The events must be prepared (event.Prepare). The
@@ -71,43 +46,37 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 	if err := ctx.Err(); err != nil {
 		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op(), err)
 	}
-	r := &appendRequest{ctx: ctx, boundary: boundary, events: events, cond: cond, reply: make(chan appendReply, 1)}
+	r := sqlstore.NewRequest(ctx, boundary, events, cond)
 	if !s.enqueue(r) {
 		return event.AppendResult{}, errClosed(op())
 	}
-	select {
-	case rep := <-r.reply:
-		return rep.res, rep.err
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
-			s.waiting.Add(-1)
-			return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op(), ctx.Err())
-		}
-		// A group has it: the outcome is a commit away.
-		rep := <-r.reply
-		return rep.res, rep.err
+	rep, abandoned := r.Wait()
+	if abandoned {
+		s.waiting.Add(-1)
+		return event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op(), ctx.Err())
 	}
+	return rep.Res, rep.Err
 }
 
 // enqueue adds r to its boundary's queue and makes the boundary ready for a
 // worker unless a worker has it already (that worker requeues it when its
 // group is done). false: the store is closing.
-func (s *Store) enqueue(r *appendRequest) bool {
+func (s *Store) enqueue(r *sqlstore.Request) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	q := s.queues[r.boundary]
-	s.queues[r.boundary] = append(q, r)
+	q := s.queues[r.Boundary]
+	s.queues[r.Boundary] = append(q, r)
 	s.waiting.Add(1)
-	if len(q) == 0 && !s.active[r.boundary] && !s.held[r.boundary] {
-		s.ready = append(s.ready, r.boundary)
+	if len(q) == 0 && !s.active[r.Boundary] && !s.held[r.Boundary] {
+		s.ready = append(s.ready, r.Boundary)
 		s.cond.Signal()
 	}
-	if ch := s.gathered[r.boundary]; ch != nil && len(q)+1 >= s.expect[r.boundary] {
+	if ch := s.gathered[r.Boundary]; ch != nil && len(q)+1 >= s.expect[r.Boundary] {
 		close(ch)
-		delete(s.gathered, r.boundary)
+		delete(s.gathered, r.Boundary)
 	}
 	return true
 }
@@ -235,7 +204,7 @@ func (s *Store) noteHeads(heads []backend.Head) {
 // the line, so a busy boundary cannot starve the others. The caller holds
 // s.mu.
 func (s *Store) requeue(b string) {
-	if len(s.queues[b]) > 0 && !s.closing && !s.held[b] && !s.active[b] && !contains(s.ready, b) {
+	if len(s.queues[b]) > 0 && !s.closing && !s.held[b] && !s.active[b] && !slices.Contains(s.ready, b) {
 		s.ready = append(s.ready, b)
 		s.cond.Signal()
 	}
@@ -269,7 +238,7 @@ func (s *Store) holdGroups(b string) (queued func() int, release func()) {
 		defer s.mu.Unlock()
 		n := 0
 		for _, r := range s.queues[b] {
-			if r.state.Load() == stateQueued {
+			if r.Queued() {
 				n++
 			}
 		}
@@ -286,33 +255,24 @@ func (s *Store) holdGroups(b string) (queued func() int, release func()) {
 	return queued, release
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // drain takes the requests for the next group of boundary b off its queue:
 // every request waiting right now (never sleeping to wait for more: a lone
 // append commits at once), up to GroupMaxEvents events; a request that does
 // not fit stays first in line. The caller holds s.mu.
-func (s *Store) drain(b string) []*appendRequest {
+func (s *Store) drain(b string) []*sqlstore.Request {
 	q := s.queues[b]
-	var group []*appendRequest
+	var group []*sqlstore.Request
 	n, i := 0, 0
 	for ; i < len(q); i++ {
 		r := q[i]
-		if r.state.Load() != stateQueued {
+		if !r.Queued() {
 			continue // abandoned by its caller
 		}
-		if len(group) > 0 && n+len(r.events) > s.cfg.GroupMaxEvents {
+		if len(group) > 0 && n+len(r.Events) > s.cfg.GroupMaxEvents {
 			break
 		}
 		group = append(group, r)
-		n += len(r.events)
+		n += len(r.Events)
 	}
 	if i == len(q) {
 		delete(s.queues, b)
@@ -354,13 +314,16 @@ type step struct {
 	plan string
 }
 
-// groupRun is the state of one group transaction.
+// groupRun is the state of one group transaction. The sqlite backend has a
+// type of the same name and role, with the same steps where they fit
+// (take, appendAll, commit, fail, answer); here the statements go as
+// pipelined batches.
 type groupRun struct {
 	s        *Store
 	boundary string
 	conn     *pgxpool.Conn
-	reqs     []*appendRequest
-	replies  []appendReply
+	reqs     []*sqlstore.Request
+	replies  []sqlstore.Reply
 	wrote    []bool
 	// decided is true once a request's reply is final (written, or failed
 	// with its own error).
@@ -413,7 +376,7 @@ type decision struct {
 // locked is called once the group holds the boundary's head row, while
 // the group goes on; not at all when the group ends before, or finds no
 // boundary.
-func (s *Store) commitGroup(b string, group []*appendRequest, locked func()) {
+func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) {
 	s.groups.Add(1)
 	// The transaction belongs to the group, not to any one caller: a
 	// caller that goes away must not abort the others' commit.
@@ -430,24 +393,11 @@ func (s *Store) commitGroup(b string, group []*appendRequest, locked func()) {
 			s.notify(b)
 		}
 	}()
-	var todo []int
+	var todo []int // the requests to run: indices into g.reqs
 	for _, r := range group {
-		if !r.state.CompareAndSwap(stateQueued, stateTaken) {
-			continue // its caller gave up before its turn
+		if i, ok := g.take(r); ok {
+			todo = append(todo, i)
 		}
-		s.waiting.Add(-1)
-		i := len(g.reqs)
-		g.reqs = append(g.reqs, r)
-		g.replies = append(g.replies, appendReply{})
-		g.wrote = append(g.wrote, false)
-		g.decided = append(g.decided, false)
-		if err := r.ctx.Err(); err != nil {
-			// Its context ended before its turn: nothing of it is written.
-			g.replies[i].err = fmt.Errorf("postgres: append to %q: %w", b, err)
-			g.decided[i] = true
-			continue
-		}
-		todo = append(todo, i)
 	}
 	if len(todo) == 0 {
 		return
@@ -467,13 +417,44 @@ func (s *Store) commitGroup(b string, group []*appendRequest, locked func()) {
 		{kind: stepBegin, req: -1, sql: sqlBegin},
 		{kind: stepLock, req: -1, sql: sqlLockHead, args: []any{b}},
 	}
-	// Consecutive requests without a condition append in one statement:
-	// nothing they do depends on each other, and a statement per request
-	// (with its savepoint) was most of a group's work on the server. A
-	// run that fails (a stored id) goes again one request at a time.
+	if !g.appendAll(ctx, g.addRequests(steps, todo)) {
+		return // every request of the group was answered
+	}
+	g.finish(ctx)
+}
+
+// take takes r for its turn and gives it a reply slot (an index into
+// g.reqs and g.replies). false: its caller gave up, or its context ended
+// and it was answered so; nothing of it is written.
+func (g *groupRun) take(r *sqlstore.Request) (slot int, ok bool) {
+	if !r.Take() {
+		return 0, false // its caller gave up before its turn
+	}
+	g.s.waiting.Add(-1)
+	slot = len(g.reqs)
+	g.reqs = append(g.reqs, r)
+	g.replies = append(g.replies, sqlstore.Reply{})
+	g.wrote = append(g.wrote, false)
+	g.decided = append(g.decided, false)
+	if err := r.Ctx.Err(); err != nil {
+		// Its context ended before its turn: nothing of it is written.
+		g.replies[slot].Err = fmt.Errorf("postgres: append to %q: %w", g.boundary, err)
+		g.decided[slot] = true
+		return 0, false
+	}
+	return slot, true
+}
+
+// addRequests adds the steps of the requests of todo, in order, to steps
+// (the group's first batch, after BEGIN and the head-row lock).
+// Consecutive requests without a condition append in one statement:
+// nothing they do depends on each other, and a statement per request
+// (with its savepoint) was most of a group's work on the server. A run
+// that fails (a stored id) goes again one request at a time.
+func (g *groupRun) addRequests(steps []step, todo []int) []step {
 	for k := 0; k < len(todo); {
 		end := k
-		for end < len(todo) && g.reqs[todo[end]].cond == nil {
+		for end < len(todo) && g.reqs[todo[end]].Cond == nil {
 			end++
 		}
 		if end-k >= 2 && !g.s.perRequest {
@@ -484,6 +465,13 @@ func (s *Store) commitGroup(b string, group []*appendRequest, locked func()) {
 		steps = append(steps, g.requestSteps(todo[k])...)
 		k++
 	}
+	return steps
+}
+
+// appendAll sends steps, and the steps each batch leaves to do, until none
+// are left. false: the group transaction is lost and every request was
+// answered.
+func (g *groupRun) appendAll(ctx context.Context, steps []step) bool {
 	g.open = true
 	for len(steps) > 0 {
 		if g.open && writesUnconditioned(g, steps) {
@@ -501,7 +489,7 @@ func (s *Store) commitGroup(b string, group []*appendRequest, locked func()) {
 			// may write nothing (a decision load: most conflict), and then
 			// it needs no COMMIT, WAL flush or notification at all.
 			steps = append(steps,
-				step{kind: stepNotify, req: -1, sql: sqlNotify, args: []any{notifyChannel, b}},
+				step{kind: stepNotify, req: -1, sql: sqlNotify, args: []any{notifyChannel, g.boundary}},
 				step{kind: stepCommit, req: -1, sql: sqlCommit})
 		}
 		next, err := g.runBatch(ctx, steps)
@@ -510,16 +498,23 @@ func (s *Store) commitGroup(b string, group []*appendRequest, locked func()) {
 				g.rollback()
 			}
 			g.fail(err)
-			return
+			return false
 		}
 		steps = next
 	}
+	return true
+}
 
+// finish ends the group once every step ran: a request left without an
+// outcome gets an internal error, and a transaction still open (the last
+// batch only looked up) commits what the earlier batches wrote, or rolls
+// back when nothing was written.
+func (g *groupRun) finish(ctx context.Context) {
 	for i := range g.reqs {
 		if !g.wrote[i] && !g.decided[i] {
 			// Never answer "success at position 0": a request the steps
 			// left without an outcome is a bug, said as such.
-			g.replies[i].err = fmt.Errorf("postgres: append to %q: internal error: the group left the request without an outcome", b)
+			g.replies[i].Err = fmt.Errorf("postgres: append to %q: internal error: the group left the request without an outcome", g.boundary)
 			g.decided[i] = true
 		}
 	}
@@ -561,7 +556,7 @@ func (g *groupRun) touched() bool {
 // request (or run) without a condition: one that writes unless it fails.
 func writesUnconditioned(g *groupRun, steps []step) bool {
 	for _, st := range steps {
-		if st.kind == stepAppendRun || st.kind == stepAppend && g.reqs[st.req].cond == nil {
+		if st.kind == stepAppendRun || st.kind == stepAppend && g.reqs[st.req].Cond == nil {
 			return true
 		}
 	}
@@ -573,13 +568,13 @@ func writesUnconditioned(g *groupRun, steps []step) bool {
 func (g *groupRun) requestSteps(i int) []step {
 	r := g.reqs[i]
 	var cols eventColumns
-	cols.add(r.events)
-	near := r.cond != nil && g.near(r.cond.After)
-	sql, fargs := appendSQL(r.cond, near)
-	args := cols.args(r.boundary)
+	cols.add(r.Events)
+	near := r.Cond != nil && g.near(r.Cond.After)
+	sql, fargs := appendSQL(r.Cond, near)
+	args := cols.args(r.Boundary)
 	plan := sqlGenericPlans
-	if r.cond != nil {
-		args = append(args, backend.ClampPosition(r.cond.After))
+	if r.Cond != nil {
+		args = append(args, backend.ClampPosition(r.Cond.After))
 		args = append(args, fargs...)
 		if !near {
 			plan = sqlCustomPlans
@@ -598,7 +593,7 @@ func (g *groupRun) requestSteps(i int) []step {
 func (g *groupRun) runSteps(run []int) []step {
 	var cols eventColumns
 	for _, i := range run {
-		cols.add(g.reqs[i].events)
+		cols.add(g.reqs[i].Events)
 	}
 	sql, _ := appendSQL(nil, false)
 	run = append([]int(nil), run...)
@@ -716,14 +711,14 @@ func arrayLiteral(tags []string) string {
 func (g *groupRun) decisionSteps(i int) []step {
 	r := g.reqs[i]
 	d := g.decisions[i]
-	ids := make([]string, len(r.events))
-	for k := range r.events {
-		ids[k] = r.events[k].ID
+	ids := make([]string, len(r.Events))
+	for k := range r.Events {
+		ids[k] = r.Events[k].ID
 	}
-	steps := []step{{kind: stepFindIDs, req: i, sql: sqlFindIDs, args: []any{r.boundary, ids, d.headAt}, plan: sqlCustomPlans}}
-	if r.cond != nil {
-		sql, fargs := firstMatchSQL(r.cond)
-		args := append([]any{r.boundary, backend.ClampPosition(r.cond.After), d.headAt}, fargs...)
+	steps := []step{{kind: stepFindIDs, req: i, sql: sqlFindIDs, args: []any{r.Boundary, ids, d.headAt}, plan: sqlCustomPlans}}
+	if r.Cond != nil {
+		sql, fargs := firstMatchSQL(r.Cond)
+		args := append([]any{r.Boundary, backend.ClampPosition(r.Cond.After), d.headAt}, fargs...)
 		steps = append(steps, step{kind: stepFirstMatch, req: i, sql: sql, args: args, plan: sqlCustomPlans})
 	}
 	return steps
@@ -789,7 +784,7 @@ func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
 			g.decisions[st.req] = &decision{headAt: g.head, appendErr: failErr}
 			needDecision = append(needDecision, st.req)
 		} else {
-			g.replies[st.req].err = g.s.translate(fmt.Sprintf("append to %q", g.boundary), failErr)
+			g.replies[st.req].Err = g.s.translate(g.op(), failErr)
 			g.decided[st.req] = true
 		}
 	}
@@ -851,120 +846,163 @@ func (g *groupRun) near(after uint64) bool {
 func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err error) {
 	switch st.kind {
 	case stepLock:
-		err := br.QueryRow().Scan(&g.head, &g.epoch)
-		if err == nil {
-			// Not when the boundary is missing: an append statement of
-			// this group may still create its head row's lock, and a
-			// next group must not take it first.
-			if f := g.locked; f != nil {
-				g.locked = nil
-				f()
-			}
-		}
-		if isNoRows(err) {
-			// The boundary does not exist, as of this statement. The
-			// batch goes on: an append statement after it takes a snapshot
-			// of its own and may find the boundary created meanwhile, and
-			// then it writes (and the COMMIT in the batch commits it). Each
-			// append statement's own result says which it was.
-			g.missing = true
-			return false, nil
-		}
-		g.lockHead = g.head
-		if err == nil {
-			// The head as locked counts what other nodes appended.
-			g.s.noteHead(g.boundary, g.head)
-		}
-		return false, err
+		return false, g.readLock(br)
 	case stepAppend:
-		var head int64
-		var epoch string
-		err := br.QueryRow().Scan(&head, &epoch)
-		if isNoRows(err) && g.missing {
-			// No boundary to update (nor any event to match).
-			g.replies[st.req].err = notFound(fmt.Sprintf("append to %q", g.boundary), g.boundary)
-			g.decided[st.req] = true
-			return false, nil
-		}
-		if isNoRows(err) {
-			g.decisions[st.req] = &decision{headAt: g.head}
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		n := int64(len(g.reqs[st.req].events))
-		g.head = head
-		g.replies[st.req].res = event.AppendResult{Epoch: epoch, First: uint64(head - n + 1), Last: uint64(head)}
-		g.wrote[st.req] = true
-		return false, nil
+		return g.readAppend(br, st.req)
 	case stepAppendRun:
-		var head int64
-		var epoch string
-		err := br.QueryRow().Scan(&head, &epoch)
-		if isNoRows(err) && g.missing {
-			for _, i := range st.run {
-				g.replies[i].err = notFound(fmt.Sprintf("append to %q", g.boundary), g.boundary)
-				g.decided[i] = true
-			}
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		g.head = head
-		first := uint64(head)
-		for _, i := range st.run {
-			first -= uint64(len(g.reqs[i].events))
-		}
-		for _, i := range st.run {
-			n := uint64(len(g.reqs[i].events))
-			g.replies[i].res = event.AppendResult{Epoch: epoch, First: first + 1, Last: first + n}
-			g.wrote[i] = true
-			first += n
-		}
-		return false, nil
+		return false, g.readAppendRun(br, st.run)
 	case stepFindIDs:
-		rows, err := br.Query()
-		if err != nil {
-			return false, err
-		}
-		stored, err := scanStored(rows)
-		if err != nil {
-			return false, err
-		}
-		d := g.decisions[st.req]
-		d.stored = stored
-		if g.reqs[st.req].cond == nil {
-			g.decide(st.req)
-		}
-		return false, nil
-	case stepCommit:
-		tag, err := br.Exec()
-		if err != nil {
-			return false, err
-		}
-		if tag.String() != "COMMIT" {
-			return false, fmt.Errorf("%w: the transaction was rolled back (%s)", event.ErrUnavailable, tag.String())
-		}
-		g.open, g.committed = false, true
-		return false, nil
+		return false, g.readStoredIDs(br, st.req)
 	case stepFirstMatch:
-		d := g.decisions[st.req]
-		err := br.QueryRow().Scan(&d.match)
-		switch {
-		case isNoRows(err):
-		case err != nil:
-			return false, err
-		default:
-			d.matched = true
+		return false, g.readFirstMatch(br, st.req)
+	case stepCommit:
+		return false, g.readCommit(br)
+	}
+	// BEGIN, SAVEPOINT, RELEASE, SET LOCAL, NOTIFY: only their outcome.
+	_, err = br.Exec()
+	return false, err
+}
+
+// readLock reads the head row the group took (stepLock), and lets the next
+// group of the boundary begin once the group holds it.
+func (g *groupRun) readLock(br pgx.BatchResults) error {
+	err := br.QueryRow().Scan(&g.head, &g.epoch)
+	if err == nil {
+		// Not when the boundary is missing: an append statement of
+		// this group may still create its head row's lock, and a
+		// next group must not take it first.
+		if f := g.locked; f != nil {
+			g.locked = nil
+			f()
 		}
-		g.decide(st.req)
+	}
+	if isNoRows(err) {
+		// The boundary does not exist, as of this statement. The
+		// batch goes on: an append statement after it takes a snapshot
+		// of its own and may find the boundary created meanwhile, and
+		// then it writes (and the COMMIT in the batch commits it). Each
+		// append statement's own result says which it was.
+		g.missing = true
+		return nil
+	}
+	g.lockHead = g.head
+	if err == nil {
+		// The head as locked counts what other nodes appended.
+		g.s.noteHead(g.boundary, g.head)
+	}
+	return err
+}
+
+// readAppend reads request i's append statement (stepAppend): the head
+// after its events, or no row when the boundary is missing or the
+// request's condition matched. A condition that matched wrote nothing
+// (undecided): the request's lookups decide it.
+func (g *groupRun) readAppend(br pgx.BatchResults, i int) (undecided bool, err error) {
+	var head int64
+	var epoch string
+	err = br.QueryRow().Scan(&head, &epoch)
+	if isNoRows(err) && g.missing {
+		// No boundary to update (nor any event to match).
+		g.answerMissing(i)
 		return false, nil
-	default:
-		_, err := br.Exec()
+	}
+	if isNoRows(err) {
+		g.decisions[i] = &decision{headAt: g.head}
+		return true, nil
+	}
+	if err != nil {
 		return false, err
 	}
+	n := int64(len(g.reqs[i].Events))
+	g.head = head
+	g.replies[i].Res = event.AppendResult{Epoch: epoch, First: uint64(head - n + 1), Last: uint64(head)}
+	g.wrote[i] = true
+	return false, nil
+}
+
+// readAppendRun reads the append statement of a run of requests
+// (stepAppendRun): the head after the events of them all, which have
+// consecutive positions in the run's order.
+func (g *groupRun) readAppendRun(br pgx.BatchResults, run []int) error {
+	var head int64
+	var epoch string
+	err := br.QueryRow().Scan(&head, &epoch)
+	if isNoRows(err) && g.missing {
+		g.answerMissing(run...)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	g.head = head
+	first := uint64(head)
+	for _, i := range run {
+		first -= uint64(len(g.reqs[i].Events))
+	}
+	for _, i := range run {
+		n := uint64(len(g.reqs[i].Events))
+		g.replies[i].Res = event.AppendResult{Epoch: epoch, First: first + 1, Last: first + n}
+		g.wrote[i] = true
+		first += n
+	}
+	return nil
+}
+
+// answerMissing answers requests reqs: their boundary does not exist.
+func (g *groupRun) answerMissing(reqs ...int) {
+	for _, i := range reqs {
+		g.replies[i].Err = notFound(g.op(), g.boundary)
+		g.decided[i] = true
+	}
+}
+
+// readStoredIDs reads which of request i's ids are stored (stepFindIDs). A
+// request without a condition has all it needs then, and is decided.
+func (g *groupRun) readStoredIDs(br pgx.BatchResults, i int) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	stored, err := scanStored(rows)
+	if err != nil {
+		return err
+	}
+	g.decisions[i].stored = stored
+	if g.reqs[i].Cond == nil {
+		g.decide(i)
+	}
+	return nil
+}
+
+// readFirstMatch reads the first event that matches request i's condition
+// (stepFirstMatch, after its stored ids), and decides the request.
+func (g *groupRun) readFirstMatch(br pgx.BatchResults, i int) error {
+	d := g.decisions[i]
+	err := br.QueryRow().Scan(&d.match)
+	switch {
+	case isNoRows(err):
+	case err != nil:
+		return err
+	default:
+		d.matched = true
+	}
+	g.decide(i)
+	return nil
+}
+
+// readCommit reads the COMMIT that rode with a batch (stepCommit). A COMMIT
+// of a transaction that failed answers ROLLBACK, not an error: that is
+// checked, never assumed.
+func (g *groupRun) readCommit(br pgx.BatchResults) error {
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("%w: the transaction was rolled back (%s)", event.ErrUnavailable, tag.String())
+	}
+	g.open, g.committed = false, true
+	return nil
 }
 
 // decide answers request i from its lookups: a retry when its ids are
@@ -973,58 +1011,26 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 func (g *groupRun) decide(i int) {
 	r := g.reqs[i]
 	d := g.decisions[i]
-	op := fmt.Sprintf("append to %q", g.boundary)
+	op := g.op()
 	rep := &g.replies[i]
 	g.decided[i] = true
 	switch {
 	case len(d.stored) > 0:
 		// Judged before the condition: a retry of an append that passed
 		// its condition is that append, whatever came after it.
-		rep.res, rep.err = retry(op, g.epoch, r.events, d.stored)
+		first, last, err := sqlstore.Retry(r.Events, d.stored)
+		rep.Res, rep.Err = event.AppendResult{Epoch: g.epoch, First: first, Last: last}, nil
+		if err != nil {
+			rep.Res, rep.Err = event.AppendResult{}, fmt.Errorf("postgres: %s: %w", op, err)
+		}
 	case d.appendErr != nil:
-		rep.err = g.s.translate(op, d.appendErr)
-	case r.cond != nil && d.matched:
-		rep.err = &event.ConflictError{Boundary: g.boundary, After: r.cond.After, Position: uint64(d.match)}
+		rep.Err = g.s.translate(op, d.appendErr)
+	case r.Cond != nil && d.matched:
+		rep.Err = &event.ConflictError{Boundary: g.boundary, After: r.Cond.After, Position: uint64(d.match)}
 	default:
 		// The append statement wrote nothing, yet nothing explains why.
-		rep.err = fmt.Errorf("postgres: %s: the append wrote nothing and no stored id or condition match explains it", op)
+		rep.Err = fmt.Errorf("postgres: %s: the append wrote nothing and no stored id or condition match explains it", op)
 	}
-}
-
-// retry decides a request some of whose ids are stored: when all are, with
-// the same content, at consecutive positions in the request's order, it is an
-// idempotent retry and gets the stored positions; anything else is a
-// conflict naming the first id that differs.
-func retry(op, epoch string, events []event.Input, stored map[string]event.Event) (event.AppendResult, error) {
-	var res event.AppendResult
-	firstStored := -1
-	for i := range events {
-		if _, ok := stored[events[i].ID]; ok {
-			firstStored = i
-			break
-		}
-	}
-	first := stored[events[firstStored].ID].Position
-	for i := range events {
-		in := &events[i]
-		e, ok := stored[in.ID]
-		if !ok {
-			fs := &events[firstStored]
-			return res, fmt.Errorf("postgres: %s: %w: events[%d].id %s is already stored at position %d but events[%d].id %s is not; "+
-				"a retry must resend exactly the events of the original append, new events need new ids",
-				op, event.ErrConflict, firstStored, fs.ID, stored[fs.ID].Position, i, in.ID)
-		}
-		if !in.Equal(&e) {
-			return res, fmt.Errorf("postgres: %s: %w: events[%d].id %s is already stored at position %d with other content",
-				op, event.ErrConflict, i, in.ID, e.Position)
-		}
-		if want := events[0].ID; i > 0 && e.Position != first+uint64(i) {
-			return res, fmt.Errorf("postgres: %s: %w: events[%d].id %s is stored at position %d, not right after events[0].id %s "+
-				"(position %d); a retry must resend the events in their original order",
-				op, event.ErrConflict, i, in.ID, e.Position, want, first)
-		}
-	}
-	return event.AppendResult{Epoch: epoch, First: first, Last: first + uint64(len(events)) - 1}, nil
 }
 
 func scanStored(rows pgx.Rows) (map[string]event.Event, error) {
@@ -1107,12 +1113,12 @@ func (g *groupRun) fail(err error) {
 		case g.wrote[i] && g.committed:
 			continue
 		case g.wrote[i], !g.decided[i]:
-		case rep.err == nil && !g.committed && rep.res.Last > uint64(g.lockHead):
+		case rep.Err == nil && !g.committed && rep.Res.Last > uint64(g.lockHead):
 			// A retry of a request earlier in this group.
 		default:
 			continue
 		}
-		g.replies[i] = appendReply{err: err}
+		g.replies[i] = sqlstore.Reply{Err: err}
 		g.wrote[i] = false
 		g.decided[i] = true
 	}
@@ -1121,9 +1127,12 @@ func (g *groupRun) fail(err error) {
 // answer sends every taken request its reply.
 func (g *groupRun) answer() {
 	for i, r := range g.reqs {
-		r.reply <- g.replies[i]
+		r.Answer(g.replies[i])
 	}
 }
+
+// op names the group's operation in its errors.
+func (g *groupRun) op() string { return fmt.Sprintf("append to %q", g.boundary) }
 
 // groupErr translates an error that lost the group transaction. The
 // group's own deadline is the database's slowness, not a caller's choice:

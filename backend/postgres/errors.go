@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -22,7 +22,7 @@ func translate(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if isDomain(err) {
+	if sqlstore.IsDomain(err) {
 		return fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	var pgErr *pgconn.PgError
@@ -117,17 +117,4 @@ func unreachable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool") ||
 		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
-}
-
-func isDomain(err error) bool {
-	for _, target := range []error{
-		event.ErrInvalid, event.ErrTooLarge, event.ErrNotFound, event.ErrConflict, event.ErrUnavailable,
-		event.ErrLeaseLost, event.ErrLeaseHeld, event.ErrEpochChanged, event.ErrClosed,
-		context.Canceled, context.DeadlineExceeded,
-	} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
 }

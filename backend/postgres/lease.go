@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -67,19 +68,12 @@ func (s *Store) SaveCheckpoint(ctx context.Context, boundary string, l backend.L
 			cur.Holder, cur.Term = *holder, uint64(*term)
 		}
 		if cur.Holder != l.Holder || cur.Term != l.Term {
-			return fmt.Errorf("postgres: %s: %w: %s", op, event.ErrLeaseLost, describeLeaseLoss(l, cur))
+			return fmt.Errorf("postgres: %s: %w: %s", op, event.ErrLeaseLost, sqlstore.LeaseLoss(l, cur))
 		}
 		// The head or the lease changed between the two statements: try
 		// again.
 	}
 	return fmt.Errorf("postgres: %s: %w: the boundary kept changing under the save; try again", op, event.ErrUnavailable)
-}
-
-func describeLeaseLoss(mine, cur backend.Lease) string {
-	if cur.Holder == "" {
-		return fmt.Sprintf("%q holds no lease term %d: the boundary has no lease", mine.Holder, mine.Term)
-	}
-	return fmt.Sprintf("%q holds no lease term %d: the current term is %d, held by %q", mine.Holder, mine.Term, cur.Term, cur.Holder)
 }
 
 // leaseAttempts bounds AcquireLease's tries when the lease changes between
@@ -93,7 +87,7 @@ const leaseAttempts = 5
 // and set in the database's clock, never this process's.
 func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("acquire lease of %q for %q", boundary, holder)
-	if err := checkLeaseArgs(holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	if s.isClosed() {
@@ -134,7 +128,7 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 // RenewLease extends the holder's unexpired lease of that term.
 func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("renew lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
-	if err := checkLeaseArgs(l.Holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(l.Holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	if s.isClosed() {
@@ -186,14 +180,4 @@ func (s *Store) LeaseHolder(ctx context.Context, boundary string) (backend.Lease
 		return backend.Lease{}, s.translate(op, err)
 	}
 	return backend.Lease{Boundary: boundary, Holder: holder, Term: uint64(term), Expires: expires.UTC()}, nil
-}
-
-func checkLeaseArgs(holder string, ttl time.Duration) error {
-	if holder == "" {
-		return fmt.Errorf("%w: holder is empty; name the node that takes the lease", event.ErrInvalid)
-	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: ttl is %s; it must be at least 1ms", event.ErrInvalid, ttl)
-	}
-	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 )
 
 // pruneAfter is how many TTLs a node may stay silent before its row is
@@ -23,7 +25,7 @@ const pruneAfter = 100
 // theirs). Placement calls it every third of the lease TTL.
 func (s *Store) Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, twin string, err error) {
 	op := fmt.Sprintf("heartbeat of node %q", holder)
-	if err := checkLeaseArgs(holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
 		return 0, "", fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	if s.isClosed() {

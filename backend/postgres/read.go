@@ -9,23 +9,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
-
-// newEpoch returns a new boundary epoch: a time-ordered UUID, so epochs of
-// one database sort by creation.
-func newEpoch() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new epoch: %w", err)
-	}
-	return u.String(), nil
-}
 
 // CreateBoundary creates the boundary with a new epoch, or returns the
 // existing one unchanged.
@@ -39,11 +29,11 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 	if s.isClosed() {
 		return event.Boundary{}, false, errClosed(op)
 	}
-	epoch, err := newEpoch()
+	epoch, err := sqlstore.NewEpoch()
 	if err != nil {
 		return event.Boundary{}, false, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	b, err := scanBoundary(s.pool.QueryRow(ctx, sqlInsertBoundary, name, epoch))
+	b, err := sqlstore.ScanBoundary(s.pool.QueryRow(ctx, sqlInsertBoundary, name, epoch))
 	if err == nil {
 		s.log.Info("boundary created", "boundary", name, "epoch", b.Epoch)
 		return b, true, nil
@@ -53,7 +43,7 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 	}
 	// It exists (perhaps created a moment ago by another node): a new
 	// statement, so a new snapshot that sees it.
-	b, err = scanBoundary(s.pool.QueryRow(ctx, sqlSelectBoundary, name))
+	b, err = sqlstore.ScanBoundary(s.pool.QueryRow(ctx, sqlSelectBoundary, name))
 	if err != nil {
 		return event.Boundary{}, false, s.translate(op, err)
 	}
@@ -66,7 +56,7 @@ func (s *Store) Boundary(ctx context.Context, name string) (event.Boundary, erro
 	if s.isClosed() {
 		return event.Boundary{}, errClosed(op)
 	}
-	b, err := scanBoundary(s.pool.QueryRow(ctx, sqlSelectBoundary, name))
+	b, err := sqlstore.ScanBoundary(s.pool.QueryRow(ctx, sqlSelectBoundary, name))
 	if isNoRows(err) {
 		return event.Boundary{}, notFound(op, name)
 	}
@@ -87,15 +77,8 @@ func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
 		return nil, s.translate(op, err)
 	}
 	defer rows.Close()
-	out := []event.Boundary{}
-	for rows.Next() {
-		b, err := scanBoundary(rows)
-		if err != nil {
-			return nil, s.translate(op, err)
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlstore.ScanBoundaries(rows)
+	if err != nil {
 		return nil, s.translate(op, err)
 	}
 	return out, nil
@@ -143,16 +126,6 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 	// (groupRun.near) within that interval.
 	s.noteHeads(out)
 	return out, nil
-}
-
-func scanBoundary(row pgx.Row) (event.Boundary, error) {
-	var b event.Boundary
-	var head int64
-	if err := row.Scan(&b.Name, &b.Epoch, &head); err != nil {
-		return event.Boundary{}, err
-	}
-	b.Head = uint64(head)
-	return b, nil
 }
 
 // Read returns up to limit events of boundary after position after, in

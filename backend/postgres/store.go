@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -124,7 +125,7 @@ type Store struct {
 	// and closing; workers wait on cond.
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queues  map[string][]*appendRequest
+	queues  map[string][]*sqlstore.Request
 	ready   []string
 	active  map[string]bool
 	closing bool
@@ -232,7 +233,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log:        cfg.Logger.With("backend", "postgres", "database", poolCfg.ConnConfig.Database),
 		pool:       pool,
 		listenCfg:  listenCfg,
-		queues:     make(map[string][]*appendRequest),
+		queues:     make(map[string][]*sqlstore.Request),
 		active:     make(map[string]bool),
 		held:       make(map[string]bool),
 		expect:     make(map[string]int),
@@ -286,13 +287,13 @@ func (s *Store) Close() error {
 		close(s.closed)
 		for b, q := range s.queues {
 			for _, r := range q {
-				if r.state.CompareAndSwap(stateQueued, stateTaken) {
+				if r.Take() {
 					s.waiting.Add(-1)
-					r.reply <- appendReply{err: errClosed(fmt.Sprintf("append to %q", b))}
+					r.Answer(sqlstore.Reply{Err: errClosed(fmt.Sprintf("append to %q", b))})
 				}
 			}
 		}
-		s.queues = map[string][]*appendRequest{}
+		s.queues = map[string][]*sqlstore.Request{}
 		s.ready = nil
 		s.cond.Broadcast()
 		s.mu.Unlock()
@@ -336,7 +337,7 @@ func (s *Store) notify(boundaries ...string) {
 // translate is the package's translate, with ErrClosed for the errors of
 // an operation the store's Close cut short.
 func (s *Store) translate(op string, err error) error {
-	if err != nil && s.isClosed() && !isDomain(err) {
+	if err != nil && s.isClosed() && !sqlstore.IsDomain(err) {
 		return errClosed(op)
 	}
 	return translate(op, err)

@@ -14,17 +14,8 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
-)
-
-// The states of an append request. The caller and the writer race for the
-// transition out of queued with a compare-and-swap, so a request is either
-// abandoned (the caller returns ctx.Err() and nothing is written) or taken
-// (the caller waits for the true outcome), never both.
-const (
-	stateQueued int32 = iota
-	stateTaken
-	stateAbandoned
 )
 
 // idChunk is how many ids one "id IN (…)" lookup binds; insertChunk is how
@@ -37,22 +28,6 @@ const (
 
 // savepoint isolates one request inside a group transaction.
 const savepoint = "orisun_append"
-
-type appendRequest struct {
-	ctx      context.Context
-	boundary string
-	events   []event.Input
-	cond     *event.Condition
-	state    atomic.Int32
-	// reply has room for the one answer, so the writer never waits for a
-	// caller that has gone.
-	reply chan appendReply
-}
-
-type appendReply struct {
-	res event.AppendResult
-	err error
-}
 
 // Append appends events to boundary atomically (all or none), under cond
 // when it is not nil. The events must be prepared (event.Prepare). The
@@ -75,7 +50,7 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 	if err := ctx.Err(); err != nil {
 		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), err)
 	}
-	r := &appendRequest{ctx: ctx, boundary: boundary, events: events, cond: cond, reply: make(chan appendReply, 1)}
+	r := sqlstore.NewRequest(ctx, boundary, events, cond)
 	s.waiting.Add(1)
 	select {
 	case s.requests <- r:
@@ -87,17 +62,11 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 		s.waiting.Add(-1)
 		return event.AppendResult{}, errClosed(op())
 	}
-	select {
-	case rep := <-r.reply:
-		return rep.res, rep.err
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(stateQueued, stateAbandoned) {
-			return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), ctx.Err())
-		}
-		// The writer has it: the outcome is a group commit away.
-		rep := <-r.reply
-		return rep.res, rep.err
+	rep, abandoned := r.Wait()
+	if abandoned {
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), ctx.Err())
 	}
+	return rep.Res, rep.Err
 }
 
 // writer is the one goroutine that appends. It takes the first waiting
@@ -105,17 +74,17 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 // wait for more: a lone append commits at once), and commits them together.
 func (s *Store) writer() {
 	defer close(s.done)
-	var carry *appendRequest // taken from the channel but over the last group's limit
+	var carry *sqlstore.Request // taken from the channel but over the last group's limit
 	// expect is how many requests the next group waits for (GroupDelay at
 	// most): those of the last group, whose callers usually come back at
 	// once, and those that arrived while it committed (commitGroup counts
 	// them). A lone caller never waits.
 	for {
-		var first *appendRequest
+		var first *sqlstore.Request
 		select {
 		case <-s.closing:
 			if carry != nil {
-				carry.reply <- appendReply{err: errClosed(fmt.Sprintf("append to %q", carry.boundary))}
+				carry.Answer(sqlstore.Reply{Err: errClosed(fmt.Sprintf("append to %q", carry.Boundary))})
 			}
 			return
 		default:
@@ -129,8 +98,8 @@ func (s *Store) writer() {
 			case first = <-s.requests:
 			}
 		}
-		group := []*appendRequest{first}
-		n := len(first.events)
+		group := []*sqlstore.Request{first}
+		n := len(first.Events)
 		if h := s.hold.Load(); h != nil {
 			group = s.gatherHeld(h, group)
 			s.commitGroup(group)
@@ -140,12 +109,12 @@ func (s *Store) writer() {
 		for n < s.cfg.GroupMaxEvents {
 			select {
 			case r := <-s.requests:
-				if n+len(r.events) > s.cfg.GroupMaxEvents {
+				if n+len(r.Events) > s.cfg.GroupMaxEvents {
 					carry = r
 					break drain
 				}
 				group = append(group, r)
-				n += len(r.events)
+				n += len(r.Events)
 			default:
 				break drain
 			}
@@ -161,17 +130,17 @@ func (s *Store) writer() {
 // gatherFor waits up to d for more requests to join group (of n events),
 // until it holds expect requests or the group size; a request that does
 // not fit is returned as carry.
-func (s *Store) gatherFor(d time.Duration, group []*appendRequest, n, expect int) ([]*appendRequest, *appendRequest) {
+func (s *Store) gatherFor(d time.Duration, group []*sqlstore.Request, n, expect int) ([]*sqlstore.Request, *sqlstore.Request) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for n < s.cfg.GroupMaxEvents && len(group) < expect {
 		select {
 		case r := <-s.requests:
-			if n+len(r.events) > s.cfg.GroupMaxEvents {
+			if n+len(r.Events) > s.cfg.GroupMaxEvents {
 				return group, r
 			}
 			group = append(group, r)
-			n += len(r.events)
+			n += len(r.Events)
 		case <-timer.C:
 			return group, nil
 		case <-s.closing:
@@ -199,7 +168,7 @@ func (s *Store) holdGroups() (queued func() int, release func()) {
 	return func() int { return int(h.queued.Load()) }, func() { once.Do(func() { close(h.release) }) }
 }
 
-func (s *Store) gatherHeld(h *groupHold, group []*appendRequest) []*appendRequest {
+func (s *Store) gatherHeld(h *groupHold, group []*sqlstore.Request) []*sqlstore.Request {
 	defer s.hold.CompareAndSwap(h, nil)
 	h.queued.Store(int64(len(group)))
 	for {
@@ -215,6 +184,31 @@ func (s *Store) gatherHeld(h *groupHold, group []*appendRequest) []*appendReques
 	}
 }
 
+// groupRun is the state of one group transaction: its requests, their
+// answers, and the boundaries that got events. The postgres backend has a
+// type of the same name and role, with the same steps where they fit
+// (take, appendAll, commit, fail, answer).
+type groupRun struct {
+	s *Store
+	// ctx is the group's: the transaction belongs to the group, not to any
+	// one caller, and a caller that goes away must not abort the others'
+	// commit.
+	ctx context.Context
+	// group are the requests, in order; replies[k] is the answer of
+	// group[k], sent once the group is done to those taken.
+	group   []*sqlstore.Request
+	replies []sqlstore.Reply
+	// now is the commit time of every event of the group.
+	now   time.Time
+	sqlTx *sql.Tx
+	tx    groupTx
+	// savepoints is false for a lone request, which needs none: its
+	// failure rolls the whole transaction back, which holds nothing else.
+	savepoints bool
+	// touched are the boundaries that got events.
+	touched []string
+}
+
 // commitGroup runs the requests of a group in one transaction, each inside
 // its own savepoint: a request that fails is rolled back alone and gets its
 // own error, the others commit together. One time is taken per group: the
@@ -222,181 +216,219 @@ func (s *Store) gatherHeld(h *groupHold, group []*appendRequest) []*appendReques
 //
 // A request is taken (its caller then waits for the outcome) only when its
 // turn in the transaction comes; until then its caller may still give up.
-func (s *Store) commitGroup(group []*appendRequest) {
-	// The transaction belongs to the group, not to any one caller: a caller
-	// that goes away must not abort the others' commit.
-	ctx := context.Background()
-	var live []*appendRequest
-	// Room for every request up front: take hands out pointers into it
-	// that must stay valid while later requests are taken.
-	replies := make([]appendReply, 0, len(group))
-	// fail answers every request of the group that is or can still be
-	// taken: nothing of the group is written.
-	fail := func(err error) {
-		for _, r := range group {
-			if r.state.Load() == stateTaken || r.state.CompareAndSwap(stateQueued, stateTaken) {
-				r.reply <- appendReply{err: err}
-			}
-		}
+func (s *Store) commitGroup(group []*sqlstore.Request) {
+	g := &groupRun{
+		s:          s,
+		ctx:        context.Background(),
+		group:      group,
+		savepoints: len(group) > 1,
+		replies:    make([]sqlstore.Reply, len(group)),
 	}
-	// A lone request needs no savepoint: its failure rolls the whole
-	// transaction back, which holds nothing else.
-	savepoints := len(group) > 1
-
 	s.groups.Add(1)
-	s.prepareConditions(ctx, group)
-	now := s.now().UTC()
-	sqlTx, err := s.wdb.BeginTx(ctx, nil)
+	s.prepareConditions(g.ctx, group)
+	g.now = s.now().UTC()
+	sqlTx, err := s.wdb.BeginTx(g.ctx, nil)
 	if err != nil {
-		fail(s.translate("append: begin", err))
+		g.fail(s.translate("append: begin", err))
 		return
 	}
-	tx := groupTx{tx: sqlTx, stmts: s.stmts, dyn: s.dyn}
-	var touched []string
-	wrote := func(b string) {
-		if !contains(touched, b) {
-			touched = append(touched, b)
-		}
-	}
-	// take takes r for its turn and gives it a reply slot; false when its
-	// caller gave up or its context ended (answered: nothing written).
-	take := func(r *appendRequest) (*appendReply, bool) {
-		if !r.state.CompareAndSwap(stateQueued, stateTaken) {
-			return nil, false // its caller gave up before its turn
-		}
-		live = append(live, r)
-		replies = append(replies, appendReply{})
-		rep := &replies[len(replies)-1]
-		if err := r.ctx.Err(); err != nil {
-			// Its context ended before its turn: nothing of it is written.
-			rep.err = fmt.Errorf("sqlite: append to %q: %w", r.boundary, err)
-			return nil, false
-		}
-		return rep, true
-	}
-	// one runs request r alone, inside its own savepoint; false: the group
-	// transaction is lost and every request was answered.
-	one := func(r *appendRequest, rep *appendReply) bool {
-		op := fmt.Sprintf("append to %q", r.boundary)
-		if savepoints {
-			if _, err := tx.ExecContext(ctx, sqlSavepoint); err != nil {
-				_ = sqlTx.Rollback()
-				fail(s.translate(op+": savepoint", err))
-				return false
-			}
-		}
-		res, w, err := s.appendOne(ctx, tx, r, now)
-		if err != nil {
-			rep.err = err
-			if !savepoints {
-				return true // rolled back below: nothing was written
-			}
-			// ROLLBACK TO keeps the savepoint open; RELEASE ends it. If
-			// SQLite already rolled the whole transaction back (it does
-			// on some I/O and memory errors) there is no savepoint left,
-			// and no request of the group can commit.
-			if _, rbErr := tx.ExecContext(ctx, sqlRollbackTo); rbErr != nil {
-				_ = sqlTx.Rollback()
-				fail(fmt.Errorf("sqlite: %s: %w: the group transaction was lost (%v) after: %v",
-					op, event.ErrUnavailable, rbErr, err))
-				return false
-			}
-			return true
-		}
-		if savepoints {
-			if _, err := tx.ExecContext(ctx, sqlRelease); err != nil {
-				_ = sqlTx.Rollback()
-				fail(s.translate(op+": release savepoint", err))
-				return false
-			}
-		}
-		rep.res = res
-		if w {
-			wrote(r.boundary)
-		}
-		return true
-	}
-	for i := 0; i < len(group); {
-		// Consecutive requests to one boundary without a condition append
-		// together: one id lookup, one head update and one insert for the
-		// run (what a statement per request costs is most of a group's
-		// work). Anything unusual about the run (a stored id, an id twice,
-		// a refused value, a missing boundary) sends its requests through
-		// one at a time instead, which gives each its own answer.
-		j := i + 1
-		if group[i].cond == nil {
-			for j < len(group) && group[j].cond == nil && group[j].boundary == group[i].boundary {
-				j++
-			}
-		}
-		var run []*appendRequest
-		var reps []*appendReply
-		for _, r := range group[i:j] {
-			if rep, ok := take(r); ok {
-				run = append(run, r)
-				reps = append(reps, rep)
-			}
-		}
-		i = j
-		if len(run) >= 2 && savepoints {
-			merged, err := s.appendRun(ctx, tx, run, now)
-			if err != nil {
-				_ = sqlTx.Rollback()
-				fail(err)
-				return
-			}
-			if merged != nil {
-				for k := range run {
-					reps[k].res = merged[k]
-				}
-				wrote(run[0].boundary)
-				continue
-			}
-		}
-		for k, r := range run {
-			if !one(r, reps[k]) {
-				return
-			}
-		}
-	}
-	if len(touched) == 0 {
-		// Nothing written (all failed, retried or gone): no COMMIT, no
-		// fsync.
-		_ = sqlTx.Rollback()
-	} else if err := sqlTx.Commit(); err != nil {
-		fail(s.translate("append: commit", err))
-		return
+	g.sqlTx, g.tx = sqlTx, groupTx{tx: sqlTx, stmts: s.stmts, dyn: s.dyn}
+	if !g.appendAll() || !g.commit() {
+		return // every request of the group was answered
 	}
 	// Before the answers: the requests that wait now arrived while the
 	// group committed. Counting only the group's own, 64 callers settled
 	// into two alternating groups.
 	s.expect = len(group) + int(s.waiting.Load())
-	for i, r := range live {
-		r.reply <- replies[i]
-	}
-	s.notify(touched)
+	g.answer()
+	s.notify(g.touched)
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
+// appendAll runs the requests of the group in order, a run of them
+// together where it can (runEnd), any other alone. false: the group
+// transaction is lost and every request was answered.
+func (g *groupRun) appendAll() bool {
+	for i := 0; i < len(g.group); {
+		j := runEnd(g.group, i)
+		// Every request of the run is taken before any of them runs;
+		// slots are their places in the group.
+		var run []*sqlstore.Request
+		var slots []int
+		for k := i; k < j; k++ {
+			if g.take(k) {
+				run = append(run, g.group[k])
+				slots = append(slots, k)
+			}
+		}
+		i = j
+		if len(run) >= 2 && g.savepoints {
+			merged, err := g.appendMerged(run, slots)
+			if err != nil {
+				g.lose(err)
+				return false
+			}
+			if merged {
+				continue
+			}
+		}
+		for _, k := range slots {
+			if !g.appendAlone(k) {
+				return false
+			}
 		}
 	}
-	return false
+	return true
+}
+
+// runEnd is where the run of requests that begins at group[i] ends.
+// Consecutive requests to one boundary without a condition append
+// together: one id lookup, one head update and one insert for the run
+// (what a statement per request costs is most of a group's work). Anything
+// unusual about the run (a stored id, an id twice, a refused value, a
+// missing boundary) sends its requests through one at a time instead,
+// which gives each its own answer.
+func runEnd(group []*sqlstore.Request, i int) int {
+	j := i + 1
+	if group[i].Cond == nil {
+		for j < len(group) && group[j].Cond == nil && group[j].Boundary == group[i].Boundary {
+			j++
+		}
+	}
+	return j
+}
+
+// take takes group[k] for its turn. false: its caller gave up, or its
+// context ended and its reply says so; nothing of it is written.
+func (g *groupRun) take(k int) bool {
+	r := g.group[k]
+	if !r.Take() {
+		return false // its caller gave up before its turn
+	}
+	if err := r.Ctx.Err(); err != nil {
+		// Its context ended before its turn: nothing of it is written.
+		g.replies[k].Err = fmt.Errorf("sqlite: append to %q: %w", r.Boundary, err)
+		return false
+	}
+	return true
+}
+
+// appendMerged appends run, at slots in the group, in one go
+// (appendRun). false: the run needs its requests one at a time, and
+// nothing of it was written. An error means the group transaction is lost.
+func (g *groupRun) appendMerged(run []*sqlstore.Request, slots []int) (bool, error) {
+	merged, err := g.s.appendRun(g.ctx, g.tx, run, g.now)
+	if err != nil || merged == nil {
+		return false, err
+	}
+	for k, i := range slots {
+		g.replies[i].Res = merged[k]
+	}
+	g.wrote(run[0].Boundary)
+	return true, nil
+}
+
+// appendAlone runs group[i] alone, inside its own savepoint when the
+// group has others. false: the group transaction is lost and every request
+// was answered.
+func (g *groupRun) appendAlone(i int) bool {
+	r := g.group[i]
+	op := fmt.Sprintf("append to %q", r.Boundary)
+	if g.savepoints {
+		if _, err := g.tx.ExecContext(g.ctx, sqlSavepoint); err != nil {
+			g.lose(g.s.translate(op+": savepoint", err))
+			return false
+		}
+	}
+	res, w, err := g.s.appendOne(g.ctx, g.tx, r, g.now)
+	if err != nil {
+		g.replies[i].Err = err
+		if !g.savepoints {
+			return true // rolled back by commit: nothing was written
+		}
+		// ROLLBACK TO keeps the savepoint open; RELEASE ends it. If
+		// SQLite already rolled the whole transaction back (it does on
+		// some I/O and memory errors) there is no savepoint left, and no
+		// request of the group can commit.
+		if _, rbErr := g.tx.ExecContext(g.ctx, sqlRollbackTo); rbErr != nil {
+			g.lose(fmt.Errorf("sqlite: %s: %w: the group transaction was lost (%v) after: %v",
+				op, event.ErrUnavailable, rbErr, err))
+			return false
+		}
+		return true
+	}
+	if g.savepoints {
+		if _, err := g.tx.ExecContext(g.ctx, sqlRelease); err != nil {
+			g.lose(g.s.translate(op+": release savepoint", err))
+			return false
+		}
+	}
+	g.replies[i].Res = res
+	if w {
+		g.wrote(r.Boundary)
+	}
+	return true
+}
+
+// wrote records that boundary b got events.
+func (g *groupRun) wrote(b string) {
+	if !slices.Contains(g.touched, b) {
+		g.touched = append(g.touched, b)
+	}
+}
+
+// commit commits what the group wrote; a group that wrote nothing (every
+// request failed, was a retry or was gone) rolls back: no COMMIT, no fsync.
+// false: the COMMIT failed and every request was answered.
+func (g *groupRun) commit() bool {
+	if len(g.touched) == 0 {
+		_ = g.sqlTx.Rollback()
+		return true
+	}
+	if err := g.sqlTx.Commit(); err != nil {
+		g.fail(g.s.translate("append: commit", err))
+		return false
+	}
+	return true
+}
+
+// lose rolls the group transaction back and answers every request with
+// err.
+func (g *groupRun) lose(err error) {
+	_ = g.sqlTx.Rollback()
+	g.fail(err)
+}
+
+// fail answers with err every request of the group that is or can still
+// be taken: nothing of the group is written.
+func (g *groupRun) fail(err error) {
+	for _, r := range g.group {
+		if r.Taken() || r.Take() {
+			r.Answer(sqlstore.Reply{Err: err})
+		}
+	}
+}
+
+// answer sends every request taken its reply. Every request of the group
+// is taken or abandoned by now.
+func (g *groupRun) answer() {
+	for k, r := range g.group {
+		if r.Taken() {
+			r.Answer(g.replies[k])
+		}
+	}
 }
 
 // appendOne is one request inside the group transaction: idempotent-retry
 // check, condition, head row, insert. wrote is false for a retry that
 // returned stored positions.
-func (s *Store) appendOne(ctx context.Context, tx execer, r *appendRequest, now time.Time) (res event.AppendResult, wrote bool, err error) {
-	b := r.boundary
+func (s *Store) appendOne(ctx context.Context, tx execer, r *sqlstore.Request, now time.Time) (res event.AppendResult, wrote bool, err error) {
+	b := r.Boundary
 	op := fmt.Sprintf("append to %q", b)
 
 	// 1. Ids already stored: a retry of an append whose reply was lost
 	// (DESIGN §3). This sees the requests committed earlier in this group
 	// too, since they ran in the same transaction.
-	stored, err := findIDs(ctx, tx, b, r.events)
+	stored, err := findIDs(ctx, tx, b, r.Events)
 	if err != nil {
 		return res, false, s.translate(op+": look up ids", err)
 	}
@@ -407,18 +439,18 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *appendRequest, now 
 
 	// 2. The condition, under the write lock of this transaction, so it
 	// is authoritative at commit (DESIGN §4).
-	if r.cond != nil {
-		pos, found, err := firstMatch(ctx, tx, b, r.cond)
+	if r.Cond != nil {
+		pos, found, err := firstMatch(ctx, tx, b, r.Cond)
 		if err != nil {
 			return res, false, s.translate(op+": check condition", err)
 		}
 		if found {
-			return res, false, &event.ConflictError{Boundary: b, After: r.cond.After, Position: pos}
+			return res, false, &event.ConflictError{Boundary: b, After: r.Cond.After, Position: pos}
 		}
 	}
 
 	// 3. Take the head row: the positions of this request are the next n.
-	n := int64(len(r.events))
+	n := int64(len(r.Events))
 	var head int64
 	var epoch string
 	err = tx.QueryRowContext(ctx, sqlTakeHead, n, b).Scan(&head, &epoch)
@@ -431,7 +463,7 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *appendRequest, now 
 	first := head - n + 1
 
 	// 4. Insert.
-	if err := insertEvents(ctx, tx, b, first, now, r.events); err != nil {
+	if err := insertEvents(ctx, tx, b, first, now, r.Events); err != nil {
 		return res, false, s.translate(op+": insert", err)
 	}
 	return event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(head)}, true, nil
@@ -444,23 +476,23 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *appendRequest, now 
 // a time: an id already stored (a retry or a conflict), an id twice in the
 // run, or any statement that fails (each request then gets its own
 // answer). An error means the group transaction is lost.
-func (s *Store) appendRun(ctx context.Context, tx execer, run []*appendRequest, now time.Time) ([]event.AppendResult, error) {
-	b := run[0].boundary
+func (s *Store) appendRun(ctx context.Context, tx execer, run []*sqlstore.Request, now time.Time) ([]event.AppendResult, error) {
+	b := run[0].Boundary
 	op := fmt.Sprintf("append to %q", b)
 	total := 0
 	for _, r := range run {
-		total += len(r.events)
+		total += len(r.Events)
 	}
 	all := make([]event.Input, 0, total)
 	seen := make(map[string]bool, total)
 	for _, r := range run {
-		for k := range r.events {
-			if seen[r.events[k].ID] {
+		for k := range r.Events {
+			if seen[r.Events[k].ID] {
 				return nil, nil // a retry within the group: one at a time
 			}
-			seen[r.events[k].ID] = true
+			seen[r.Events[k].ID] = true
 		}
-		all = append(all, r.events...)
+		all = append(all, r.Events...)
 	}
 	if _, err := tx.ExecContext(ctx, sqlSavepoint); err != nil {
 		return nil, s.translate(op+": savepoint", err)
@@ -482,7 +514,7 @@ func (s *Store) appendRun(ctx context.Context, tx execer, run []*appendRequest, 
 
 // tryRun is the body of appendRun inside its savepoint; false: the run must
 // go one request at a time.
-func (s *Store) tryRun(ctx context.Context, tx execer, b string, run []*appendRequest, all []event.Input, now time.Time) ([]event.AppendResult, bool) {
+func (s *Store) tryRun(ctx context.Context, tx execer, b string, run []*sqlstore.Request, all []event.Input, now time.Time) ([]event.AppendResult, bool) {
 	stored, err := findIDs(ctx, tx, b, all)
 	if err != nil || len(stored) > 0 {
 		return nil, false
@@ -499,7 +531,7 @@ func (s *Store) tryRun(ctx context.Context, tx execer, b string, run []*appendRe
 	}
 	results := make([]event.AppendResult, len(run))
 	for i, r := range run {
-		k := int64(len(r.events))
+		k := int64(len(r.Events))
 		results[i] = event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(first + k - 1)}
 		first += k
 	}
@@ -510,45 +542,19 @@ func notFound(op, boundary string) error {
 	return fmt.Errorf("sqlite: %s: %w: boundary %q does not exist; create it first", op, event.ErrNotFound, boundary)
 }
 
-// retry decides a request some of whose ids are stored: when all are, with
-// the same content, at consecutive positions in the request's order, it is an
-// idempotent retry and gets the stored positions; anything else is a
-// conflict naming the first id that differs.
-func (s *Store) retry(ctx context.Context, tx execer, r *appendRequest, stored map[string]event.Event) (event.AppendResult, error) {
-	op := fmt.Sprintf("append to %q", r.boundary)
-	var res event.AppendResult
-	firstStored := -1
-	for i := range r.events {
-		if _, ok := stored[r.events[i].ID]; ok {
-			firstStored = i
-			break
-		}
-	}
-	first := stored[r.events[firstStored].ID].Position
-	for i := range r.events {
-		in := &r.events[i]
-		e, ok := stored[in.ID]
-		if !ok {
-			fs := &r.events[firstStored]
-			return res, fmt.Errorf("sqlite: %s: %w: events[%d].id %s is already stored at position %d but events[%d].id %s is not; "+
-				"a retry must resend exactly the events of the original append, new events need new ids",
-				op, event.ErrConflict, firstStored, fs.ID, stored[fs.ID].Position, i, in.ID)
-		}
-		if !in.Equal(&e) {
-			return res, fmt.Errorf("sqlite: %s: %w: events[%d].id %s is already stored at position %d with other content",
-				op, event.ErrConflict, i, in.ID, e.Position)
-		}
-		if want := r.events[0].ID; i > 0 && e.Position != first+uint64(i) {
-			return res, fmt.Errorf("sqlite: %s: %w: events[%d].id %s is stored at position %d, not right after events[0].id %s "+
-				"(position %d); a retry must resend the events in their original order",
-				op, event.ErrConflict, i, in.ID, e.Position, want, first)
-		}
+// retry decides a request some of whose ids are stored (sqlstore.Retry),
+// and gives an idempotent retry the stored positions.
+func (s *Store) retry(ctx context.Context, tx execer, r *sqlstore.Request, stored map[string]event.Event) (event.AppendResult, error) {
+	op := fmt.Sprintf("append to %q", r.Boundary)
+	first, last, err := sqlstore.Retry(r.Events, stored)
+	if err != nil {
+		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	var epoch string
-	if err := tx.QueryRowContext(ctx, sqlSelectEpoch, r.boundary).Scan(&epoch); err != nil {
-		return res, s.translate(op+": read epoch", err)
+	if err := tx.QueryRowContext(ctx, sqlSelectEpoch, r.Boundary).Scan(&epoch); err != nil {
+		return event.AppendResult{}, s.translate(op+": read epoch", err)
 	}
-	return event.AppendResult{Epoch: epoch, First: first, Last: first + uint64(len(r.events)) - 1}, nil
+	return event.AppendResult{Epoch: epoch, First: first, Last: last}, nil
 }
 
 // findIDs returns the stored events of boundary among the ids of events.
@@ -672,12 +678,20 @@ func rarestTagFirst(ctx context.Context, db execer, boundary string, pos uint64,
 
 // firstMatchSQL is the statement of firstMatch, with its arguments.
 func firstMatchSQL(q *event.Query, boundary string, after uint64) (string, []any) {
-	m, margs, ok := matchSQL(q, forward)
-	args := append([]any{boundary, backend.ClampPosition(after), 1}, margs...)
+	return matchStatement(q, forward, sqlFirstAny, sqlFirstMatchPrefix, sqlFirstMatchSuffix, boundary, after, 1)
+}
+
+// matchStatement is a statement over the positions that match q
+// (matchSQL, in direction d): plain when q matches every event, else the
+// compound SELECT between prefix and suffix. Its arguments are ?1 the
+// boundary, ?2 the position bound, ?3 how many positions, then q's.
+func matchStatement(q *event.Query, d direction, plain, prefix, suffix, boundary string, bound uint64, n int) (string, []any) {
+	m, margs, ok := matchSQL(q, d)
+	args := append([]any{boundary, backend.ClampPosition(bound), n}, margs...)
 	if !ok {
-		return sqlFirstAny, args
+		return plain, args
 	}
-	return sqlFirstMatchPrefix + m + sqlFirstMatchSuffix, args
+	return prefix + m + suffix, args
 }
 
 // insertEvents inserts events at positions first, first+1, … in multi-row

@@ -7,21 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
-
-// newEpoch returns a new boundary epoch: a time-ordered UUID, so epochs of
-// one database sort by creation.
-func newEpoch() (string, error) {
-	u, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new epoch: %w", err)
-	}
-	return u.String(), nil
-}
 
 // Checkpoint returns the boundary's publish checkpoint (0: none saved).
 func (s *Store) Checkpoint(ctx context.Context, boundary string) (uint64, error) {
@@ -78,19 +67,12 @@ func (s *Store) SaveCheckpoint(ctx context.Context, boundary string, l backend.L
 		if err != nil {
 			return s.translate(op, err)
 		}
-		return fmt.Errorf("sqlite: %s: %w: %s", op, event.ErrLeaseLost, describeLeaseLoss(l, cur))
+		return fmt.Errorf("sqlite: %s: %w: %s", op, event.ErrLeaseLost, sqlstore.LeaseLoss(l, cur))
 	}
 	if err := tx.Commit(); err != nil {
 		return s.translate(op+": commit", err)
 	}
 	return nil
-}
-
-func describeLeaseLoss(mine, cur backend.Lease) string {
-	if cur.Holder == "" {
-		return fmt.Sprintf("%q holds no lease term %d: the boundary has no lease", mine.Holder, mine.Term)
-	}
-	return fmt.Sprintf("%q holds no lease term %d: the current term is %d, held by %q", mine.Holder, mine.Term, cur.Term, cur.Holder)
 }
 
 // AcquireLease takes the boundary's lease for holder when it is free or
@@ -99,7 +81,7 @@ func describeLeaseLoss(mine, cur backend.Lease) string {
 // with that lease. The boundary must exist (ErrNotFound).
 func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("acquire lease of %q for %q", boundary, holder)
-	if err := checkLeaseArgs(holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	if s.closed() {
@@ -171,7 +153,7 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 // gone with its lock.
 func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("renew lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
-	if err := checkLeaseArgs(l.Holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(l.Holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	if s.closed() {
@@ -274,14 +256,4 @@ func selectLease(ctx context.Context, q execer, boundary string) (backend.Lease,
 		return backend.Lease{}, err
 	}
 	return backend.Lease{Boundary: boundary, Holder: holder, Term: uint64(term), Expires: time.UnixMilli(expires).UTC()}, nil
-}
-
-func checkLeaseArgs(holder string, ttl time.Duration) error {
-	if holder == "" {
-		return fmt.Errorf("%w: holder is empty; name the node that takes the lease", event.ErrInvalid)
-	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: ttl is %s; it must be at least 1ms", event.ErrInvalid, ttl)
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -23,7 +24,7 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 	if s.closed() {
 		return event.Boundary{}, false, errClosed(op)
 	}
-	epoch, err := newEpoch()
+	epoch, err := sqlstore.NewEpoch()
 	if err != nil {
 		return event.Boundary{}, false, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
@@ -40,7 +41,7 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 	if err != nil {
 		return event.Boundary{}, false, s.translate(op, err)
 	}
-	b, err := scanBoundary(tx.QueryRowContext(ctx, sqlSelectBoundary, name))
+	b, err := sqlstore.ScanBoundary(tx.QueryRowContext(ctx, sqlSelectBoundary, name))
 	if err != nil {
 		return event.Boundary{}, false, s.translate(op, err)
 	}
@@ -59,7 +60,7 @@ func (s *Store) Boundary(ctx context.Context, name string) (event.Boundary, erro
 	if s.closed() {
 		return event.Boundary{}, errClosed(op)
 	}
-	b, err := scanBoundary(s.rdb.QueryRowContext(ctx, sqlSelectBoundary, name))
+	b, err := sqlstore.ScanBoundary(s.rdb.QueryRowContext(ctx, sqlSelectBoundary, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return event.Boundary{}, notFound(op, name)
 	}
@@ -80,15 +81,8 @@ func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
 		return nil, s.translate(op, err)
 	}
 	defer rows.Close()
-	out := []event.Boundary{}
-	for rows.Next() {
-		b, err := scanBoundary(rows)
-		if err != nil {
-			return nil, s.translate(op, err)
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := sqlstore.ScanBoundaries(rows)
+	if err != nil {
 		return nil, s.translate(op, err)
 	}
 	return out, nil
@@ -107,18 +101,6 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 		out[i] = backend.Head{Boundary: b}
 	}
 	return out, nil
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanBoundary(sc scanner) (event.Boundary, error) {
-	var b event.Boundary
-	var head int64
-	if err := sc.Scan(&b.Name, &b.Epoch, &head); err != nil {
-		return event.Boundary{}, err
-	}
-	b.Head = uint64(head)
-	return b, nil
 }
 
 // Read returns up to limit events of boundary after position after, in
@@ -215,23 +197,13 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 
 // readSQL is the statement of a read page, with its arguments.
 func readSQL(q *event.Query, boundary string, after uint64, limit int) (string, []any) {
-	m, margs, ok := matchSQL(q, forward)
-	args := append([]any{boundary, backend.ClampPosition(after), limit}, margs...)
-	if !ok {
-		return sqlReadAll, args
-	}
-	return sqlReadMatchPrefix + m + sqlReadMatchSuffix, args
+	return matchStatement(q, forward, sqlReadAll, sqlReadMatchPrefix, sqlReadMatchSuffix, boundary, after, limit)
 }
 
 // latestSQL is the statement of a read-latest up to head, with its
 // arguments.
 func latestSQL(q *event.Query, boundary string, head uint64) (string, []any) {
-	m, margs, ok := matchSQL(q, backward)
-	args := append([]any{boundary, backend.ClampPosition(head), 1}, margs...)
-	if !ok {
-		return sqlLatestAny, args
-	}
-	return sqlReadMatchPrefix + m + sqlLatestMatchSuffix, args
+	return matchStatement(q, backward, sqlLatestAny, sqlReadMatchPrefix, sqlLatestMatchSuffix, boundary, head, 1)
 }
 
 // errTags marks a stored tags column that does not decode.
@@ -239,7 +211,7 @@ var errTags = errors.New("stored tags do not decode")
 
 // scanEvent reads one event row (position, id, type, time, tags, data,
 // metadata) of the read statements.
-func scanEvent(row interface{ Scan(...any) error }, boundary, epoch string) (event.Event, error) {
+func scanEvent(row sqlstore.Row, boundary, epoch string) (event.Event, error) {
 	e := event.Event{Boundary: boundary, Epoch: epoch}
 	var pos, t int64
 	var tags string

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 )
 
 // maxCachedRows: the id lookups and inserts of up to this many events (and
@@ -102,12 +104,12 @@ const maxDynStmts = 64
 // the writer's time for conditional appends. A statement that fails to
 // prepare is left to fail (or not) in the transaction, where it is
 // reported against its request.
-func (s *Store) prepareConditions(ctx context.Context, group []*appendRequest) {
+func (s *Store) prepareConditions(ctx context.Context, group []*sqlstore.Request) {
 	for _, r := range group {
-		if r.cond == nil || len(s.dyn) >= maxDynStmts {
+		if r.Cond == nil || len(s.dyn) >= maxDynStmts {
 			continue
 		}
-		text, _ := firstMatchSQL(&r.cond.Query, r.boundary, r.cond.After)
+		text, _ := firstMatchSQL(&r.Cond.Query, r.Boundary, r.Cond.After)
 		if s.stmts[text] != nil || s.dyn[text] != nil {
 			continue
 		}

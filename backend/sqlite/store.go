@@ -18,6 +18,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -118,7 +119,7 @@ type Store struct {
 	// requests carries appends to the writer goroutine. It is unbuffered
 	// so a request is either taken by the writer or never sent: nothing is
 	// left behind in a buffer when the writer stops.
-	requests chan *appendRequest
+	requests chan *sqlstore.Request
 	closing  chan struct{} // closed by Close
 	done     chan struct{} // closed when the writer goroutine has returned
 
@@ -177,7 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("backend", "sqlite", "dir", dir),
 		lock:     lock,
-		requests: make(chan *appendRequest),
+		requests: make(chan *sqlstore.Request),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 		now:      time.Now,
@@ -280,6 +281,13 @@ func WriterDSN(path, synchronous string) string {
 	return dsn(path, writerParams(synchronous))
 }
 
+// ReaderDSN is the connection string of the store's readers for the
+// database file at path: the busy timeout, query_only. For code that must
+// read the database as the store does (the bench's raw read).
+func ReaderDSN(path string) string {
+	return dsn(path, readerParams())
+}
+
 // testWriterParams are added to the writer's connection parameters. Tests
 // set them to stand in for a file system that SQLite cannot use WAL on.
 var testWriterParams url.Values
@@ -365,30 +373,17 @@ func (s *Store) notify(boundaries []string) {
 // package event, wrapped with op. The driver's error survives only as text,
 // so no caller can depend on sqlite types (STYLE: the store seam).
 func (s *Store) translate(op string, err error) error {
-	if err != nil && s.closed() && !isDomain(err) {
+	if err != nil && s.closed() && !sqlstore.IsDomain(err) {
 		return errClosed(op)
 	}
 	return translate(op, err)
-}
-
-func isDomain(err error) bool {
-	for _, target := range []error{
-		event.ErrInvalid, event.ErrTooLarge, event.ErrNotFound, event.ErrConflict, event.ErrUnavailable,
-		event.ErrLeaseLost, event.ErrLeaseHeld, event.ErrEpochChanged, event.ErrClosed,
-		context.Canceled, context.DeadlineExceeded,
-	} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
 }
 
 func translate(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if isDomain(err) {
+	if sqlstore.IsDomain(err) {
 		return fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	if errors.Is(err, sql.ErrConnDone) || errors.Is(err, sql.ErrTxDone) {
