@@ -1,6 +1,6 @@
 // Package sqlstore is orisun's machinery shared by the SQL backends
 // (backend/postgres and backend/sqlite): what both do alike and must keep
-// doing alike. It is internal and may change with them at any time.
+// doing alike. It is internal: its API may change without notice.
 //
 // It holds the append request of group commit and the race between its
 // caller and the writer (Request), the judgement of an append whose ids are

@@ -1,0 +1,9 @@
+package sqlstore_test
+
+import (
+	"testing"
+
+	"github.com/orisun-io/orisun/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
