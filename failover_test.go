@@ -392,7 +392,7 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 }
 
 // TestCleanStopHandsOverAtOnce_I6: a leader stopped with SIGTERM releases
-// its lease on the way out (DESIGN §9), so the standby on the same
+// its lease on the way out (docs/design.md §9), so the standby on the same
 // database takes over with the next term at its next attempt (every TTL/3),
 // not after the lease ran out: with a TTL of 90 s the bound below is half
 // of it, 15 s more than a retry period and 15 s less than an expiry could

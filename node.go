@@ -827,7 +827,7 @@ func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
 	return store.Boundaries(ctx)
 }
 
-// Append validates and appends events atomically (DESIGN §3, §4). Nothing is
+// Append validates and appends events atomically (docs/design.md §3, §4). Nothing is
 // written when any event is invalid.
 func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond *Condition) (AppendResult, error) {
 	store, _, err := n.ready()
@@ -873,7 +873,7 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 // read in one snapshot: the context of a decision. Append the decision's
 // events under a condition on the same query after latest.Head, and the
 // append fails with a *event.ConflictError if an event matching q arrived
-// meanwhile (DESIGN §4); read again and decide again:
+// meanwhile (docs/design.md §4); read again and decide again:
 //
 //	cond := &orisun.Condition{After: latest.Head} // a nil q: any event
 //	if q != nil {
@@ -896,7 +896,7 @@ func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Lates
 
 // Subscribe delivers the boundary's events after position after to h,
 // exactly once each and in order, catching up from the store and then
-// following the stream (DESIGN §7). It returns when ctx ends (ctx's error),
+// following the stream (docs/design.md §7). It returns when ctx ends (ctx's error),
 // h fails, the epoch changes (ErrEpochChanged) or the node stops.
 func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
 	var (

@@ -25,7 +25,7 @@ import (
 // are counted in the store, not over NATS: a node whose store is down
 // cannot hold a lease, so it must not be counted as taking a share.
 //
-// Placement is a hint and never safety (DESIGN §9): a wrong count only makes
+// Placement is a hint and never safety (docs/design.md §9): a wrong count only makes
 // a lease change hands more or less than needed, and a yielding node
 // acquires anyway after two attempts, so a boundary is never left without a
 // publisher for long.

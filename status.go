@@ -13,7 +13,7 @@ import (
 	"github.com/orisun-io/orisun/stream"
 )
 
-// Status is what a node reports (DESIGN §8); see package status.
+// Status is what a node reports (docs/design.md §8); see package status.
 type (
 	Status         = status.Status
 	BoundaryStatus = status.BoundaryStatus

@@ -14,7 +14,7 @@ import (
 )
 
 // TestStreamLayoutOnTheServer_I2: the stream a node creates for a boundary
-// is the public contract of DESIGN §6, read back from the running NATS
+// is the public contract of docs/design.md §6, read back from the running NATS
 // server: its name and subjects, memory storage, limits retention that
 // discards old messages, the configured limits (ORISUN_NATS_EVENT_STREAM_*),
 // one replica, the boundary's epoch in its metadata; and a published event

@@ -83,7 +83,7 @@ func TestSubscribeNilHandler(t *testing.T) {
 
 // TestAppendWakesThePublisher: with a poll interval of an hour, appended
 // events are still published and delivered live at once: the store's
-// after-commit signal wakes the boundary's publisher (DESIGN §5 step 5),
+// after-commit signal wakes the boundary's publisher (docs/design.md §5 step 5),
 // the poll interval is only the fallback.
 func TestAppendWakesThePublisher(t *testing.T) {
 	n := setup(t, "", func(c *orisun.Config) { c.PollInterval = time.Hour })
@@ -141,7 +141,7 @@ func TestCreateBoundaryAtRuntime(t *testing.T) {
 }
 
 // TestIdempotentRetryThroughNode: an append resent with the same ids returns
-// the same positions and writes nothing (DESIGN §3).
+// the same positions and writes nothing (docs/design.md §3).
 func TestIdempotentRetryThroughNode(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx := context.Background()

@@ -86,7 +86,7 @@ func TestAppendReadThroughAPI(t *testing.T) {
 	if res.First != 1 || res.Last != 2 || res.Epoch == "" {
 		t.Fatalf("append reply %+v", res)
 	}
-	// An idempotent retry by id returns the stored positions (DESIGN §3).
+	// An idempotent retry by id returns the stored positions (docs/design.md §3).
 	var again api.AppendReply
 	ok(t, nc, "orisun.api.append.default",
 		`{"events":[{"id":"0190b0a0-0000-7000-8000-00000000000a","type":"order.paid","data":{"order":1},"metadata":{"by":"me"}}]}`, &again)
@@ -221,7 +221,7 @@ func TestBoundariesAndStatusThroughAPI(t *testing.T) {
 	if len(bs.Boundaries) != 3 || bs.Boundaries[1].Name != "late" || bs.Boundaries[1].Head != 1 {
 		t.Fatalf("boundaries %+v", bs)
 	}
-	// The status is the node's status document (DESIGN §8); wait until
+	// The status is the node's status document (docs/design.md §8); wait until
 	// the new boundary's event is published.
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -9,7 +9,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 )
 
-// Subjects of the service (DESIGN §11). The boundary is the last token of
+// Subjects of the service (docs/design.md §11). The boundary is the last token of
 // the append and read subjects.
 const (
 	SubjectPrefix         = "orisun.api"

@@ -62,7 +62,7 @@ type Reader interface {
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 }
 
-// LatestReader reads the context of a decision (DESIGN §4): the last event
+// LatestReader reads the context of a decision (docs/design.md §4): the last event
 // matching a query, with the head to put in the condition of the append
 // that follows. A key-value backend answers it with a reverse range scan
 // (of an index by type or tag, or of the log) bounded by the head it read.
@@ -118,7 +118,7 @@ type Lease struct {
 	Expires time.Time
 }
 
-// Leases keeps the per-boundary lease of DESIGN §9, in the store's time.
+// Leases keeps the per-boundary lease of docs/design.md §9, in the store's time.
 type Leases interface {
 	// AcquireLease takes the lease for holder when it is free or expired
 	// (the term grows by one), or renews it when holder already has it.
@@ -157,7 +157,7 @@ type Store interface {
 	Close() error
 }
 
-// BoundaryState is what the status measures of one boundary (DESIGN §8).
+// BoundaryState is what the status measures of one boundary (docs/design.md §8).
 type BoundaryState struct {
 	Boundary   event.Boundary
 	Checkpoint uint64

@@ -1,7 +1,7 @@
 // Package catchup delivers a boundary's events to a handler exactly once each,
 // in position order: first from the store (catch up), then from the
 // boundary's JetStream stream (live), and back to the store whenever the
-// stream cannot continue exactly where the handler is (DESIGN §7, I5).
+// stream cannot continue exactly where the handler is (docs/design.md §7, I5).
 // Applications subscribe through package orisun (Node.Subscribe) or package
 // client, which both run it. It is orisun's machinery, not for import by
 // applications: its API may change without notice, and such a change is not

@@ -1,5 +1,5 @@
 // Package checkpoint makes effectively-once processing of a boundary's
-// events the easy path (DESIGN §7, last paragraph): a consumer's own writes
+// events the easy path (docs/design.md §7, last paragraph): a consumer's own writes
 // and its checkpoint, the pair (epoch, position), are saved in one database
 // transaction, and the consumer resumes from the saved pair.
 // It is part of orisun's stable public API (see package orisun).

@@ -140,7 +140,7 @@ func startConsumer(t *testing.T, url, id string, env ...string) *testutil.Proces
 // points, several times, while appends continue, and restarted each time
 // from its saved checkpoint. At the end every position 1..head is applied
 // exactly once (I5 carried into the consumer's own state: effectively-once,
-// DESIGN §7). The seed is logged; ORISUN_TEST_SEED replays a schedule.
+// docs/design.md §7). The seed is logged; ORISUN_TEST_SEED replays a schedule.
 func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("ORISUN_TEST_SEED"); s != "" {

@@ -234,7 +234,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return res, err
 }
 
-// Status is the status document of DESIGN §8, as the API sends it: the
+// Status is the status document of docs/design.md §8, as the API sends it: the
 // same type the node reports (package status holds types only).
 type (
 	Status         = status.Status

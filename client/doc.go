@@ -2,7 +2,7 @@
 // it appends, reads, reads the latest matching event (ReadLatest, the
 // context of a conditional append), lists and creates boundaries, reads the status, and
 // subscribes to a boundary with exactly the semantics of the in-process
-// subscription (DESIGN §7, I5). It is part of orisun's stable public API
+// subscription (docs/design.md §7, I5). It is part of orisun's stable public API
 // (see package orisun), and it compiles none of the node: no store, no
 // publisher, no embedded server.
 //

@@ -20,7 +20,7 @@ type SubscribeOptions = event.SubscribeOptions
 
 // Subscribe delivers the boundary's events after position after to h,
 // exactly once each and in order, reading through the API and then
-// following the boundary's stream (DESIGN §7, I5). It returns when ctx ends
+// following the boundary's stream (docs/design.md §7, I5). It returns when ctx ends
 // (ctx's error), h fails, the epoch changes (event.ErrEpochChanged), the
 // start position is beyond the head or the boundary does not exist
 // (event.ErrInvalid, event.ErrNotFound), or the client is closed.

@@ -25,7 +25,7 @@ type Input struct {
 }
 
 // Event is a stored event. Its JSON form is the body of the JetStream
-// message and the shape the read API returns (DESIGN §11).
+// message and the shape the read API returns (docs/design.md §11).
 type Event struct {
 	ID       string          `json:"id"`
 	Boundary string          `json:"boundary"`
@@ -109,7 +109,7 @@ func (it QueryItem) matches(e *Event) bool {
 }
 
 // Condition makes an append fail when any event matching Query exists after
-// position After (DESIGN §4).
+// position After (docs/design.md §4).
 type Condition struct {
 	Query Query  `json:"query"`
 	After uint64 `json:"after"`
@@ -119,7 +119,7 @@ type Condition struct {
 // and the boundary's head, read in one snapshot. It is the context of a
 // decision: the application decides from Event (nil when nothing matches)
 // and appends under Condition{Query: q, After: Head}, which fails if any
-// event matching q was appended since (DESIGN §4).
+// event matching q was appended since (docs/design.md §4).
 type Latest struct {
 	Epoch string `json:"epoch"`
 	// Head is the boundary's last committed position when Event was read.

@@ -155,7 +155,7 @@ func ValidateQuery(q *Query) error {
 }
 
 // NewID returns a new time-ordered UUIDv7 in its canonical lower-case form.
-// Time-ordered ids keep the id index append-mostly (DESIGN §3).
+// Time-ordered ids keep the id index append-mostly (docs/design.md §3).
 func NewID() string {
 	return uuid.Must(uuid.NewV7()).String()
 }
@@ -283,7 +283,7 @@ func truncate(s string) string {
 }
 
 // Equal reports whether a stored event has the content of an input: the
-// test of an idempotent retry (DESIGN §3). Both must be normalised.
+// test of an idempotent retry (docs/design.md §3). Both must be normalised.
 func (in *Input) Equal(e *Event) bool {
 	if in.ID != e.ID || in.Type != e.Type || !bytes.Equal(in.Data, e.Data) || !bytes.Equal(in.Metadata, e.Metadata) {
 		return false

@@ -98,7 +98,7 @@ func FuzzValidateBoundaryName(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name string) {
 		err := event.ValidateBoundaryName(name)
-		// The exact rule of DESIGN §3, both ways: nothing else is
+		// The exact rule of docs/design.md §3, both ways: nothing else is
 		// accepted, and nothing it allows is refused.
 		if want := boundaryNameRE.MatchString(name); (err == nil) != want {
 			t.Fatalf("ValidateBoundaryName(%q) = %v, the rule ^[a-z][a-z0-9_]{0,62}$ says valid=%v", name, err, want)
@@ -115,7 +115,7 @@ func FuzzValidateBoundaryName(f *testing.F) {
 	})
 }
 
-// boundaryNameRE and typeRE are the documented rules (DESIGN §3, README
+// boundaryNameRE and typeRE are the documented rules (docs/design.md §3, README
 // "Events and limits") that the fuzz targets hold the validators to.
 var (
 	boundaryNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)

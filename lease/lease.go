@@ -1,4 +1,4 @@
-// Package lease keeps a node's lease on a boundary (DESIGN §9) and runs the
+// Package lease keeps a node's lease on a boundary (docs/design.md §9) and runs the
 // boundary's leader work only while the lease is held.
 // It is orisun's machinery, not for import by applications: its API may
 // change without notice, and such a change is not a breaking change of

@@ -64,7 +64,7 @@ func APIPermissions() *server.Permissions {
 }
 
 // AppPermissions are the permissions of application clients when
-// authentication is on (DESIGN §6, §11; TEST-PLAN S13): they may use the API
+// authentication is on (docs/design.md §6, §11; docs/test-plan.md S13): they may use the API
 // (requests on orisun.api.>, replies on _INBOX.>) and read the event streams
 // (stream info and lists, message get, direct get, consumers of every kind
 // including ordered ones), but never write into an event stream: no publish

@@ -1,5 +1,5 @@
 // Package publisher relays one boundary's committed events, in position
-// order, into the boundary's JetStream stream (DESIGN §5).
+// order, into the boundary's JetStream stream (docs/design.md §5).
 // It is orisun's machinery, not for import by applications: its API may
 // change without notice, and such a change is not a breaking change of
 // orisun.

@@ -37,7 +37,7 @@ const jsTimeout = 5 * time.Second
 // never answered, and a short wait asks again soon after it ends.
 const infoTimeout = time.Second
 
-// sync compares the stream with the store (DESIGN §5 step 1) and returns the
+// sync compares the stream with the store (docs/design.md §5 step 1) and returns the
 // next position to publish. It creates the stream when missing, recreates it
 // when its epoch is not the boundary's, refuses to guess when the stream is
 // ahead of the store, and verifies the stream's last message against the

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// State is a boundary's publisher state on a node (DESIGN §8).
+// State is a boundary's publisher state on a node (docs/design.md §8).
 type State string
 
 const (
@@ -20,7 +20,7 @@ const (
 	StateStalled State = "stalled"
 )
 
-// Status is what a node reports (DESIGN §8): measured, never assumed (I7).
+// Status is what a node reports (docs/design.md §8): measured, never assumed (I7).
 type Status struct {
 	NodeID string `json:"node_id"`
 	// LeaseHolder is this process's name as a lease holder: the node id

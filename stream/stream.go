@@ -1,4 +1,4 @@
-// Package stream is the JetStream layout of DESIGN §6, a public contract that
+// Package stream is the JetStream layout of docs/design.md §6, a public contract that
 // NATS clients rely on: one memory stream per boundary named ORISUN_<boundary>
 // on the subjects orisun.events.<boundary>.>, the message of an event with its
 // headers and JSON body, and the stream metadata that carries the boundary's

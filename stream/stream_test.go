@@ -30,7 +30,7 @@ func TestLayout(t *testing.T) {
 	}
 }
 
-// TestMessageRoundTrip: the headers and body of DESIGN §6, and Decode reads
+// TestMessageRoundTrip: the headers and body of docs/design.md §6, and Decode reads
 // back what Message wrote.
 func TestMessageRoundTrip(t *testing.T) {
 	t.Parallel()

@@ -27,13 +27,13 @@ type Backend interface {
 	Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error)
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 	// ReadLatest returns the last event matching q and the head, from one
-	// snapshot (DESIGN §4).
+	// snapshot (docs/design.md §4).
 	ReadLatest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error)
 	// Boundary returns one boundary with its head (ErrNotFound if none).
 	Boundary(ctx context.Context, name string) (event.Boundary, error)
 	Boundaries(ctx context.Context) ([]event.Boundary, error)
 	CreateBoundary(ctx context.Context, name string) (event.Boundary, error)
-	// Status returns the status document (DESIGN §8), encoded as JSON.
+	// Status returns the status document (docs/design.md §8), encoded as JSON.
 	Status(ctx context.Context) (any, error)
 }
 

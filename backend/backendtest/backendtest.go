@@ -1,5 +1,5 @@
 // Package backendtest is the conformance suite of the store seam: every
-// promise of package backend (and of DESIGN §2–§4, §9) as a test that a
+// promise of package backend (and of docs/design.md §2–§4, §9) as a test that a
 // backend runs against its real database with Run.
 // It is orisun's machinery, not for import by applications: its API may
 // change without notice, and such a change is not a breaking change of

@@ -16,7 +16,7 @@ import (
 // testSameGroup: requests of one group commit transaction see each other's
 // events in their order (a condition fails on an event appended earlier in
 // the same group), one request's failure fails that request only, and a
-// failed request's events are seen by nobody (DESIGN §4). The requests are
+// failed request's events are seen by nobody (docs/design.md §4). The requests are
 // put into one group with the backend's hold hook, not by timing.
 func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	type call struct {
@@ -291,7 +291,7 @@ func testLatest(t *testing.T, open func(t *testing.T) backend.Store) {
 	}
 }
 
-// testDecisions: the decision loop of DESIGN §4 under contention. 32
+// testDecisions: the decision loop of docs/design.md §4 under contention. 32
 // clients each try to reserve one of the last 10 seats of a show: read the
 // latest reservation (its data holds the count so far), decide, append
 // under "no reservation after what I read", and on a conflict read and

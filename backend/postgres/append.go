@@ -32,7 +32,7 @@ import (
 // avoid: when the connection breaks while the COMMIT is under way, the
 // outcome is unknown and the error is ErrUnavailable; appending the same
 // events again (same ids) then returns the stored positions if the commit
-// did happen (DESIGN §3).
+// did happen (docs/design.md §3).
 func (s *Store) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
 	// The operation's name is formatted only for an error: every append
 	// passes here.

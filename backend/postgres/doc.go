@@ -70,7 +70,7 @@
 // snapshot it started with for everything else, so a condition checked by
 // the statement that waited would not see the events of the transaction it
 // waited for. Every statement after the lock starts after it was granted,
-// so the condition check is authoritative at commit (DESIGN §4).
+// so the condition check is authoritative at commit (docs/design.md §4).
 //
 // A request whose statement fails (a stored id: PostgreSQL's unique
 // violation on (boundary, id); a value the database refuses) aborts its
@@ -101,7 +101,7 @@
 // the caller waits for the true outcome. When the connection breaks while the
 // COMMIT is under way the outcome is unknown: the error is ErrUnavailable, and
 // the same append sent again (same ids) returns the stored positions if the
-// commit happened (DESIGN §3, §11). Close stops the workers after the groups
+// commit happened (docs/design.md §3, §11). Close stops the workers after the groups
 // in flight; requests not yet taken get ErrClosed. A group that cannot finish
 // within a minute (a stuck transaction elsewhere holds the head row, the
 // server stopped answering) fails with ErrUnavailable rather than hold its
@@ -149,7 +149,7 @@
 // unexpired lease; a release sets the expiry to the Unix epoch (expired, not
 // deleted, so the next acquisition begins the next term). Session advisory
 // locks are not used as leases: a pooler or a half-open connection would
-// break them (DESIGN §9).
+// break them (docs/design.md §9).
 //
 // Beyond the seam, the store keeps the nodes of a cluster for placement
 // (nodes.go): each node's row in orisun_nodes carries a heartbeat in the

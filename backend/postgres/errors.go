@@ -17,7 +17,7 @@ import (
 // translate turns a database error into an error of the core: a sentinel of
 // package event, wrapped with op (the shape of river's riverpgxv5
 // interpretError). The driver's error survives only as text, so no caller
-// can depend on pgx types (STYLE: the store seam).
+// can depend on pgx types (the store seam, package backend).
 func translate(op string, err error) error {
 	if err == nil {
 		return nil

@@ -385,7 +385,7 @@ func TestReverseCommitOrder_I1(t *testing.T) {
 // TestSlowAppender: a client that holds a boundary's head row in an open
 // transaction makes the appends of that boundary wait (none skips a
 // position), while appends to another boundary go through at once (I1,
-// DESIGN §2: appenders of different boundaries never wait on each other).
+// docs/design.md §2: appenders of different boundaries never wait on each other).
 func TestSlowAppender(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})

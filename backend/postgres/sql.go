@@ -67,7 +67,7 @@ RETURNING name, epoch::text, head`
 	// (the lock an UPDATE of the row takes) and reads it. Every statement
 	// after it starts after the lock was granted, so its READ COMMITTED
 	// snapshot holds every event committed by the previous holder: this is
-	// what makes a condition authoritative (DESIGN §4).
+	// what makes a condition authoritative (docs/design.md §4).
 	//
 	// It is an UPDATE that changes nothing rather than SELECT … FOR NO KEY
 	// UPDATE (the same lock): the request's own UPDATE of the row runs in a

@@ -426,7 +426,7 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *sqlstore.Request, n
 	op := fmt.Sprintf("append to %q", b)
 
 	// 1. Ids already stored: a retry of an append whose reply was lost
-	// (DESIGN §3). This sees the requests committed earlier in this group
+	// (docs/design.md §3). This sees the requests committed earlier in this group
 	// too, since they ran in the same transaction.
 	stored, err := findIDs(ctx, tx, b, r.Events)
 	if err != nil {
@@ -438,7 +438,7 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *sqlstore.Request, n
 	}
 
 	// 2. The condition, under the write lock of this transaction, so it
-	// is authoritative at commit (DESIGN §4).
+	// is authoritative at commit (docs/design.md §4).
 	if r.Cond != nil {
 		pos, found, err := firstMatch(ctx, tx, b, r.Cond)
 		if err != nil {

@@ -73,7 +73,7 @@
 // acquisition). The checkpoint UPDATE carries its own fence (max, not
 // beyond the head, only for the current lease term), and lease times are the
 // process clock in unix milliseconds, which is the store's clock since one
-// process owns the directory (DESIGN §9).
+// process owns the directory (docs/design.md §9).
 //
 // SQLite errors are translated where they occur: busy, I/O, full and similar
 // become event.ErrUnavailable, constraint violations event.ErrConflict; the

@@ -141,7 +141,7 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 // RenewLease extends the holder's unexpired lease of that term.
 //
 // A lease this store acquired is renewed in memory, not in the database:
-// one process owns the data directory (its lock, DESIGN §9), so nobody
+// one process owns the data directory (its lock, docs/design.md §9), so nobody
 // else reads the row's expiry, and a renewal need not be a commit on the
 // single writer, where a thousand boundaries' renewals (300 a second)
 // queued with the appends (docs/performance.md, "Scale"). Every reader of

@@ -16,7 +16,7 @@ import (
 const LockFile = "LOCK"
 
 // dirLock is the exclusive lock of a data directory: one orisun process owns
-// it, which is what lets SQLite leases be local (DESIGN §9). flock locks
+// it, which is what lets SQLite leases be local (docs/design.md §9). flock locks
 // belong to the open file description, so a second Open in the same process
 // is refused too, and the kernel drops the lock when the process dies: a
 // crash never leaves a stale lock behind.

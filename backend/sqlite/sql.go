@@ -23,7 +23,7 @@ ON CONFLICT (name) DO NOTHING`
 	sqlSelectEpoch      = `SELECT epoch FROM boundaries WHERE name = ?`
 
 	// Append. Taking the head row is what serialises appenders of one
-	// boundary and makes positions dense and commit-ordered (DESIGN §2).
+	// boundary and makes positions dense and commit-ordered (docs/design.md §2).
 	sqlTakeHead = `UPDATE boundaries SET head = head + ? WHERE name = ? RETURNING head, epoch`
 	// sqlFindIDsPrefix is completed with "?, ?, …)" for one chunk of ids.
 	// INDEXED BY pins the (boundary, id) index for this lookup, so the

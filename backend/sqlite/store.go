@@ -371,7 +371,7 @@ func (s *Store) notify(boundaries []string) {
 
 // translate turns a database error into an error of the core: a sentinel of
 // package event, wrapped with op. The driver's error survives only as text,
-// so no caller can depend on sqlite types (STYLE: the store seam).
+// so no caller can depend on sqlite types (the store seam, package backend).
 func (s *Store) translate(op string, err error) error {
 	if err != nil && s.closed() && !sqlstore.IsDomain(err) {
 		return errClosed(op)

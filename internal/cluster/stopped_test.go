@@ -246,7 +246,7 @@ func checkStreamAgainstStore(t *testing.T, js jetstream.JetStream, store *postgr
 // Then A is continued: a publisher sends the rest of the batch it was
 // sending (its sends and acknowledgements use a context that is not
 // cancelled), so its stale publishes really reach the shared stream, and
-// the stream refuses them for their expected last sequence (DESIGN §5,
+// the stream refuses them for their expected last sequence (docs/design.md §5,
 // I2, I6). The test sees them on the wire, with JetStream's refusal, on a
 // connection of its own: A's log alone cannot show them, since a refusal
 // that arrives after the lease loop cancelled the run is not logged.

@@ -1,4 +1,4 @@
-// Package faults is orisun's fault suite (TEST-PLAN.md): a history of what
+// Package faults is orisun's fault suite (docs/test-plan.md): a history of what
 // real processes did (appends, deliveries, publish acknowledgements,
 // checkpoint writes, stream contents), and the checker C1–C8 that judges a
 // history against the store's final content.

@@ -15,7 +15,7 @@ import (
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
 
-// spec is one scenario of TEST-PLAN.md with its size. The fast subset
+// spec is one scenario of docs/test-plan.md with its size. The fast subset
 // (CI) and the soak run the same code with other sizes.
 type spec struct {
 	id      string // S1 … S11

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestScenarios is the fast subset of TEST-PLAN.md that CI runs: S1–S11 on
+// TestScenarios is the fast subset of docs/test-plan.md that CI runs: S1–S11 on
 // PostgreSQL and S1, S2, S3, S8, S9, S11 on SQLite, each with real
 // processes, a small load and a few faults, judged by the checker C1–C8.
 // Each subtest logs its seed; a failure logs the fault schedule and the

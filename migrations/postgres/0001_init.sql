@@ -1,4 +1,4 @@
--- 0001: the first schema of orisun on PostgreSQL (DESIGN §2, §3, §9).
+-- 0001: the first schema of orisun on PostgreSQL (docs/design.md §2, §3, §9).
 --
 -- The same logical schema as the SQLite one, with every table prefixed
 -- orisun_ so orisun can share a database (and its search_path) with an
@@ -58,7 +58,7 @@ CREATE INDEX orisun_events_tags ON orisun_events USING gin (tags);
 -- position order.
 CREATE INDEX orisun_events_boundary_type_position ON orisun_events (boundary, type, position);
 
--- The per-boundary lease of DESIGN §9, in the database's clock. term grows
+-- The per-boundary lease of docs/design.md §9, in the database's clock. term grows
 -- by one on every change of holder or expiry; a released lease is expired,
 -- not deleted, so the next acquisition starts the next term.
 --

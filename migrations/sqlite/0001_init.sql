@@ -1,4 +1,4 @@
--- 0001: the first schema of orisun on SQLite (DESIGN §2, §3, §9).
+-- 0001: the first schema of orisun on SQLite (docs/design.md §2, §3, §9).
 --
 -- Every boundary name, id, type and tag is a value bound as a parameter;
 -- nothing here is ever built from user input.
@@ -39,7 +39,7 @@ CREATE UNIQUE INDEX events_boundary_id ON events (boundary, id);
 -- order.
 CREATE INDEX events_boundary_type_position ON events (boundary, type, position);
 
--- The per-boundary lease of DESIGN §9. term grows by one on every change of
+-- The per-boundary lease of docs/design.md §9. term grows by one on every change of
 -- holder or expiry; expires_at is unix milliseconds in the store's clock.
 CREATE TABLE leases (
     boundary   TEXT    NOT NULL PRIMARY KEY,

@@ -1,4 +1,4 @@
--- 0002: an index of events by tag, for queries and conditions (DESIGN §4).
+-- 0002: an index of events by tag, for queries and conditions (docs/design.md §4).
 --
 -- Tags are a JSON array in events.tags; a query item's tag test through
 -- json_each reads every event of the boundary after the position. This
