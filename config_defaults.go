@@ -10,7 +10,9 @@ import (
 // Defaults and limits of Config, each written once. Defaults builds from
 // the XDefault constants, New fills a zero field from them, Validate checks
 // a field against its XMin and XMax, and a test checks README.md's table of
-// ORISUN_* variables against Defaults.
+// ORISUN_* variables against Defaults. The names are public API; the
+// values are what this release does, and a later one may change a default
+// or widen a limit (README.md's table and CHANGELOG.md say so when it does).
 const (
 	DataDirDefault = "./data"
 	BackendDefault = "sqlite"

@@ -46,6 +46,12 @@ type (
 	SubscribeOptions = event.SubscribeOptions
 )
 
+// EventIn is the old name of Input.
+//
+// Deprecated: use Input, the one name of an event as appended (see
+// CHANGELOG.md).
+type EventIn = Input
+
 // Node is one orisun process's relay: store, NATS, publishers, subscriptions.
 type Node struct {
 	cfg    Config

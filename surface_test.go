@@ -14,6 +14,7 @@ import (
 	"go/doc"
 	"go/parser"
 	"go/token"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -364,5 +365,41 @@ func TestSurfaceEveryPackageSaysWhichSide(t *testing.T) {
 			t.Errorf("package %q: the first paragraph of its doc does not say that it is orisun's machinery, "+
 				"whose API may change without notice (or add it to publicPackages):\n%s", rel, first)
 		}
+	}
+}
+
+// TestSurfaceTestHooksStayInTests: internal/testhooks sets a Node's fault
+// points; only tests, the root package that installs it, and the
+// faultinject build of the command may import it, never production code.
+func TestSurfaceTestHooksStayInTests(t *testing.T) {
+	t.Parallel()
+	allowed := map[string]bool{"hooks.go": true, "cmd/orisun/faultinject.go": true}
+	lines := goList(t, "-f", `{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}} {{end}}{{range .IgnoredGoFiles}}{{$d}}/{{.}} {{end}}`, "./...")
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	for _, l := range lines {
+		for _, file := range strings.Fields(l) {
+			rel, err := filepath.Rel(root, file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked++
+			for _, imp := range f.Imports {
+				if strings.Trim(imp.Path.Value, `"`) == module+"/internal/testhooks" && !allowed[filepath.ToSlash(rel)] {
+					t.Errorf("%s imports internal/testhooks: only tests and the faultinject build may set a Node's fault points", rel)
+				}
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d non-test files checked; the listing is wrong", checked)
 	}
 }

@@ -337,10 +337,11 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 	defer func() {
 		// Best effort, and not waited for by the run (a stream without a
 		// leader does not answer): the server removes it after a minute
-		// unused anyway. A Stop of the publisher ends the wait.
+		// unused anyway. A Stop of the publisher waits for it at most
+		// jsTimeout, so that a restarting node leaves no reader behind.
 		name := cons.CachedInfo().Name
 		p.life.Go(func() {
-			dctx, cancel := context.WithTimeout(p.ctx, jsTimeout)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), jsTimeout)
 			defer cancel()
 			_ = s.DeleteConsumer(dctx, name)
 		})

@@ -119,9 +119,11 @@ serve is configured by ORISUN_* environment variables; see README.md.
 
 // loadConfig reads the environment into the node configuration: it starts
 // from orisun.Defaults, and envconfig replaces the field of every variable
-// that is set and leaves the others alone. A variable set to zero or empty
-// (ORISUN_NATS_EVENT_STREAM_MAX_MSGS=0, ORISUN_HTTP_ADDR=) is that value,
-// not the default.
+// that is set and leaves the others alone. Where zero or empty means
+// something (ORISUN_NATS_EVENT_STREAM_MAX_MSGS=0: no limit;
+// ORISUN_HTTP_ADDR=: no listener; ORISUN_BOUNDARIES=: none) a variable set
+// so is that value; for the other fields the node reads zero as "the
+// default" (Config's field docs), as it always has.
 func loadConfig() (orisun.Config, error) {
 	cfg := orisun.Defaults()
 	if err := envconfig.Process("ORISUN", &cfg); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/testcert"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
@@ -30,6 +31,34 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 	if cfg.NATSPort != 4222 || cfg.DataDir != "./data" || cfg.EventStreamMaxAge != 5*time.Minute {
 		t.Fatalf("defaults not applied: %+v", cfg)
+	}
+}
+
+// TestConfigZeroMeansZero: where zero or empty means something, a
+// variable set so keeps that meaning; loadConfig starts from the defaults,
+// so only an unset variable takes the default.
+func TestConfigZeroMeansZero(t *testing.T) {
+	t.Setenv("ORISUN_HTTP_ADDR", "")
+	t.Setenv("ORISUN_NATS_EVENT_STREAM_MAX_MSGS", "0")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPAddr != "" || cfg.HTTPEnabled() {
+		t.Errorf("ORISUN_HTTP_ADDR= gives HTTPAddr %q (enabled %v), want no listener", cfg.HTTPAddr, cfg.HTTPEnabled())
+	}
+	if cfg.EventStreamMaxMsgs != 0 {
+		t.Errorf("ORISUN_NATS_EVENT_STREAM_MAX_MSGS=0 gives %d, want 0 (no limit)", cfg.EventStreamMaxMsgs)
+	}
+	os.Unsetenv("ORISUN_HTTP_ADDR")
+	os.Unsetenv("ORISUN_NATS_EVENT_STREAM_MAX_MSGS")
+	cfg, err = loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPAddr != orisun.HTTPAddrDefault || cfg.EventStreamMaxMsgs != orisun.Defaults().EventStreamMaxMsgs {
+		t.Errorf("unset: HTTPAddr %q, EventStreamMaxMsgs %d; want the defaults %q, %d",
+			cfg.HTTPAddr, cfg.EventStreamMaxMsgs, orisun.HTTPAddrDefault, orisun.Defaults().EventStreamMaxMsgs)
 	}
 }
 
