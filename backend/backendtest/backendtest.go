@@ -1,6 +1,8 @@
 // Package backendtest is the conformance suite of the store seam: every
 // promise of package backend (and of docs/design.md §2–§4, §9) as a test that a
-// backend runs against its real database with Run.
+// backend runs against its real database with Run, RunQueue (the append
+// queue, with a group held in flight) and NoGoroutineLeak; BenchAppend and
+// BenchParallel are the benchmarks both backends report.
 // It is orisun's machinery, not for import by applications: its API may
 // change without notice, and such a change is not a breaking change of
 // orisun.
@@ -16,8 +18,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
-	"time"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
@@ -35,6 +37,19 @@ type Features struct {
 	HoldGroups func(s backend.Store, boundary string) (queued func() int, release func())
 	// Groups counts the group transactions s has begun.
 	Groups func(s backend.Store) int64
+
+	// The hooks below are RunQueue's; Run does not need them.
+
+	// Stall sends one append of n events to boundary and returns once a
+	// group took it and waits, on something the test holds, to commit:
+	// every append sent later waits in s's queue, deterministically.
+	// release lets the group go on; first reports the stalled append's
+	// outcome.
+	Stall func(t *testing.T, s backend.Store, boundary string, n int) (release func(), first <-chan Outcome)
+	// Queued counts the append requests waiting in s's queue.
+	Queued func(s backend.Store) int64
+	// Closing reports whether a Close of s has begun.
+	Closing func(s backend.Store) bool
 }
 
 // Run runs the whole suite. open must return a new, empty store of the
@@ -61,18 +76,25 @@ func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Run("Notifier", func(t *testing.T) { t.Parallel(); testNotifier(t, open) })
 	t.Run("States", func(t *testing.T) { t.Parallel(); testStates(t, open) })
 	t.Run("Heads", func(t *testing.T) { t.Parallel(); testHeads(t, open) })
+	t.Run("Closed", func(t *testing.T) { t.Parallel(); testClosed(t, open) })
 }
 
 // setup opens a store and creates the named boundaries.
 func setup(t *testing.T, open func(t *testing.T) backend.Store, boundaries ...string) backend.Store {
 	t.Helper()
 	s := open(t)
+	create(t, s, boundaries...)
+	return s
+}
+
+// create creates the named boundaries in s.
+func create(t testing.TB, s backend.Store, boundaries ...string) {
+	t.Helper()
 	for _, name := range boundaries {
-		if _, _, err := s.CreateBoundary(t.Context(), name); err != nil {
+		if _, _, err := s.CreateBoundary(context.Background(), name); err != nil {
 			t.Fatalf("CreateBoundary(%q): %v", name, err)
 		}
 	}
-	return s
 }
 
 // ev is a raw input; prep normalises inputs the way the core does before an
@@ -86,6 +108,22 @@ func prep(t testing.TB, boundary string, in ...event.Input) []event.Input {
 	out, err := event.Prepare(boundary, in, event.Limits{})
 	if err != nil {
 		t.Fatalf("event.Prepare: %v", err)
+	}
+	return out
+}
+
+// Prepared returns n prepared events of type test.event for boundary, with
+// the data {"i":0} to {"i":n-1}: what a backend's own tests append where
+// the events' content does not matter.
+func Prepared(t testing.TB, boundary string, n int) []event.Input {
+	t.Helper()
+	in := make([]event.Input, n)
+	for i := range in {
+		in[i] = event.Input{Type: "test.event", Data: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
+	}
+	out, err := event.Prepare(boundary, in, event.Limits{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -184,20 +222,6 @@ func wantErr(t testing.TB, what string, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("%s: err = %v, want one matching %v", what, err, target)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after %s", what, timeout)
-		}
-		<-tick.C
 	}
 }
 

@@ -86,15 +86,53 @@ func benchBoundary(b *testing.B, s backend.Store) {
 // benchPayload is about 100 bytes of event data.
 var benchPayload = json.RawMessage(`{"customer":"c-000042","amount":1234,"currency":"EUR","note":"benchmark payload of about 100 b"}`)
 
-// benchInputs returns n prepared events tagged tag, with fresh ids.
-func benchInputs(b *testing.B, n int, tag string) []event.Input {
+// BenchEvents returns n events of type bench.event, each with about 100
+// bytes of data, tagged tag, with fresh time-ordered ids. Their data is
+// compact already, so they are what event.Prepare would make of them.
+func BenchEvents(n int, tag string) []event.Input {
 	in := make([]event.Input, n)
 	for i := range in {
 		in[i] = event.Input{ID: event.NewID(), Type: "bench.event", Data: benchPayload, Tags: []string{tag}}
 	}
-	out, err := event.Prepare("bench", in, event.Limits{})
+	return in
+}
+
+// benchInputs returns BenchEvents prepared for the boundary bench.
+func benchInputs(b *testing.B, n int, tag string) []event.Input {
+	out, err := event.Prepare("bench", BenchEvents(n, tag), event.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return out
+}
+
+// BenchParallel appends single events from b.RunParallel's goroutines, 16
+// per GOMAXPROCS, to the boundaries of s (each goroutine to one of them,
+// in turn), and reports events/s and, when groups (the group transactions
+// s has begun) is given, events per group commit: what group commit is
+// for. b.N is events.
+func BenchParallel(b *testing.B, s backend.Store, boundaries []string, groups func() int64) {
+	var before int64
+	if groups != nil {
+		before = groups()
+	}
+	b.SetParallelism(16)
+	b.ResetTimer()
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		boundary := boundaries[int(next.Add(1))%len(boundaries)]
+		for pb.Next() {
+			if _, err := s.Append(context.Background(), boundary, BenchEvents(1, "customer:42"), nil); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if groups != nil {
+		if n := groups() - before; n > 0 {
+			b.ReportMetric(float64(b.N)/float64(n), "events/commit")
+		}
+	}
 }

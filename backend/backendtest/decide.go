@@ -11,6 +11,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // testSameGroup: requests of one group commit transaction see each other's
@@ -40,7 +41,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 				defer wg.Done()
 				c.res, c.err = s.Append(context.Background(), boundary, c.in, c.cond)
 			}()
-			eventually(t, 10*time.Second, fmt.Sprintf("request %d queued behind the held group", i),
+			testutil.Eventually(t, fmt.Sprintf("request %d queued behind the held group", i), 10*time.Second, 10*time.Millisecond,
 				func() bool { return queued() == i+1 })
 		}
 		release()

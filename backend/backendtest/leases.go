@@ -8,6 +8,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // shortTTL is the lease time of the expiry tests: long enough that a busy
@@ -34,7 +35,7 @@ func acquire(t testing.TB, s backend.Store, boundary, holder string, ttl time.Du
 func waitTaken(t testing.TB, s backend.Store, boundary, holder string) backend.Lease {
 	t.Helper()
 	var l backend.Lease
-	eventually(t, 10*time.Second, "another holder takes the expired lease", func() bool {
+	testutil.Eventually(t, "another holder takes the expired lease", 10*time.Second, 10*time.Millisecond, func() bool {
 		var err error
 		l, err = s.AcquireLease(context.Background(), boundary, holder, longTTL)
 		if err != nil {

@@ -1,9 +1,11 @@
 package backendtest
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/orisun-io/orisun/backend"
@@ -136,6 +138,20 @@ func testRead(t *testing.T, open func(t *testing.T) backend.Store) {
 					t.Fatalf("Append under a condition after %d, query %+v: %v, want it to pass: no event is after it", after, q, err)
 				}
 			}
+		}
+	})
+
+	t.Run("LimitMustBePositive", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		for _, limit := range []int{0, -1} {
+			_, _, err := s.Read(t.Context(), "orders", 0, limit, nil)
+			if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
+				t.Fatalf("Read with limit %d: %v, want ErrInvalid naming the limit", limit, err)
+			}
+		}
+		if _, err := s.Append(t.Context(), "orders", nil, nil); !errors.Is(err, event.ErrInvalid) {
+			t.Fatalf("Append of no events: %v, want ErrInvalid", err)
 		}
 	})
 

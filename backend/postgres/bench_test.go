@@ -17,21 +17,6 @@ import (
 	"github.com/orisun-io/orisun/event"
 )
 
-// benchEvents returns n prepared events of about 100 bytes of data, with
-// fresh time-ordered ids.
-func benchEvents(n int) []event.Input {
-	in := make([]event.Input, n)
-	for i := range in {
-		in[i] = event.Input{
-			ID:   event.NewID(),
-			Type: "bench.event",
-			Data: json.RawMessage(`{"customer":"c-000042","amount":1234,"currency":"EUR","note":"benchmark payload of about 100 b"}`),
-			Tags: []string{"customer:42"},
-		}
-	}
-	return in
-}
-
 // BenchmarkAppend reports append throughput against the PostgreSQL server
 // of ORISUN_TEST_PG_URL (scripts/test starts one): single-event appends from
 // many goroutines to one boundary (what group commit is for), the same
@@ -42,22 +27,7 @@ func BenchmarkAppend(b *testing.B) {
 	b.Run("single_parallel", func(b *testing.B) {
 		s := setup(b, Config{})
 		create(b, s, "bench")
-		groups := s.groups.Load()
-		b.SetParallelism(16)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := s.Append(context.Background(), "bench", benchEvents(1), nil); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.StopTimer()
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-		if n := s.groups.Load() - groups; n > 0 {
-			b.ReportMetric(float64(b.N)/float64(n), "events/commit")
-		}
+		backendtest.BenchParallel(b, s, []string{"bench"}, s.groups.Load)
 	})
 	b.Run("single_parallel_8_boundaries", func(b *testing.B) {
 		s := setup(b, Config{})
@@ -66,44 +36,18 @@ func BenchmarkAppend(b *testing.B) {
 			names[i] = "bench_" + strconv.Itoa(i)
 			create(b, s, names[i])
 		}
-		groups := s.groups.Load()
-		b.SetParallelism(16)
-		b.ResetTimer()
-		var next atomic.Int64
-		b.RunParallel(func(pb *testing.PB) {
-			// Spread the goroutines over the boundaries.
-			boundary := names[int(next.Add(1))%len(names)]
-			for pb.Next() {
-				if _, err := s.Append(context.Background(), boundary, benchEvents(1), nil); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.StopTimer()
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-		if n := s.groups.Load() - groups; n > 0 {
-			b.ReportMetric(float64(b.N)/float64(n), "events/commit")
-		}
+		backendtest.BenchParallel(b, s, names, s.groups.Load)
 	})
 	b.Run("single_64_callers/statement_per_request/delay=0s", func(b *testing.B) {
-		benchSingle64(b, Config{}, true)
+		benchSingle(b, Config{}, 64, true)
 	})
 	for _, delay := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond} {
 		b.Run("single_64_callers/merged/delay="+delay.String(), func(b *testing.B) {
-			benchSingle64(b, Config{GroupDelay: delay}, false)
+			benchSingle(b, Config{GroupDelay: delay}, 64, false)
 		})
 	}
 	b.Run("single_1_caller/delay=1ms", func(b *testing.B) {
-		s := setup(b, Config{GroupDelay: time.Millisecond})
-		create(b, s, "bench")
-		b.ResetTimer()
-		runCallers(b, 1, func() error {
-			_, err := s.Append(context.Background(), "bench", benchEvents(1), nil)
-			return err
-		})
-		b.StopTimer()
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		benchSingle(b, Config{GroupDelay: time.Millisecond}, 1, false)
 	})
 	// raw_insert_8_conns is the reference the append path is measured
 	// against: the same rows (100 per statement) inserted by 8 connections
@@ -119,7 +63,7 @@ func BenchmarkAppend(b *testing.B) {
 		var next atomic.Int64
 		b.ResetTimer()
 		runCallers(b, 8, func() error {
-			in := benchEvents(100)
+			in := backendtest.BenchEvents(100, "customer:42")
 			first := next.Add(100) - 99
 			// Sent as the append statement sends them (see eventColumns).
 			ids := make([]pgtype.UUID, len(in))
@@ -143,7 +87,7 @@ FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS u(id, tag, da
 		b.ResetTimer()
 		// b.N is events, as in the other cases: b.N/100 batches.
 		runCallers(b, 1, func() error {
-			_, err := s.Append(context.Background(), "bench", benchEvents(100), nil)
+			_, err := s.Append(context.Background(), "bench", backendtest.BenchEvents(100, "customer:42"), nil)
 			return err
 		}, 100)
 		b.StopTimer()
@@ -183,15 +127,17 @@ func firstTags(tags [][]string) []string {
 	return out
 }
 
-// benchSingle64: single-event appends from 64 callers to one boundary.
-func benchSingle64(b *testing.B, cfg Config, perRequest bool) {
+// benchSingle: single-event appends from callers goroutines to one
+// boundary; perRequest appends each request with a statement of its own
+// instead of merging the requests of a group.
+func benchSingle(b *testing.B, cfg Config, callers int, perRequest bool) {
 	s := setup(b, cfg)
 	s.perRequest = perRequest
 	create(b, s, "bench")
 	groups := s.groups.Load()
 	b.ResetTimer()
-	runCallers(b, 64, func() error {
-		_, err := s.Append(context.Background(), "bench", benchEvents(1), nil)
+	runCallers(b, callers, func() error {
+		_, err := s.Append(context.Background(), "bench", backendtest.BenchEvents(1, "customer:42"), nil)
 		return err
 	})
 	b.StopTimer()

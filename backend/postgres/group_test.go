@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
@@ -50,21 +51,21 @@ func TestRetryInAGroupWhoseCommitFails(t *testing.T) {
 			s := setup(t, Config{})
 			create(t, s, "orders")
 			failAtCommit(t, s)
-			a := prepared(t, "orders", 1)
+			a := backendtest.Prepared(t, "orders", 1)
 			a[0].Data = []byte(`{"boom":true}`)
 			queued, release := s.holdGroups("orders")
-			outs := []<-chan appendOutcome{appendAsync(s, context.Background(), "orders", a, nil)}
+			outs := []<-chan backendtest.Outcome{backendtest.AppendAsync(context.Background(), s, "orders", a, nil)}
 			testutil.Eventually(t, "first queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 1 })
-			outs = append(outs, appendAsync(s, context.Background(), "orders", append(a[:0:0], a...), nil))
+			outs = append(outs, backendtest.AppendAsync(context.Background(), s, "orders", append(a[:0:0], a...), nil))
 			testutil.Eventually(t, "retry queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 2 })
 			if tail {
-				outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), nil))
+				outs = append(outs, backendtest.AppendAsync(context.Background(), s, "orders", backendtest.Prepared(t, "orders", 1), nil))
 				testutil.Eventually(t, "tail queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 3 })
 			}
 			release()
 			for i, o := range outs {
-				if r := <-o; r.err == nil {
-					t.Errorf("request %d answered written at %d..%d, but the group's COMMIT failed", i, r.res.First, r.res.Last)
+				if r := <-o; r.Err == nil {
+					t.Errorf("request %d answered written at %d..%d, but the group's COMMIT failed", i, r.Res.First, r.Res.Last)
 				}
 			}
 			if evs := mustRead(t, s, "orders"); len(evs) != 0 {
@@ -92,26 +93,26 @@ FOR EACH ROW EXECUTE FUNCTION test_poison();`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := prepared(t, "orders", 1)
+	seed := backendtest.Prepared(t, "orders", 1)
 	seed[0].Tags = []string{"seed"}
 	if _, err := s.Append(context.Background(), "orders", seed, nil); err != nil {
 		t.Fatal(err)
 	}
 	cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
-	written := prepared(t, "orders", 1)
+	written := backendtest.Prepared(t, "orders", 1)
 	written[0].Data = []byte(`{"poison":true}`)
 	queued, release := s.holdGroups("orders")
-	oc := appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), cond)
+	oc := backendtest.AppendAsync(context.Background(), s, "orders", backendtest.Prepared(t, "orders", 1), cond)
 	testutil.Eventually(t, "conditional queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 1 })
-	ow := appendAsync(s, context.Background(), "orders", written, nil)
+	ow := backendtest.AppendAsync(context.Background(), s, "orders", written, nil)
 	testutil.Eventually(t, "unconditional queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == 2 })
 	release()
 	rc, rw := <-oc, <-ow
-	if rw.err != nil || rw.res.First != 2 {
-		t.Fatalf("the committed request: %+v, %v; want success at position 2", rw.res, rw.err)
+	if rw.Err != nil || rw.Res.First != 2 {
+		t.Fatalf("the committed request: %+v, %v; want success at position 2", rw.Res, rw.Err)
 	}
-	if rc.err == nil {
-		t.Fatalf("the conditional request whose lookups failed: %+v, want an error", rc.res)
+	if rc.Err == nil {
+		t.Fatalf("the conditional request whose lookups failed: %+v, want an error", rc.Res)
 	}
 	var n int
 	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM orisun_events WHERE id = $1`, written[0].ID).Scan(&n); err != nil || n != 1 {
@@ -129,7 +130,7 @@ func TestAppendRacingCreateBoundary(t *testing.T) {
 	written, notFound := 0, 0
 	for i := range 300 {
 		name := fmt.Sprintf("b%d", i)
-		in := prepared(t, name, 1)
+		in := backendtest.Prepared(t, name, 1)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -162,7 +163,7 @@ func TestAppendRacingCreateBoundary(t *testing.T) {
 func TestConflictOnlyGroupCommitsNothing(t *testing.T) {
 	s := setup(t, Config{})
 	create(t, s, "orders")
-	seed := prepared(t, "orders", 1)
+	seed := backendtest.Prepared(t, "orders", 1)
 	seed[0].Tags = []string{"seed"}
 	if _, err := s.Append(context.Background(), "orders", seed, nil); err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestConflictOnlyGroupCommitsNothing(t *testing.T) {
 	}
 	cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
 	var ce *event.ConflictError
-	if _, err := s.Append(context.Background(), "orders", prepared(t, "orders", 1), cond); !errors.As(err, &ce) || ce.Position != 1 {
+	if _, err := s.Append(context.Background(), "orders", backendtest.Prepared(t, "orders", 1), cond); !errors.As(err, &ce) || ce.Position != 1 {
 		t.Fatalf("conditional append: %v, want a conflict at position 1", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -193,16 +194,16 @@ func TestGroupIsOneRoundTrip(t *testing.T) {
 	group := func(conds []*event.Condition) int64 {
 		t.Helper()
 		queued, release := s.holdGroups("orders")
-		var outs []<-chan appendOutcome
+		var outs []<-chan backendtest.Outcome
 		for i, c := range conds {
-			outs = append(outs, appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), c))
+			outs = append(outs, backendtest.AppendAsync(context.Background(), s, "orders", backendtest.Prepared(t, "orders", 1), c))
 			testutil.Eventually(t, "request queued", 20*time.Second, 2*time.Millisecond, func() bool { return queued() == i+1 })
 		}
 		before, groups := s.batches.Load(), s.groups.Load()
 		release()
 		for _, o := range outs {
-			if r := <-o; r.err != nil {
-				t.Fatal(r.err)
+			if r := <-o; r.Err != nil {
+				t.Fatal(r.Err)
 			}
 		}
 		if n := s.groups.Load() - groups; n != 1 {
@@ -249,7 +250,7 @@ func TestNextGroupBeginsWhileFirstCommits(t *testing.T) {
 		}
 	}()
 
-	out1 := appendAsync(s, context.Background(), "orders", prepared(t, "orders", 1), nil)
+	out1 := backendtest.AppendAsync(context.Background(), s, "orders", backendtest.Prepared(t, "orders", 1), nil)
 	select {
 	case <-entered:
 	case <-time.After(30 * time.Second):
@@ -257,13 +258,13 @@ func TestNextGroupBeginsWhileFirstCommits(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out2 := appendAsync(s, ctx, "orders", prepared(t, "orders", 2), nil)
+	out2 := backendtest.AppendAsync(ctx, s, "orders", backendtest.Prepared(t, "orders", 2), nil)
 	r2 := <-out2
-	if r2.err != nil {
-		t.Fatalf("second append, while the first group's goroutine is held after its lock: %v", r2.err)
+	if r2.Err != nil {
+		t.Fatalf("second append, while the first group's goroutine is held after its lock: %v", r2.Err)
 	}
-	if r2.res.First != 2 || r2.res.Last != 3 {
-		t.Fatalf("second append at %d..%d, want 2..3 (after the first group)", r2.res.First, r2.res.Last)
+	if r2.Res.First != 2 || r2.Res.Last != 3 {
+		t.Fatalf("second append at %d..%d, want 2..3 (after the first group)", r2.Res.First, r2.Res.Last)
 	}
 	select {
 	case r1 := <-out1:
@@ -272,7 +273,7 @@ func TestNextGroupBeginsWhileFirstCommits(t *testing.T) {
 	}
 	close(unblock)
 	r1 := <-out1
-	if r1.err != nil || r1.res.First != 1 || r1.res.Last != 1 {
+	if r1.Err != nil || r1.Res.First != 1 || r1.Res.Last != 1 {
 		t.Fatalf("first append: %+v, want position 1", r1)
 	}
 	if evs := mustRead(t, s, "orders"); len(evs) != 3 {
@@ -295,9 +296,9 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	defer cancel()
 
 	release, first := stall(t, s, "orders", 1)
-	var outs []<-chan appendOutcome
+	var outs []<-chan backendtest.Outcome
 	for range 3 {
-		outs = append(outs, appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil))
+		outs = append(outs, backendtest.AppendAsync(ctx, s, "orders", backendtest.Prepared(t, "orders", 1), nil))
 	}
 	testutil.Eventually(t, "three requests queued behind the stalled group", 20*time.Second, 2*time.Millisecond, func() bool {
 		s.mu.Lock()
@@ -306,18 +307,18 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	})
 	groups := s.groups.Load()
 	release()
-	if r := <-first; r.err != nil || r.res.First != 1 {
+	if r := <-first; r.Err != nil || r.Res.First != 1 {
 		t.Fatalf("stalled append: %+v, want position 1", r)
 	}
 	// Its caller comes back at once, as a closed-loop caller does.
-	outs = append(outs, appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil))
+	outs = append(outs, backendtest.AppendAsync(ctx, s, "orders", backendtest.Prepared(t, "orders", 1), nil))
 	seen := map[uint64]bool{}
 	for i, out := range outs {
 		r := <-out
-		if r.err != nil {
-			t.Fatalf("append %d: %v", i, r.err)
+		if r.Err != nil {
+			t.Fatalf("append %d: %v", i, r.Err)
 		}
-		seen[r.res.First] = true
+		seen[r.Res.First] = true
 	}
 	if len(seen) != 4 || !seen[2] || !seen[5] {
 		t.Fatalf("the four appends are at positions %v, want 2..5", seen)

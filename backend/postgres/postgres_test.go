@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,36 +42,35 @@ func setup(t testing.TB, cfg Config) *Store {
 	return s
 }
 
+// TestConformance runs the suite of the store seam with the defaults, with
+// a group delay (groups wait for requests to join them) and with groups of
+// at most 3 events (requests carried over from one group to the next all
+// the time); then its cases of the append queue, with stall (the head
+// row held) as Features.Stall.
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) }, features)
-}
-
-// TestConformanceSmallGroups runs the suite with groups of at most 3 events,
-// so requests are carried over from one group to the next all the time.
-// TestConformanceGroupDelay runs the suite with a group delay, so groups
-// wait for requests to join them.
-func TestConformanceGroupDelay(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupDelay: 200 * time.Microsecond}) }, features)
-}
-
-func TestConformanceSmallGroups(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3}) }, features)
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"Defaults", Config{}},
+		{"GroupDelay", Config{GroupDelay: 200 * time.Microsecond}},
+		{"SmallGroups", Config{GroupMaxEvents: 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, c.cfg) }, features)
+		})
+	}
+	t.Run("Queue", func(t *testing.T) {
+		backendtest.RunQueue(t, backendtest.Queue{
+			Open: func(t *testing.T, groupMaxEvents int) backend.Store {
+				return setup(t, Config{GroupMaxEvents: groupMaxEvents})
+			},
+			Reopen: func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{URL: s.(*Store).cfg.URL}) },
+		}, features)
+	})
 }
 
 // --- helpers ---------------------------------------------------------------
-
-func prepared(t testing.TB, boundary string, n int) []event.Input {
-	t.Helper()
-	in := make([]event.Input, n)
-	for i := range in {
-		in[i] = event.Input{Type: "test.event", Data: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
-	}
-	out, err := event.Prepare(boundary, in, event.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 func create(t testing.TB, s *Store, names ...string) {
 	t.Helper()
@@ -145,32 +143,17 @@ VALUES ($1, $2, $3, 'held.event', now(), '{}', '{}')`, boundary, p, event.NewID(
 	return first, last, commit
 }
 
-type appendOutcome struct {
-	res event.AppendResult
-	err error
-}
-
-// appendAsync appends in a goroutine; the outcome arrives on the channel.
-func appendAsync(s *Store, ctx context.Context, boundary string, in []event.Input, cond *event.Condition) <-chan appendOutcome {
-	out := make(chan appendOutcome, 1)
-	go func() {
-		res, err := s.Append(ctx, boundary, in, cond)
-		out <- appendOutcome{res, err}
-	}()
-	return out
-}
-
 // stall holds boundary's head row and sends one append of n events, which a
 // worker takes into a group and which then waits for the row. When stall
 // returns, every further append to boundary waits in the queue,
 // deterministically. release commits the holder; first reports the stalled
 // append's outcome.
-func stall(t *testing.T, s *Store, boundary string, n int) (release func(), first <-chan appendOutcome) {
+func stall(t *testing.T, s *Store, boundary string, n int) (release func(), first <-chan backendtest.Outcome) {
 	t.Helper()
 	_, _, release = holdHead(t, s, boundary, 0)
 	before := s.groups.Load()
 	waitersBefore := lockWaiters(t, s)
-	first = appendAsync(s, context.Background(), boundary, prepared(t, boundary, n), nil)
+	first = backendtest.AppendAsync(context.Background(), s, boundary, backendtest.Prepared(t, boundary, n), nil)
 	testutil.Eventually(t, "the worker waits for the head row", 20*time.Second, 2*time.Millisecond, func() bool {
 		return s.groups.Load() == before+1 && lockWaiters(t, s) > waitersBefore
 	})
@@ -340,11 +323,11 @@ func TestReverseCommitOrder_I1(t *testing.T) {
 	for round := range 5 {
 		p, _, commit := holdHead(t, s, "orders", 1) // transaction A draws p
 		waiters := lockWaiters(t, s)
-		second := appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil) // B starts
+		second := backendtest.AppendAsync(ctx, s, "orders", backendtest.Prepared(t, "orders", 1), nil) // B starts
 		testutil.Eventually(t, "the second append waits for the head row", 20*time.Second, 2*time.Millisecond, func() bool { return lockWaiters(t, s) > waiters })
 		select {
 		case o := <-second:
-			t.Fatalf("round %d: the second append finished (%+v, %v) while position %d was uncommitted", round, o.res, o.err, p)
+			t.Fatalf("round %d: the second append finished (%+v, %v) while position %d was uncommitted", round, o.Res, o.Err, p)
 		default:
 		}
 		// Neither p nor anything after it is visible yet.
@@ -354,11 +337,11 @@ func TestReverseCommitOrder_I1(t *testing.T) {
 		}
 		commit()
 		o := <-second
-		if o.err != nil {
-			t.Fatal(o.err)
+		if o.Err != nil {
+			t.Fatal(o.Err)
 		}
-		if o.res.First != uint64(p)+1 {
-			t.Fatalf("round %d: the second append got position %d, want %d", round, o.res.First, p+1)
+		if o.Res.First != uint64(p)+1 {
+			t.Fatalf("round %d: the second append got position %d, want %d", round, o.Res.First, p+1)
 		}
 	}
 	close(stop)
@@ -398,9 +381,9 @@ func TestSlowAppender(t *testing.T) {
 		t.Fatalf("the slow appender drew %d, want 3", p)
 	}
 	waiters := lockWaiters(t, s)
-	var waiting []<-chan appendOutcome
+	var waiting []<-chan backendtest.Outcome
 	for range 5 {
-		waiting = append(waiting, appendAsync(s, ctx, "slow", prepared(t, "slow", 2), nil))
+		waiting = append(waiting, backendtest.AppendAsync(ctx, s, "slow", backendtest.Prepared(t, "slow", 2), nil))
 	}
 	testutil.Eventually(t, "an append to the slow boundary waits for its head row", 20*time.Second, 2*time.Millisecond, func() bool { return lockWaiters(t, s) > waiters })
 
@@ -408,14 +391,14 @@ func TestSlowAppender(t *testing.T) {
 	// is held (a deadline, not a timing assertion: waiting for the held
 	// row would never finish).
 	for i := range 3 {
-		done := appendAsync(s, ctx, "fast", prepared(t, "fast", 3), nil)
+		done := backendtest.AppendAsync(ctx, s, "fast", backendtest.Prepared(t, "fast", 3), nil)
 		select {
 		case o := <-done:
-			if o.err != nil {
-				t.Fatal(o.err)
+			if o.Err != nil {
+				t.Fatal(o.Err)
 			}
-			if o.res.First != uint64(3*i+1) {
-				t.Fatalf("fast append %d at %d, want %d", i, o.res.First, 3*i+1)
+			if o.Res.First != uint64(3*i+1) {
+				t.Fatalf("fast append %d at %d, want %d", i, o.Res.First, 3*i+1)
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("an append to another boundary waited for the slow boundary's head row")
@@ -424,7 +407,7 @@ func TestSlowAppender(t *testing.T) {
 	for i, w := range waiting {
 		select {
 		case o := <-w:
-			t.Fatalf("slow append %d finished (%+v, %v) while the head row was held", i, o.res, o.err)
+			t.Fatalf("slow append %d finished (%+v, %v) while the head row was held", i, o.Res, o.Err)
 		default:
 		}
 	}
@@ -433,10 +416,10 @@ func TestSlowAppender(t *testing.T) {
 	positions := map[uint64]bool{}
 	for _, w := range waiting {
 		o := <-w
-		if o.err != nil {
-			t.Fatal(o.err)
+		if o.Err != nil {
+			t.Fatal(o.Err)
 		}
-		for p := o.res.First; p <= o.res.Last; p++ {
+		for p := o.Res.First; p <= o.Res.Last; p++ {
 			positions[p] = true
 		}
 	}
@@ -454,7 +437,7 @@ func TestSlowAppender(t *testing.T) {
 
 func mustAppendN(t testing.TB, s *Store, boundary string, n int) event.AppendResult {
 	t.Helper()
-	res, err := s.Append(context.Background(), boundary, prepared(t, boundary, n), nil)
+	res, err := s.Append(context.Background(), boundary, backendtest.Prepared(t, boundary, n), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,58 +445,6 @@ func mustAppendN(t testing.TB, s *Store, boundary string, n int) event.AppendRes
 }
 
 // --- group commit ------------------------------------------------------------
-
-// groupsBehindStall stalls a group on boundary (stall), queues callers
-// appends of n events each behind it, releases the stall, and returns how
-// many groups (transactions) the queued appends took once all succeeded.
-func groupsBehindStall(t *testing.T, s *Store, boundary string, callers, n int) int64 {
-	t.Helper()
-	release, first := stall(t, s, boundary, n)
-	var outs []<-chan appendOutcome
-	for range callers {
-		outs = append(outs, appendAsync(s, context.Background(), boundary, prepared(t, boundary, n), nil))
-	}
-	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == int64(callers) })
-	before := s.groups.Load()
-	release()
-	if o := <-first; o.err != nil {
-		t.Fatal(o.err)
-	}
-	for _, out := range outs {
-		if o := <-out; o.err != nil {
-			t.Fatal(o.err)
-		}
-	}
-	return s.groups.Load() - before
-}
-
-// TestGroupCommit: appends that wait while a group is in flight commit
-// together in the next group, one transaction for all of them.
-func TestGroupCommit(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{})
-	create(t, s, "orders")
-	const callers = 20
-	if n := groupsBehindStall(t, s, "orders", callers, 3); n != 1 {
-		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
-	}
-	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
-		t.Fatalf("head = %d, want %d", b.Head, 3*(callers+1))
-	}
-}
-
-// TestGroupMaxEvents: a group stops at GroupMaxEvents; the request that
-// does not fit starts the next group.
-func TestGroupMaxEvents(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{GroupMaxEvents: 10})
-	create(t, s, "orders")
-	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
-	if n := groupsBehindStall(t, s, "orders", 12, 4); n != 6 {
-		t.Fatalf("%d transactions, want 6", n)
-	}
-	checkDense(t, mustRead(t, s, "orders"))
-}
 
 // TestFailuresIsolatedInOneGroup puts requests that fail in every way the
 // pipelined group knows into one group, between valid ones: a value the
@@ -525,7 +456,7 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
 	create(t, s, "orders")
-	seedIn := prepared(t, "orders", 2)
+	seedIn := backendtest.Prepared(t, "orders", 2)
 	seedIn[0].Tags = []string{"seed"}
 	seed, err := s.Append(t.Context(), "orders", seedIn, nil)
 	if err != nil {
@@ -533,15 +464,15 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 	}
 	release, first := stall(t, s, "orders", 1) // position 3
 
-	valid1 := prepared(t, "orders", 2)
-	bad := prepared(t, "orders", 1)
+	valid1 := backendtest.Prepared(t, "orders", 2)
+	bad := backendtest.Prepared(t, "orders", 1)
 	bad[0].Data = []byte("{\"name\":\"\xff\xfe\"}")
-	clash := prepared(t, "orders", 1)
+	clash := backendtest.Prepared(t, "orders", 1)
 	clash = append(clash, event.Input{ID: seedIn[1].ID, Type: "other.type", Data: []byte(`{}`), Tags: []string{}})
-	condFails := prepared(t, "orders", 1)
+	condFails := backendtest.Prepared(t, "orders", 1)
 	cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
 	retryStored := seedIn
-	valid2 := prepared(t, "orders", 3)
+	valid2 := backendtest.Prepared(t, "orders", 3)
 	retrySame := valid2
 
 	type req struct {
@@ -558,18 +489,18 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 		{"valid 2", valid2, nil},
 		{"retry in the same group", retrySame, nil},
 	}
-	outs := make([]<-chan appendOutcome, len(reqs))
+	outs := make([]<-chan backendtest.Outcome, len(reqs))
 	for i, r := range reqs {
-		outs[i] = appendAsync(s, context.Background(), "orders", r.in, r.cond)
+		outs[i] = backendtest.AppendAsync(context.Background(), s, "orders", r.in, r.cond)
 		// One at a time, so the queue (and the group) keeps this order.
 		testutil.Eventually(t, "request queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == int64(i+1) })
 	}
 	before := s.groups.Load()
 	release()
-	if o := <-first; o.err != nil || o.res.First != 3 {
-		t.Fatalf("stalled append: %+v, %v; want position 3", o.res, o.err)
+	if o := <-first; o.Err != nil || o.Res.First != 3 {
+		t.Fatalf("stalled append: %+v, %v; want position 3", o.Res, o.Err)
 	}
-	got := make([]appendOutcome, len(reqs))
+	got := make([]backendtest.Outcome, len(reqs))
 	for i := range outs {
 		got[i] = <-outs[i]
 	}
@@ -578,23 +509,23 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 	}
 	want := func(i int, first, last uint64) {
 		t.Helper()
-		if got[i].err != nil || got[i].res.First != first || got[i].res.Last != last {
-			t.Fatalf("%s: %+v, %v; want %d..%d", reqs[i].name, got[i].res, got[i].err, first, last)
+		if got[i].Err != nil || got[i].Res.First != first || got[i].Res.Last != last {
+			t.Fatalf("%s: %+v, %v; want %d..%d", reqs[i].name, got[i].Res, got[i].Err, first, last)
 		}
 	}
 	want(0, 4, 5)
-	if !errors.Is(got[1].err, event.ErrInvalid) {
-		t.Fatalf("%s: %v, want ErrInvalid", reqs[1].name, got[1].err)
+	if !errors.Is(got[1].Err, event.ErrInvalid) {
+		t.Fatalf("%s: %v, want ErrInvalid", reqs[1].name, got[1].Err)
 	}
-	if !errors.Is(got[2].err, event.ErrConflict) || !strings.Contains(got[2].err.Error(), "already stored at position 2") {
-		t.Fatalf("%s: %v, want a conflict naming position 2", reqs[2].name, got[2].err)
+	if !errors.Is(got[2].Err, event.ErrConflict) || !strings.Contains(got[2].Err.Error(), "already stored at position 2") {
+		t.Fatalf("%s: %v, want a conflict naming position 2", reqs[2].name, got[2].Err)
 	}
 	var ce *event.ConflictError
-	if !errors.As(got[3].err, &ce) || ce.Position != 1 {
-		t.Fatalf("%s: %v, want a condition conflict at position 1", reqs[3].name, got[3].err)
+	if !errors.As(got[3].Err, &ce) || ce.Position != 1 {
+		t.Fatalf("%s: %v, want a condition conflict at position 1", reqs[3].name, got[3].Err)
 	}
-	if got[4].err != nil || got[4].res != seed {
-		t.Fatalf("%s: %+v, %v; want the stored %+v", reqs[4].name, got[4].res, got[4].err, seed)
+	if got[4].Err != nil || got[4].Res != seed {
+		t.Fatalf("%s: %+v, %v; want the stored %+v", reqs[4].name, got[4].Res, got[4].Err, seed)
 	}
 	want(5, 6, 8)
 	want(6, 6, 8)
@@ -602,89 +533,6 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 	checkDense(t, events)
 	if len(events) != 8 {
 		t.Fatalf("%d events stored, want 8", len(events))
-	}
-}
-
-// TestCancelledWhileQueuedWritesNothing: a caller that gives up while its
-// request waits gets ctx.Err() and nothing of it is written.
-func TestCancelledWhileQueuedWritesNothing(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{})
-	create(t, s, "orders")
-	release, first := stall(t, s, "orders", 2)
-	const callers = 5
-	ctx, cancel := context.WithCancel(t.Context())
-	var outs []<-chan appendOutcome
-	for range callers {
-		outs = append(outs, appendAsync(s, ctx, "orders", prepared(t, "orders", 2), nil))
-	}
-	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == callers })
-	cancel()
-	for _, out := range outs {
-		if o := <-out; !errors.Is(o.err, context.Canceled) {
-			t.Fatalf("Append cancelled while queued: %v, want context.Canceled", o.err)
-		}
-	}
-	release()
-	if o := <-first; o.err != nil {
-		t.Fatal(o.err)
-	}
-	if res := mustAppendN(t, s, "orders", 1); res.First != 3 {
-		t.Fatalf("the next append got position %d, want 3: a cancelled append wrote something", res.First)
-	}
-}
-
-// TestCloseWithQueuedAppends: the group in flight commits, the queued
-// appends get ErrClosed and are not written.
-func TestCloseWithQueuedAppends(t *testing.T) {
-	t.Parallel()
-	dbURL := pgtest.URL(t)
-	s, err := Open(context.Background(), Config{URL: dbURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	create(t, s, "orders")
-	release, first := stall(t, s, "orders", 2)
-	const callers = 20
-	type queued struct {
-		in  []event.Input
-		out <-chan appendOutcome
-	}
-	var qs []queued
-	for range callers {
-		in := prepared(t, "orders", 2)
-		qs = append(qs, queued{in, appendAsync(s, context.Background(), "orders", in, nil)})
-	}
-	testutil.Eventually(t, "callers queued", 20*time.Second, 2*time.Millisecond, func() bool { return s.waiting.Load() == callers })
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	// Close waits for the group in flight, which waits for the row; the
-	// queued callers are refused at once.
-	testutil.Eventually(t, "queued callers refused", 20*time.Second, 2*time.Millisecond, func() bool { return s.isClosed() && s.waiting.Load() == 0 })
-	release()
-	if err := <-closed; err != nil {
-		t.Fatal(err)
-	}
-	if o := <-first; o.err != nil {
-		t.Fatalf("the append in flight during Close: %v, want it committed", o.err)
-	}
-	refused := map[string]bool{}
-	for _, q := range qs {
-		o := <-q.out
-		if !errors.Is(o.err, event.ErrClosed) {
-			t.Fatalf("a queued Append during Close: %v, want ErrClosed", o.err)
-		}
-		refused[q.in[0].ID], refused[q.in[1].ID] = true, true
-	}
-	s = setup(t, Config{URL: dbURL})
-	events := mustRead(t, s, "orders")
-	if len(events) != 2 {
-		t.Fatalf("%d events stored, want the 2 of the append in flight", len(events))
-	}
-	for _, e := range events {
-		if refused[e.ID] {
-			t.Fatalf("id %s was refused with ErrClosed but is stored", e.ID)
-		}
 	}
 }
 
@@ -720,31 +568,6 @@ func TestJSONBytesKept(t *testing.T) {
 	again, err := s.Append(t.Context(), "orders", in, nil)
 	if err != nil || again != res {
 		t.Fatalf("retry = %+v, %v; want %+v", again, err, res)
-	}
-}
-
-// TestLargeAppendCrossesGroups: an append larger than a group still
-// commits, alone, and its retry is recognised.
-func TestLargeAppendCrossesGroups(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{GroupMaxEvents: 100})
-	create(t, s, "orders")
-	in := prepared(t, "orders", 1234)
-	res, err := s.Append(t.Context(), "orders", in, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.First != 1 || res.Last != 1234 {
-		t.Fatalf("Append = %d..%d, want 1..1234", res.First, res.Last)
-	}
-	again, err := s.Append(t.Context(), "orders", in, nil)
-	if err != nil || again != res {
-		t.Fatalf("retry = %+v, %v; want %+v", again, err, res)
-	}
-	in[1000].Data = []byte(`{"changed":true}`)
-	if _, err := s.Append(t.Context(), "orders", in, nil); !errors.Is(err, event.ErrConflict) ||
-		!strings.Contains(err.Error(), "events[1000].id "+in[1000].ID+" is already stored at position 1001 with other content") {
-		t.Fatalf("retry with event 1000 changed: %v, want a conflict naming events[1000] and position 1001", err)
 	}
 }
 
@@ -1014,7 +837,7 @@ func TestTerminatedConnectionsDuringAppends(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range perAppender {
-				in := prepared(t, "orders", 2)
+				in := backendtest.Prepared(t, "orders", 2)
 				res, err := s.Append(ctx, "orders", in, nil)
 				progress <- struct{}{}
 				if err != nil {
@@ -1077,7 +900,7 @@ WHERE datname = $1 AND application_name = 'killed_store'`, pgtest.DatabaseName(t
 
 	// The store recovers by itself.
 	testutil.Eventually(t, "appends succeed again", 20*time.Second, 2*time.Millisecond, func() bool {
-		_, err := s.Append(ctx, "orders", prepared(t, "orders", 1), nil)
+		_, err := s.Append(ctx, "orders", backendtest.Prepared(t, "orders", 1), nil)
 		return err == nil
 	})
 	// A refused append may have committed (the connection can die after
@@ -1108,87 +931,13 @@ WHERE datname = $1 AND application_name = 'killed_store'`, pgtest.DatabaseName(t
 
 // --- lifecycle -------------------------------------------------------------------
 
-func TestCloseTwiceAndUseAfterClose(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{})
-	create(t, s, "orders")
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	ctx := t.Context()
-	l := backend.Lease{Boundary: "orders", Holder: "n1", Term: 1}
-	checks := map[string]error{}
-	_, checks["Append"] = s.Append(ctx, "orders", prepared(t, "orders", 1), nil)
-	_, _, checks["Read"] = s.Read(ctx, "orders", 0, 10, nil)
-	_, _, checks["CreateBoundary"] = s.CreateBoundary(ctx, "other")
-	_, checks["Boundary"] = s.Boundary(ctx, "orders")
-	_, checks["Boundaries"] = s.Boundaries(ctx)
-	_, checks["Checkpoint"] = s.Checkpoint(ctx, "orders")
-	checks["SaveCheckpoint"] = s.SaveCheckpoint(ctx, "orders", l, 0)
-	_, checks["AcquireLease"] = s.AcquireLease(ctx, "orders", "n1", time.Second)
-	_, checks["RenewLease"] = s.RenewLease(ctx, l, time.Second)
-	checks["ReleaseLease"] = s.ReleaseLease(ctx, l)
-	_, checks["LeaseHolder"] = s.LeaseHolder(ctx, "orders")
-	for op, err := range checks {
-		if !errors.Is(err, event.ErrClosed) {
-			t.Errorf("%s after Close: %v, want ErrClosed", op, err)
-		}
-	}
-}
-
-func TestReadLimitMustBePositive(t *testing.T) {
-	t.Parallel()
-	s := setup(t, Config{})
-	create(t, s, "orders")
-	for _, limit := range []int{0, -1} {
-		_, _, err := s.Read(t.Context(), "orders", 0, limit, nil)
-		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
-			t.Fatalf("Read with limit %d: %v, want ErrInvalid naming the limit", limit, err)
-		}
-	}
-	if _, err := s.Append(t.Context(), "orders", nil, nil); !errors.Is(err, event.ErrInvalid) {
-		t.Fatalf("Append of no events: %v, want ErrInvalid", err)
-	}
-}
-
 // TestNoGoroutineLeak: after Close nothing of the store runs: not the
 // workers, not the listener, not the pool's health check. Not parallel: it
 // counts the process's goroutines.
 func TestNoGoroutineLeak(t *testing.T) {
 	dbURL := pgtest.URL(t)
-	testutil.NoLeaks(t)
-	for range 3 {
-		s, err := Open(context.Background(), Config{URL: dbURL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		create(t, s, "orders")
-		s.OnAppend(func(string) {})
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := s.Append(context.Background(), "orders", prepared(t, "orders", 3), nil); err != nil {
-					t.Error(err)
-				}
-				if _, _, err := s.Read(context.Background(), "orders", 0, 100, nil); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
-		testutil.Eventually(t, "the listener is up", 20*time.Second, 2*time.Millisecond, func() bool { return s.listens.Load() == 1 })
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	backendtest.NoGoroutineLeak(t, func(t *testing.T) backend.Store { return setup(t, Config{URL: dbURL}) },
+		func(s backend.Store) bool { return s.(*Store).listens.Load() == 1 })
 }
 
 // TestOpenUnresponsiveServerTimesOut: a server that accepts the TCP
@@ -1227,6 +976,11 @@ func TestOpenUnresponsiveServerTimesOut(t *testing.T) {
 var features = backendtest.Features{
 	HoldGroups: func(s backend.Store, b string) (func() int, func()) { return s.(*Store).holdGroups(b) },
 	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
+	Stall: func(t *testing.T, s backend.Store, b string, n int) (func(), <-chan backendtest.Outcome) {
+		return stall(t, s.(*Store), b, n)
+	},
+	Queued:  func(s backend.Store) int64 { return s.(*Store).waiting.Load() },
+	Closing: func(s backend.Store) bool { return s.(*Store).isClosed() },
 }
 
 // TestHeadsHeld_I7: the shared head read says which head rows an open
@@ -1306,7 +1060,7 @@ FOR EACH ROW EXECUTE FUNCTION test_wait();`); err != nil {
 		}
 	}
 	defer unlock()
-	out := appendAsync(s, ctx, "orders", prepared(t, "orders", 1), nil)
+	out := backendtest.AppendAsync(ctx, s, "orders", backendtest.Prepared(t, "orders", 1), nil)
 	held := func() bool {
 		hs, err := s.Heads(ctx)
 		if err != nil {
@@ -1333,7 +1087,7 @@ FOR EACH ROW EXECUTE FUNCTION test_wait();`); err != nil {
 		time.Sleep(20 * time.Millisecond)
 	}
 	unlock()
-	if r := <-out; r.err != nil || r.res.First != 1 {
+	if r := <-out; r.Err != nil || r.Res.First != 1 {
 		t.Fatalf("append after the COMMIT went on: %+v", r)
 	}
 	if held() {

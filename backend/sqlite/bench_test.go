@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,23 +11,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
-	"github.com/orisun-io/orisun/event"
 )
-
-// benchEvents returns n prepared events of about 100 bytes of data, with
-// fresh time-ordered ids.
-func benchEvents(n int) []event.Input {
-	in := make([]event.Input, n)
-	for i := range in {
-		in[i] = event.Input{
-			ID:   event.NewID(),
-			Type: "bench.event",
-			Data: json.RawMessage(`{"customer":"c-000042","amount":1234,"currency":"EUR","note":"benchmark payload of about 100 b"}`),
-			Tags: []string{"customer:42"},
-		}
-	}
-	return in
-}
 
 // BenchmarkAppend reports append throughput: single-event appends from many
 // goroutines (what group commit is for) and sequential 100-event batches,
@@ -61,7 +44,7 @@ END`,
 			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", 100), ", ")
 		b.ResetTimer()
 		for i := 0; i < b.N; i += 100 {
-			in := benchEvents(100)
+			in := backendtest.BenchEvents(100, "customer:42")
 			args := make([]any, 0, 800)
 			now := time.Now().UnixNano()
 			for k := range in {
@@ -80,22 +63,7 @@ END`,
 			if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
 				b.Fatal(err)
 			}
-			groups := s.groups.Load()
-			b.SetParallelism(16)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if _, err := s.Append(context.Background(), "bench", benchEvents(1), nil); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-			if n := s.groups.Load() - groups; n > 0 {
-				b.ReportMetric(float64(b.N)/float64(n), "events/commit")
-			}
+			backendtest.BenchParallel(b, s, []string{"bench"}, s.groups.Load)
 		})
 		b.Run("batch100/sync="+sync, func(b *testing.B) {
 			s := setup(b, Config{Synchronous: sync})
@@ -104,7 +72,7 @@ END`,
 			}
 			b.ResetTimer()
 			for range b.N {
-				if _, err := s.Append(context.Background(), "bench", benchEvents(100), nil); err != nil {
+				if _, err := s.Append(context.Background(), "bench", backendtest.BenchEvents(100, "customer:42"), nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -133,7 +101,7 @@ func BenchmarkAppendCallers(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for next.Add(1) <= int64(b.N) {
-						if _, err := s.Append(context.Background(), "bench", benchEvents(1), nil); err != nil {
+						if _, err := s.Append(context.Background(), "bench", backendtest.BenchEvents(1, "customer:42"), nil); err != nil {
 							b.Error(err)
 							return
 						}
@@ -155,7 +123,7 @@ func BenchmarkAppendCallers(b *testing.B) {
 		}
 		b.ResetTimer()
 		for i := 0; i < b.N; i += 100 {
-			if _, err := s.Append(context.Background(), "bench", benchEvents(100), nil); err != nil {
+			if _, err := s.Append(context.Background(), "bench", backendtest.BenchEvents(100, "customer:42"), nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -42,33 +42,32 @@ func setup(t testing.TB, cfg Config) *Store {
 	return s
 }
 
+// TestConformance runs the suite of the store seam with the defaults, with
+// a group delay (groups wait for requests to join them) and with groups of
+// at most 3 events (requests carried over from one group to the next all
+// the time); then its cases of the append queue, with stall (the write
+// connection held) as Features.Stall.
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{}) }, features)
-}
-
-// TestConformanceSmallGroups runs the suite with groups of at most 3 events,
-// so requests are carried over from one group to the next all the time.
-// TestConformanceGroupDelay runs the suite with a group delay, so groups
-// wait for requests to join them.
-func TestConformanceGroupDelay(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupDelay: 200 * time.Microsecond}) }, features)
-}
-
-func TestConformanceSmallGroups(t *testing.T) {
-	backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, Config{GroupMaxEvents: 3, Synchronous: "OFF"}) }, features)
-}
-
-func prepared(t testing.TB, boundary string, n int) []event.Input {
-	t.Helper()
-	in := make([]event.Input, n)
-	for i := range in {
-		in[i] = event.Input{Type: "test.event", Data: []byte(`{"i":` + strconv.Itoa(i) + `}`)}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"Defaults", Config{}},
+		{"GroupDelay", Config{GroupDelay: 200 * time.Microsecond}},
+		{"SmallGroups", Config{GroupMaxEvents: 3, Synchronous: "OFF"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, c.cfg) }, features)
+		})
 	}
-	out, err := event.Prepare(boundary, in, event.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	t.Run("Queue", func(t *testing.T) {
+		backendtest.RunQueue(t, backendtest.Queue{
+			Open: func(t *testing.T, groupMaxEvents int) backend.Store {
+				return setup(t, Config{GroupMaxEvents: groupMaxEvents})
+			},
+			Reopen: func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{Dir: s.(*Store).cfg.Dir}) },
+		}, features)
+	})
 }
 
 func TestDirectoryLock(t *testing.T) {
@@ -121,7 +120,7 @@ func TestReopenKeepsDataAndMigrationsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Append(t.Context(), "orders", prepared(t, "orders", 5), nil)
+	res, err := s.Append(t.Context(), "orders", backendtest.Prepared(t, "orders", 5), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,44 +307,12 @@ func TestOpenRefusesADatabaseWithoutWAL(t *testing.T) {
 	}
 }
 
-func TestCloseTwiceAndUseAfterClose(t *testing.T) {
-	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	ctx := t.Context()
-	l := backend.Lease{Boundary: "orders", Holder: "n1", Term: 1}
-	checks := map[string]error{}
-	_, checks["Append"] = s.Append(ctx, "orders", prepared(t, "orders", 1), nil)
-	_, _, checks["Read"] = s.Read(ctx, "orders", 0, 10, nil)
-	_, _, checks["CreateBoundary"] = s.CreateBoundary(ctx, "other")
-	_, checks["Boundary"] = s.Boundary(ctx, "orders")
-	_, checks["Boundaries"] = s.Boundaries(ctx)
-	_, checks["Checkpoint"] = s.Checkpoint(ctx, "orders")
-	checks["SaveCheckpoint"] = s.SaveCheckpoint(ctx, "orders", l, 0)
-	_, checks["AcquireLease"] = s.AcquireLease(ctx, "orders", "n1", time.Second)
-	_, checks["RenewLease"] = s.RenewLease(ctx, l, time.Second)
-	checks["ReleaseLease"] = s.ReleaseLease(ctx, l)
-	_, checks["LeaseHolder"] = s.LeaseHolder(ctx, "orders")
-	for op, err := range checks {
-		if !errors.Is(err, event.ErrClosed) {
-			t.Errorf("%s after Close: %v, want ErrClosed", op, err)
-		}
-	}
-}
-
 // stall takes the one write connection and sends one append of n events to
 // boundary, which the writer takes into a group and then stalls on, at
 // BEGIN. When stall returns, the writer is stuck there, so every further
 // append waits in the queue, deterministically. release gives the
 // connection back; first reports the stalled append's outcome.
-func stall(t *testing.T, s *Store, boundary string, n int) (release func(), first <-chan error) {
+func stall(t *testing.T, s *Store, boundary string, n int) (release func(), first <-chan backendtest.Outcome) {
 	t.Helper()
 	conn, err := s.wdb.Conn(t.Context())
 	if err != nil {
@@ -355,220 +322,9 @@ func stall(t *testing.T, s *Store, boundary string, n int) (release func(), firs
 	release = func() { once.Do(func() { _ = conn.Close() }) }
 	t.Cleanup(release)
 	before := s.groups.Load()
-	errs := make(chan error, 1)
-	in := prepared(t, boundary, n)
-	go func() {
-		_, err := s.Append(context.Background(), boundary, in, nil)
-		errs <- err
-	}()
+	first = backendtest.AppendAsync(context.Background(), s, boundary, backendtest.Prepared(t, boundary, n), nil)
 	testutil.Eventually(t, "the writer begins a group", 10*time.Second, time.Millisecond, func() bool { return s.groups.Load() == before+1 })
-	return release, errs
-}
-
-func TestCancelledWhileQueuedWritesNothing(t *testing.T) {
-	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	release, first := stall(t, s, "orders", 2)
-	const callers = 5
-	ctx, cancel := context.WithCancel(t.Context())
-	errs := make(chan error, callers)
-	for range callers {
-		in := prepared(t, "orders", 2)
-		go func() {
-			_, err := s.Append(ctx, "orders", in, nil)
-			errs <- err
-		}()
-	}
-	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
-	cancel()
-	for range callers {
-		if err := <-errs; !errors.Is(err, context.Canceled) {
-			t.Fatalf("Append cancelled while queued: %v, want context.Canceled", err)
-		}
-	}
-	release()
-	if err := <-first; err != nil {
-		t.Fatalf("the append in flight: %v", err)
-	}
-	res, err := s.Append(t.Context(), "orders", prepared(t, "orders", 1), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.First != 3 {
-		t.Fatalf("the next append got position %d, want 3: a cancelled append wrote something", res.First)
-	}
-}
-
-// TestCloseWithQueuedAppends: the group in flight commits, the queued
-// appends get ErrClosed and are not written; every success is stored.
-func TestCloseWithQueuedAppends(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(context.Background(), Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	release, first := stall(t, s, "orders", 2)
-	const callers = 20
-	type outcome struct {
-		in  []event.Input
-		err error
-	}
-	out := make(chan outcome, callers)
-	for range callers {
-		in := prepared(t, "orders", 2)
-		go func() {
-			_, err := s.Append(context.Background(), "orders", in, nil)
-			out <- outcome{in, err}
-		}()
-	}
-	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
-	closed := make(chan error)
-	go func() { closed <- s.Close() }()
-	// Close waits for the writer, which waits for the connection; the
-	// queued callers are refused at once.
-	testutil.Eventually(t, "queued callers refused", 10*time.Second, time.Millisecond, func() bool { return s.closed() && s.waiting.Load() == 0 })
-	release()
-	if err := <-closed; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-first; err != nil {
-		t.Fatalf("the append in flight during Close: %v, want it committed", err)
-	}
-	var refused []string
-	for range callers {
-		o := <-out
-		if !errors.Is(o.err, event.ErrClosed) {
-			t.Fatalf("a queued Append during Close: %v, want ErrClosed", o.err)
-		}
-		refused = append(refused, o.in[0].ID, o.in[1].ID)
-	}
-	s = setup(t, Config{Dir: dir})
-	_, events, err := s.Read(t.Context(), "orders", 0, 1000, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(events) != 2 {
-		t.Fatalf("%d events stored, want the 2 of the append in flight", len(events))
-	}
-	for _, e := range events {
-		for _, id := range refused {
-			if e.ID == id {
-				t.Fatalf("id %s was refused with ErrClosed but is stored", id)
-			}
-		}
-	}
-}
-
-// groupsBehindStall stalls the writer on a group for boundary (stall),
-// queues callers appends of n events each behind it, releases the stall,
-// and returns how many groups (transactions) the queued appends took once
-// all succeeded.
-func groupsBehindStall(t *testing.T, s *Store, boundary string, callers, n int) int64 {
-	t.Helper()
-	release, first := stall(t, s, boundary, n)
-	errs := make(chan error, callers)
-	for range callers {
-		in := prepared(t, boundary, n)
-		go func() {
-			_, err := s.Append(context.Background(), boundary, in, nil)
-			errs <- err
-		}()
-	}
-	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == int64(callers) })
-	before := s.groups.Load()
-	release()
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for range callers {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s.groups.Load() - before
-}
-
-// TestGroupCommit: appends that wait while a group is in flight commit
-// together in the next group, one transaction for all of them.
-func TestGroupCommit(t *testing.T) {
-	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	const callers = 20
-	if n := groupsBehindStall(t, s, "orders", callers, 3); n != 1 {
-		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
-	}
-	if b, _ := s.Boundary(t.Context(), "orders"); b.Head != 3*(callers+1) {
-		t.Fatalf("head = %d, want %d", b.Head, 3*(callers+1))
-	}
-}
-
-// TestGroupMaxEvents: a group stops at GroupMaxEvents; the request that
-// does not fit starts the next group.
-func TestGroupMaxEvents(t *testing.T) {
-	s := setup(t, Config{GroupMaxEvents: 10})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
-	const callers = 12
-	if n := groupsBehindStall(t, s, "orders", callers, 4); n != 6 {
-		t.Fatalf("%d transactions, want 6", n)
-	}
-	_, events, err := s.Read(t.Context(), "orders", 0, 1000, nil)
-	if err != nil || len(events) != 4*(callers+1) {
-		t.Fatalf("Read: %d events, %v; want %d", len(events), err, 4*(callers+1))
-	}
-}
-
-func TestReadLimitMustBePositive(t *testing.T) {
-	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	for _, limit := range []int{0, -1} {
-		_, _, err := s.Read(t.Context(), "orders", 0, limit, nil)
-		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
-			t.Fatalf("Read with limit %d: %v, want ErrInvalid naming the limit", limit, err)
-		}
-	}
-	_, err := s.Append(t.Context(), "orders", nil, nil)
-	if !errors.Is(err, event.ErrInvalid) {
-		t.Fatalf("Append of no events: %v, want ErrInvalid", err)
-	}
-}
-
-func TestLargeAppendCrossesChunks(t *testing.T) {
-	// More events than one INSERT or one id lookup binds, and more than a
-	// group holds: the append still commits alone, and its retry is
-	// recognised across lookup chunks.
-	s := setup(t, Config{GroupMaxEvents: 100, Synchronous: "OFF"})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
-	in := prepared(t, "orders", 1234)
-	res, err := s.Append(t.Context(), "orders", in, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.First != 1 || res.Last != 1234 {
-		t.Fatalf("Append = %d..%d, want 1..1234", res.First, res.Last)
-	}
-	again, err := s.Append(t.Context(), "orders", in, nil)
-	if err != nil || again != res {
-		t.Fatalf("retry = %+v, %v; want %+v", again, err, res)
-	}
-	in[1000].Data = []byte(`{"changed":true}`)
-	if _, err := s.Append(t.Context(), "orders", in, nil); !errors.Is(err, event.ErrConflict) ||
-		!strings.Contains(err.Error(), "events[1000].id "+in[1000].ID+" is already stored at position 1001 with other content") {
-		t.Fatalf("retry with event 1000 changed: %v, want a conflict naming events[1000] and position 1001", err)
-	}
+	return release, first
 }
 
 func TestErrorTranslation(t *testing.T) {
@@ -608,35 +364,10 @@ func TestErrorTranslation(t *testing.T) {
 	}
 }
 
+// TestNoGoroutineLeak: after Close nothing of the store runs. Not parallel:
+// it counts the process's goroutines.
 func TestNoGoroutineLeak(t *testing.T) {
-	// Not parallel: it counts the process's goroutines.
-	testutil.NoLeaks(t)
-	for range 3 {
-		s, err := Open(context.Background(), Config{Dir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := s.Append(context.Background(), "orders", prepared(t, "orders", 3), nil); err != nil {
-					t.Error(err)
-				}
-				if _, _, err := s.Read(context.Background(), "orders", 0, 100, nil); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	backendtest.NoGoroutineLeak(t, func(t *testing.T) backend.Store { return setup(t, Config{}) }, nil)
 }
 
 // FuzzTagMatch: any valid tag is stored and matched as exactly itself, never
@@ -709,7 +440,7 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 	}
 	results := make(chan result, callers)
 	for i := range callers {
-		in := prepared(t, "orders", 150)
+		in := backendtest.Prepared(t, "orders", 150)
 		poison := i%3 == 0
 		if poison {
 			in[149].Type = "poison"
@@ -725,8 +456,8 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 	}
 	testutil.Eventually(t, "callers queued", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == callers })
 	release()
-	if err := <-first; err != nil {
-		t.Fatal(err)
+	if o := <-first; o.Err != nil {
+		t.Fatal(o.Err)
 	}
 	stored := uint64(1)
 	var ok []result
@@ -774,6 +505,11 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 var features = backendtest.Features{
 	HoldGroups: func(s backend.Store, _ string) (func() int, func()) { return s.(*Store).holdGroups() },
 	Groups:     func(s backend.Store) int64 { return s.(*Store).groups.Load() },
+	Stall: func(t *testing.T, s backend.Store, b string, n int) (func(), <-chan backendtest.Outcome) {
+		return stall(t, s.(*Store), b, n)
+	},
+	Queued:  func(s backend.Store) int64 { return s.(*Store).waiting.Load() },
+	Closing: func(s backend.Store) bool { return s.(*Store).closed() },
 }
 
 // TestMergedRun: requests without conditions to one boundary in one group
@@ -787,34 +523,22 @@ func TestMergedRun(t *testing.T) {
 	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	stored := prepared(t, "orders", 2)
+	stored := backendtest.Prepared(t, "orders", 2)
 	if _, err := s.Append(ctx, "orders", stored, nil); err != nil {
 		t.Fatal(err)
 	}
-	type appendOutcome struct {
-		res event.AppendResult
-		err error
-	}
-	appendAsync := func(in []event.Input) <-chan appendOutcome {
-		ch := make(chan appendOutcome, 1)
-		go func() {
-			res, err := s.Append(context.Background(), "orders", in, nil)
-			ch <- appendOutcome{res, err}
-		}()
-		return ch
-	}
-	group := func(reqs [][]event.Input) []appendOutcome {
+	group := func(reqs [][]event.Input) []backendtest.Outcome {
 		t.Helper()
 		queued, release := s.holdGroups()
 		defer release()
 		groups := s.groups.Load()
-		outs := make([]<-chan appendOutcome, len(reqs))
+		outs := make([]<-chan backendtest.Outcome, len(reqs))
 		for i, in := range reqs {
-			outs[i] = appendAsync(in)
+			outs[i] = backendtest.AppendAsync(context.Background(), s, "orders", in, nil)
 			testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
 		}
 		release()
-		got := make([]appendOutcome, len(reqs))
+		got := make([]backendtest.Outcome, len(reqs))
 		for i := range outs {
 			got[i] = <-outs[i]
 		}
@@ -827,7 +551,7 @@ func TestMergedRun(t *testing.T) {
 	// Five fresh requests: one merged run, positions in arrival order.
 	var reqs [][]event.Input
 	for i := range 5 {
-		reqs = append(reqs, prepared(t, "orders", 1+i%2))
+		reqs = append(reqs, backendtest.Prepared(t, "orders", 1+i%2))
 	}
 	merged := s.merged.Load()
 	got := group(reqs)
@@ -837,24 +561,24 @@ func TestMergedRun(t *testing.T) {
 	next := uint64(3)
 	for i, o := range got {
 		n := uint64(len(reqs[i]))
-		if o.err != nil || o.res.First != next || o.res.Last != next+n-1 {
-			t.Fatalf("request %d: %+v, %v; want %d..%d", i, o.res, o.err, next, next+n-1)
+		if o.Err != nil || o.Res.First != next || o.Res.Last != next+n-1 {
+			t.Fatalf("request %d: %+v, %v; want %d..%d", i, o.Res, o.Err, next, next+n-1)
 		}
 		next += n
 	}
 
 	// A retry of a stored append and a retry within the group: one at a
 	// time, each answered as alone.
-	fresh := prepared(t, "orders", 1)
-	got = group([][]event.Input{prepared(t, "orders", 1), stored, fresh, fresh})
-	if got[0].err != nil || got[0].res.First != next {
-		t.Fatalf("fresh request: %+v, %v; want position %d", got[0].res, got[0].err, next)
+	fresh := backendtest.Prepared(t, "orders", 1)
+	got = group([][]event.Input{backendtest.Prepared(t, "orders", 1), stored, fresh, fresh})
+	if got[0].Err != nil || got[0].Res.First != next {
+		t.Fatalf("fresh request: %+v, %v; want position %d", got[0].Res, got[0].Err, next)
 	}
-	if got[1].err != nil || got[1].res.First != 1 || got[1].res.Last != 2 {
-		t.Fatalf("retry of the stored append: %+v, %v; want 1..2", got[1].res, got[1].err)
+	if got[1].Err != nil || got[1].Res.First != 1 || got[1].Res.Last != 2 {
+		t.Fatalf("retry of the stored append: %+v, %v; want 1..2", got[1].Res, got[1].Err)
 	}
-	if got[2].err != nil || got[3].err != nil || got[2].res != got[3].res || got[2].res.First != next+1 {
-		t.Fatalf("retry in the same group: %+v, %v and %+v, %v; want both at %d", got[2].res, got[2].err, got[3].res, got[3].err, next+1)
+	if got[2].Err != nil || got[3].Err != nil || got[2].Res != got[3].Res || got[2].Res.First != next+1 {
+		t.Fatalf("retry in the same group: %+v, %v and %+v, %v; want both at %d", got[2].Res, got[2].Err, got[3].Res, got[3].Err, next+1)
 	}
 	_, evs, err := s.Read(ctx, "orders", 0, 1000, nil)
 	if err != nil {
@@ -881,30 +605,21 @@ func TestMergedRunEdges(t *testing.T) {
 	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	type out struct {
-		res event.AppendResult
-		err error
-	}
-	send := func(c context.Context, b string, in []event.Input) <-chan out {
-		ch := make(chan out, 1)
-		go func() { r, err := s.Append(c, b, in, nil); ch <- out{r, err} }()
-		return ch
-	}
 	queued, release := s.holdGroups()
 	defer release()
 	cctx, cancel := context.WithCancel(ctx)
-	var outs []<-chan out
+	var outs []<-chan backendtest.Outcome
 	for i, r := range []struct {
 		ctx      context.Context
 		boundary string
 		n        int
 	}{{ctx, "orders", 1}, {cctx, "orders", 2}, {ctx, "orders", 1}, {ctx, "nope", 1}, {ctx, "nope", 1}, {ctx, "orders", 1}} {
-		outs = append(outs, send(r.ctx, r.boundary, prepared(t, r.boundary, r.n)))
+		outs = append(outs, backendtest.AppendAsync(r.ctx, s, r.boundary, backendtest.Prepared(t, r.boundary, r.n), nil))
 		testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
 	}
 	cancel()
-	if o := <-outs[1]; !errors.Is(o.err, context.Canceled) {
-		t.Fatalf("the cancelled request: %+v, %v", o.res, o.err)
+	if o := <-outs[1]; !errors.Is(o.Err, context.Canceled) {
+		t.Fatalf("the cancelled request: %+v, %v", o.Res, o.Err)
 	}
 	release()
 	for i, want := range []uint64{1, 0, 2, 0, 0, 3} {
@@ -913,13 +628,13 @@ func TestMergedRunEdges(t *testing.T) {
 		}
 		o := <-outs[i]
 		if want == 0 {
-			if !errors.Is(o.err, event.ErrNotFound) {
-				t.Fatalf("request %d to a missing boundary: %+v, %v", i, o.res, o.err)
+			if !errors.Is(o.Err, event.ErrNotFound) {
+				t.Fatalf("request %d to a missing boundary: %+v, %v", i, o.Res, o.Err)
 			}
 			continue
 		}
-		if o.err != nil || o.res.First != want || o.res.Last != want {
-			t.Fatalf("request %d: %+v, %v; want position %d", i, o.res, o.err, want)
+		if o.Err != nil || o.Res.First != want || o.Res.Last != want {
+			t.Fatalf("request %d: %+v, %v; want position %d", i, o.Res, o.Err, want)
 		}
 	}
 	if _, evs, err := s.Read(ctx, "orders", 0, 10, nil); err != nil || len(evs) != 3 {
@@ -938,7 +653,7 @@ func TestConditionStatementsPreparedOnce(t *testing.T) {
 	}
 	appendIf := func(q event.Query) {
 		t.Helper()
-		if _, err := s.Append(ctx, "orders", prepared(t, "orders", 1), &event.Condition{Query: q}); err != nil {
+		if _, err := s.Append(ctx, "orders", backendtest.Prepared(t, "orders", 1), &event.Condition{Query: q}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -981,7 +696,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Append(ctx, "orders", prepared(t, "orders", 2), nil); err != nil {
+	if _, err := s.Append(ctx, "orders", backendtest.Prepared(t, "orders", 2), nil); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Now()
@@ -1060,28 +775,18 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	release, first := stall(t, s, "orders", 1)
-	type outcome struct {
-		res event.AppendResult
-		err error
+	appendAsync := func() <-chan backendtest.Outcome {
+		return backendtest.AppendAsync(context.Background(), s, "orders", backendtest.Prepared(t, "orders", 1), nil)
 	}
-	appendAsync := func() <-chan outcome {
-		out := make(chan outcome, 1)
-		in := prepared(t, "orders", 1)
-		go func() {
-			res, err := s.Append(context.Background(), "orders", in, nil)
-			out <- outcome{res, err}
-		}()
-		return out
-	}
-	var outs []<-chan outcome
+	var outs []<-chan backendtest.Outcome
 	for range 3 {
 		outs = append(outs, appendAsync())
 	}
 	testutil.Eventually(t, "three requests wait behind the stalled group", 10*time.Second, time.Millisecond, func() bool { return s.waiting.Load() == 3 })
 	groups := s.groups.Load()
 	release()
-	if err := <-first; err != nil {
-		t.Fatalf("stalled append: %v", err)
+	if o := <-first; o.Err != nil {
+		t.Fatalf("stalled append: %v", o.Err)
 	}
 	// Its caller comes back at once, as a closed-loop caller does.
 	outs = append(outs, appendAsync())
@@ -1089,10 +794,10 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	for i, out := range outs {
 		select {
 		case r := <-out:
-			if r.err != nil {
-				t.Fatalf("append %d: %v", i, r.err)
+			if r.Err != nil {
+				t.Fatalf("append %d: %v", i, r.Err)
 			}
-			seen[r.res.First] = true
+			seen[r.Res.First] = true
 		case <-time.After(30 * time.Second):
 			t.Fatalf("append %d never answered", i)
 		}
