@@ -65,7 +65,7 @@ func setup(t *testing.T) *env {
 	return &env{store: store, ns: ns, nc: nc, js: js}
 }
 
-func (e *env) append(t *testing.T, n int) {
+func (e *env) append(t testing.TB, n int) {
 	t.Helper()
 	in := make([]event.Input, n)
 	for i := range in {
@@ -74,6 +74,38 @@ func (e *env) append(t *testing.T, n int) {
 	if _, err := e.store.Append(context.Background(), "b", in, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lease takes the boundary's lease for node n, for a minute.
+func (e *env) lease(t testing.TB) backend.Lease {
+	t.Helper()
+	l, err := e.store.AcquireLease(context.Background(), "b", "n", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// checkpoint is the boundary's stored checkpoint (0 when it cannot be
+// read).
+func (e *env) checkpoint() uint64 {
+	cp, _ := e.store.Checkpoint(context.Background(), "b")
+	return cp
+}
+
+// run runs p under the lease l in a goroutine until stop, which ends the
+// run (cancels its context) and returns its result; the test's cleanup
+// stops it too.
+func run(t testing.TB, p *publisher.Publisher, l backend.Lease) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, l) }()
+	stop = sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // publisher returns a publisher without Nats-Msg-Id, so that the server's
@@ -88,7 +120,7 @@ func (e *env) publisher(js jetstream.JetStream, wake chan struct{}) *publisher.P
 
 // checkStream asserts sequence = position = the store's event (I2) for the
 // whole stream and returns its last sequence.
-func (e *env) checkStream(t *testing.T) uint64 {
+func (e *env) checkStream(t testing.TB) uint64 {
 	t.Helper()
 	ctx := context.Background()
 	s, err := e.js.Stream(ctx, stream.Name("b"))
@@ -162,10 +194,7 @@ appending:
 		t.Fatalf("stale publisher ended with %v, want ErrLeaseLost", badErr)
 	}
 	head := func() uint64 { b, _ := e.store.Boundary(ctx, "b"); return b.Head }
-	testutil.Eventually(t, "the checkpoint to reach the head", 20*time.Second, 10*time.Millisecond, func() bool {
-		cp, _ := e.store.Checkpoint(ctx, "b")
-		return cp == head()
-	})
+	testutil.Eventually(t, "the checkpoint to reach the head", 20*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == head() })
 	cancel()
 	wg.Wait()
 	if goodErr != nil {
@@ -207,23 +236,16 @@ func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
 		}
 	}
 	e.append(t, 3)
-	l, err := e.store.AcquireLease(ctx, "b", "n", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := e.publisher(e.js, nil)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
+	stop := run(t, p, e.lease(t))
 	testutil.Eventually(t, "the stalled state", 5*time.Second, 10*time.Millisecond, func() bool {
 		st := p.Status()
 		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
 	})
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 0 {
+	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint moved to %d", cp)
 	}
 }
@@ -242,17 +264,9 @@ func TestStreamOfOtherEpochIsRecreated_I2(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.append(t, 10)
-	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
-	p := e.publisher(e.js, nil)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
-	testutil.Eventually(t, "the checkpoint at 10", 10*time.Second, 10*time.Millisecond, func() bool {
-		cp, _ := e.store.Checkpoint(ctx, "b")
-		return cp == 10
-	})
-	cancel()
-	<-done
+	stop := run(t, e.publisher(e.js, nil), e.lease(t))
+	testutil.Eventually(t, "the checkpoint at 10", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 10 })
+	stop()
 	if last := e.checkStream(t); last != 10 {
 		t.Fatalf("stream last %d, want 10", last)
 	}
@@ -272,20 +286,12 @@ func TestCleanStopCheckpoints_I3(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		e.append(t, 500)
 	}
-	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
-	p := e.publisher(e.js, nil)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
-	testutil.Eventually(t, "publishing under way", 10*time.Second, 10*time.Millisecond, func() bool {
-		cp, _ := e.store.Checkpoint(ctx, "b")
-		return cp >= 1000
-	})
-	cancel()
-	if err := <-done; err != nil {
+	stop := run(t, e.publisher(e.js, nil), e.lease(t))
+	testutil.Eventually(t, "publishing under way", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() >= 1000 })
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	cp, _ := e.store.Checkpoint(ctx, "b")
+	cp := e.checkpoint()
 	s, _ := e.js.Stream(ctx, stream.Name("b"))
 	last := s.CachedInfo().State.LastSeq
 	if cp != last {
@@ -304,23 +310,19 @@ func foreignMessage(t *testing.T, lim stream.Limits, after int) (*env, *publishe
 	t.Helper()
 	e := setup(t)
 	ctx := context.Background()
-	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
 	wake := make(chan struct{}, 1)
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 8,
 		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: lim})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
+	run(t, p, e.lease(t))
 	e.append(t, 3)
-	testutil.Eventually(t, "the checkpoint at 3", 10*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 3 })
+	testutil.Eventually(t, "the checkpoint at 3", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 3 })
 	if _, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
 	e.append(t, after)
 	wake <- struct{}{}
 	head := uint64(3 + after)
-	testutil.Eventually(t, "the checkpoint at the head", 20*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == head })
+	testutil.Eventually(t, "the checkpoint at the head", 20*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == head })
 	return e, p
 }
 
@@ -384,20 +386,12 @@ func (f *failFirstSave) SaveCheckpoint(ctx context.Context, b string, l backend.
 // status does not report a lag that does not exist.
 func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 	e := setup(t)
-	ctx := context.Background()
 	e.append(t, 10)
-	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
 	p := publisher.New(publisher.Config{Boundary: "b", Store: &failFirstSave{Store: e.store}, JS: e.js,
 		BatchSize: 50, PollInterval: 20 * time.Millisecond})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
-	testutil.Eventually(t, "the checkpoint at 10 with no new event", 10*time.Second, 10*time.Millisecond, func() bool {
-		cp, _ := e.store.Checkpoint(ctx, "b")
-		return cp == 10
-	})
-	cancel()
-	<-done
+	stop := run(t, p, e.lease(t))
+	testutil.Eventually(t, "the checkpoint at 10 with no new event", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 10 })
+	stop()
 	e.checkStream(t)
 }
 
@@ -633,7 +627,6 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		e.append(t, 100)
 	}
-	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
 	var acks atomic.Int64
 	wake := make(chan struct{}, 1)
 	p := e.wideWindow(wake, func(last uint64) {
@@ -654,9 +647,7 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 				last, cp, streamLast)
 		}
 	})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
+	stop := run(t, p, e.lease(t))
 	for i := 0; i < 100; i++ {
 		e.append(t, 10)
 		select {
@@ -664,9 +655,8 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 		default:
 		}
 	}
-	testutil.Eventually(t, "the checkpoint at 2000", 30*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 2000 })
-	cancel()
-	if err := <-done; err != nil {
+	testutil.Eventually(t, "the checkpoint at 2000", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 2000 })
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if n := acks.Load(); n < 20 {
@@ -688,7 +678,6 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		e.append(t, 100)
 	}
-	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
 	var once sync.Once
 	var foreignSeq atomic.Uint64
 	p := e.wideWindow(make(chan struct{}, 1), func(last uint64) {
@@ -704,12 +693,9 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 			foreignSeq.Store(ack.Sequence)
 		})
 	})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
-	testutil.Eventually(t, "the checkpoint at 1000", 60*time.Second, 10*time.Millisecond, func() bool { cp, _ := e.store.Checkpoint(ctx, "b"); return cp == 1000 })
-	cancel()
-	if err := <-done; err != nil {
+	stop := run(t, p, e.lease(t))
+	testutil.Eventually(t, "the checkpoint at 1000", 60*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1000 })
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	fs := foreignSeq.Load()
@@ -741,16 +727,12 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	e.append(t, 2)
-	l, _ := e.store.AcquireLease(ctx, "b", "n", time.Minute)
 	wake := make(chan struct{}, 1)
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 8,
 		PollInterval: time.Hour, Wake: wake})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
+	stop := run(t, p, e.lease(t))
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -762,8 +744,7 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 		}
 		return hs[0]
 	}
-	checkpoint := func() uint64 { cp, _ := e.store.Checkpoint(ctx, "b"); return cp }
-	testutil.Eventually(t, "the first 2 events published", 10*time.Second, 10*time.Millisecond, func() bool { return checkpoint() == 2 })
+	testutil.Eventually(t, "the first 2 events published", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 2 })
 	// Idle at 2: a head of 2 is not behind; a held row or another epoch is.
 	testutil.Eventually(t, "the publisher idle at the head", 10*time.Second, 10*time.Millisecond, func() bool {
 		return p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: head().Boundary.Epoch, Head: 3}})
@@ -789,11 +770,11 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	if h.Boundary.Head != 5 || !p.Behind(h) {
 		t.Fatalf("after appending 3 without a wake-up: Behind(%+v) = %v, want head 5 and true", h, p.Behind(h))
 	}
-	if cp := checkpoint(); cp != 2 {
+	if cp := e.checkpoint(); cp != 2 {
 		t.Fatalf("checkpoint %d before any wake-up, want 2: the publisher polled although its poll interval is an hour", cp)
 	}
 	wake <- struct{}{}
-	testutil.Eventually(t, "the 3 events published after the wake-up", 10*time.Second, 10*time.Millisecond, func() bool { return checkpoint() == 5 })
+	testutil.Eventually(t, "the 3 events published after the wake-up", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 5 })
 	if last := e.checkStream(t); last != 5 {
 		t.Fatalf("stream last %d, want 5", last)
 	}
@@ -827,17 +808,10 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 	ctx := context.Background()
 	g := &gatedSave{Store: e.store, gate: make(chan struct{}), entered: make(chan uint64, 64)}
 	wake := make(chan struct{}, 1)
-	l, err := e.store.AcquireLease(ctx, "b", "n", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A poll interval longer than the test: only the wake-ups move it.
 	p := publisher.New(publisher.Config{Boundary: "b", Store: g, JS: e.js, BatchSize: 50, Window: 8,
 		PollInterval: time.Hour, Wake: wake})
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx, l) }()
+	stop := run(t, p, e.lease(t))
 	kick := func() {
 		select {
 		case wake <- struct{}{}:
@@ -869,16 +843,12 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 		kick()
 		return streamLast() == 6
 	})
-	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 0 {
+	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint %d stored while its write was held", cp)
 	}
 	close(g.gate)
-	testutil.Eventually(t, "the checkpoint to catch up with 6", 30*time.Second, 10*time.Millisecond, func() bool {
-		cp, _ := e.store.Checkpoint(ctx, "b")
-		return cp == 6
-	})
-	cancel()
-	if err := <-done; err != nil {
+	testutil.Eventually(t, "the checkpoint to catch up with 6", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 6 })
+	if err := stop(); err != nil {
 		t.Fatalf("publisher: %v", err)
 	}
 	close(g.entered)
@@ -889,7 +859,7 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 		}
 		last = pos
 	}
-	if cp, _ := e.store.Checkpoint(ctx, "b"); cp != 6 {
+	if cp := e.checkpoint(); cp != 6 {
 		t.Fatalf("checkpoint %d after a clean stop, want 6", cp)
 	}
 	e.checkStream(t)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/event"
-	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/internal/startstop/startstoptest"
 	"github.com/orisun-io/orisun/natsembed"
 )
@@ -79,8 +78,7 @@ func TestServiceStartStopStress(t *testing.T) {
 		}
 		return &stressed{Service: service.New(nc, slowBackend{}, service.Config{}), nc: nc, client: client}
 	}, startstoptest.Options{
-		Rounds:  20,
-		Stopped: func(err error) bool { return errors.Is(err, startstop.ErrStopped) },
+		Rounds: 20,
 		Check: func(t testing.TB, p startstoptest.Part) {
 			s := p.(*stressed)
 			s.requests.Wait()

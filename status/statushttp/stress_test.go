@@ -2,7 +2,6 @@ package statushttp_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/internal/startstop/startstoptest"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/status/statushttp"
@@ -68,8 +66,7 @@ func TestServerStartStopStress(t *testing.T) {
 	startstoptest.Stress(t, func(testing.TB) startstoptest.Part {
 		return &listener{Server: statushttp.NewServer(slow{}, statushttp.Options{Addr: "127.0.0.1:0"}), client: client}
 	}, startstoptest.Options{
-		Rounds:  30,
-		Stopped: func(err error) bool { return errors.Is(err, startstop.ErrStopped) },
+		Rounds: 30,
 		Check: func(t testing.TB, p startstoptest.Part) {
 			l := p.(*listener)
 			l.requests.Wait()
