@@ -40,6 +40,29 @@ type projection[Tx any] struct {
 	clear func(ctx context.Context, tx Tx) error
 }
 
+// counter ensures p's schema and returns a handler that applies each
+// event's position (p.apply) with the checkpoint.
+func (p projection[Tx]) counter(t *testing.T) event.Handler {
+	t.Helper()
+	if err := p.cp.EnsureSchema(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p.cp.Handler(func(ctx context.Context, tx Tx, e event.Event) error { return p.apply(ctx, tx, e.Position) })
+}
+
+// onBothDatabases runs a test of the helper as two parallel subtests, on
+// a projection named name in SQLite and in PostgreSQL.
+func onBothDatabases(t *testing.T, name string, onSQLite func(*testing.T, projection[*sql.Tx]), onPostgres func(*testing.T, projection[pgx.Tx])) {
+	t.Run("SQLite", func(t *testing.T) {
+		t.Parallel()
+		onSQLite(t, sqliteProjection(t, name))
+	})
+	t.Run("Postgres", func(t *testing.T) {
+		t.Parallel()
+		onPostgres(t, pgProjection(t, name))
+	})
+}
+
 func sqliteProjection(t *testing.T, name string) projection[*sql.Tx] {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "projection.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
@@ -176,14 +199,9 @@ func countRows(t *testing.T, rows interface {
 	return out
 }
 
-func TestHandlerSQLite_I5(t *testing.T) {
+func TestHandler_I5(t *testing.T) {
 	t.Parallel()
-	testHandler(t, sqliteProjection(t, "proj"))
-}
-
-func TestHandlerPostgres_I5(t *testing.T) {
-	t.Parallel()
-	testHandler(t, pgProjection(t, "proj"))
+	onBothDatabases(t, "proj", testHandler, testHandler)
 }
 
 // testHandler: positions are applied once each with the checkpoint in the
@@ -391,14 +409,9 @@ func TestRunResumes_I5(t *testing.T) {
 	}
 }
 
-func TestTwoInstancesSQLite_I5(t *testing.T) {
+func TestTwoInstances_I5(t *testing.T) {
 	t.Parallel()
-	testTwoInstances(t, sqliteProjection(t, "twice"))
-}
-
-func TestTwoInstancesPostgres_I5(t *testing.T) {
-	t.Parallel()
-	testTwoInstances(t, pgProjection(t, "twice"))
+	onBothDatabases(t, "twice", testTwoInstances, testTwoInstances)
 }
 
 // testTwoInstances: two instances of one consumer fed the same positions
@@ -407,12 +420,9 @@ func TestTwoInstancesPostgres_I5(t *testing.T) {
 // and the second skips what the first applied.
 func testTwoInstances[Tx any](t *testing.T, p projection[Tx]) {
 	ctx := context.Background()
-	if err := p.cp.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
+	h := p.counter(t)
 	epoch := uuid.NewString()
 	const total = 200
-	h := p.cp.Handler(func(ctx context.Context, tx Tx, e event.Event) error { return p.apply(ctx, tx, e.Position) })
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {
@@ -441,25 +451,17 @@ func testTwoInstances[Tx any](t *testing.T, p projection[Tx]) {
 	}
 }
 
-// TestRebuild*: Rebuild empties the state and deletes the checkpoint in one
+func TestRebuild(t *testing.T) {
+	t.Parallel()
+	onBothDatabases(t, "proj", testRebuild, testRebuild)
+}
+
+// testRebuild: Rebuild empties the state and deletes the checkpoint in one
 // transaction; when the emptying fails, both stay as they were.
-func TestRebuildSQLite(t *testing.T) {
-	t.Parallel()
-	testRebuild(t, sqliteProjection(t, "proj"))
-}
-
-func TestRebuildPostgres(t *testing.T) {
-	t.Parallel()
-	testRebuild(t, pgProjection(t, "proj"))
-}
-
 func testRebuild[Tx any](t *testing.T, p projection[Tx]) {
 	ctx := context.Background()
-	if err := p.cp.EnsureSchema(ctx); err != nil {
-		t.Fatal(err)
-	}
+	h := p.counter(t)
 	epoch := uuid.NewString()
-	h := p.cp.Handler(func(ctx context.Context, tx Tx, e event.Event) error { return p.apply(ctx, tx, e.Position) })
 	for pos := uint64(1); pos <= 3; pos++ {
 		if err := h(ctx, event.Event{ID: uuid.NewString(), Boundary: "default", Epoch: epoch, Position: pos, Type: "t"}); err != nil {
 			t.Fatal(err)

@@ -29,8 +29,15 @@ type part struct {
 
 func (p *part) violate(s string) {
 	p.mu.Lock()
-	p.violations = append(p.violations, s)
+	p.violateLocked(true, s)
 	p.mu.Unlock()
+}
+
+// violateLocked records s if bad; the caller holds p.mu.
+func (p *part) violateLocked(bad bool, s string) {
+	if bad {
+		p.violations = append(p.violations, s)
+	}
 }
 
 func (p *part) Start(ctx context.Context) error { return p.life.Start(ctx, p.start, p.stop) }
@@ -47,12 +54,8 @@ func (p *part) Stop() error {
 func (p *part) start(context.Context) error {
 	p.mu.Lock()
 	p.starts++
-	if p.starts > 1 {
-		p.violations = append(p.violations, "start ran twice")
-	}
-	if p.stopping {
-		p.violations = append(p.violations, "start ran after stop")
-	}
+	p.violateLocked(p.starts > 1, "start ran twice")
+	p.violateLocked(p.stopping, "start ran after stop")
 	p.inStart = true
 	p.quit = make(chan struct{})
 	p.mu.Unlock()
@@ -83,12 +86,8 @@ func (p *part) work() {
 func (p *part) stop() error {
 	p.mu.Lock()
 	p.stops++
-	if p.stops > 1 {
-		p.violations = append(p.violations, "stop ran twice")
-	}
-	if p.inStart {
-		p.violations = append(p.violations, "stop ran during start")
-	}
+	p.violateLocked(p.stops > 1, "stop ran twice")
+	p.violateLocked(p.inStart, "stop ran during start")
 	p.stopping = true
 	quit := p.quit
 	p.mu.Unlock()
