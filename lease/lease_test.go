@@ -28,6 +28,43 @@ func setup(t *testing.T) *sqlite.Store {
 	return s
 }
 
+// run runs r for boundary b in a goroutine until stop, which cancels the
+// run and waits for it to return; the test's cleanup stops it too. (A test
+// whose leader work hangs on after its context ended runs r itself: a stop
+// would wait for that work.)
+func run(t *testing.T, r *lease.Runner, lead func(context.Context, backend.Lease) error, standby lease.Observer) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx, "b", lead, standby) }()
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return stop
+}
+
+// released reports whether holder has released the lease of b: a release
+// sets the expiry to the Unix epoch, unlike a lease left to run out.
+func released(s backend.Store, holder string) func() bool {
+	return func() bool {
+		cur, err := s.LeaseHolder(context.Background(), "b")
+		return err == nil && cur.Holder == holder && cur.Expires.Unix() <= 0
+	}
+}
+
+// stalling returns a runner for holder a whose leader work reports a stall
+// ("no progress") while stalled is set; asked is set once the runner asked
+// while it was.
+func stalling(s backend.Store, ttl time.Duration) (r *lease.Runner, stalled, asked *atomic.Bool) {
+	stalled, asked = new(atomic.Bool), new(atomic.Bool)
+	r = &lease.Runner{Store: s, Holder: "a", TTL: ttl, Stalled: func() string {
+		if !stalled.Load() {
+			return ""
+		}
+		asked.Store(true)
+		return "no progress"
+	}}
+	return r, stalled, asked
+}
+
 // leaders records which holder leads and checks that two never lead at once.
 type leaders struct {
 	mu      sync.Mutex
@@ -66,23 +103,12 @@ func TestOneLeaderAndHandOver_I6(t *testing.T) {
 	s := setup(t)
 	var l leaders
 	ttl := 5 * time.Second
-	ctxA, stopA := context.WithCancel(context.Background())
-	ctxB, stopB := context.WithCancel(context.Background())
-	defer stopB()
-	var wg sync.WaitGroup
 	var seenHolder atomic.Value
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		(&lease.Runner{Store: s, Holder: "a", TTL: ttl}).Run(ctxA, "b", l.lead("a"), nil)
-	}()
+	stopA := run(t, &lease.Runner{Store: s, Holder: "a", TTL: ttl}, l.lead("a"), nil)
 	testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
-	go func() {
-		defer wg.Done()
-		(&lease.Runner{Store: s, Holder: "b", TTL: ttl}).Run(ctxB, "b", l.lead("b"), func(h backend.Lease, err error) {
-			seenHolder.Store(h.Holder)
-		})
-	}()
+	stopB := run(t, &lease.Runner{Store: s, Holder: "b", TTL: ttl}, l.lead("b"), func(h backend.Lease, err error) {
+		seenHolder.Store(h.Holder)
+	})
 	testutil.Eventually(t, "b to see a as the holder", 5*time.Second, 5*time.Millisecond, func() bool { h, _ := seenHolder.Load().(string); return h == "a" })
 	start := time.Now()
 	stopA()
@@ -91,7 +117,6 @@ func TestOneLeaderAndHandOver_I6(t *testing.T) {
 		t.Fatalf("takeover took %s: the lease was not released on a clean stop", took)
 	}
 	stopB()
-	wg.Wait()
 	_, terms, overlap := l.get()
 	if overlap {
 		t.Fatal("two leaders at once")
@@ -120,19 +145,12 @@ func (f *failingRenewals) RenewLease(ctx context.Context, l backend.Lease, ttl t
 func TestLeaderStepsDownWhenLeaseLost(t *testing.T) {
 	s := &failingRenewals{Store: setup(t)}
 	var l leaders
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		(&lease.Runner{Store: s, Holder: "a", TTL: 300 * time.Millisecond}).Run(ctx, "b", l.lead("a"), nil)
-	}()
+	stop := run(t, &lease.Runner{Store: s, Holder: "a", TTL: 300 * time.Millisecond}, l.lead("a"), nil)
 	testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
 	s.fail.Store(true)
 	testutil.Eventually(t, "a to step down", 2*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "" })
 	s.fail.Store(false)
-	cancel()
-	<-done
+	stop()
 }
 
 // TestYieldNeverOrphansABoundary: a node that is told to yield on every
@@ -145,19 +163,13 @@ func TestYieldNeverOrphansABoundary(t *testing.T) {
 	r := &lease.Runner{Store: s, Holder: "a", TTL: 300 * time.Millisecond,
 		Yield: func() bool { asked.Add(1); return true }}
 	var l leaders
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx, "b", l.lead("a"), func(_ backend.Lease, err error) {
-			if errors.Is(err, lease.ErrYielded) {
-				yieldedSeen.Add(1)
-			}
-		})
-	}()
+	stop := run(t, r, l.lead("a"), func(_ backend.Lease, err error) {
+		if errors.Is(err, lease.ErrYielded) {
+			yieldedSeen.Add(1)
+		}
+	})
 	testutil.Eventually(t, "a leads despite yielding", 10*time.Second, 5*time.Millisecond, func() bool { cur, _, _ := l.get(); return cur == "a" })
-	cancel()
-	<-done
+	stop()
 	if asked.Load() != 2 || yieldedSeen.Load() != 2 {
 		t.Fatalf("asked %d times, observer heard ErrYielded %d times; want 2 and 2", asked.Load(), yieldedSeen.Load())
 	}
@@ -174,19 +186,12 @@ func TestStepDownReleasesTheLease(t *testing.T) {
 	a := &lease.Runner{Store: s, Holder: "a", TTL: 600 * time.Millisecond,
 		StepDown: func() bool { return step.Load() }, Yield: func() bool { return step.Load() }}
 	var l leaders
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(ctx, "b", l.lead("a"), nil) }()
+	stop := run(t, a, l.lead("a"), nil)
 	testutil.Eventually(t, "a leads", 10*time.Second, 5*time.Millisecond, func() bool { cur, _, _ := l.get(); return cur == "a" })
 	step.Store(true)
-	// A release sets the expiry to the epoch; a lease left to run out
-	// would expire about now instead.
-	testutil.Eventually(t, "the lease released", 10*time.Second, 5*time.Millisecond, func() bool {
-		cur, err := s.LeaseHolder(context.Background(), "b")
-		return err == nil && cur.Expires.Before(time.Unix(1, 0))
-	})
-	cancel()
-	<-done
+	// Released, not left to run out (which would expire about now).
+	testutil.Eventually(t, "the lease released", 10*time.Second, 5*time.Millisecond, released(s, "a"))
+	stop()
 }
 
 // TestStalledLeaderStepsDown: a runner whose leader work reports a stall
@@ -201,7 +206,7 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ttl := 300 * time.Millisecond
-	var stalled atomic.Bool
+	r, stalled, _ := stalling(s, ttl)
 	var causes, observed sync.Map
 	returned, unblock := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int32
@@ -217,12 +222,6 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 		close(returned)
 		return nil
 	}
-	r := &lease.Runner{Store: s, Holder: "a", TTL: ttl, Stalled: func() string {
-		if stalled.Load() {
-			return "no progress"
-		}
-		return ""
-	}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -238,12 +237,8 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 		return cur.Holder == "a" && cur.Expires.After(time.Now())
 	})
 	stalled.Store(true)
-	// Released (a release expires the lease at the Unix epoch, unlike a
-	// lease running out) while the work still hangs.
-	testutil.Eventually(t, "the lease released", 5*time.Second, 5*time.Millisecond, func() bool {
-		cur, _ := s.LeaseHolder(ctx, "b")
-		return cur.Holder == "a" && cur.Expires.Unix() <= 0
-	})
+	// Released while the work still hangs.
+	testutil.Eventually(t, "the lease released", 5*time.Second, 5*time.Millisecond, released(s, "a"))
 	select {
 	case <-returned:
 		t.Fatal("the work returned before the test let it")
@@ -299,7 +294,7 @@ func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ttl := 1500 * time.Millisecond
-	var stalled, asked atomic.Bool
+	r, stalled, asked := stalling(s, ttl)
 	inside, leave, returned, unblock := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var lateErr atomic.Value
 	lead := func(lctx context.Context, l backend.Lease) error {
@@ -329,13 +324,6 @@ func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
 		close(returned)
 		return nil
 	}
-	r := &lease.Runner{Store: s, Holder: "a", TTL: ttl, Stalled: func() string {
-		if stalled.Load() {
-			asked.Store(true)
-			return "no progress"
-		}
-		return ""
-	}}
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx, "b", lead, nil) }()
 	<-inside
@@ -357,10 +345,7 @@ func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
 		t.Fatalf("another holder acquiring during the fenced section: %v, want ErrLeaseHeld", err)
 	}
 	close(leave)
-	testutil.Eventually(t, "the lease released once the section ended", 5*time.Second, 5*time.Millisecond, func() bool {
-		cur, _ := s.LeaseHolder(ctx, "b")
-		return cur.Holder == "a" && cur.Expires.Unix() <= 0
-	})
+	testutil.Eventually(t, "the lease released once the section ended", 5*time.Second, 5*time.Millisecond, released(s, "a"))
 	select {
 	case <-returned:
 		t.Fatal("the work returned before the test let it")

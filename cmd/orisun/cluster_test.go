@@ -31,11 +31,7 @@ func TestClusterConfig(t *testing.T) {
 		return m
 	}
 	cluster := with(pg, "ORISUN_NATS_CLUSTER_NAME", "orisun", "ORISUN_NATS_CLUSTER_ROUTES", "nats-route://a:6222,nats-route://b:6222")
-	for _, c := range []struct {
-		name string
-		env  map[string]string
-		bad  string // the variable the error must name; "" for valid
-	}{
+	checkEnvCases(t, []envCase{
 		{"cluster on postgres", cluster, ""},
 		{"cluster with replicas 3", with(cluster, "ORISUN_NATS_STREAM_REPLICAS", "3"), ""},
 		{"cluster with route auth and tls", with(cluster, "ORISUN_NATS_CLUSTER_USER", "route", "ORISUN_NATS_CLUSTER_PASSWORD", "pw",
@@ -72,20 +68,7 @@ func TestClusterConfig(t *testing.T) {
 			"ORISUN_NATS_USER", "app", "ORISUN_NATS_PASSWORD", "pw"), "ORISUN_NATS_CREDS"},
 		{"creds without url", with(pg, "ORISUN_NATS_CREDS", creds), "ORISUN_NATS_CREDS"},
 		{"unreadable creds", with(pg, "ORISUN_NATS_URL", "nats://n1:4222", "ORISUN_NATS_CREDS", filepath.Join(dir, "missing")), "ORISUN_NATS_CREDS"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			for k, v := range c.env {
-				t.Setenv(k, v)
-			}
-			_, err := loadConfig()
-			switch {
-			case c.bad == "" && err != nil:
-				t.Fatalf("valid configuration refused: %v", err)
-			case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad+":")):
-				t.Fatalf("got %v, want an error naming %s", err, c.bad)
-			}
-		})
-	}
+	})
 }
 
 // TestSQLiteClusterRefusedAtStart runs the binary: a clustered

@@ -157,11 +157,7 @@ func TestNATSAccessConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(dir, "missing.pem")
-	for _, c := range []struct {
-		name string
-		env  map[string]string
-		bad  string // the variable the error must name; "" for valid
-	}{
+	checkEnvCases(t, []envCase{
 		{"user and password", map[string]string{"ORISUN_NATS_USER": "app", "ORISUN_NATS_PASSWORD": "pw"}, ""},
 		{"token", map[string]string{"ORISUN_NATS_TOKEN": "tok"}, ""},
 		{"tls", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.Key}, ""},
@@ -179,7 +175,22 @@ func TestNATSAccessConfig(t *testing.T) {
 		{"garbage cert", map[string]string{"ORISUN_NATS_TLS_CERT": garbage, "ORISUN_NATS_TLS_KEY": certs.Key}, "ORISUN_NATS_TLS_CERT"},
 		{"unreadable ca", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.Key, "ORISUN_NATS_TLS_CA": missing}, "ORISUN_NATS_TLS_CA"},
 		{"garbage ca", map[string]string{"ORISUN_NATS_TLS_CERT": certs.Cert, "ORISUN_NATS_TLS_KEY": certs.Key, "ORISUN_NATS_TLS_CA": garbage}, "ORISUN_NATS_TLS_CA"},
-	} {
+	})
+}
+
+// envCase is a set of variables and the variable loadConfig's error must
+// name, "" for a valid set.
+type envCase struct {
+	name string
+	env  map[string]string
+	bad  string
+}
+
+// checkEnvCases runs loadConfig on each case's variables, in a subtest of
+// its own: a valid set must load, a bad one fail with an error naming its
+// variable ("VARIABLE: …").
+func checkEnvCases(t *testing.T, cases []envCase) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for k, v := range c.env {
 				t.Setenv(k, v)
