@@ -1,11 +1,11 @@
 package natsembed_test
 
 import (
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -38,15 +38,9 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestPortInUse(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-	s, _ := natsembed.New(natsembed.Config{Port: port, StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second})
+	s, _ := natsembed.New(natsembed.Config{Port: testutil.TakenPort(t), StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second})
 	start := time.Now()
-	err = s.Start()
+	err := s.Start()
 	if err == nil {
 		s.Stop()
 		t.Fatal("started on a port in use")

@@ -11,6 +11,28 @@ import (
 	"github.com/orisun-io/orisun/event"
 )
 
+// fillBig creates the boundary big and appends n events to it, 1,000 an
+// append: event k has the type typeOf(k), the data given and the tags
+// "all", "customer:<k mod customers>" and "order:<k>".
+func fillBig(tb testing.TB, s *Store, n, customers int, data string, typeOf func(k int) string) {
+	tb.Helper()
+	ctx := context.Background()
+	if _, _, err := s.CreateBoundary(ctx, "big"); err != nil {
+		tb.Fatal(err)
+	}
+	for start := 0; start < n; start += 1000 {
+		in := make([]event.Input, 1000)
+		for i := range in {
+			k := start + i
+			in[i] = event.Input{ID: event.NewID(), Type: typeOf(k), Data: json.RawMessage(data),
+				Tags: []string{"all", fmt.Sprintf("customer:%d", k%customers), fmt.Sprintf("order:%d", k)}}
+		}
+		if _, err := s.Append(ctx, "big", in, nil); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // TestQueryPlansUseIndexes: on a large boundary, a read, a read-latest and a
 // condition by tag are driven by the tag index (event_tags) and by type by
 // the (boundary, type, position) index or the primary key from the
@@ -23,25 +45,13 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{Synchronous: "OFF"})
 	ctx := context.Background()
-	if _, _, err := s.CreateBoundary(ctx, "big"); err != nil {
-		t.Fatal(err)
-	}
 	const n = 20000
-	for start := 0; start < n; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			k := start + i
-			typ := fmt.Sprintf("type.%d", k%50)
-			if k%2 == 0 {
-				typ = "common"
-			}
-			in[i] = event.Input{ID: event.NewID(), Type: typ, Data: json.RawMessage(`{}`),
-				Tags: []string{"all", fmt.Sprintf("customer:%d", k%5000), fmt.Sprintf("order:%d", k)}}
+	fillBig(t, s, n, 5000, `{}`, func(k int) string {
+		if k%2 == 0 {
+			return "common"
 		}
-		if _, err := s.Append(ctx, "big", in, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return fmt.Sprintf("type.%d", k%50)
+	})
 	if _, err := s.wdb.ExecContext(ctx, `ANALYZE`); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -20,28 +19,16 @@ import (
 func BenchmarkQueryShapes(b *testing.B) {
 	s := setup(b, Config{Synchronous: "OFF"})
 	ctx := context.Background()
-	if _, _, err := s.CreateBoundary(ctx, "big"); err != nil {
-		b.Fatal(err)
-	}
 	const n = 300000
-	for start := 0; start < n; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			k := start + i
-			typ := fmt.Sprintf("type.%d", k%1000)
-			switch {
-			case k%10000 == 0:
-				typ = "rare"
-			case k%2 == 0:
-				typ = "common"
-			}
-			in[i] = event.Input{ID: event.NewID(), Type: typ, Data: json.RawMessage(`{"n":1}`),
-				Tags: []string{"all", fmt.Sprintf("customer:%d", k%3000), fmt.Sprintf("order:%d", k)}}
+	fillBig(b, s, n, 3000, `{"n":1}`, func(k int) string {
+		switch {
+		case k%10000 == 0:
+			return "rare"
+		case k%2 == 0:
+			return "common"
 		}
-		if _, err := s.Append(ctx, "big", in, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+		return fmt.Sprintf("type.%d", k%1000)
+	})
 	item := func(types []string, tags ...string) event.QueryItem { return event.QueryItem{Types: types, Tags: tags} }
 	for _, c := range []struct {
 		name string

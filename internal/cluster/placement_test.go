@@ -22,14 +22,8 @@ import (
 func leaders(nodes []*proc) (map[string][]string, map[string]int) {
 	by := map[string][]string{}
 	counts := map[string]int{}
-	for _, p := range nodes {
-		if p.Exited() {
-			continue
-		}
-		st, err := p.status()
-		if err != nil {
-			continue
-		}
+	for i, st := range statuses(nodes) {
+		p := nodes[i]
 		counts[p.Name] = 0
 		for _, b := range st.Boundaries {
 			if b.State == "leading" {

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -13,12 +12,7 @@ import (
 // the child exit; startGroup then starts the group again on new ports, and
 // the group it returns runs with its own ports.
 func TestStartGroupRetriesTakenPort(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	takenPort := taken.Addr().(*net.TCPAddr).Port
+	takenPort := testutil.TakenPort(t)
 	var first []*proc
 	picks := 0
 	pick := func(t testing.TB, n int) []int {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -309,18 +310,30 @@ func externalNodes(t *testing.T, pgURL string, servers []*proc, n int, ttl time.
 	return nodes
 }
 
+// statuses yields the index and the /status of each running node whose
+// status can be read; the others are passed over.
+func statuses(nodes []*proc) iter.Seq2[int, status.Status] {
+	return func(yield func(int, status.Status) bool) {
+		for i, p := range nodes {
+			if p.Exited() {
+				continue
+			}
+			st, err := p.status()
+			if err != nil {
+				continue
+			}
+			if !yield(i, st) {
+				return
+			}
+		}
+	}
+}
+
 // leading returns the indexes of the running nodes whose /status says
 // their publisher leads the boundary.
 func leading(nodes []*proc, name string) []int {
 	var out []int
-	for i, p := range nodes {
-		if p.Exited() {
-			continue
-		}
-		st, err := p.status()
-		if err != nil {
-			continue
-		}
+	for i, st := range statuses(nodes) {
 		if b, ok := boundary(st, name); ok && b.State == "leading" {
 			out = append(out, i)
 		}

@@ -1,11 +1,11 @@
 // Package testutil is the one home of orisun's test scaffolding: waiting
 // for a condition (Eventually), a background load or monitor owned by the
-// test (Every), free loopback ports (FreePort, FreePorts), building a
-// binary once per test binary (Build, OrisunBinary), running a child
-// process and reading its output (StartProcess, StartNode), and the
-// goroutine-leak checks: Main, which every package's TestMain calls, and
-// NoLeaks for a single test. Being internal, it is orisun's machinery:
-// its API may change without notice.
+// test (Every), free loopback ports (FreePort, FreePorts) and a taken one
+// (TakenPort), building a binary once per test binary (Build,
+// OrisunBinary), running a child process and reading its output
+// (StartProcess, StartNode), and the goroutine-leak checks: Main, which
+// every package's TestMain calls, and NoLeaks for a single test. Being
+// internal, it is orisun's machinery: its API may change without notice.
 //
 // Every package with tests has
 //

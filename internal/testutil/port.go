@@ -13,6 +13,19 @@ func FreePort(t testing.TB) int {
 	return FreePorts(t, 1)[0]
 }
 
+// TakenPort returns a loopback TCP port that the test holds (listens on,
+// accepting nothing) until it ends: for a test of what a part does when
+// its port is taken.
+func TakenPort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testutil: take a port: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().(*net.TCPAddr).Port
+}
+
 // FreePorts returns n distinct free loopback TCP ports: every listener is
 // held until all are picked, so they differ. They are closed before it
 // returns, so the same caveat as FreePort's applies (internal/cluster

@@ -26,3 +26,11 @@ func TestFreePorts(t *testing.T) {
 		t.Fatalf("FreePort: %d", p)
 	}
 }
+
+func TestTakenPort(t *testing.T) {
+	p := TakenPort(t)
+	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+		l.Close()
+		t.Fatalf("port %d could be listened on again: it is not held", p)
+	}
+}

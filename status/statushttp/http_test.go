@@ -3,13 +3,14 @@ package statushttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/status/statushttp"
 )
@@ -62,12 +63,8 @@ func TestServerLifecycle(t *testing.T) {
 	if err := statushttp.NewServer(&fixed{}, statushttp.Options{}).Stop(); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if err := statushttp.NewServer(&fixed{}, statushttp.Options{Addr: ln.Addr().String()}).Start(); err == nil || !strings.Contains(err.Error(), "ORISUN_HTTP_ADDR") {
+	taken := fmt.Sprintf("127.0.0.1:%d", testutil.TakenPort(t))
+	if err := statushttp.NewServer(&fixed{}, statushttp.Options{Addr: taken}).Start(); err == nil || !strings.Contains(err.Error(), "ORISUN_HTTP_ADDR") {
 		t.Fatalf("taken address: %v", err)
 	}
 
