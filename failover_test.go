@@ -42,6 +42,18 @@ func startRelay(t *testing.T, id, pgURL string, ttl time.Duration) *relay {
 	return &relay{Process: p, id: id, port: port}
 }
 
+// leaderAndStandby starts node-a on a fresh database with a lease TTL of
+// ttl, waits until it holds the lease, and starts node-b beside it; it
+// returns a store of the database and both relays.
+func leaderAndStandby(t *testing.T, ttl time.Duration) (store *postgres.Store, a, b *relay) {
+	t.Helper()
+	url := pgtest.URL(t)
+	store = openPG(t, url)
+	a = startRelay(t, "node-a", url, ttl)
+	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
+	return store, a, startRelay(t, "node-b", url, ttl)
+}
+
 // appender appends 10-event batches through its own store connection until
 // halted, and records every acknowledged position and id.
 type appender struct {
@@ -237,12 +249,8 @@ func (a *appender) checkAcked(t *testing.T, store *postgres.Store) int {
 // takes over after the lease expires and publishes from the checkpoint on:
 // no position skipped or out of place. The takeover time is reported.
 func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
-	url := pgtest.URL(t)
-	store := openPG(t, url)
 	ttl := 2 * time.Second
-	a := startRelay(t, "node-a", url, ttl)
-	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
-	b := startRelay(t, "node-b", url, ttl)
+	store, a, b := leaderAndStandby(t, ttl)
 	testutil.Eventually(t, "node-b to stand by", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("lease held by node-a") || b.Logged("orisun started") })
 
 	monitor := checkpointMonitor(t, store)
@@ -289,12 +297,8 @@ func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
 // refusal of a stale publisher on a shared stream is shown in-process by
 // publisher.TestStalePublisherCannotMisplace_I6_I3.
 func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
-	url := pgtest.URL(t)
-	store := openPG(t, url)
 	ttl := 3 * time.Second
-	a := startRelay(t, "node-a", url, ttl)
-	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
-	b := startRelay(t, "node-b", url, ttl)
+	store, a, b := leaderAndStandby(t, ttl)
 	monitor := checkpointMonitor(t, store)
 	app := startAppender(t, store)
 	ctx := context.Background()
@@ -400,12 +404,8 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 // old), so a loaded machine has room on both sides. It then publishes on
 // from the checkpoint without a hole.
 func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
-	url := pgtest.URL(t)
-	store := openPG(t, url)
 	ttl := 90 * time.Second
-	a := startRelay(t, "node-a", url, ttl)
-	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
-	b := startRelay(t, "node-b", url, ttl)
+	store, a, b := leaderAndStandby(t, ttl)
 	testutil.Eventually(t, "node-b to be up", 30*time.Second, 20*time.Millisecond, func() bool { return b.Logged("orisun started") })
 	app := startAppender(t, store)
 	ctx := context.Background()

@@ -20,11 +20,7 @@ import (
 // status says it is waiting, and once the transaction ends everything is
 // published, densely.
 func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
-	url := pgtest.URL(t)
-	n := setup(t, "", func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.PollInterval = 100 * time.Millisecond
-	})
+	n, url := pgNode(t, 100*time.Millisecond)
 	ctx := context.Background()
 	if _, err := n.Append(ctx, "default", events(5, "before", 16), nil); err != nil {
 		t.Fatal(err)
@@ -163,11 +159,7 @@ func TestUnreachablePostgresAtStart(t *testing.T) {
 // a commit whose NOTIFY the listener missed while reconnecting) is still
 // published, by the poll: wake-ups are hints, the poll guarantees progress.
 func TestPollingPublishesWithoutNotification_I4(t *testing.T) {
-	url := pgtest.URL(t)
-	n := setup(t, "", func(c *orisun.Config) {
-		c.Backend, c.PGURL = "postgres", url
-		c.PollInterval = 300 * time.Millisecond
-	})
+	n, url := pgNode(t, 300*time.Millisecond)
 	ctx := context.Background()
 	if _, err := n.Append(ctx, "default", events(2, "notified", 16), nil); err != nil {
 		t.Fatal(err)
@@ -201,6 +193,19 @@ VALUES ('default', $1, $2, 'unnotified', now(), '{}', '{}')`, p, event.NewID());
 
 // beginTx opens a transaction of its own on the database at url, as
 // another client of it would; its connection ends with the test.
+// pgNode starts a node (setup) on a fresh PostgreSQL database, polling
+// every poll, and returns it with the database's URL.
+func pgNode(t *testing.T, poll time.Duration) (*orisun.Node, string) {
+	t.Helper()
+	url := pgtest.URL(t)
+	return setup(t, "", func(c *orisun.Config) {
+		c.Backend, c.PGURL = "postgres", url
+		c.PollInterval = poll
+	}), url
+}
+
+// beginTx begins a transaction on the database of url, as another
+// appender would.
 func beginTx(t *testing.T, url string) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
