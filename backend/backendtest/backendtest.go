@@ -26,7 +26,8 @@ import (
 )
 
 // Features are the test hooks a backend gives the suite besides its stores:
-// what the seam cannot show from outside. Every one is required.
+// what the seam cannot show from outside. Run requires HoldGroups and
+// Groups; RunQueue requires Groups, Stall, Queued and Closing.
 type Features struct {
 	// HoldGroups makes s begin no group commit of boundary until release
 	// is called; queued reports how many append requests wait meanwhile.
@@ -37,9 +38,6 @@ type Features struct {
 	HoldGroups func(s backend.Store, boundary string) (queued func() int, release func())
 	// Groups counts the group transactions s has begun.
 	Groups func(s backend.Store) int64
-
-	// The hooks below are RunQueue's; Run does not need them.
-
 	// Stall sends one append of n events to boundary and returns once a
 	// group took it and waits, on something the test holds, to commit:
 	// every append sent later waits in s's queue, deterministically.
