@@ -194,11 +194,7 @@ func testDenseConcurrent(t *testing.T, open func(t *testing.T) backend.Store) {
 	}
 
 	for _, b := range names {
-		_, events := readAll(t, s, b, nil)
-		checkDense(t, events)
-		if len(events) != len(placed[b]) {
-			t.Fatalf("%q holds %d events, %d were appended", b, len(events), len(placed[b]))
-		}
+		events := wantStored(t, s, b, len(placed[b]), ": as many as were appended")
 		for _, e := range events {
 			p, ok := placed[b][e.ID]
 			if !ok {
@@ -331,11 +327,7 @@ func testIdempotency(t *testing.T, open func(t *testing.T) backend.Store) {
 				}
 			}
 		}
-		_, events := readAll(t, s, "orders", nil)
-		checkDense(t, events)
-		if len(events) != rounds*3 {
-			t.Fatalf("%d events stored, want %d: each request written once", len(events), rounds*3)
-		}
+		wantStored(t, s, "orders", rounds*3, ": each request written once")
 	})
 }
 

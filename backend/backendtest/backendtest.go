@@ -199,6 +199,18 @@ func checkpoint(t testing.TB, s backend.Store, boundary string) uint64 {
 	return cp
 }
 
+// wantStored reads every event of the boundary and fails unless they are
+// dense (checkDense) and want many; why says what a wrong count means.
+func wantStored(t testing.TB, s backend.Store, boundary string, want int, why string) []event.Event {
+	t.Helper()
+	_, events := readAll(t, s, boundary, nil)
+	checkDense(t, events)
+	if len(events) != want {
+		t.Fatalf("%q holds %d events, want %d%s", boundary, len(events), want, why)
+	}
+	return events
+}
+
 // checkDense fails unless the events are at positions 1..n in order, each
 // id once (I1).
 func checkDense(t testing.TB, events []event.Event) {

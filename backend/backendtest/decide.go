@@ -73,11 +73,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 				want = append(want, c.in[0].Tags)
 			}
 		}
-		_, events := readAll(t, s, "tags", nil)
-		checkDense(t, events)
-		if len(events) != len(want) {
-			t.Fatalf("%d events stored, want %d", len(events), len(want))
-		}
+		events := wantStored(t, s, "tags", len(want), "")
 		for i, e := range events {
 			if e.Tags == nil || fmt.Sprintf("%q", e.Tags) != fmt.Sprintf("%q", want[i]) {
 				t.Errorf("event at position %d (%s) has tags %#v, want %#v", e.Position, e.Type, e.Tags, want[i])
@@ -113,11 +109,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 			t.Fatalf("third request (its condition holds): %+v, %v; want position 3: a failed request fails only itself",
 				other.res, other.err)
 		}
-		_, events := readAll(t, s, "seats", nil)
-		checkDense(t, events)
-		if len(events) != 3 {
-			t.Fatalf("%d events stored, want 3: the rival's event must not be", len(events))
-		}
+		wantStored(t, s, "seats", 3, ": the rival's event must not be")
 	})
 
 	t.Run("FailedRequestIsInvisible", func(t *testing.T) {
@@ -205,11 +197,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 				first.res, first.err, second.res, second.err, h+1, h+2)
 		}
 		wantConflictAt(t, "condition on the first request of a merged run", checked.err, "seats", h, h+1)
-		_, events := readAll(t, s, "seats", nil)
-		checkDense(t, events)
-		if len(events) != 3 {
-			t.Fatalf("%d events stored, want 3: the conditioned request's event must not be", len(events))
-		}
+		wantStored(t, s, "seats", 3, ": the conditioned request's event must not be")
 	})
 
 	t.Run("RetryInSameGroup", func(t *testing.T) {

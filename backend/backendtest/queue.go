@@ -120,11 +120,7 @@ func testGroupMaxEvents(t *testing.T, q Queue, f Features) {
 	if n := groupsBehindStall(t, f, s, "orders", callers, 4); n != 6 {
 		t.Fatalf("%d transactions, want 6", n)
 	}
-	_, events := readAll(t, s, "orders", nil)
-	checkDense(t, events)
-	if len(events) != 4*(callers+1) {
-		t.Fatalf("%d events stored, want %d", len(events), 4*(callers+1))
-	}
+	wantStored(t, s, "orders", 4*(callers+1), "")
 }
 
 // testCancelledWhileQueued: a caller that gives up while its request waits
@@ -192,10 +188,7 @@ func testCloseWithQueued(t *testing.T, q Queue, f Features) {
 		}
 		refused[q.in[0].ID], refused[q.in[1].ID] = true, true
 	}
-	_, events := readAll(t, q.Reopen(t, s), "orders", nil)
-	if len(events) != 2 {
-		t.Fatalf("%d events stored, want the 2 of the append in flight", len(events))
-	}
+	events := wantStored(t, q.Reopen(t, s), "orders", 2, ": the 2 of the append in flight")
 	for _, e := range events {
 		if refused[e.ID] {
 			t.Fatalf("id %s was refused with ErrClosed but is stored", e.ID)

@@ -512,6 +512,27 @@ var features = backendtest.Features{
 	Closing: func(s backend.Store) bool { return s.(*Store).closed() },
 }
 
+// heldRequest is an append that sendHeld sends.
+type heldRequest struct {
+	ctx      context.Context
+	boundary string
+	in       []event.Input
+}
+
+// sendHeld holds the groups of s (holdGroups) and sends the requests in
+// order, each once the one before it is queued: release lets them go, in
+// one group, in this order (the test's cleanup releases them too).
+func sendHeld(t *testing.T, s *Store, reqs []heldRequest) (outs []<-chan backendtest.Outcome, release func()) {
+	t.Helper()
+	queued, release := s.holdGroups()
+	t.Cleanup(release)
+	for i, r := range reqs {
+		outs = append(outs, backendtest.AppendAsync(r.ctx, s, r.boundary, r.in, nil))
+		testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
+	}
+	return outs, release
+}
+
 // TestMergedRun: requests without conditions to one boundary in one group
 // are appended by one run (one id lookup, head update and insert), with
 // the positions of their order of arrival; a run with an id twice (a retry
@@ -527,16 +548,14 @@ func TestMergedRun(t *testing.T) {
 	if _, err := s.Append(ctx, "orders", stored, nil); err != nil {
 		t.Fatal(err)
 	}
-	group := func(reqs [][]event.Input) []backendtest.Outcome {
+	group := func(ins [][]event.Input) []backendtest.Outcome {
 		t.Helper()
-		queued, release := s.holdGroups()
-		defer release()
 		groups := s.groups.Load()
-		outs := make([]<-chan backendtest.Outcome, len(reqs))
-		for i, in := range reqs {
-			outs[i] = backendtest.AppendAsync(context.Background(), s, "orders", in, nil)
-			testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
+		reqs := make([]heldRequest, len(ins))
+		for i, in := range ins {
+			reqs[i] = heldRequest{ctx, "orders", in}
 		}
+		outs, release := sendHeld(t, s, reqs)
 		release()
 		got := make([]backendtest.Outcome, len(reqs))
 		for i := range outs {
@@ -605,18 +624,12 @@ func TestMergedRunEdges(t *testing.T) {
 	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	queued, release := s.holdGroups()
-	defer release()
 	cctx, cancel := context.WithCancel(ctx)
-	var outs []<-chan backendtest.Outcome
-	for i, r := range []struct {
-		ctx      context.Context
-		boundary string
-		n        int
-	}{{ctx, "orders", 1}, {cctx, "orders", 2}, {ctx, "orders", 1}, {ctx, "nope", 1}, {ctx, "nope", 1}, {ctx, "orders", 1}} {
-		outs = append(outs, backendtest.AppendAsync(r.ctx, s, r.boundary, backendtest.Prepared(t, r.boundary, r.n), nil))
-		testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
+	req := func(ctx context.Context, boundary string, n int) heldRequest {
+		return heldRequest{ctx, boundary, backendtest.Prepared(t, boundary, n)}
 	}
+	outs, release := sendHeld(t, s, []heldRequest{req(ctx, "orders", 1), req(cctx, "orders", 2), req(ctx, "orders", 1),
+		req(ctx, "nope", 1), req(ctx, "nope", 1), req(ctx, "orders", 1)})
 	cancel()
 	if o := <-outs[1]; !errors.Is(o.Err, context.Canceled) {
 		t.Fatalf("the cancelled request: %+v, %v", o.Res, o.Err)
