@@ -81,12 +81,12 @@ func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 func setup(t *testing.T, open func(t *testing.T) backend.Store, boundaries ...string) backend.Store {
 	t.Helper()
 	s := open(t)
-	create(t, s, boundaries...)
+	Create(t, s, boundaries...)
 	return s
 }
 
-// create creates the named boundaries in s.
-func create(t testing.TB, s backend.Store, boundaries ...string) {
+// Create creates the named boundaries in s.
+func Create(t testing.TB, s backend.Store, boundaries ...string) {
 	t.Helper()
 	for _, name := range boundaries {
 		if _, _, err := s.CreateBoundary(context.Background(), name); err != nil {

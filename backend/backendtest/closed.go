@@ -55,7 +55,7 @@ func NoGoroutineLeak(t *testing.T, open func(t *testing.T) backend.Store, starte
 	testutil.NoLeaks(t)
 	for range 3 {
 		s := open(t)
-		create(t, s, "orders")
+		Create(t, s, "orders")
 		s.OnAppend(func(string) {})
 		var wg sync.WaitGroup
 		for range 8 {

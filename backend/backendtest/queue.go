@@ -100,7 +100,7 @@ func groupsBehindStall(t *testing.T, f Features, s backend.Store, boundary strin
 // commit together in the next group, one transaction for all of them.
 func testQueuedGroupCommit(t *testing.T, q Queue, f Features) {
 	s := q.Open(t, 0)
-	create(t, s, "orders")
+	Create(t, s, "orders")
 	const callers = 20
 	if n := groupsBehindStall(t, f, s, "orders", callers, 3); n != 1 {
 		t.Fatalf("the %d waiting appends took %d transactions, want 1", callers, n)
@@ -114,7 +114,7 @@ func testQueuedGroupCommit(t *testing.T, q Queue, f Features) {
 // that does not fit starts the next group.
 func testGroupMaxEvents(t *testing.T, q Queue, f Features) {
 	s := q.Open(t, 10)
-	create(t, s, "orders")
+	Create(t, s, "orders")
 	// 12 requests of 4 events, at most 2 per group of 10 events: 6 groups.
 	const callers = 12
 	if n := groupsBehindStall(t, f, s, "orders", callers, 4); n != 6 {
@@ -127,7 +127,7 @@ func testGroupMaxEvents(t *testing.T, q Queue, f Features) {
 // gets ctx.Err() and nothing of it is written.
 func testCancelledWhileQueued(t *testing.T, q Queue, f Features) {
 	s := q.Open(t, 0)
-	create(t, s, "orders")
+	Create(t, s, "orders")
 	release, first := f.Stall(t, s, "orders", 2)
 	const callers = 5
 	ctx, cancel := context.WithCancel(t.Context())
@@ -155,7 +155,7 @@ func testCancelledWhileQueued(t *testing.T, q Queue, f Features) {
 // ErrClosed and are not written.
 func testCloseWithQueued(t *testing.T, q Queue, f Features) {
 	s := q.Open(t, 0)
-	create(t, s, "orders")
+	Create(t, s, "orders")
 	release, first := f.Stall(t, s, "orders", 2)
 	const callers = 20
 	type queued struct {
@@ -201,7 +201,7 @@ func testCloseWithQueued(t *testing.T, q Queue, f Features) {
 // a retry with one event changed is a conflict naming that event.
 func testLargeAppend(t *testing.T, q Queue) {
 	s := q.Open(t, 100)
-	create(t, s, "orders")
+	Create(t, s, "orders")
 	in := batch(t, "orders", 1234, "order.placed")
 	res, err := s.Append(t.Context(), "orders", in, nil)
 	if err != nil {

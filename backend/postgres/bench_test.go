@@ -26,7 +26,7 @@ import (
 func BenchmarkAppend(b *testing.B) {
 	b.Run("single_parallel", func(b *testing.B) {
 		s := setup(b, Config{})
-		create(b, s, "bench")
+		backendtest.Create(b, s, "bench")
 		backendtest.BenchParallel(b, s, []string{"bench"}, s.groups.Load)
 	})
 	b.Run("single_parallel_8_boundaries", func(b *testing.B) {
@@ -34,7 +34,7 @@ func BenchmarkAppend(b *testing.B) {
 		names := make([]string, 8)
 		for i := range names {
 			names[i] = "bench_" + strconv.Itoa(i)
-			create(b, s, names[i])
+			backendtest.Create(b, s, names[i])
 		}
 		backendtest.BenchParallel(b, s, names, s.groups.Load)
 	})
@@ -83,7 +83,7 @@ FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS u(id, tag, da
 	})
 	b.Run("batch100", func(b *testing.B) {
 		s := setup(b, Config{})
-		create(b, s, "bench")
+		backendtest.Create(b, s, "bench")
 		b.ResetTimer()
 		// b.N is events, as in the other cases: b.N/100 batches.
 		runCallers(b, 1, func() error {
@@ -133,7 +133,7 @@ func firstTags(tags [][]string) []string {
 func benchSingle(b *testing.B, cfg Config, callers int, perRequest bool) {
 	s := setup(b, cfg)
 	s.perRequest = perRequest
-	create(b, s, "bench")
+	backendtest.Create(b, s, "bench")
 	groups := s.groups.Load()
 	b.ResetTimer()
 	runCallers(b, callers, func() error {
@@ -168,7 +168,7 @@ func BenchmarkAppendLarge(b *testing.B) {
 	for _, c := range []struct{ events, tags int }{{1000, 5}, {10000, 5}, {10000, 64}} {
 		b.Run(strconv.Itoa(c.events)+"x"+strconv.Itoa(c.tags)+"_tags", func(b *testing.B) {
 			s := setup(b, Config{})
-			create(b, s, "big")
+			backendtest.Create(b, s, "big")
 			inputs := func() []event.Input {
 				in := make([]event.Input, c.events)
 				for i := range in {

@@ -49,7 +49,7 @@ func TestRetryInAGroupWhoseCommitFails(t *testing.T) {
 	for _, tail := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tail=%v", tail), func(t *testing.T) {
 			s := setup(t, Config{})
-			create(t, s, "orders")
+			backendtest.Create(t, s, "orders")
 			failAtCommit(t, s)
 			a := backendtest.Prepared(t, "orders", 1)
 			a[0].Data = []byte(`{"boom":true}`)
@@ -81,7 +81,7 @@ func TestRetryInAGroupWhoseCommitFails(t *testing.T) {
 // events are stored) and only the undecided one gets the error.
 func TestLookupAfterCommitFails(t *testing.T) {
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	conn := connect(t, s)
 	// At COMMIT, an event with "poison" breaks the session's search_path:
 	// every statement after the commit on that connection fails.
@@ -162,7 +162,7 @@ func TestAppendRacingCreateBoundary(t *testing.T) {
 // wakes the publishers.
 func TestConflictOnlyGroupCommitsNothing(t *testing.T) {
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	seed := backendtest.Prepared(t, "orders", 1)
 	seed[0].Tags = []string{"seed"}
 	if _, err := s.Append(context.Background(), "orders", seed, nil); err != nil {
@@ -190,7 +190,7 @@ func TestConflictOnlyGroupCommitsNothing(t *testing.T) {
 // group of conditional requests only commits in a batch of its own.
 func TestGroupIsOneRoundTrip(t *testing.T) {
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	group := func(conds []*event.Condition) int64 {
 		t.Helper()
 		queued, release := s.holdGroups("orders")
@@ -230,7 +230,7 @@ func TestGroupIsOneRoundTrip(t *testing.T) {
 // second append waits for the first group to end and the test fails.
 func TestNextGroupBeginsWhileFirstCommits(t *testing.T) {
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	entered := make(chan struct{})
 	unblock := make(chan struct{})
 	var first atomic.Bool
@@ -291,7 +291,7 @@ func TestNextGroupBeginsWhileFirstCommits(t *testing.T) {
 // against 38,000 with this).
 func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	s := setup(t, Config{GroupDelay: 10 * time.Second})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -383,7 +383,7 @@ func TestAppendInEveryQueryExecMode(t *testing.T) {
 				sep = "&"
 			}
 			s := setup(t, Config{URL: url + sep + "default_query_exec_mode=" + mode})
-			create(t, s, "orders")
+			backendtest.Create(t, s, "orders")
 			ctx := context.Background()
 			in, err := event.Prepare("orders", []event.Input{
 				{Type: "order.placed", Data: json.RawMessage(`{"note":"a \"quoted\" ü"}`), Tags: []string{`a b`, `x"y`, `c\d`, `{1,2}`}},

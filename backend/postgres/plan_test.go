@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 )
@@ -22,7 +23,7 @@ import (
 func TestQueryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	create(t, s, "big")
+	backendtest.Create(t, s, "big")
 	ctx := context.Background()
 	const n = 20000
 	for start := 0; start < n; start += 1000 {
@@ -91,7 +92,7 @@ func TestReadPlanIsOneRangeScan(t *testing.T) {
 	// 20,000 events, so that a page of 1,000 is a twentieth of the table
 	// and no planner prefers a sequential scan and a top-N sort to it.
 	s := setup(t, Config{})
-	create(t, s, "big")
+	backendtest.Create(t, s, "big")
 	ctx := context.Background()
 	for start := 0; start < 20000; start += 1000 {
 		in := make([]event.Input, 1000)
@@ -133,7 +134,7 @@ func TestReadPlanIsOneRangeScan(t *testing.T) {
 func TestPlanCacheModes(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{MaxConns: 1})
-	create(t, s, "big")
+	backendtest.Create(t, s, "big")
 	ctx := context.Background()
 	prep := func(t *testing.T, in []event.Input) []event.Input {
 		t.Helper()
@@ -323,7 +324,7 @@ func TestConditionNearAStaleHead(t *testing.T) {
 	s1 := setup(t, Config{URL: url})
 	s2 := setup(t, Config{URL: url})
 	other := setup(t, Config{URL: url})
-	create(t, s1, "orders")
+	backendtest.Create(t, s1, "orders")
 	ctx := context.Background()
 	prep := func(in ...event.Input) []event.Input {
 		t.Helper()

@@ -72,15 +72,6 @@ func TestConformance(t *testing.T) {
 
 // --- helpers ---------------------------------------------------------------
 
-func create(t testing.TB, s *Store, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		if _, _, err := s.CreateBoundary(context.Background(), name); err != nil {
-			t.Fatalf("CreateBoundary(%q): %v", name, err)
-		}
-	}
-}
-
 // connect opens a raw connection to the store's database, closed at the end
 // of the test.
 func connect(t testing.TB, s *Store) *pgx.Conn {
@@ -289,7 +280,7 @@ func TestNaiveSequenceSkips_I1NegativeControl(t *testing.T) {
 func TestReverseCommitOrder_I1(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	ctx := context.Background()
 
 	// A reader that follows the boundary with a cursor the whole time and
@@ -372,7 +363,7 @@ func TestReverseCommitOrder_I1(t *testing.T) {
 func TestSlowAppender(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	create(t, s, "slow", "fast")
+	backendtest.Create(t, s, "slow", "fast")
 	ctx := context.Background()
 	mustAppendN(t, s, "slow", 2)
 
@@ -455,7 +446,7 @@ func mustAppendN(t testing.TB, s *Store, boundary string, n int) event.AppendRes
 func TestFailuresIsolatedInOneGroup(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	seedIn := backendtest.Prepared(t, "orders", 2)
 	seedIn[0].Tags = []string{"seed"}
 	seed, err := s.Append(t.Context(), "orders", seedIn, nil)
@@ -544,7 +535,7 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 func TestJSONBytesKept(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	in, err := event.Prepare("orders", []event.Input{{
 		Type:     "order.placed",
 		Data:     json.RawMessage(`{"z": 1, "a": 2, "a": 3, "n": 1.50e+2, "s": "\u00e9\u0000", "u": "é"}`),
@@ -611,7 +602,7 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 		t.Fatalf("orisun_schema_migrations holds %d rows up to %d, want each of the %d versions once", n, maxVersion, len(ms))
 	}
 	// They share the data.
-	create(t, opened[0], "orders")
+	backendtest.Create(t, opened[0], "orders")
 	mustAppendN(t, opened[1], "orders", 2)
 	if b, err := opened[stores-1].Boundary(t.Context(), "orders"); err != nil || b.Head != 2 {
 		t.Fatalf("Boundary through another store = %+v, %v; want head 2", b, err)
@@ -680,7 +671,7 @@ func TestOpenUnreachableIsUnavailable(t *testing.T) {
 func TestErrorTranslation(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	create(t, s, "b")
+	backendtest.Create(t, s, "b")
 	// A real constraint violation: a duplicate (boundary, id).
 	id := event.NewID()
 	_, err := s.pool.Exec(t.Context(), `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
@@ -744,7 +735,7 @@ func TestNotifyAcrossStores(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	a := setup(t, Config{URL: dbURL})
 	b := setup(t, Config{URL: withAppName(t, dbURL, "store_b"), ListenReconnectMin: 10 * time.Millisecond, ListenReconnectMax: 100 * time.Millisecond})
-	create(t, a, "orders")
+	backendtest.Create(t, a, "orders")
 	woken := make(chan string, 1024)
 	b.OnAppend(func(boundary string) {
 		select {
@@ -818,7 +809,7 @@ func TestTerminatedConnectionsDuringAppends(t *testing.T) {
 	t.Parallel()
 	dbURL := withAppName(t, pgtest.URL(t), "killed_store")
 	s := setup(t, Config{URL: dbURL})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	ctx := context.Background()
 
 	const appenders, perAppender, kills = 6, 40, 8
@@ -992,7 +983,7 @@ var features = backendtest.Features{
 func TestHeadsHeld_I7(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	create(t, s, "locked", "drawn", "free")
+	backendtest.Create(t, s, "locked", "drawn", "free")
 	ctx := context.Background()
 	mustAppendN(t, s, "drawn", 2)
 	heads := func() map[string]backend.Head {
@@ -1037,7 +1028,7 @@ func TestHeadsHeld_I7(t *testing.T) {
 // lock the test holds (a deferred trigger), with the row held.
 func TestHeadsHeldByAGroup_I7(t *testing.T) {
 	s := setup(t, Config{})
-	create(t, s, "orders")
+	backendtest.Create(t, s, "orders")
 	ctx := context.Background()
 	conn := connect(t, s)
 	if _, err := conn.Exec(ctx, `

@@ -60,16 +60,12 @@ END`,
 	for _, sync := range []string{"FULL", "NORMAL"} {
 		b.Run("single_parallel/sync="+sync, func(b *testing.B) {
 			s := setup(b, Config{Synchronous: sync})
-			if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
-				b.Fatal(err)
-			}
+			backendtest.Create(b, s, "bench")
 			backendtest.BenchParallel(b, s, []string{"bench"}, s.groups.Load)
 		})
 		b.Run("batch100/sync="+sync, func(b *testing.B) {
 			s := setup(b, Config{Synchronous: sync})
-			if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
-				b.Fatal(err)
-			}
+			backendtest.Create(b, s, "bench")
 			b.ResetTimer()
 			for range b.N {
 				if _, err := s.Append(context.Background(), "bench", backendtest.BenchEvents(100, "customer:42"), nil); err != nil {
@@ -89,9 +85,7 @@ func BenchmarkAppendCallers(b *testing.B) {
 	for _, callers := range []int{1, 16, 64, 256} {
 		b.Run("single/callers="+strconv.Itoa(callers), func(b *testing.B) {
 			s := setup(b, Config{GroupDelay: 200 * time.Microsecond})
-			if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
-				b.Fatal(err)
-			}
+			backendtest.Create(b, s, "bench")
 			groups := s.groups.Load()
 			var next atomic.Int64
 			var wg sync.WaitGroup
@@ -118,9 +112,7 @@ func BenchmarkAppendCallers(b *testing.B) {
 	}
 	b.Run("batch100", func(b *testing.B) {
 		s := setup(b, Config{GroupDelay: 200 * time.Microsecond})
-		if _, _, err := s.CreateBoundary(context.Background(), "bench"); err != nil {
-			b.Fatal(err)
-		}
+		backendtest.Create(b, s, "bench")
 		b.ResetTimer()
 		for i := 0; i < b.N; i += 100 {
 			if _, err := s.Append(context.Background(), "bench", backendtest.BenchEvents(100, "customer:42"), nil); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -17,9 +18,7 @@ import (
 func fillBig(tb testing.TB, s *Store, n, customers int, data string, typeOf func(k int) string) {
 	tb.Helper()
 	ctx := context.Background()
-	if _, _, err := s.CreateBoundary(ctx, "big"); err != nil {
-		tb.Fatal(err)
-	}
+	backendtest.Create(tb, s, "big")
 	for start := 0; start < n; start += 1000 {
 		in := make([]event.Input, 1000)
 		for i := range in {
@@ -139,9 +138,7 @@ func TestLargestQueries(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
 	ctx := context.Background()
-	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "b")
 	tags := make([]string, event.MaxQueryTags)
 	for i := range tags {
 		tags[i] = fmt.Sprintf("tag:%d", i)

@@ -102,9 +102,7 @@ func TestDirectoryLock(t *testing.T) {
 func TestOpenCreatesNestedDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a dir with ? and # and %20", "data")
 	s := setup(t, Config{Dir: dir})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "orders")
 	if _, err := os.Stat(filepath.Join(dir, DBFile)); err != nil {
 		t.Fatalf("the database is not at %s: %v", filepath.Join(dir, DBFile), err)
 	}
@@ -265,9 +263,7 @@ func TestExistingDatabaseKeepsItsPageSize(t *testing.T) {
 		t.Fatalf("page_size %d; a database created with 4096-byte pages must keep them", page)
 	}
 	ctx := context.Background()
-	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "b")
 	data := json.RawMessage(`{"pad":"` + strings.Repeat("x", 6000) + `"}`)
 	in, err := event.Prepare("b", []event.Input{{Type: "t", Data: data, Tags: []string{"k"}}}, event.Limits{})
 	if err != nil {
@@ -380,9 +376,7 @@ func FuzzTagMatch(f *testing.F) {
 		f.Add(seed[0], seed[1])
 	}
 	s := setup(f, Config{Synchronous: "OFF"})
-	if _, _, err := s.CreateBoundary(context.Background(), "fuzz"); err != nil {
-		f.Fatal(err)
-	}
+	backendtest.Create(f, s, "fuzz")
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, a, b string) {
 		if event.ValidateTag(a) != nil || event.ValidateTag(b) != nil {
@@ -423,9 +417,7 @@ func FuzzTagMatch(f *testing.F) {
 func TestFailureAfterHeadTakenIsIsolated_I1(t *testing.T) {
 	s := setup(t, Config{})
 	ctx := t.Context()
-	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "orders")
 	if _, err := s.wdb.ExecContext(ctx, `CREATE TRIGGER poison BEFORE INSERT ON events
 WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err != nil {
 		t.Fatal(err)
@@ -541,9 +533,7 @@ func sendHeld(t *testing.T, s *Store, reqs []heldRequest) (outs []<-chan backend
 func TestMergedRun(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "orders")
 	stored := backendtest.Prepared(t, "orders", 2)
 	if _, err := s.Append(ctx, "orders", stored, nil); err != nil {
 		t.Fatal(err)
@@ -621,9 +611,7 @@ func TestMergedRun(t *testing.T) {
 func TestMergedRunEdges(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "orders")
 	cctx, cancel := context.WithCancel(ctx)
 	req := func(ctx context.Context, boundary string, n int) heldRequest {
 		return heldRequest{ctx, boundary, backendtest.Prepared(t, boundary, n)}
@@ -661,9 +649,7 @@ func TestMergedRunEdges(t *testing.T) {
 func TestConditionStatementsPreparedOnce(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, Config{})
-	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "orders")
 	appendIf := func(q event.Query) {
 		t.Helper()
 		if _, err := s.Append(ctx, "orders", backendtest.Prepared(t, "orders", 1), &event.Condition{Query: q}); err != nil {
@@ -706,9 +692,7 @@ func TestConditionStatementsPreparedOnce(t *testing.T) {
 func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 	s := setup(t, Config{})
 	ctx := t.Context()
-	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "orders")
 	if _, err := s.Append(ctx, "orders", backendtest.Prepared(t, "orders", 2), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -784,9 +768,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 // three waited the whole delay.
 func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	s := setup(t, Config{GroupDelay: 10 * time.Second})
-	if _, _, err := s.CreateBoundary(t.Context(), "orders"); err != nil {
-		t.Fatal(err)
-	}
+	backendtest.Create(t, s, "orders")
 	release, first := stall(t, s, "orders", 1)
 	appendAsync := func() <-chan backendtest.Outcome {
 		return backendtest.AppendAsync(context.Background(), s, "orders", backendtest.Prepared(t, "orders", 1), nil)
