@@ -35,7 +35,7 @@ func testAppend(t *testing.T, open func(t *testing.T) backend.Store) {
 			t.Fatalf("head = %d, want 14", h)
 		}
 		_, events := readAll(t, s, "orders", nil)
-		checkDense(t, events)
+		CheckDense(t, events)
 	})
 
 	t.Run("StoredEventsRoundTrip", func(t *testing.T) {
@@ -194,7 +194,7 @@ func testDenseConcurrent(t *testing.T, open func(t *testing.T) backend.Store) {
 	}
 
 	for _, b := range names {
-		events := wantStored(t, s, b, len(placed[b]), ": as many as were appended")
+		events := WantStored(t, s, b, len(placed[b]), ": as many as were appended")
 		for _, e := range events {
 			p, ok := placed[b][e.ID]
 			if !ok {
@@ -327,7 +327,7 @@ func testIdempotency(t *testing.T, open func(t *testing.T) backend.Store) {
 				}
 			}
 		}
-		wantStored(t, s, "orders", rounds*3, ": each request written once")
+		WantStored(t, s, "orders", rounds*3, ": each request written once")
 	})
 }
 
@@ -413,7 +413,7 @@ func testGroupCommit(t *testing.T, open func(t *testing.T) backend.Store) {
 			}
 		}
 		_, events := readAll(t, s, "orders", nil)
-		checkDense(t, events)
+		CheckDense(t, events)
 		stored := map[string]bool{}
 		for _, e := range events {
 			stored[e.ID] = true

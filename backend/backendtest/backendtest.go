@@ -199,21 +199,28 @@ func checkpoint(t testing.TB, s backend.Store, boundary string) uint64 {
 	return cp
 }
 
-// wantStored reads every event of the boundary and fails unless they are
-// dense (checkDense) and want many; why says what a wrong count means.
-func wantStored(t testing.TB, s backend.Store, boundary string, want int, why string) []event.Event {
+// ReadAll returns every event of the boundary, read page by page.
+func ReadAll(t testing.TB, s backend.Store, boundary string) []event.Event {
 	t.Helper()
 	_, events := readAll(t, s, boundary, nil)
-	checkDense(t, events)
+	return events
+}
+
+// WantStored reads every event of the boundary and fails unless they are
+// dense (CheckDense) and want many; why says what a wrong count means.
+func WantStored(t testing.TB, s backend.Store, boundary string, want int, why string) []event.Event {
+	t.Helper()
+	_, events := readAll(t, s, boundary, nil)
+	CheckDense(t, events)
 	if len(events) != want {
 		t.Fatalf("%q holds %d events, want %d%s", boundary, len(events), want, why)
 	}
 	return events
 }
 
-// checkDense fails unless the events are at positions 1..n in order, each
+// CheckDense fails unless the events are at positions 1..n in order, each
 // id once (I1).
-func checkDense(t testing.TB, events []event.Event) {
+func CheckDense(t testing.TB, events []event.Event) {
 	t.Helper()
 	seen := make(map[string]uint64, len(events))
 	for i, e := range events {

@@ -161,7 +161,7 @@ func testConditions(t *testing.T, open func(t *testing.T) backend.Store) {
 			}
 		}
 		_, events := readAll(t, s, "claims", nil)
-		checkDense(t, events)
+		CheckDense(t, events)
 		// Every round stored one winner (1 or 2 events) and the bystanders.
 		if len(events) < rounds*(1+bystanders) || len(events) > rounds*(2+bystanders) {
 			t.Fatalf("%d events stored: losers' events must never be", len(events))

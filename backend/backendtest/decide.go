@@ -73,7 +73,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 				want = append(want, c.in[0].Tags)
 			}
 		}
-		events := wantStored(t, s, "tags", len(want), "")
+		events := WantStored(t, s, "tags", len(want), "")
 		for i, e := range events {
 			if e.Tags == nil || fmt.Sprintf("%q", e.Tags) != fmt.Sprintf("%q", want[i]) {
 				t.Errorf("event at position %d (%s) has tags %#v, want %#v", e.Position, e.Type, e.Tags, want[i])
@@ -109,7 +109,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 			t.Fatalf("third request (its condition holds): %+v, %v; want position 3: a failed request fails only itself",
 				other.res, other.err)
 		}
-		wantStored(t, s, "seats", 3, ": the rival's event must not be")
+		WantStored(t, s, "seats", 3, ": the rival's event must not be")
 	})
 
 	t.Run("FailedRequestIsInvisible", func(t *testing.T) {
@@ -137,7 +137,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 				checker.res, checker.err)
 		}
 		_, events := readAll(t, s, "seats", nil)
-		checkDense(t, events)
+		CheckDense(t, events)
 	})
 
 	t.Run("FailedRequestInMergedRun", func(t *testing.T) {
@@ -165,7 +165,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 			t.Fatalf("third request: %+v, %v; want position %d, right after the first", third.res, third.err, first.res.Last+1)
 		}
 		_, events := readAll(t, s, "seats", nil)
-		checkDense(t, events)
+		CheckDense(t, events)
 		if len(events) != 3 || head(t, s, "seats") != 3 {
 			t.Fatalf("%d events stored (head %d), want 3: nothing of the failed request", len(events), head(t, s, "seats"))
 		}
@@ -197,7 +197,7 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 				first.res, first.err, second.res, second.err, h+1, h+2)
 		}
 		wantConflictAt(t, "condition on the first request of a merged run", checked.err, "seats", h, h+1)
-		wantStored(t, s, "seats", 3, ": the conditioned request's event must not be")
+		WantStored(t, s, "seats", 3, ": the conditioned request's event must not be")
 	})
 
 	t.Run("RetryInSameGroup", func(t *testing.T) {
@@ -387,7 +387,7 @@ func testDecisions(t *testing.T, open func(t *testing.T) backend.Store) {
 		}
 	}
 	_, all := readAll(t, s, "shows", nil)
-	checkDense(t, all)
+	CheckDense(t, all)
 	total := 0
 	for _, n := range conflicts {
 		total += n

@@ -120,7 +120,7 @@ func testGroupMaxEvents(t *testing.T, q Queue, f Features) {
 	if n := groupsBehindStall(t, f, s, "orders", callers, 4); n != 6 {
 		t.Fatalf("%d transactions, want 6", n)
 	}
-	wantStored(t, s, "orders", 4*(callers+1), "")
+	WantStored(t, s, "orders", 4*(callers+1), "")
 }
 
 // testCancelledWhileQueued: a caller that gives up while its request waits
@@ -188,7 +188,7 @@ func testCloseWithQueued(t *testing.T, q Queue, f Features) {
 		}
 		refused[q.in[0].ID], refused[q.in[1].ID] = true, true
 	}
-	events := wantStored(t, q.Reopen(t, s), "orders", 2, ": the 2 of the append in flight")
+	events := WantStored(t, q.Reopen(t, s), "orders", 2, ": the 2 of the append in flight")
 	for _, e := range events {
 		if refused[e.ID] {
 			t.Fatalf("id %s was refused with ErrClosed but is stored", e.ID)

@@ -68,7 +68,7 @@ func TestRetryInAGroupWhoseCommitFails(t *testing.T) {
 					t.Errorf("request %d answered written at %d..%d, but the group's COMMIT failed", i, r.Res.First, r.Res.Last)
 				}
 			}
-			if evs := mustRead(t, s, "orders"); len(evs) != 0 {
+			if evs := backendtest.ReadAll(t, s, "orders"); len(evs) != 0 {
 				t.Fatalf("%d events stored after a failed COMMIT", len(evs))
 			}
 		})
@@ -138,7 +138,7 @@ func TestAppendRacingCreateBoundary(t *testing.T) {
 		}()
 		res, err := s.Append(context.Background(), name, in, nil)
 		<-done
-		evs := mustRead(t, s, name)
+		evs := backendtest.ReadAll(t, s, name)
 		switch {
 		case err == nil:
 			written++
@@ -276,7 +276,7 @@ func TestNextGroupBeginsWhileFirstCommits(t *testing.T) {
 	if r1.Err != nil || r1.Res.First != 1 || r1.Res.Last != 1 {
 		t.Fatalf("first append: %+v, want position 1", r1)
 	}
-	if evs := mustRead(t, s, "orders"); len(evs) != 3 {
+	if evs := backendtest.ReadAll(t, s, "orders"); len(evs) != 3 {
 		t.Fatalf("%d events stored, want 3", len(evs))
 	}
 }
@@ -326,7 +326,7 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	if n := s.groups.Load() - groups; n != 1 {
 		t.Fatalf("the three waiting requests and the returning caller committed in %d groups, want 1", n)
 	}
-	checkDense(t, mustRead(t, s, "orders"))
+	backendtest.CheckDense(t, backendtest.ReadAll(t, s, "orders"))
 }
 
 // TestEventColumnsIDs: ids go to the database as UUID values (a []string
@@ -404,7 +404,7 @@ func TestAppendInEveryQueryExecMode(t *testing.T) {
 			if res, err := s.Append(ctx, "orders", more, &event.Condition{Query: q, After: 1}); err != nil || res.First != 3 {
 				t.Fatalf("conditional append that holds: %+v, %v", res, err)
 			}
-			got := mustRead(t, s, "orders")
+			got := backendtest.ReadAll(t, s, "orders")
 			if len(got) != 3 {
 				t.Fatalf("%d events stored, want 3", len(got))
 			}

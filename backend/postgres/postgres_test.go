@@ -151,32 +151,6 @@ func stall(t *testing.T, s *Store, boundary string, n int) (release func(), firs
 	return release, first
 }
 
-func mustRead(t testing.TB, s *Store, boundary string) []event.Event {
-	t.Helper()
-	var all []event.Event
-	after := uint64(0)
-	for {
-		_, page, err := s.Read(context.Background(), boundary, after, 1000, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(page) == 0 {
-			return all
-		}
-		all = append(all, page...)
-		after = page[len(page)-1].Position
-	}
-}
-
-func checkDense(t testing.TB, events []event.Event) {
-	t.Helper()
-	for i, e := range events {
-		if e.Position != uint64(i+1) {
-			t.Fatalf("I1: event %d is at position %d, want %d", i, e.Position, i+1)
-		}
-	}
-}
-
 // --- I1: dense, commit-ordered positions -----------------------------------
 
 // cursorReader is the reader of the I1 tests, shared by the test and its
@@ -339,11 +313,7 @@ func TestReverseCommitOrder_I1(t *testing.T) {
 	if err := <-readerErr; err != nil {
 		t.Fatal(err)
 	}
-	events := mustRead(t, s, "orders")
-	checkDense(t, events)
-	if len(events) != 10 {
-		t.Fatalf("%d events stored, want 10", len(events))
-	}
+	backendtest.WantStored(t, s, "orders", 10, "")
 	// The raw draw: a second transaction cannot take the head row either.
 	_, _, commitA := holdHead(t, s, "orders", 1)
 	conn := connect(t, s)
@@ -419,10 +389,8 @@ func TestSlowAppender(t *testing.T) {
 			t.Fatalf("the waiting appends got positions %v; want 4..13 without a gap", positions)
 		}
 	}
-	events := mustRead(t, s, "slow")
-	checkDense(t, events)
-	if len(events) != 13 || events[2].Type != "held.event" {
-		t.Fatalf("slow holds %d events (position 3 %q), want 13 with the held one at 3", len(events), events[2].Type)
+	if events := backendtest.WantStored(t, s, "slow", 13, ""); events[2].Type != "held.event" {
+		t.Fatalf("position 3 of slow holds %q, want the held event", events[2].Type)
 	}
 }
 
@@ -520,11 +488,7 @@ func TestFailuresIsolatedInOneGroup(t *testing.T) {
 	}
 	want(5, 6, 8)
 	want(6, 6, 8)
-	events := mustRead(t, s, "orders")
-	checkDense(t, events)
-	if len(events) != 8 {
-		t.Fatalf("%d events stored, want 8", len(events))
-	}
+	backendtest.WantStored(t, s, "orders", 8, "")
 }
 
 // --- data ----------------------------------------------------------------------
@@ -549,7 +513,7 @@ func TestJSONBytesKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := mustRead(t, s, "orders")
+	got := backendtest.ReadAll(t, s, "orders")
 	if string(got[0].Data) != string(in[0].Data) || string(got[0].Metadata) != string(in[0].Metadata) {
 		t.Fatalf("read back data %s metadata %s, want %s and %s", got[0].Data, got[0].Metadata, in[0].Data, in[0].Metadata)
 	}
@@ -904,8 +868,8 @@ WHERE datname = $1 AND application_name = 'killed_store'`, pgtest.DatabaseName(t
 		}
 		ok = append(ok, acked{in[0].ID, res.First}, acked{in[1].ID, res.Last})
 	}
-	events := mustRead(t, s, "orders")
-	checkDense(t, events)
+	events := backendtest.ReadAll(t, s, "orders")
+	backendtest.CheckDense(t, events)
 	at := map[string]uint64{}
 	for _, e := range events {
 		if _, dup := at[e.ID]; dup {

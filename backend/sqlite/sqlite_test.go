@@ -472,18 +472,7 @@ WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned event'); END`); err
 	if b.Head != stored {
 		t.Fatalf("head %d, stored %d events: the head counts events that were rolled back", b.Head, stored)
 	}
-	_, evs, err := s.Read(ctx, "orders", 0, 10000, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range evs {
-		if e.Position != uint64(i+1) {
-			t.Fatalf("position %d at index %d: a gap", e.Position, i)
-		}
-	}
-	if uint64(len(evs)) != stored {
-		t.Fatalf("read %d events, head %d", len(evs), stored)
-	}
+	evs := backendtest.WantStored(t, s, "orders", int(stored), ", the head")
 	for _, r := range ok {
 		for j, id := range r.ids {
 			if evs[r.res.First-1+uint64(j)].ID != id {
@@ -589,18 +578,7 @@ func TestMergedRun(t *testing.T) {
 	if got[2].Err != nil || got[3].Err != nil || got[2].Res != got[3].Res || got[2].Res.First != next+1 {
 		t.Fatalf("retry in the same group: %+v, %v and %+v, %v; want both at %d", got[2].Res, got[2].Err, got[3].Res, got[3].Err, next+1)
 	}
-	_, evs, err := s.Read(ctx, "orders", 0, 1000, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range evs {
-		if e.Position != uint64(i+1) {
-			t.Fatalf("position %d at index %d: a gap", e.Position, i)
-		}
-	}
-	if want := next + 1; uint64(len(evs)) != want {
-		t.Fatalf("%d events stored, want %d", len(evs), want)
-	}
+	backendtest.WantStored(t, s, "orders", int(next+1), "")
 }
 
 // TestMergedRunEdges: a run whose caller gave up in the middle, a run to a
@@ -638,9 +616,7 @@ func TestMergedRunEdges(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v; want position %d", i, o.Res, o.Err, want)
 		}
 	}
-	if _, evs, err := s.Read(ctx, "orders", 0, 10, nil); err != nil || len(evs) != 3 {
-		t.Fatalf("read: %d events, %v; want 3", len(evs), err)
-	}
+	backendtest.WantStored(t, s, "orders", 3, ": no gap where the cancelled request was")
 }
 
 // TestConditionStatementsPreparedOnce: conditions of one query shape share
