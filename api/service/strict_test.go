@@ -1,14 +1,14 @@
 package service
 
 import (
-	"fmt"
-	"time"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
