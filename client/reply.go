@@ -24,7 +24,7 @@ import (
 // not at all, by something else answering on orisun.api.>): send an append
 // again with the same event ids, and orisun answers with where they are
 // (docs/protocol.md, "Idempotent retry"). Who may answer on orisun.api.> is
-// NATS's permissions' to decide (docs/security.md); these checks find what
+// for NATS's permissions to decide (docs/security.md); these checks find what
 // a reply shows, not a responder that copies a real epoch and invents
 // positions that fit.
 var ErrBadReply = errors.New("the reply cannot be orisun's")
