@@ -168,14 +168,11 @@ func (c *Client) checkLatest(subject, boundary string, q *event.Query, res *even
 	return c.sameEpoch(subject, boundary, res.Epoch)
 }
 
-// checkBoundary checks a boundary of a reply: a valid name, the one asked
-// for when one was, and a real epoch.
+// checkBoundary checks a boundary of a reply: the name asked for, when one
+// was, and a real epoch.
 func checkBoundary(subject, name string, b *event.Boundary) error {
 	if name != "" && b.Name != name {
 		return badReply(subject, "boundary %q answered for %q", truncate(b.Name), name)
-	}
-	if event.ValidateBoundaryName(b.Name) != nil {
-		return badReply(subject, "boundary name %q is not one orisun accepts", truncate(b.Name))
 	}
 	if reason := badEpoch(b.Epoch); reason != "" {
 		return badReply(subject, "boundary %q: %s", b.Name, reason)
