@@ -22,6 +22,8 @@ import (
 // and skips the data and metadata of each event without looking inside, in
 // one pass with no allocation unless a key is escaped. data and metadata are
 // the application's JSON and are stored as given, duplicate keys included.
+// The appends' hot path pays for it: BenchmarkDecodeAppend and
+// BenchmarkDuplicateKeyScan measure decoding with it and the check alone.
 
 // maxKeyDepth bounds the nesting the check walks into, as encoding/json
 // bounds what it decodes; the envelope is six levels deep at most.
@@ -111,8 +113,7 @@ func (s *keyScanner) space() {
 	}
 }
 
-// value walks the value at s.i. depth counts the containers around it; raw
-// is not known here (the caller skips raw values).
+// value walks the value at s.i; depth counts the containers around it.
 func (s *keyScanner) value(depth int) error {
 	s.space()
 	if s.i >= len(s.data) {
