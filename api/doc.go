@@ -18,11 +18,18 @@
 // a failed append condition (an *event.ConflictError). The code comes from
 // the sentinel errors of package event (CodeOf, errors.Is); a request the
 // service cannot understand is "invalid", and nothing is ever written for a
-// request that fails validation. Two choices where the design is silent:
+// request that fails validation. Choices where the design is silent:
 //
 //   - unknown JSON fields are refused ("invalid", naming the field): a
 //     misspelt "condition" must never turn a conditional append into an
 //     unconditional one, nor a misspelt "after" a read from the start;
+//   - so is a key given twice in a request's envelope (the request, an
+//     event, the condition, a query and its items), naming the key and
+//     where it is: a decoder would keep one of them, and
+//     {"condition":{…},"condition":null} would append unconditionally.
+//     Keys are the same when equal once unescaped, regardless of case, as
+//     encoding/json matches field names. The data and metadata of an event
+//     are the application's JSON, stored as given, duplicate keys included;
 //   - a read whose "after" is past the boundary's head is "invalid" and the
 //     message names the head: a reader cannot be ahead of the log, so its
 //     saved position belongs to another store or epoch.

@@ -29,6 +29,11 @@ type Client struct {
 	liveMu  sync.Mutex
 	liveAt  time.Time
 	leading map[string]bool
+
+	// The epoch of each boundary in the last reply that carried it
+	// (sameEpoch).
+	epochMu sync.Mutex
+	epochs  map[string]string
 }
 
 type options struct {
@@ -150,7 +155,11 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 // errors.Is(err, event.ErrConflict), and errors.As(err, &ce) finds an
 // *event.ConflictError with the first matching position.
 // Sending the same events again (same ids) after a lost reply returns the
-// same positions and writes nothing.
+// same positions and writes nothing. A reply that does not fit the request
+// (not len(events) consecutive positions, an epoch that is no boundary's or
+// not the one this client saw for the boundary before) is an error that
+// errors.Is matches with ErrBadReply, never a result: send the events again
+// with the same ids to learn where they are.
 func (c *Client) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
 	var res event.AppendResult
 	// The boundary is a token of the request's subject: a name with a '.'
@@ -160,7 +169,14 @@ func (c *Client) Append(ctx context.Context, boundary string, events []event.Inp
 	if err := event.ValidateBoundaryName(boundary); err != nil {
 		return res, err
 	}
-	err := c.request(ctx, api.AppendSubject(boundary), api.AppendRequest{Events: events, Condition: cond}, &res)
+	subject := api.AppendSubject(boundary)
+	err := c.request(ctx, subject, api.AppendRequest{Events: events, Condition: cond}, &res)
+	if err == nil {
+		if err := c.checkAppend(subject, boundary, len(events), &res); err != nil {
+			return event.AppendResult{}, err
+		}
+		return res, nil
+	}
 	var encodeErr *json.MarshalerError
 	if errors.As(err, &encodeErr) {
 		// Data and metadata travel as JSON values inside the request: one
@@ -190,41 +206,72 @@ func (c *Client) Append(ctx context.Context, boundary string, events []event.Inp
 // decision under a condition with the same query and After: Head (an empty
 // event.Query when q is nil); the append fails with an error that
 // errors.As finds an *event.ConflictError in when an event matching q came
-// in meanwhile. Read again and decide again.
+// in meanwhile. Read again and decide again. A reply that cannot be the
+// answer (see ErrBadReply) is an error.
 func (c *Client) ReadLatest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error) {
 	var res api.LatestReply
 	if err := event.ValidateBoundaryName(boundary); err != nil {
 		return res, err
 	}
-	err := c.request(ctx, api.LatestSubject(boundary), api.LatestRequest{Query: q}, &res)
-	return res, err
+	subject := api.LatestSubject(boundary)
+	if err := c.request(ctx, subject, api.LatestRequest{Query: q}, &res); err != nil {
+		return res, err
+	}
+	if err := c.checkLatest(subject, boundary, q, &res); err != nil {
+		return api.LatestReply{}, err
+	}
+	return res, nil
 }
 
 // Read returns up to limit events after position after (1 ≤ limit ≤
 // 10,000), matching q when it is not nil. The reply may hold fewer events
 // than limit though more exist (a page must fit one NATS message): the head
-// is reached when the last position equals Head.
+// is reached when the last position equals Head. A reply that cannot be the
+// answer (see ErrBadReply: events out of order, not after after, beyond
+// the head, of another boundary or epoch, not matching q, a position
+// missing from a read without a query) is an error.
 func (c *Client) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (api.ReadReply, error) {
 	var res api.ReadReply
 	if err := event.ValidateBoundaryName(boundary); err != nil {
 		return res, err
 	}
-	err := c.request(ctx, api.ReadSubject(boundary), api.ReadRequest{After: after, Limit: &limit, Query: q}, &res)
-	return res, err
+	subject := api.ReadSubject(boundary)
+	if err := c.request(ctx, subject, api.ReadRequest{After: after, Limit: &limit, Query: q}, &res); err != nil {
+		return res, err
+	}
+	if err := c.checkRead(subject, boundary, after, limit, q, &res); err != nil {
+		return api.ReadReply{}, err
+	}
+	return res, nil
 }
 
 // Boundaries lists the boundaries with their epochs and heads.
 func (c *Client) Boundaries(ctx context.Context) ([]event.Boundary, error) {
 	var res api.BoundariesReply
-	err := c.request(ctx, api.SubjectBoundaries, struct{}{}, &res)
-	return res.Boundaries, err
+	if err := c.request(ctx, api.SubjectBoundaries, struct{}{}, &res); err != nil {
+		return nil, err
+	}
+	for i := range res.Boundaries {
+		if err := checkBoundary(api.SubjectBoundaries, "", &res.Boundaries[i]); err != nil {
+			return nil, err
+		}
+	}
+	return res.Boundaries, nil
 }
 
 // CreateBoundary creates a boundary, or returns the existing one.
 func (c *Client) CreateBoundary(ctx context.Context, name string) (event.Boundary, error) {
 	var res event.Boundary
-	err := c.request(ctx, api.SubjectCreateBoundary, api.CreateBoundaryRequest{Name: name}, &res)
-	return res, err
+	if err := c.request(ctx, api.SubjectCreateBoundary, api.CreateBoundaryRequest{Name: name}, &res); err != nil {
+		return res, err
+	}
+	if err := checkBoundary(api.SubjectCreateBoundary, name, &res); err != nil {
+		return event.Boundary{}, err
+	}
+	if err := c.sameEpoch(api.SubjectCreateBoundary, name, res.Epoch); err != nil {
+		return event.Boundary{}, err
+	}
+	return res, nil
 }
 
 // Status returns the status of the node that answered.

@@ -25,6 +25,15 @@
 // duplicate. Only a handler error, an epoch change, an invalid start
 // position, an unknown boundary or the end of ctx end it.
 //
+// Replies are checked before they are returned (ErrBadReply): an epoch
+// must be a UUID other than the all-zero one, and the same as in this
+// client's last reply for the boundary (a change is reported once, as
+// ErrBadReply and event.ErrEpochChanged, then the new epoch is the one
+// compared with); an append of n events must get n consecutive positions;
+// a read's events must be the boundary's, in the reply's epoch, ascending
+// after the requested position, at most the limit, at or below the head,
+// matching the query, and, without a query, every position in turn.
+//
 // Whether the stream is fed is asked from the status endpoint (the
 // boundary's publisher must be leading on the node the client is connected
 // to); while it is not, the subscription reads the store through the API,

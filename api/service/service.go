@@ -286,8 +286,10 @@ func (r *reply) error(err error) {
 }
 
 // decode reads a JSON request body into v. An empty body is {}. Unknown
-// fields and trailing data are refused, naming them.
-func decode(data []byte, v any, fields string) error {
+// fields, duplicate keys in the envelope (keyRule) and trailing data are
+// refused, naming them; request names the request in the message ("the
+// append request").
+func decode(data []byte, v any, request, fields string, rule keyRule) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")
 	}
@@ -315,6 +317,15 @@ func decode(data []byte, v any, fields string) error {
 	if dec.More() {
 		return fmt.Errorf("%w: request body holds more than one JSON value", event.ErrInvalid)
 	}
+	// The body decoded: it is one JSON value with known fields only. Look
+	// for a key given twice, which the decoder let the last one win.
+	if err := duplicateKey(data, rule, request); err != nil {
+		var dk *dupKeyError
+		if errors.As(err, &dk) {
+			return fmt.Errorf("%w: %w", event.ErrInvalid, err)
+		}
+		return fmt.Errorf("%w: %s: %v", event.ErrInvalid, request, err)
+	}
 	return nil
 }
 
@@ -334,7 +345,7 @@ func (s *Service) append(ctx context.Context, req micro.Request) (any, error) {
 		return nil, err
 	}
 	var r api.AppendRequest
-	if err := decode(req.Data(), &r, `events (id, type, data, metadata, tags) and condition (query, after)`); err != nil {
+	if err := decode(req.Data(), &r, "the append request", `events (id, type, data, metadata, tags) and condition (query, after)`, rawEvents); err != nil {
 		return nil, err
 	}
 	return s.be.Append(ctx, b, r.Events, r.Condition)
@@ -346,7 +357,7 @@ func (s *Service) read(ctx context.Context, req micro.Request) (any, error) {
 		return nil, err
 	}
 	var r api.ReadRequest
-	if err := decode(req.Data(), &r, "after, limit and query"); err != nil {
+	if err := decode(req.Data(), &r, "the read request", "after, limit and query", checkAll); err != nil {
 		return nil, err
 	}
 	limit := api.DefaultReadLimit
@@ -417,7 +428,7 @@ func (s *Service) latest(ctx context.Context, req micro.Request) (any, error) {
 		return nil, err
 	}
 	var r api.LatestRequest
-	if err := decode(req.Data(), &r, "query"); err != nil {
+	if err := decode(req.Data(), &r, "the read-latest request", "query", checkAll); err != nil {
 		return nil, err
 	}
 	if err := event.ValidateQuery(r.Query); err != nil {
@@ -454,7 +465,7 @@ func encodeLatest(l *event.Latest) ([]byte, error) {
 
 func (s *Service) boundaries(ctx context.Context, req micro.Request) (any, error) {
 	var r struct{}
-	if err := decode(req.Data(), &r, "none (send {})"); err != nil {
+	if err := decode(req.Data(), &r, "the request", "none (send {})", checkAll); err != nil {
 		return nil, err
 	}
 	bs, err := s.be.Boundaries(ctx)
@@ -469,7 +480,7 @@ func (s *Service) boundaries(ctx context.Context, req micro.Request) (any, error
 
 func (s *Service) createBoundary(ctx context.Context, req micro.Request) (any, error) {
 	var r api.CreateBoundaryRequest
-	if err := decode(req.Data(), &r, "name"); err != nil {
+	if err := decode(req.Data(), &r, "the create-boundary request", "name", checkAll); err != nil {
 		return nil, err
 	}
 	if err := event.ValidateBoundaryName(r.Name); err != nil {
@@ -480,7 +491,7 @@ func (s *Service) createBoundary(ctx context.Context, req micro.Request) (any, e
 
 func (s *Service) status(ctx context.Context, req micro.Request) (any, error) {
 	var r struct{}
-	if err := decode(req.Data(), &r, "none (send {})"); err != nil {
+	if err := decode(req.Data(), &r, "the request", "none (send {})", checkAll); err != nil {
 		return nil, err
 	}
 	return s.be.Status(ctx)
