@@ -7,12 +7,15 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testhooks"
 )
 
 // The benchmarks of this file run on each backend: SQLite always,
@@ -167,4 +170,110 @@ func BenchmarkBackendLatency(b *testing.B) {
 		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 		b.ReportMetric(float64(len(lat))/float64(b.N)*100, "measured-%")
 	})
+}
+
+// BenchmarkAPIPermissions: what the always-on permission model costs on the
+// application's path (docs/design.md §12). 1 KB single-event appends
+// through the NATS API (client.Append over loopback TCP without
+// credentials, so as the application principal) from 64 goroutines, with a
+// client.Subscribe that delivers every appended event before the clock
+// stops; "on" is the default, "off" the negative control's seam
+// (testhooks.Hooks.PermissionsOff: no authenticator, no permissions). The
+// two alternate in one run, four rounds in the order on off, off on, on
+// off, off on, so that the machine's load drifts over both alike and
+// neither always runs second, after the other's node was removed (-count
+// would run one four times, then the other):
+//
+//	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench BenchmarkAPIPermissions -benchtime 40000x .
+//
+// SQLite only: the permission checks are the server's, whatever the store.
+func BenchmarkAPIPermissions(b *testing.B) {
+	type mode struct {
+		name string
+		on   bool
+	}
+	var rounds []mode
+	for r := 1; r <= 4; r++ {
+		on, off := mode{fmt.Sprintf("round=%d/on", r), true}, mode{fmt.Sprintf("round=%d/off", r), false}
+		if r%2 == 1 {
+			rounds = append(rounds, on, off)
+		} else {
+			rounds = append(rounds, off, on)
+		}
+	}
+	for _, mode := range rounds {
+		b.Run(mode.name, func(b *testing.B) {
+			var opts []orisun.Option
+			if !mode.on {
+				opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{PermissionsOff: true}))
+			}
+			n := setup(b, "", nil, opts...)
+			c, err := client.Connect(n.NATSURL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			var delivered atomic.Int64
+			live := make(chan struct{})
+			var once sync.Once
+			ctx, cancel := context.WithCancel(context.Background())
+			subDone := make(chan error, 1)
+			go func() {
+				subDone <- c.Subscribe(ctx, "default", 0, func(context.Context, event.Event) error {
+					delivered.Add(1)
+					return nil
+				}, client.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
+			}()
+			defer func() {
+				cancel()
+				<-subDone
+			}()
+			select {
+			case <-live:
+			case err := <-subDone:
+				b.Fatalf("the subscription ended: %v", err)
+			case <-time.After(30 * time.Second):
+				b.Fatal("the subscription did not go live")
+			}
+			ev := events(1, "bench.api", 1024)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start, cpu0 := time.Now(), processCPU()
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						if _, err := c.Append(context.Background(), "default", ev, nil); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for deadline := time.Now().Add(5 * time.Minute); delivered.Load() < int64(b.N); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					b.Fatalf("the subscription delivered %d of %d", delivered.Load(), b.N)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+			// The process's CPU time (server, store, client and
+			// subscription all run in it) per append: what the checks
+			// cost, less disturbed than the wall clock by other work on
+			// the machine.
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -39,10 +39,12 @@ type Config struct {
 	NATSHost string `envconfig:"NATS_HOST"`
 	NATSPort int    `envconfig:"NATS_PORT"`
 	// NATSUser and NATSPassword, or NATSToken, turn on authentication of
-	// NATS clients: application clients then need them, and may use the API
-	// and read the event streams but never write into them (see README,
-	// "Access control"). orisun's own in-process connection has an internal
-	// user of its own. Empty: no authentication (keep NATSHost on loopback).
+	// NATS clients: application clients then need them. With or without
+	// them an application client may use the API and read the event
+	// streams but never write into them (see README, "Access control");
+	// orisun's own in-process connections have internal users of their
+	// own. Empty: clients connect without credentials, as the application
+	// (keep NATSHost on loopback).
 	NATSUser     string `envconfig:"NATS_USER"`
 	NATSPassword string `envconfig:"NATS_PASSWORD"`
 	NATSToken    string `envconfig:"NATS_TOKEN"`
@@ -183,7 +185,8 @@ func (c Config) HTTPEnabled() bool {
 }
 
 // natsAccess turns the configuration into the embedded server's
-// authentication and TLS settings (nil when off).
+// authentication and TLS settings (nil when not configured; the permission
+// model is on either way).
 func (c Config) natsAccess() (*natsembed.Auth, *natsembed.TLS) {
 	var auth *natsembed.Auth
 	if c.NATSUser != "" || c.NATSToken != "" {

@@ -1,6 +1,9 @@
 package orisun
 
-import "github.com/orisun-io/orisun/internal/testhooks"
+import (
+	"github.com/orisun-io/orisun/internal/testhooks"
+	"github.com/orisun-io/orisun/natsembed"
+)
 
 // The test seams of a Node are set through package internal/testhooks, so
 // that they never show in this package's API.
@@ -15,6 +18,9 @@ func init() {
 			}
 			if h.WrapStore != nil {
 				n.wrapStore = h.WrapStore
+			}
+			if h.PermissionsOff {
+				n.natsSeam = testhooks.NATSPermissionsOff.(func(*natsembed.Config))
 			}
 		}
 	}

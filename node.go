@@ -74,6 +74,8 @@ type Node struct {
 	// brokenCheckpointOrder: see testhooks.Hooks.CheckpointBeforeAck.
 	brokenCheckpointOrder bool
 	wrapStore             func(backend.Store) backend.Store
+	// natsSeam: see testhooks.Hooks.PermissionsOff.
+	natsSeam func(*natsembed.Config)
 
 	// life is the node's lifecycle (startstop.Base): Start runs start,
 	// Stop runs teardown, each once, and the node's goroutines (the heads
@@ -385,7 +387,8 @@ func (n *Node) startNATS() error {
 	}
 	if auth == nil && !isLoopback(n.cfg.NATSHost) {
 		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
-			"can publish into, purge or delete the event streams; set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
+			"is the application (it can append and create boundaries through the API and read every event stream, "+
+			"though never write into one); set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
 			"host", n.cfg.NATSHost)
 	}
 	cluster := n.cfg.natsCluster()
@@ -399,8 +402,7 @@ func (n *Node) startNATS() error {
 			"so no node can publish the boundary and live subscriptions wait until it returns; set ORISUN_NATS_STREAM_REPLICAS=3 "+
 			"(three or more nodes) so that a stream survives the loss of a node", "stream_replicas", n.cfg.StreamReplicas)
 	}
-	var err error
-	n.ns, err = natsembed.New(natsembed.Config{
+	nsCfg := natsembed.Config{
 		Host:       n.cfg.NATSHost,
 		Port:       n.cfg.NATSPort,
 		StoreDir:   filepath.Join(n.cfg.DataDir, "jetstream"),
@@ -412,7 +414,12 @@ func (n *Node) startNATS() error {
 		TLS:        tlsCfg,
 		Cluster:    cluster,
 		Logger:     n.log.With("component", "nats"),
-	})
+	}
+	if n.natsSeam != nil {
+		n.natsSeam(&nsCfg)
+	}
+	var err error
+	n.ns, err = natsembed.New(nsCfg)
 	if err != nil {
 		return fmt.Errorf("orisun: %w", err)
 	}

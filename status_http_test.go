@@ -255,11 +255,20 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 
 // setDiscard sets the discard policy of the boundary's stream: with
 // jetstream.DiscardNew a full stream refuses new messages and the node's
-// publisher pauses.
+// publisher pauses. It changes the stream as orisun's own connection
+// (an application may not).
 func setDiscard(t testing.TB, n *orisun.Node, boundary string, d jetstream.DiscardPolicy) {
 	t.Helper()
 	ctx := context.Background()
-	js := jsOf(t, n)
+	nc, err := n.ConnectNATS("set-discard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := js.Stream(ctx, stream.Name(boundary))
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +280,8 @@ func setDiscard(t testing.TB, n *orisun.Node, boundary string, d jetstream.Disca
 	}
 }
 
-// jsOf connects a JetStream client to the node's NATS server.
+// jsOf connects a JetStream client to the node's NATS server, as an
+// application: over TCP, without credentials.
 func jsOf(t testing.TB, n *orisun.Node) jetstream.JetStream {
 	t.Helper()
 	nc := connect(t, n)

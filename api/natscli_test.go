@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -25,16 +26,26 @@ var natsCLIBinary = testutil.Binary{Pkg: "github.com/nats-io/natscli/nats", Modu
 // timeout is short because `nats micro ls` waits all of it for answers.
 func natsCLI(t *testing.T, url string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(testutil.Build(t, natsCLIBinary), append([]string{"--server", url, "--timeout", "3s"}, args...)...)
+	out, stderr, err := natsCLIRun(t, url, args...)
+	if err != nil {
+		t.Fatalf("nats %s: %v\nstdout %s\nstderr %s", strings.Join(args, " "), err, out, stderr)
+	}
+	return out
+}
+
+// natsCLIRun runs the nats CLI like natsCLI, for at most 30 seconds, and
+// returns its standard output and error and how it ended.
+func natsCLIRun(t *testing.T, url string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testutil.Build(t, natsCLIBinary), append([]string{"--server", url, "--timeout", "3s"}, args...)...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	var errb strings.Builder
+	cmd.Stderr = &errb
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("nats %s: %v\nstdout %s\nstderr %s", strings.Join(args, " "), err, out, stderr.String())
-	}
-	return string(out)
+	return string(out), errb.String(), err
 }
 
 // TestWithTheNATSCLI drives the API and the stream layout with nothing but
@@ -137,5 +148,124 @@ func TestWithTheNATSCLI(t *testing.T) {
 		if string(want) != string(got) {
 			t.Fatalf("stream body %s, read API event %s", got, want)
 		}
+	}
+}
+
+// TestNATSCLIWithoutCredentials_S13: against a node with the default
+// configuration (no credentials), the nats CLI (v0.5.0) over TCP without
+// credentials is the application principal (docs/design.md §12). It can
+// discover and call the API, read the streams (info, get, view, a
+// subscription through a JetStream consumer by stream or by subject) and
+// create and read a consumer of its own. It cannot publish into the event
+// subjects, answer the API, subscribe to the event subjects with a core
+// subscription, or create, change, purge or delete a stream: each is a
+// permissions violation that makes the command fail, and afterwards the
+// stream is what it was (I2).
+func TestNATSCLIWithoutCredentials_S13(t *testing.T) {
+	t.Parallel()
+	n, _ := setup(t)
+	url := n.NATSURL()
+
+	var ids []string
+	for _, typ := range []string{"cli.first", "cli.second"} {
+		out := natsCLI(t, url, "req", "--raw", "orisun.api.append.default", `{"events":[{"type":"`+typ+`","data":{}}]}`)
+		if !strings.Contains(out, `"last":`) {
+			t.Fatalf("append reply %q", out)
+		}
+	}
+	var rd api.ReadReply
+	if err := json.Unmarshal([]byte(natsCLI(t, url, "req", "--raw", "orisun.api.read.default", `{"after":0}`)), &rd); err != nil || len(rd.Events) != 2 {
+		t.Fatalf("read: %v %+v", err, rd)
+	}
+	for _, e := range rd.Events {
+		ids = append(ids, e.ID)
+	}
+	type streamInfo struct {
+		Config struct {
+			Subjects []string `json:"subjects"`
+			MaxMsgs  int64    `json:"max_msgs"`
+		} `json:"config"`
+		State struct {
+			Messages uint64 `json:"messages"`
+			LastSeq  uint64 `json:"last_seq"`
+		} `json:"state"`
+	}
+	info := func() streamInfo {
+		t.Helper()
+		var si streamInfo
+		out := natsCLI(t, url, "stream", "info", "ORISUN_default", "--json")
+		if err := json.Unmarshal([]byte(out), &si); err != nil {
+			t.Fatalf("nats stream info: %v\n%s", err, out)
+		}
+		return si
+	}
+	testutil.Eventually(t, "both events in the stream", 30*time.Second, 50*time.Millisecond, func() bool { return info().State.LastSeq == 2 })
+	hasBoth := func(what, out string) {
+		t.Helper()
+		for _, id := range ids {
+			if !strings.Contains(out, id) {
+				t.Fatalf("%s: event %s missing from\n%s", what, id, out)
+			}
+		}
+	}
+
+	// Allowed.
+	if out := natsCLI(t, url, "micro", "ls"); !strings.Contains(out, "orisun") {
+		t.Fatalf("nats micro ls: %s", out)
+	}
+	if out := natsCLI(t, url, "micro", "info", "orisun"); !strings.Contains(out, "orisun.api.append.*") {
+		t.Fatalf("nats micro info orisun: %s", out)
+	}
+	if out := natsCLI(t, url, "stream", "get", "ORISUN_default", "2"); !strings.Contains(out, ids[1]) {
+		t.Fatalf("nats stream get: %s", out)
+	}
+	hasBoth("nats sub --stream", natsCLI(t, url, "sub", "--stream", "ORISUN_default", "--all", "--count", "2"))
+	hasBoth("nats sub --all by subject", natsCLI(t, url, "sub", "orisun.events.default.>", "--all", "--count", "2"))
+	natsCLI(t, url, "consumer", "add", "ORISUN_default", "reader", "--pull", "--defaults")
+	hasBoth("nats consumer next", natsCLI(t, url, "consumer", "next", "ORISUN_default", "reader", "--count", "2"))
+	// nats stream view pages interactively and wants a terminal: script(1)
+	// gives it one.
+	if script, err := exec.LookPath("script"); err != nil {
+		t.Logf("nats stream view not run: no script(1) to give it a terminal (%v)", err)
+	} else {
+		bin := testutil.Build(t, natsCLIBinary)
+		home := t.TempDir()
+		cmd := exec.Command(script, "-qec", bin+" --server "+url+" --timeout 3s stream view ORISUN_default", "/dev/null")
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nats stream view: %v\n%s", err, out)
+		}
+		hasBoth("nats stream view", string(out))
+	}
+
+	// Refused: each command fails with the server's permissions violation.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pub", "orisun.events.default.cli.forged", `{"forged":true}`}, `Publish to "orisun.events.default.cli.forged"`},
+		{[]string{"reply", "orisun.api.append.default", `{"epoch":"x","first":1,"last":1}`}, `Subscription to "orisun.api.append.default"`},
+		{[]string{"sub", "orisun.events.default.>"}, `Subscription to "orisun.events.default.>"`},
+		{[]string{"stream", "rm", "ORISUN_default", "-f"}, `Publish to "$JS.API.STREAM.DELETE.ORISUN_default"`},
+		{[]string{"stream", "purge", "ORISUN_default", "-f"}, `Publish to "$JS.API.STREAM.PURGE.ORISUN_default"`},
+		{[]string{"stream", "edit", "ORISUN_default", "--max-msgs", "10", "-f"}, `Publish to "$JS.API.STREAM.UPDATE.ORISUN_default"`},
+		{[]string{"stream", "add", "SHADOW", "--subjects", "orisun.events.>", "--storage", "memory", "--defaults"}, `Publish to "$JS.API.STREAM.CREATE.SHADOW"`},
+	} {
+		out, stderr, err := natsCLIRun(t, url, c.args...)
+		if err == nil {
+			t.Fatalf("nats %s succeeded:\n%s%s", strings.Join(c.args, " "), out, stderr)
+		}
+		if !strings.Contains(out+stderr, "Permissions Violation for "+c.want) {
+			t.Fatalf("nats %s: %v, want a permissions violation for %s:\n%s%s", strings.Join(c.args, " "), err, c.want, out, stderr)
+		}
+	}
+	si := info()
+	if si.State.Messages != 2 || si.State.LastSeq != 2 || si.Config.MaxMsgs != -1 ||
+		strings.Join(si.Config.Subjects, ",") != "orisun.events.default.>" {
+		t.Fatalf("the stream changed: %+v", si)
+	}
+	if out := natsCLI(t, url, "stream", "get", "ORISUN_default", "1"); !strings.Contains(out, ids[0]) {
+		t.Fatalf("nats stream get after the refusals: %s", out)
 	}
 }

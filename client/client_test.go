@@ -267,7 +267,7 @@ func checkAgainstStore(t *testing.T, c *client.Client, rec *recorder, head uint6
 // recreates the stream.
 func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	t.Parallel()
-	c := startNode(t, orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
+	n, c := startNodeAndClient(t, orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
 	ctx := context.Background()
 	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
 		t.Fatal(err)
@@ -308,7 +308,14 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("never went live")
 	}
-	if err := c.Conn().Publish("orisun.events.default.intruder", []byte("{}")); err != nil {
+	// The intruder writes as orisun's own connection: an application's
+	// publish there is refused (docs/design.md §12).
+	intruder, err := n.ConnectNATS("intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	if err := intruder.Publish("orisun.events.default.intruder", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
@@ -346,6 +353,13 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 // to it; both end with the test.
 func startNode(t *testing.T, cfg orisun.Config) *client.Client {
 	t.Helper()
+	_, c := startNodeAndClient(t, cfg)
+	return c
+}
+
+// startNodeAndClient is startNode that also returns the node.
+func startNodeAndClient(t *testing.T, cfg orisun.Config) (*orisun.Node, *client.Client) {
+	t.Helper()
 	n, err := orisun.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -365,5 +379,5 @@ func startNode(t *testing.T, cfg orisun.Config) *client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c
+	return n, c
 }

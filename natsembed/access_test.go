@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/internal/testcert"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -95,21 +97,83 @@ func TestAuthRefusesStrangers_S13(t *testing.T) {
 	in.Close()
 }
 
-// TestAppUserPermissions_S13: the application user can make API requests
-// (answered by orisun's own connection), but cannot publish into the event
-// subjects, answer on orisun.api.> in orisun's place, subscribe to the
-// event subjects, or publish to orisun's inboxes; the API's own connection
-// cannot publish where a forged reply subject would point it.
+// TestNoCredentialsIsTheApplication_S13: without Auth the permission model
+// is still on: a TCP client without credentials connects, and so does one
+// with credentials the server does not know (ignored, as by a NATS server
+// without authorization), both as the application principal; orisun's own
+// user names are refused over TCP; the in-process connections work.
+func TestNoCredentialsIsTheApplication_S13(t *testing.T) {
+	s := startServer(t, natsembed.Config{})
+	for name, opts := range map[string][]nats.Option{
+		"no credentials":      nil,
+		"unknown credentials": {nats.UserInfo("someone", "something")},
+		"a token":             {nats.Token("whatever")},
+	} {
+		nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		nc.Close()
+	}
+	for name, opts := range map[string][]nats.Option{
+		"internal user over TCP": {nats.UserInfo(natsembed.InternalUser, "guess")},
+		"API user over TCP":      {nats.UserInfo(natsembed.APIUser, "guess")},
+	} {
+		nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
+		if err == nil {
+			nc.Close()
+			t.Fatalf("%s: connected", name)
+		}
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Fatalf("%s: %v, want an authorization violation", name, err)
+		}
+	}
+	for _, connect := range []func(string, ...nats.Option) (*nats.Conn, error){s.Connect, s.ConnectAPI} {
+		in, err := connect("orisun")
+		if err != nil {
+			t.Fatalf("in-process connection: %v", err)
+		}
+		in.Close()
+	}
+}
+
+// TestAppUserPermissions_S13: the application principal, authenticated
+// (a token) or, without Auth, a client without credentials, can make API
+// requests (answered by orisun's own connection), discover the service and
+// call JetStream's read API, but cannot publish into the event subjects,
+// change streams, run JetStream's cluster operations, answer on
+// orisun.api.> or $SRV.> in orisun's place (plainly or in a queue group),
+// subscribe to the event subjects, or publish to orisun's inboxes; the
+// API's own connection cannot publish where a forged reply subject would
+// point it.
 func TestAppUserPermissions_S13(t *testing.T) {
-	s := startServer(t, natsembed.Config{Auth: &natsembed.Auth{Token: "tok-123456"}})
+	for _, mode := range []struct {
+		name string
+		auth *natsembed.Auth
+		opts []nats.Option
+	}{
+		{"token", &natsembed.Auth{Token: "tok-123456"}, []nats.Option{nats.Token("tok-123456")}},
+		{"no credentials", nil, nil},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			checkAppPermissions(t, startServer(t, natsembed.Config{Auth: mode.auth}), mode.opts)
+		})
+	}
+}
+
+func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option) {
 	in, err := s.Connect("orisun")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(in.Close)
-	// orisun's connection answers API requests and can publish events.
-	if _, err := in.Subscribe("orisun.api.>", func(m *nats.Msg) { m.Respond([]byte(`{"ok":true}`)) }); err != nil {
-		t.Fatal(err)
+	// orisun's connection answers API requests and discovery, and can
+	// publish events.
+	for _, subject := range []string{"orisun.api.>", "$SRV.PING"} {
+		if _, err := in.Subscribe(subject, func(m *nats.Msg) { m.Respond([]byte(`{"ok":true}`)) }); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := in.Flush(); err != nil {
 		t.Fatal(err)
@@ -120,36 +184,75 @@ func TestAppUserPermissions_S13(t *testing.T) {
 
 	errOpt, vio := violations()
 	apiVio := make(chan error, 16)
-	app, err := nats.Connect(s.ClientURL(), nats.Token("tok-123456"), errOpt)
+	app, err := nats.Connect(s.ClientURL(), append(creds, errOpt)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(app.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	reply, err := app.RequestWithContext(ctx, "orisun.api.status", []byte(`{}`))
-	if err != nil || string(reply.Data) != `{"ok":true}` {
-		t.Fatalf("API request as the application user: %v %v", reply, err)
+	for _, subject := range []string{"orisun.api.status", "$SRV.PING"} {
+		reply, err := app.RequestWithContext(ctx, subject, []byte(`{}`))
+		if err != nil || string(reply.Data) != `{"ok":true}` {
+			t.Fatalf("request on %s as the application: %v %v", subject, reply, err)
+		}
+	}
+	// JetStream's read API answers.
+	if _, err := app.RequestWithContext(ctx, "$JS.API.INFO", nil); err != nil {
+		t.Fatalf("$JS.API.INFO as the application: %v", err)
 	}
 
-	if err := app.Publish("orisun.events.default.x", []byte(`{}`)); err != nil {
-		t.Fatal(err)
+	for _, subject := range []string{
+		"orisun.events.default.x",
+		"$JS.API.STREAM.CREATE.SHADOW",
+		"$JS.API.STREAM.UPDATE.ORISUN_default",
+		"$JS.API.STREAM.DELETE.ORISUN_default",
+		"$JS.API.STREAM.PURGE.ORISUN_default",
+		"$JS.API.STREAM.MSG.DELETE.ORISUN_default",
+		"$JS.API.STREAM.SNAPSHOT.ORISUN_default",
+		"$JS.API.STREAM.RESTORE.ORISUN_default",
+		"$JS.API.STREAM.LEADER.STEPDOWN.ORISUN_default",
+		"$JS.API.STREAM.PEER.REMOVE.ORISUN_default",
+		"$JS.API.CONSUMER.LEADER.STEPDOWN.ORISUN_default.c",
+		"$JS.API.CONSUMER.PEER.REMOVE.ORISUN_default.c",
+		"$JS.API.META.LEADER.STEPDOWN",
+		"$JS.API.ACCOUNT.PURGE.x",
+		"$JS.API.SERVER.REMOVE",
+		natsembed.InternalInboxPrefix + ".x",
+	} {
+		if err := app.Publish(subject, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		waitViolation(t, vio, "Publish", subject)
 	}
-	waitViolation(t, vio, "Publish", "orisun.events.default.x")
 
-	if _, err := app.Subscribe("orisun.api.>", func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
+	// Nobody but orisun answers the API or discovery, alone or in the
+	// service's queue group. And no core subscription on the event
+	// subjects: it would give a push consumer delivering into another
+	// boundary's subjects the interest it needs to write into that stream
+	// (TestPushConsumerWritesWhereItDelivers). Applications read through
+	// JetStream consumers, which deliver to their _INBOX.
+	for _, sub := range []struct{ subject, queue string }{
+		{"orisun.api.>", ""},
+		{"orisun.api.append.*", "q"},
+		{"$SRV.PING", ""},
+		{"$SRV.>", ""},
+		{"orisun.events.>", ""},
+		{"orisun.events.default.>", ""},
+		{"orisun.events.default.x", ""},
+		{">", ""},
+	} {
+		var err error
+		if sub.queue != "" {
+			_, err = app.QueueSubscribe(sub.subject, sub.queue, func(*nats.Msg) {})
+		} else {
+			_, err = app.Subscribe(sub.subject, func(*nats.Msg) {})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitViolation(t, vio, "Subscription", sub.subject)
 	}
-	waitViolation(t, vio, "Subscription", "orisun.api.>")
-
-	// A core subscription on the event subjects is refused: it would give
-	// a push consumer delivering into another boundary's subjects the
-	// interest it needs to write into that stream. Applications read
-	// through JetStream consumers, which deliver to their _INBOX.
-	if _, err := app.Subscribe("orisun.events.>", func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
-	}
-	waitViolation(t, vio, "Subscription", "orisun.events.>")
 
 	// The API's connection answers on the caller's reply subject, but not
 	// into the event subjects, JetStream's API or orisun's inboxes.
@@ -169,11 +272,81 @@ func TestAppUserPermissions_S13(t *testing.T) {
 		}
 		waitViolation(t, apiVio, "Publish", subject)
 	}
-	// The application cannot reach orisun's inboxes either.
-	if err := app.Publish(natsembed.InternalInboxPrefix+".x", []byte(`{}`)); err != nil {
+}
+
+// TestPushConsumerWritesWhereItDelivers: why the application may not
+// subscribe to the event subjects even to read. JetStream lets a push
+// consumer of one stream deliver into another stream's subjects (its cycle
+// check covers the consumer's own stream only); the consumer delivers as
+// soon as a subscription on exactly its deliver subject exists, and the
+// other stream stores what it delivers, here its idle heartbeats. A
+// wildcard subscription gives it no interest, but a subscription
+// permission cannot tell orisun.events.b.> from orisun.events.b.x. The
+// literal subscription here is orisun's own (the application's is
+// refused, TestAppUserPermissions_S13); if this test ever fails, NATS has
+// closed the hole, and the subscription could be allowed.
+func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
+	s := startServer(t, natsembed.Config{})
+	in, err := s.Connect("orisun")
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitViolation(t, vio, "Publish", natsembed.InternalInboxPrefix+".x")
+	t.Cleanup(in.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"a", "b"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORISUN_" + b, Subjects: []string{"orisun.events." + b + ".>"},
+			Storage: jetstream.MemoryStorage}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Close)
+	ajs, err := jetstream.New(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The application may create it: consumer creation cannot look into
+	// the request's deliver subject.
+	if _, err := ajs.CreateOrUpdateConsumer(ctx, "ORISUN_a", jetstream.ConsumerConfig{Name: "relay",
+		DeliverSubject: "orisun.events.b.relay", AckPolicy: jetstream.AckNonePolicy,
+		IdleHeartbeat: 100 * time.Millisecond}); err != nil {
+		t.Fatalf("creating the push consumer as the application: %v", err)
+	}
+	b, err := js.Stream(ctx, "ORISUN_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := func() uint64 {
+		info, err := b.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	// A wildcard subscription over b's subjects: no interest, nothing sent.
+	wild, err := in.Subscribe("orisun.events.b.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if n := msgs(); n != 0 {
+		t.Fatalf("ORISUN_b holds %d messages with only a wildcard subscription, want 0", n)
+	}
+	wild.Unsubscribe()
+	// The literal one: the heartbeats land in ORISUN_b.
+	if _, err := in.Subscribe("orisun.events.b.relay", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the push consumer's heartbeats to be stored in ORISUN_b", 10*time.Second, 50*time.Millisecond,
+		func() bool { return msgs() > 0 })
 }
 
 // TestTLS_S13: with TLS on, a client trusting the CA connects over TLS, a
@@ -232,6 +405,7 @@ func TestAccessConfigRefused(t *testing.T) {
 		"token and user":        {Auth: &natsembed.Auth{User: "app", Password: "x", Token: "y"}},
 		"empty auth":            {Auth: &natsembed.Auth{}},
 		"internal name":         {Auth: &natsembed.Auth{User: natsembed.InternalUser, Password: "x"}},
+		"anonymous name":        {Auth: &natsembed.Auth{User: natsembed.AnonymousUser, Password: "x"}},
 		"cert without key":      {TLS: &natsembed.TLS{CertFile: "/nonexistent.pem"}},
 		"unreadable cert":       {TLS: &natsembed.TLS{CertFile: "/nonexistent.pem", KeyFile: "/nonexistent-key.pem"}},
 	} {

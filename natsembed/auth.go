@@ -11,9 +11,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// Auth turns on authentication for application clients: either User and
-// Password, or Token. Whatever is configured, orisun's own in-process
-// connections (Connect) authenticate as an internal user with a random
+// Auth makes application clients authenticate: either User and Password,
+// or Token; a client without them is refused. Without Auth a client that
+// connects without credentials is the application principal all the same
+// (AppPermissions). Either way orisun's own in-process connections
+// (Connect, ConnectAPI) authenticate as internal users with a random
 // password generated at Start, which never leaves the process.
 type Auth struct {
 	User     string
@@ -33,6 +35,12 @@ type TLS struct {
 // InternalUser is the user name of orisun's own in-process connections.
 // Application users may not take it.
 const InternalUser = "_orisun_internal"
+
+// AnonymousUser is the user name under which a server without Auth
+// registers a client that is not one of orisun's own: the application
+// principal, with AppPermissions. Credentials such a client presents are
+// ignored, as a NATS server without authorization ignores them.
+const AnonymousUser = "_orisun_anonymous"
 
 // APIUser is the user name of the API service's in-process connection. It
 // publishes replies to subjects its callers choose, so it may publish
@@ -63,18 +71,24 @@ func APIPermissions() *server.Permissions {
 	}
 }
 
-// AppPermissions are the permissions of application clients when
-// authentication is on (docs/design.md §6, §11; docs/test-plan.md S13): they may use the API
-// (requests on orisun.api.>, replies on _INBOX.>) and read the event streams
-// (stream info and lists, message get, direct get, consumers of every kind
-// including ordered ones), but never write into an event stream: no publish
-// on orisun.events.>, and no stream create, update, delete, purge, message
-// delete, snapshot or restore. Stream creation is denied entirely, not only
-// for ORISUN_* streams: a stream of the application's own that captured
-// orisun.events.> would take those subjects from the event streams.
+// AppPermissions are the permissions of the application principal: every
+// client that is not one of orisun's own, whether it authenticated (Auth)
+// or, on a server without Auth, connected without credentials
+// (docs/design.md §6, §11, §12; docs/test-plan.md S13). It may use the API
+// (requests on orisun.api.>, replies on _INBOX.>, service discovery by
+// requests on $SRV.>) and read the event streams (stream info and lists,
+// message get, direct get, consumers of every kind including ordered ones),
+// but never write into an event stream: no publish on orisun.events.>, and
+// no stream create, update, delete, purge, message delete, snapshot or
+// restore. Stream creation is denied entirely, not only for ORISUN_*
+// streams: a stream of the application's own that captured orisun.events.>
+// would take those subjects from the event streams. The JetStream cluster
+// operations (leader step-down, peer removal, meta and server requests) are
+// denied too: they are the operator's.
 //
-// Only orisun answers on orisun.api.>: an application client may not
-// subscribe there, so it cannot impersonate the API service.
+// Only orisun answers on orisun.api.> and $SRV.>: an application client may
+// not subscribe there, so it cannot impersonate the API service, in its
+// queue group or in discovery.
 //
 // The deny lists repeat what the allow lists already leave out, so that
 // widening an allow list later cannot open the event streams by accident.
@@ -111,23 +125,33 @@ func AppPermissions() *server.Permissions {
 				"$JS.API.STREAM.RESTORE.>",
 				"$JS.API.STREAM.LEADER.>",
 				"$JS.API.STREAM.PEER.>",
+				"$JS.API.CONSUMER.LEADER.>",
+				"$JS.API.CONSUMER.PEER.>",
 				"$JS.API.META.>",
 				"$JS.API.ACCOUNT.>",
 				"$JS.API.SERVER.>",
 			},
 		},
-		// No core subscription on orisun.events.>: a push consumer that an
-		// application creates with a deliver subject inside another
-		// boundary's subjects delivers only while someone subscribes
-		// there, and that would write into that boundary's stream.
-		// Applications read events through JetStream consumers (pull and
-		// ordered consumers deliver to their _INBOX).
+		// No core subscription on orisun.events.>, although it would only
+		// read: a push consumer that an application creates on one
+		// boundary's stream with a deliver subject inside another
+		// boundary's subjects is refused nothing by JetStream (its cycle
+		// check covers the consumer's own stream only), and it delivers as
+		// soon as a subscription on exactly that subject exists. What it
+		// delivers, messages and, without any, its idle heartbeats, is
+		// then written into the other boundary's stream. A subscription
+		// permission cannot tell orisun.events.b.> (harmless) from
+		// orisun.events.b.x (the interest such a consumer needs), so
+		// neither is allowed. Applications read events through JetStream
+		// consumers (pull and ordered consumers deliver to their _INBOX).
 		Subscribe: &server.SubjectPermission{
 			Allow: []string{
 				"_INBOX.>",
 			},
 			Deny: []string{
 				"orisun.api.>",
+				"orisun.events.>",
+				"$SRV.>",
 			},
 		},
 	}
@@ -145,7 +169,7 @@ func (a *Auth) Validate() error {
 		return errors.New("natsembed: Auth needs User and Password, or Token")
 	case a.User != "" && a.Password == "":
 		return fmt.Errorf("natsembed: user %q has no password", a.User)
-	case a.User == InternalUser || a.User == APIUser:
+	case a.User == InternalUser || a.User == APIUser || a.User == AnonymousUser:
 		return fmt.Errorf("natsembed: user name %q is reserved for orisun's own connections", a.User)
 	}
 	return nil
@@ -168,17 +192,20 @@ func (t *TLS) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// authenticator is the server's client authentication when Auth is set. A
-// custom authenticator rather than server.Options.Users: the server cannot
-// combine a token with a users list, and orisun needs its internal user
-// next to either. It still hands the server a server.User with
-// server.Permissions, so the server enforces them as for configured users.
+// authenticator is the server's client authentication, installed whether
+// or not Auth is set: it tells orisun's own in-process connections from
+// everyone else, who is the application principal. A custom authenticator
+// rather than server.Options.Users: the server cannot combine a token with
+// a users list, nor a user list with anonymous clients of limited rights
+// next to users of full rights, and orisun needs its internal users next to
+// either. It still hands the server a server.User with server.Permissions,
+// so the server enforces them as for configured users.
 type authenticator struct {
-	app              Auth
+	app              *Auth // nil: no credentials; every other client is anonymous
 	internalPassword string
 }
 
-func newAuthenticator(app Auth) (*authenticator, error) {
+func newAuthenticator(app *Auth) (*authenticator, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("natsembed: internal password: %w", err)
@@ -210,6 +237,12 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 			perms = APIPermissions()
 		}
 		c.RegisterUser(&server.User{Username: o.Username, Permissions: perms})
+		return true
+	}
+	if a.app == nil {
+		// No credentials configured: not refused, but never more than the
+		// application principal (docs/design.md §12).
+		c.RegisterUser(&server.User{Username: AnonymousUser, Permissions: AppPermissions()})
 		return true
 	}
 	var ok bool

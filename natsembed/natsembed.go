@@ -9,12 +9,13 @@
 // → Connect (in-process connections, no TCP) → Stop (Shutdown and wait).
 // Stop is safe to call twice and before Start.
 //
-// Access control (auth.go): without Auth every client may do anything, so
-// the server listens on loopback by default. With Auth, application clients
-// log in with a user and password or a token and get AppPermissions (use
-// the API, read the event streams, never write into them), while orisun's
-// own connections log in, in process only, as an internal user with a
-// random password made at Start. TLS, when set, is required of TCP clients.
+// Access control (auth.go) is always on. orisun's own connections log in,
+// in process only, as internal users with a random password made at Start.
+// Every other client is the application principal, with AppPermissions
+// (use the API, read the event streams, never write into them): with Auth
+// it must log in with the user and password or the token and is refused
+// otherwise; without Auth it connects without credentials. TLS, when set,
+// is required of TCP clients.
 package natsembed
 
 import (
@@ -46,9 +47,10 @@ type Config struct {
 	ServerName string
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	ReadyTimeout time.Duration
-	// Auth, when set, requires application clients to authenticate and
-	// limits them to AppPermissions. Nil: no authentication (keep Host on
-	// loopback then).
+	// Auth, when set, requires application clients to authenticate. Nil:
+	// they connect without credentials. Either way they are limited to
+	// AppPermissions (keep Host on loopback without Auth: whoever reaches
+	// the port may use the API and read every stream).
 	Auth *Auth
 	// TLS, when set, requires TLS of TCP clients.
 	TLS *TLS
@@ -58,6 +60,12 @@ type Config struct {
 	// JetStream peer).
 	Cluster *Cluster
 	Logger  *slog.Logger
+
+	// permissionsOff, for the negative control of docs/test-plan.md S13
+	// only, installs no authenticator when Auth is nil: every client may
+	// then do anything, as before the permission model was always on. Set
+	// through internal/testhooks (hooks.go), never by production code.
+	permissionsOff bool
 }
 
 // Cluster joins the embedded servers of several orisun nodes into one NATS
@@ -142,8 +150,8 @@ func (s *Server) Start() error {
 		MaxPayload: s.cfg.MaxPayload,
 	}
 	var auth *authenticator
-	if s.cfg.Auth != nil {
-		a, err := newAuthenticator(*s.cfg.Auth)
+	if s.cfg.Auth != nil || !s.cfg.permissionsOff {
+		a, err := newAuthenticator(s.cfg.Auth)
 		if err != nil {
 			return err
 		}
@@ -193,7 +201,7 @@ func (s *Server) Start() error {
 	s.auth = auth
 	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir, "server_name", s.cfg.ServerName,
 		"cluster", s.cfg.Cluster != nil,
-		"auth", s.cfg.Auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
+		"auth", s.cfg.Auth != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
 	return nil
 }
 

@@ -108,7 +108,9 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 	}
 	opts := []orisun.Option{testhooks.Option[orisun.Option](hooks)}
 	started := func(ctx context.Context, n *orisun.Node) {
-		nc, err := nats.Connect(n.NATSURL(), nats.Name("orisun-faultinject"))
+		// orisun's own connection: the core subscription on the event
+		// subjects below is refused to the application principal.
+		nc, err := n.ConnectNATS("orisun-faultinject")
 		if err != nil {
 			log.Error("fault injection: connect", "err", err)
 			os.Exit(2)

@@ -29,7 +29,20 @@ type Hooks struct {
 	// WrapStore wraps the store the node opens (to record every checkpoint
 	// write, say). The wrapper must keep the store's promises.
 	WrapStore func(backend.Store) backend.Store
+	// PermissionsOff switches the embedded NATS server's permission model
+	// off when no credentials are configured: a client that connects
+	// without credentials may then do anything (publish into the event
+	// subjects, answer the API, change the streams), as before the model
+	// was always on. For the negative control of the forged-event test
+	// (docs/test-plan.md S13) and for measuring what the model costs only.
+	PermissionsOff bool
 }
+
+// NATSPermissionsOff is a func(*natsembed.Config) that sets a server
+// configuration's permissionsOff, set by package natsembed when it is
+// initialised. It is an any because package natsembed imports this one;
+// package orisun asserts its type.
+var NATSPermissionsOff any
 
 // NodeOption is a func(Hooks) orisun.Option, set by package orisun when it
 // is initialised. It is an any because package orisun imports this one;
