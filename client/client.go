@@ -172,7 +172,7 @@ func (c *Client) Append(ctx context.Context, boundary string, events []event.Inp
 	subject := api.AppendSubject(boundary)
 	err := c.request(ctx, subject, api.AppendRequest{Events: events, Condition: cond}, &res)
 	if err == nil {
-		if err := c.checkAppend(subject, boundary, len(events), &res); err != nil {
+		if err := c.checkAppend(subject, boundary, events, &res); err != nil {
 			return event.AppendResult{}, err
 		}
 		return res, nil

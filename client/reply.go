@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -91,7 +92,8 @@ func (c *Client) sameEpoch(subject, boundary, epoch string) error {
 // checkAppend checks the reply to an append of n events: n consecutive
 // positions from 1 up (an idempotent retry's stored positions are n
 // consecutive positions too), in a real epoch.
-func (c *Client) checkAppend(subject, boundary string, n int, res *event.AppendResult) error {
+func (c *Client) checkAppend(subject, boundary string, events []event.Input, res *event.AppendResult) error {
+	n := len(events)
 	if err := checkEpoch(subject, res.Epoch); err != nil {
 		return err
 	}
@@ -100,6 +102,11 @@ func (c *Client) checkAppend(subject, boundary string, n int, res *event.AppendR
 			n, res.First, res.Last, n)
 	}
 	if err := c.sameEpoch(subject, boundary, res.Epoch); err != nil {
+		if slices.ContainsFunc(events, func(e event.Input) bool { return e.ID == "" }) {
+			// Sent again without ids they would be appended twice.
+			return fmt.Errorf("%w; the events may be stored in epoch %s at positions %d to %d: read the boundary before sending them again "+
+				"(they had no ids, so a second append would store them twice)", err, res.Epoch, res.First, res.Last)
+		}
 		return fmt.Errorf("%w; the events may be stored in epoch %s: send them again with the same ids to learn their positions", err, res.Epoch)
 	}
 	return nil

@@ -344,6 +344,17 @@ func TestRealRepliesAccepted(t *testing.T) {
 		t.Fatalf("boundaries: %+v, %v", bs, err)
 	}
 
+	// A second client that has seen the old epoch, for the subscription
+	// below.
+	c2, err := client.Connect(n.NATSURL(), client.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c2.Close)
+	if _, err := c2.Read(ctx, "seats", 0, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+
 	// The database replaced: a new node, a new store, the same port.
 	if err := n.Stop(); err != nil {
 		t.Fatal(err)
@@ -364,6 +375,22 @@ func TestRealRepliesAccepted(t *testing.T) {
 	}
 	if b, err := n.Boundary(ctx, "seats"); err != nil || b.Head != 3 || b.Epoch != again.Epoch {
 		t.Fatalf("the new store: %+v, %v; want head 3 in epoch %s", b, err, again.Epoch)
+	}
+	// A subscription that names no epoch follows the boundary's current
+	// one, though its client remembers the old epoch from a reply before
+	// it: the client's memory is not the subscription's epoch.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	var got []event.Event
+	err = c2.Subscribe(sctx, "seats", 0, func(_ context.Context, e event.Event) error {
+		got = append(got, e)
+		if len(got) == 3 {
+			scancel()
+		}
+		return nil
+	}, client.SubscribeOptions{})
+	if len(got) != 3 || got[0].Position != 1 || got[2].Position != 3 || got[0].Epoch != again.Epoch {
+		t.Fatalf("subscription without an epoch after the reset: %d events, err %v; want positions 1-3 of epoch %s", len(got), err, again.Epoch)
 	}
 	stopped = true
 	if err := n.Stop(); err != nil {

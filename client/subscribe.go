@@ -163,6 +163,14 @@ func retryable(err error) bool {
 	if errors.Is(err, event.ErrClosed) {
 		return false
 	}
+	if errors.Is(err, ErrBadReply) && errors.Is(err, event.ErrEpochChanged) {
+		// The client's memory of the boundary's epoch, from replies
+		// before this subscription, changed: the next read compares with
+		// the new epoch, and the subscription checks every page against
+		// its own epoch (docs/design.md §7), so a reset boundary ends it
+		// there, with its own ErrEpochChanged, and only there.
+		return true
+	}
 	switch api.CodeOf(err) {
 	case api.CodeUnavailable, api.CodeInternal:
 		return true

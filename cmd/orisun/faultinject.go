@@ -55,9 +55,16 @@ import (
 func init() { faultHooks = faultInject }
 
 func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *orisun.Node)) {
+	// ORISUN_FAULT_NATS_OPEN=1: the embedded server without its permission
+	// model, for tests whose client must send an operator's JetStream
+	// request (a stream leader step-down) to a node in another process.
+	var open []orisun.Option
+	if os.Getenv("ORISUN_FAULT_NATS_OPEN") == "1" {
+		open = append(open, testhooks.Option[orisun.Option](testhooks.Hooks{PermissionsOff: true}))
+	}
 	path := os.Getenv("ORISUN_FAULT_HISTORY")
 	if path == "" {
-		return nil, nil
+		return open, nil
 	}
 	rec, err := faults.NewRecorder(path, os.Getenv("ORISUN_FAULT_PROC"))
 	if err != nil {
@@ -106,6 +113,7 @@ func faultInject(log *slog.Logger) ([]orisun.Option, func(context.Context, *oris
 		rec.Write(faults.Record{Kind: faults.KindNote, Note: "a broken publisher: checkpoint before the acknowledgement"})
 		hooks.CheckpointBeforeAck = true
 	}
+	hooks.PermissionsOff = len(open) > 0
 	opts := []orisun.Option{testhooks.Option[orisun.Option](hooks)}
 	started := func(ctx context.Context, n *orisun.Node) {
 		// orisun's own connection: the core subscription on the event

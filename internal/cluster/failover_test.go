@@ -494,7 +494,11 @@ func TestEmbeddedClusterLeaderSIGKILL(t *testing.T) {
 func TestEmbeddedClusterStreamLeaderSIGKILL(t *testing.T) {
 	ttl := 2 * time.Second
 	pgURL := pgtest.URL(t)
-	nodes := embeddedCluster(t, pgURL, 3, ttl)
+	// Moving the stream's Raft leader is an operator's JetStream request
+	// that the application principal may not send: these nodes run the
+	// faultinject build with the permission model off, the only way a
+	// test client gets that right on an embedded server.
+	nodes := embeddedCluster(t, pgURL, 3, ttl, "ORISUN_FAULT_NATS_OPEN=1")
 	failover(t, pgURL, nodes, ttl, nil, true, nil)
 }
 

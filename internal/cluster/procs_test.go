@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,7 +188,11 @@ func embeddedCluster(t *testing.T, pgURL string, n int, ttl time.Duration, extra
 				"ORISUN_NATS_CLUSTER_PORT="+strconv.Itoa(ports[n+i]),
 				"ORISUN_NATS_CLUSTER_ROUTES="+strings.Join(routes, ","),
 				"ORISUN_NATS_STREAM_REPLICAS=3")
-			p := start(t, id, testutil.OrisunBinary(t), nil, append(env, extra...))
+			bin := testutil.OrisunBinary(t)
+			if slices.ContainsFunc(extra, func(e string) bool { return strings.HasPrefix(e, "ORISUN_FAULT_") }) {
+				bin = testutil.OrisunBinary(t, "faultinject")
+			}
+			p := start(t, id, bin, nil, append(env, extra...))
 			p.nats = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
 			p.http = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i])
 			nodes = append(nodes, p)
