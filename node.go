@@ -496,19 +496,15 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		afterAck = func(last uint64) { n.afterAck(name, last) }
 	}
 	r.pub = publisher.New(publisher.Config{
-		Boundary: name,
-		Store:    n.store,
-		JS:       n.js,
-		Limits: stream.Limits{
-			MaxBytes: n.cfg.EventStreamMaxBytes,
-			MaxMsgs:  n.cfg.EventStreamMaxMsgs,
-			MaxAge:   max(n.cfg.EventStreamMaxAge, 0),
-			Replicas: n.cfg.StreamReplicas,
-		},
+		Boundary:      name,
+		Store:         n.store,
+		JS:            n.js,
+		Limits:        n.streamLimits(),
 		BatchSize:     n.cfg.PublishBatch,
 		Window:        n.cfg.PublishWindow,
 		PollInterval:  n.cfg.PollBackstop,
 		ProbeInterval: n.cfg.PollInterval,
+		CheckInterval: n.cfg.PollInterval,
 		LeaseTTL:      n.cfg.LeaseTTL,
 		MsgID:         !n.cfg.DisableMsgID,
 		Wake:          r.wake,
@@ -533,6 +529,17 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		r.lease.Stalled = r.stalled
 	}
 	return r
+}
+
+// streamLimits are the limits of every boundary's stream, from the
+// configuration.
+func (n *Node) streamLimits() stream.Limits {
+	return stream.Limits{
+		MaxBytes: n.cfg.EventStreamMaxBytes,
+		MaxMsgs:  n.cfg.EventStreamMaxMsgs,
+		MaxAge:   max(n.cfg.EventStreamMaxAge, 0),
+		Replicas: n.cfg.StreamReplicas,
+	}
 }
 
 // lead is the lease runner's leader work: the publisher's run, counted

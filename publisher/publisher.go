@@ -66,6 +66,15 @@ type Config struct {
 	// or saw the row held wakes again when the next probe is due, however
 	// long PollInterval is. Zero: PollInterval.
 	ProbeInterval time.Duration
+	// CheckInterval is how often, at most, the leading publisher reads its
+	// stream's info (one JetStream request) to compare the stream with
+	// orisun's configuration and, while it has nothing to publish, the
+	// stream's last sequence with the last position it published: a
+	// setting someone changed is put back, a message someone appended or a
+	// stream someone replaced is repaired from the store, within one
+	// CheckInterval and without waiting for an append (docs/design.md §12).
+	// A node sets it to ORISUN_POLL_INTERVAL. Zero: ProbeInterval.
+	CheckInterval time.Duration
 	// AckTimeout bounds the wait for one acknowledgement.
 	AckTimeout time.Duration
 	// LeaseTTL is what the fence renews the lease for before it deletes,
@@ -133,6 +142,9 @@ func New(cfg Config) *Publisher {
 	}
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = cfg.PollInterval
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = cfg.ProbeInterval
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 10 * time.Second
@@ -240,13 +252,25 @@ type run struct {
 	// heldSince is when the head row was first seen held by an append
 	// transaction while there was nothing to publish.
 	heldSince time.Time
-	// want is the stream configuration of the last sync; while part of it
-	// could not be applied (a warning), the update is tried again at
-	// configRetry, waiting configWait longer each time (up to a minute):
-	// a refusal may pass (a cluster still forming, a peer down).
-	want        jetstream.StreamConfig
-	configRetry time.Time
-	configWait  time.Duration
+	// synced is true once a sync of this run succeeded; known is the
+	// stream's last sequence that sync left (the run's own, or proven to
+	// be the store's): with acked, what this run knows the stream holds
+	// (see aheadOfStore).
+	synced bool
+	known  uint64
+	// want is the stream configuration of the last sync. A replica count
+	// JetStream refused (replicasWarning) is tried again at configRetry,
+	// waiting configWait longer each time (up to a minute): a refusal may
+	// pass (a cluster still forming, a peer down).
+	want            jetstream.StreamConfig
+	configRetry     time.Time
+	configWait      time.Duration
+	replicasWarning string
+	// checked is when the stream was last checked (see check). drifting is
+	// true from a drift that sent the run back to the sync until the
+	// stream passes a check or takes a batch: a repair that did not hold.
+	checked  time.Time
+	drifting bool
 	// probed is when the head row was last probed, lastReason what the
 	// probe said.
 	probed     time.Time
@@ -267,6 +291,9 @@ func (r *run) loop(ctx context.Context) error {
 		next, err := r.sync(ctx)
 		if errors.Is(err, event.ErrLeaseLost) {
 			return err
+		}
+		if err == nil {
+			r.synced, r.known = true, next-1
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -296,6 +323,26 @@ func (r *run) loop(ctx context.Context) error {
 		err = r.drain(ctx, next)
 		if errors.Is(err, event.ErrLeaseLost) {
 			return err
+		}
+		var drift *driftError
+		if errors.As(err, &drift) && ctx.Err() == nil {
+			// The stream is not as this run left it: the sync repairs it,
+			// at once. A drift again before the stream passed a check or
+			// took a batch (the repair did not hold: a subject another
+			// stream took, a writer that keeps writing) is a stall,
+			// retried every CheckInterval, the status naming the cause
+			// while it lasts.
+			if !r.drifting {
+				r.drifting = true
+				p.setState(status.StateLeading, "repairing the stream: "+err.Error(), nil)
+				p.log.Warn("stream differs from the store or from orisun's configuration: repairing it", "why", err.Error())
+				continue
+			}
+			p.setState(status.StateStalled, err.Error(), err)
+			if !serviceutil.Sleep(ctx, p.cfg.CheckInterval) {
+				return nil
+			}
+			continue
 		}
 		if err != nil && ctx.Err() == nil {
 			if isPaused(err) {
