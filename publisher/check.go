@@ -74,13 +74,18 @@ func (r *run) untilCheck() time.Duration {
 	return max(time.Until(r.checked.Add(r.p.cfg.CheckInterval)), time.Millisecond)
 }
 
-// explainPublish turns a publish that found no stream, or another stream,
-// into a *driftError naming what changed (the stream's subjects, the stream
-// gone), so that the run syncs again and the sync puts it back. Any other
-// error is returned as it is.
+// explainPublish turns a publish that found no stream, another stream, or
+// a stream whose last sequence was not the one expected, when the stream's
+// configuration explains it (its subjects changed: nothing, or another
+// stream, takes the boundary's subjects), into a *driftError naming the
+// cause, so that the run syncs again at once and the sync puts the stream
+// back. Any other error is returned as it is.
 func (r *run) explainPublish(ctx context.Context, err error) error {
 	var other *otherStreamError
-	if !errors.Is(err, jetstream.ErrNoStreamResponse) && !errors.As(err, &other) {
+	var apiErr *jetstream.APIError
+	noStream := errors.Is(err, jetstream.ErrNoStreamResponse) || errors.As(err, &other)
+	wrongLast := errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	if !noStream && !wrongLast {
 		return err
 	}
 	name := stream.Name(r.p.cfg.Boundary)
@@ -90,14 +95,19 @@ func (r *run) explainPublish(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(serr, jetstream.ErrStreamNotFound):
 		return &driftError{fmt.Sprintf("%v: stream %s is gone: creating it again from the checkpoint", err, name)}
-	case serr != nil:
+	case serr != nil && noStream:
 		return &driftError{fmt.Sprintf("%v: stream %s cannot be read (%v): checking it again", err, name, serr)}
+	case serr != nil:
+		return err
 	}
 	cfg := s.CachedInfo().Config
 	if d := ConfigDrift(&cfg, &r.want); len(d) > 0 {
 		return &driftError{fmt.Sprintf("%v: %s; putting it back", err, DescribeDrift(name, d))}
 	}
-	return &driftError{fmt.Sprintf("%v: stream %s takes %s as it should; checking it again", err, name, list(cfg.Subjects))}
+	if noStream {
+		return &driftError{fmt.Sprintf("%v: stream %s takes %s as it should; checking it again", err, name, list(cfg.Subjects))}
+	}
+	return err
 }
 
 // otherStreamError is a publish acknowledged by another stream than the
