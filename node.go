@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -504,7 +505,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		Window:        n.cfg.PublishWindow,
 		PollInterval:  n.cfg.PollBackstop,
 		ProbeInterval: n.cfg.PollInterval,
-		CheckInterval: n.cfg.PollInterval,
+		CheckInterval: n.cfg.PollBackstop,
 		LeaseTTL:      n.cfg.LeaseTTL,
 		MsgID:         !n.cfg.DisableMsgID,
 		Wake:          r.wake,
@@ -654,7 +655,7 @@ func (n *Node) wake(boundary string) {
 func (n *Node) watchHeads(ctx context.Context) {
 	t := time.NewTimer(n.cfg.PollInterval)
 	defer t.Stop()
-	failing := false
+	failing, listFailing := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -692,8 +693,56 @@ func (n *Node) watchHeads(ctx context.Context) {
 				}
 			}
 		}
+		listFailing = n.watchStreams(ctx, listFailing)
 		t.Reset(n.cfg.PollInterval)
 	}
+}
+
+// watchStreams reads every stream's info in one listing (one JetStream
+// request per 256 streams) and wakes the leading publishers whose stream
+// is not as they left it (see publisher.StreamDrifted): its configuration
+// changed, it is missing, or it holds a sequence the idle publisher did
+// not publish. Each then reads its own stream and repairs it (docs/design.md
+// §12), within one poll interval and without waiting for an append; a
+// thousand idle boundaries cost four requests a second here, not a
+// thousand. Each publisher still checks its stream every PollBackstop, in
+// case this listing fails. It returns whether the listing failed.
+func (n *Node) watchStreams(ctx context.Context, failing bool) bool {
+	if n.leading.Load() == 0 {
+		return failing
+	}
+	lctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+	defer cancel()
+	infos := make(map[string]*jetstream.StreamInfo)
+	l := n.js.ListStreams(lctx)
+	for info := range l.Info() {
+		if b, ok := strings.CutPrefix(info.Config.Name, stream.Name("")); ok {
+			infos[b] = info
+		}
+	}
+	if err := l.Err(); err != nil {
+		if ctx.Err() == nil && !failing {
+			n.log.Warn("the streams cannot be listed; each publisher checks its own stream every ORISUN_POLL_BACKSTOP meanwhile",
+				"err", err, "poll_backstop", n.cfg.PollBackstop)
+		}
+		return true
+	}
+	if failing {
+		n.log.Info("the streams are listed again")
+	}
+	n.rmu.RLock()
+	runners := make(map[string]*boundaryRunner, len(n.runners))
+	maps.Copy(runners, n.runners)
+	n.rmu.RUnlock()
+	for name, r := range runners {
+		if r.pub.StreamDrifted(infos[name]) {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return false
 }
 
 // Stop stops the publishers (each finishes sending its batch, awaits what

@@ -27,15 +27,22 @@ func (e *driftError) Error() string { return e.why }
 
 // check compares the stream with orisun's configuration and, when idle
 // (every publish acknowledged, next-1 the last), its last sequence with
-// next-1, at most once per CheckInterval. A setting JetStream can change in
-// place is put back here (applyConfig); anything else is a *driftError. A
-// stream that does not answer is not checked this time: the next publish,
-// or the next check, meets it.
+// next-1: once per CheckInterval, and at once when StreamDrifted asked
+// for it. A setting JetStream can change in place is put back here
+// (applyConfig); anything else is a *driftError. A stream that does not
+// answer is not checked this time: the next publish, or the next check,
+// meets it.
 //
-// The cost is one stream info request per CheckInterval per leading
-// boundary, idle or not; no store read.
+// Each check is one stream info request; no store read.
 func (r *run) check(ctx context.Context, idle bool, next uint64) error {
-	if time.Since(r.checked) < r.p.cfg.CheckInterval {
+	asked := r.p.checkConfig.Swap(false)
+	if idle {
+		// A hint about the content waits for a moment when the stream's
+		// last sequence is known (idle): a publisher woken by it passes
+		// here busy first.
+		asked = r.p.checkContent.Swap(false) || asked
+	}
+	if !asked && time.Since(r.checked) < r.p.cfg.CheckInterval {
 		return nil
 	}
 	r.checked = time.Now()
@@ -65,7 +72,9 @@ func (r *run) check(ctx context.Context, idle bool, next uint64) error {
 				"(deleted and created again?); comparing the stream with the store", name, last, next-1)}
 		}
 	}
-	r.drifting = false
+	if idle && !r.putBackRefused {
+		r.drifting = false
+	}
 	return nil
 }
 
@@ -121,4 +130,31 @@ type otherStreamError struct {
 func (e *otherStreamError) Error() string {
 	return fmt.Sprintf("position %d was acknowledged by stream %s, not %s: another stream takes the boundary's subjects "+
 		"(the message is not in the boundary's stream; nothing is checkpointed)", e.pos, e.got, e.stream)
+}
+
+// StreamDrifted is what a node that reads every stream in one listing per
+// poll interval hands each publisher: info is the boundary's stream as the
+// listing found it (nil: not listed). It reports whether the running
+// publisher should check its stream now, because info differs from the
+// configuration of its last sync, carries another epoch, is missing, or,
+// while the publisher is idle, ends elsewhere than at the last position it
+// published; the publisher then checks at its next chance, and the caller
+// wakes it. Like Behind it is a hint: the publisher reads its stream
+// itself before it repairs anything, so a listing older than the
+// publisher's last publish costs one stream info request, nothing more.
+func (p *Publisher) StreamDrifted(info *jetstream.StreamInfo) bool {
+	want := p.want.Load()
+	if want == nil || p.progress.Load() == 0 {
+		return false // it does not run
+	}
+	config := info == nil || stream.Epoch(&info.Config) != stream.Epoch(want) || len(ConfigDrift(&info.Config, want)) > 0
+	// idle is read before caughtUp, which is stored before idle is set.
+	content := p.idle.Load() && info != nil && info.State.LastSeq != p.caughtUp.Load()
+	if config {
+		p.checkConfig.Store(true)
+	}
+	if content {
+		p.checkContent.Store(true)
+	}
+	return config || content
 }

@@ -66,14 +66,16 @@ type Config struct {
 	// or saw the row held wakes again when the next probe is due, however
 	// long PollInterval is. Zero: PollInterval.
 	ProbeInterval time.Duration
-	// CheckInterval is how often, at most, the leading publisher reads its
-	// stream's info (one JetStream request) to compare the stream with
-	// orisun's configuration and, while it has nothing to publish, the
-	// stream's last sequence with the last position it published: a
-	// setting someone changed is put back, a message someone appended or a
-	// stream someone replaced is repaired from the store, within one
-	// CheckInterval and without waiting for an append (docs/design.md §12).
-	// A node sets it to ORISUN_POLL_INTERVAL. Zero: ProbeInterval.
+	// CheckInterval is how often the leading publisher reads its stream's
+	// info (one JetStream request) to compare the stream with orisun's
+	// configuration and, while it has nothing to publish, the stream's last
+	// sequence with the last position it published: a setting someone
+	// changed is put back, a message someone appended or a stream someone
+	// replaced is repaired from the store, within one CheckInterval and
+	// without waiting for an append (docs/design.md §12). It checks at once
+	// when StreamDrifted says so: a node that reads every stream in one
+	// listing per poll interval sets CheckInterval long (its backstop), as
+	// it does PollInterval. Zero: ProbeInterval.
 	CheckInterval time.Duration
 	// AckTimeout bounds the wait for one acknowledgement.
 	AckTimeout time.Duration
@@ -127,6 +129,12 @@ type Publisher struct {
 	// stored before idle is set (see Behind).
 	caughtUp atomic.Uint64
 	epoch    atomic.Pointer[string]
+	// want is the stream configuration of the running publisher's last
+	// sync, nil while it does not run. checkConfig and checkContent ask it
+	// to check its stream at its next chance (StreamDrifted): the
+	// configuration, or, when idle, the content too.
+	want                      atomic.Pointer[jetstream.StreamConfig]
+	checkConfig, checkContent atomic.Bool
 }
 
 // New returns a publisher in state standby.
@@ -227,6 +235,7 @@ func (p *Publisher) run(ctx, parent context.Context, lease backend.Lease) error 
 	p.markProgress()
 	err := r.loop(ctx)
 	p.progress.Store(0)
+	p.want.Store(nil)
 	cause := context.Cause(parent)
 	switch {
 	case errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost):
@@ -268,9 +277,11 @@ type run struct {
 	replicasWarning string
 	// checked is when the stream was last checked (see check). drifting is
 	// true from a drift that sent the run back to the sync until the
-	// stream passes a check or takes a batch: a repair that did not hold.
-	checked  time.Time
-	drifting bool
+	// stream passes a check while idle or takes a batch: a drift meanwhile
+	// is a repair that did not hold. putBackRefused is true while JetStream
+	// refuses to put the configuration back (applyConfig).
+	checked                  time.Time
+	drifting, putBackRefused bool
 	// probed is when the head row was last probed, lastReason what the
 	// probe said.
 	probed     time.Time
@@ -330,8 +341,12 @@ func (r *run) loop(ctx context.Context) error {
 			// at once. A drift again before the stream passed a check or
 			// took a batch (the repair did not hold: a subject another
 			// stream took, a writer that keeps writing) is a stall,
-			// retried every CheckInterval, the status naming the cause
-			// while it lasts.
+			// retried every ProbeInterval (a node's poll interval), the
+			// status naming the cause while it lasts.
+			//
+			// Either way the stream is checked again at the first
+			// chance after the sync, to see that the repair held.
+			r.checked = time.Time{}
 			if !r.drifting {
 				r.drifting = true
 				p.setState(status.StateLeading, "repairing the stream: "+err.Error(), nil)
@@ -339,7 +354,7 @@ func (r *run) loop(ctx context.Context) error {
 				continue
 			}
 			p.setState(status.StateStalled, err.Error(), err)
-			if !serviceutil.Sleep(ctx, p.cfg.CheckInterval) {
+			if !serviceutil.Sleep(ctx, p.cfg.ProbeInterval) {
 				return nil
 			}
 			continue

@@ -58,6 +58,7 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	}
 	want := stream.Config(p.cfg.Boundary, b.Epoch, p.cfg.Limits, cp+1)
 	r.want = want
+	p.want.Store(&want)
 	if s == nil {
 		return r.createStream(ctx, want, cp)
 	}
@@ -444,11 +445,13 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		return what
 	}
 	var warnings []string
+	r.putBackRefused = false
 	if len(drift) > 0 {
 		uctx, cancel := context.WithTimeout(ctx, jsTimeout)
 		si, err := p.cfg.JS.UpdateStream(uctx, Restored(&have, &want))
 		cancel()
 		if err != nil {
+			r.putBackRefused = true
 			warnings = append(warnings, what+"; JetStream refused to put it back: "+err.Error()+"; trying again every poll interval")
 		} else {
 			p.log.Warn("stream configuration was not orisun's: put back", "stream", name, "drift", what)
