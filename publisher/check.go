@@ -59,7 +59,11 @@ func (r *run) check(ctx context.Context, idle bool, next uint64) error {
 	if got := stream.Epoch(&info.Config); got != r.epoch {
 		return &driftError{fmt.Sprintf("stream %s carries epoch %q in its metadata, not the boundary's %s: recreating it", name, got, r.epoch)}
 	}
-	if why := r.applyConfig(ctx, info, r.want, false); why != "" {
+	why, err := r.applyConfig(ctx, info, r.want, false)
+	if err != nil {
+		return err
+	}
+	if why != "" {
 		return &driftError{why + ": JetStream cannot change that in place, recreating the stream from the checkpoint"}
 	}
 	if idle {

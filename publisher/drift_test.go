@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -127,5 +129,37 @@ func TestConfigDriftFoundAndPutBack(t *testing.T) {
 				t.Fatalf("after putting back %s: still %v", what, d)
 			}
 		})
+	}
+}
+
+// TestDeposedPublisherDoesNotPutBackTheStream_I6: a publisher whose lease
+// term is no longer current meets a stream whose configuration is not
+// orisun's (max_msgs 10, as an attacker or a leader with another
+// configuration left it). Putting it back is fenced like a delete: the
+// lease renewal is refused, the run ends with ErrLeaseLost, and the stream
+// keeps what the current leader decides.
+func TestDeposedPublisherDoesNotPutBackTheStream_I6(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stale, _ := e.deposed(t)
+	b, err := e.store.Boundary(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.Config("b", b.Epoch, stream.Limits{}, 1)
+	cfg.MaxMsgs = 10
+	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.publisher(e.js, nil).Run(ctx, stale); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("the deposed publisher ended with %v, want ErrLeaseLost", err)
+	}
+	s, err := e.js.Stream(ctx, stream.Name("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxMsgs; got != 10 {
+		t.Fatalf("the deposed publisher changed max_msgs to %d", got)
 	}
 }

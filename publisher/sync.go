@@ -66,7 +66,11 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
 		return r.replaceOtherEpoch(ctx, want, got, cp)
 	}
-	if why := r.applyConfig(ctx, info, want, true); why != "" {
+	why, err := r.applyConfig(ctx, info, want, true)
+	if err != nil {
+		return 0, err
+	}
+	if why != "" {
 		return r.recreate(ctx, want, cp, why+": JetStream cannot change that in place")
 	}
 	switch last := info.State.LastSeq; {
@@ -428,13 +432,14 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 // status as the publisher's warning, and put back at the next check (every
 // CheckInterval) or sync. It returns the drift, described, when JetStream
 // cannot undo it in place (storage, deny_delete, …): the caller recreates
-// the stream from the checkpoint.
+// the stream from the checkpoint. The put-back goes through the fence, as
+// a delete does; an error is the fence's (the lease could not be renewed).
 //
 // A refused replica count is different: it is a configuration change that
 // may pass (a cluster still forming, a peer down), tried again at
 // configRetry, waiting longer each time (up to a minute); force (the sync)
 // tries it at once.
-func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want jetstream.StreamConfig, force bool) (recreate string) {
+func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want jetstream.StreamConfig, force bool) (recreate string, err error) {
 	p := r.p
 	name := want.Name
 	have := info.Config
@@ -442,13 +447,19 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	drift := ConfigDrift(&have, &want)
 	what := DescribeDrift(name, drift)
 	if mustRecreate(drift) {
-		return what
+		return what, nil
 	}
 	var warnings []string
 	r.putBackRefused = false
 	if len(drift) > 0 {
-		uctx, cancel := context.WithTimeout(ctx, jsTimeout)
-		si, err := p.cfg.JS.UpdateStream(uctx, Restored(&have, &want))
+		// Fenced like a delete (I6): a publisher that no longer leads,
+		// its configuration perhaps older than the leader's, must not
+		// change the stream under the leader.
+		fctx, cancel, err := r.fence(ctx, "put back the configuration of stream "+name)
+		if err != nil {
+			return "", err
+		}
+		si, err := p.cfg.JS.UpdateStream(fctx, Restored(&have, &want))
 		cancel()
 		if err != nil {
 			r.putBackRefused = true
@@ -496,7 +507,7 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	if p.setWarning(w) && w != "" {
 		p.log.Warn("stream configuration not applied", "stream", name, "warning", w)
 	}
-	return ""
+	return "", nil
 }
 
 // scheduleConfigRetry sets when a refused replica count is tried again:
