@@ -20,8 +20,9 @@ type Status struct {
 	// Since is when the publisher entered State.
 	Since time.Time `json:"since"`
 	// Warning is a configuration this node's publisher could not apply to
-	// the stream, with JetStream's reason (a replica count or limits it
-	// refused); the publisher still publishes. Empty when none.
+	// the stream, with JetStream's reason (a replica count it refused, a
+	// drifted setting it refused to put back); the publisher still
+	// publishes if it can. Empty when none.
 	Warning string `json:"warning,omitempty"`
 }
 

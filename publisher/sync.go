@@ -2,7 +2,8 @@
 // (docs/design.md §5 step 1) before it publishes, creating, purging or
 // recreating the stream, verifying what it holds after the checkpoint,
 // fencing every destructive operation with a lease renewal, and keeping
-// the stream's configuration (limits, replicas) as configured.
+// the stream's configuration orisun's (drift.go) and its replicas as
+// configured.
 
 package publisher
 
