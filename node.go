@@ -233,6 +233,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.serving.Store(true)
 	n.life.Go(func() { n.watchHeads(n.runCtx) })
+	n.life.Go(func() { n.watchStreams(n.runCtx) })
 	if n.registry != nil {
 		n.life.Go(func() { n.placement(n.runCtx, n.registry) })
 	}
@@ -655,7 +656,7 @@ func (n *Node) wake(boundary string) {
 func (n *Node) watchHeads(ctx context.Context) {
 	t := time.NewTimer(n.cfg.PollInterval)
 	defer t.Stop()
-	failing, listFailing := false, false
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -693,21 +694,38 @@ func (n *Node) watchHeads(ctx context.Context) {
 				}
 			}
 		}
-		listFailing = n.watchStreams(ctx, listFailing)
 		t.Reset(n.cfg.PollInterval)
 	}
 }
 
 // watchStreams reads every stream's info in one listing (one JetStream
-// request per 256 streams) and wakes the leading publishers whose stream
-// is not as they left it (see publisher.StreamDrifted): its configuration
-// changed, it is missing, or it holds a sequence the idle publisher did
-// not publish. Each then reads its own stream and repairs it (docs/design.md
-// §12), within one poll interval and without waiting for an append; a
-// thousand idle boundaries cost four requests a second here, not a
-// thousand. Each publisher still checks its stream every PollBackstop, in
-// case this listing fails. It returns whether the listing failed.
-func (n *Node) watchStreams(ctx context.Context, failing bool) bool {
+// request per 256 streams) per poll interval and wakes the leading
+// publishers whose stream is not as they left it (see
+// publisher.StreamDrifted): its configuration changed, it is missing, or it
+// holds a sequence the idle publisher did not publish. Each then reads its
+// own stream and repairs it (docs/design.md §12), within one poll interval
+// and without waiting for an append; a thousand idle boundaries cost four
+// requests a second here, not a thousand. Each publisher still checks its
+// stream every PollBackstop, in case this listing fails. It runs apart
+// from watchHeads, so that a slow JetStream does not delay the wake-ups.
+func (n *Node) watchStreams(ctx context.Context) {
+	t := time.NewTimer(n.cfg.PollInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		failing = n.listStreams(ctx, failing)
+		t.Reset(n.cfg.PollInterval)
+	}
+}
+
+// listStreams is one round of watchStreams; it returns whether the listing
+// failed (failing: whether the last one did).
+func (n *Node) listStreams(ctx context.Context, failing bool) bool {
 	if n.leading.Load() == 0 {
 		return failing
 	}

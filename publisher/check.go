@@ -70,7 +70,7 @@ func (r *run) check(ctx context.Context, idle bool, next uint64) error {
 		switch last := info.State.LastSeq; {
 		case last > next-1:
 			return &driftError{fmt.Sprintf("stream %s holds sequence %d, beyond %d, the last position this publisher published: "+
-				"a message orisun did not publish; comparing the stream with the store", name, last, next-1)}
+				"a message it did not publish; comparing the stream with the store", name, last, next-1)}
 		case last < next-1:
 			return &driftError{fmt.Sprintf("stream %s ends at sequence %d, before %d, the last position this publisher published "+
 				"(deleted and created again?); comparing the stream with the store", name, last, next-1)}

@@ -345,8 +345,10 @@ func (r *run) loop(ctx context.Context) error {
 			// status naming the cause while it lasts.
 			//
 			// Either way the stream is checked again at the first
-			// chance after the sync, to see that the repair held.
-			r.checked = time.Time{}
+			// chances after the sync, publishing and idle, to see that the
+			// repair held.
+			p.checkConfig.Store(true)
+			p.checkContent.Store(true)
 			if !r.drifting {
 				r.drifting = true
 				p.setState(status.StateLeading, "repairing the stream: "+err.Error(), nil)
