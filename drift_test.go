@@ -520,3 +520,50 @@ func TestStatusNamesStreamDriftWhileItLasts_I7(t *testing.T) {
 	st, _ := n.Status(ctx)
 	t.Logf("warning: %s", st.Boundaries[0].Warning)
 }
+
+// TestStatusUnderAppendsNamesNoForeignMessage_I7: while appends commit and
+// are published between the status's read of the head and of the stream,
+// the stream legitimately ends beyond the head it read first: no status
+// read may call that a foreign message (the head is read again after the
+// stream), and none may say settled while its stream_last is beyond its
+// head.
+func TestStatusUnderAppendsNamesNoForeignMessage_I7(t *testing.T) {
+	n := driftNode(t, drift, &syncBuffer{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := n.Append(context.Background(), "default", events(1, "busy", 32), nil); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	reads, ahead := 0, 0
+	for ctx.Err() == nil {
+		st, err := n.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads++
+		b := st.Boundaries[0]
+		if strings.Contains(b.Warning, "beyond the store's head") {
+			t.Fatalf("status read %d under appends: warning %q (stream_last %d, head %d)", reads, b.Warning, b.StreamLast, b.Head)
+		}
+		if b.StreamLast > b.Head {
+			ahead++
+			if st.Settled {
+				t.Fatalf("status read %d settled with stream_last %d beyond head %d", reads, b.StreamLast, b.Head)
+			}
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d status reads, %d of them with the stream beyond the head they read first", reads, ahead)
+	if ahead == 0 {
+		t.Log("no read met an append between its head and its stream: the test did not exercise the re-read")
+	}
+}

@@ -183,7 +183,8 @@ func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundarySta
 // have published an append that committed in between: the head is read
 // again, after the stream, and only a stream beyond that one holds a
 // sequence the store does not (the head never goes back, unless the store
-// was restored).
+// was restored). Either way a report whose stream_last is beyond its head
+// is not settled.
 func (n *Node) streamDrift(ctx context.Context, store backend.Store, bst *BoundaryStatus, info *jetstream.StreamInfo) (drift []string, unsettled bool) {
 	name := stream.Name(bst.Name)
 	if ep := stream.Epoch(&info.Config); ep != bst.Epoch {
@@ -191,17 +192,20 @@ func (n *Node) streamDrift(ctx context.Context, store backend.Store, bst *Bounda
 			"recreates it", name, ep, bst.Epoch))
 		unsettled = true
 	} else if last := info.State.LastSeq; last > bst.Head {
+		// Not settled either way: beyond the head read again the stream
+		// holds what the store does not; within it, an append committed
+		// after the first read, which this report's checkpoint does not
+		// cover.
+		unsettled = true
 		cur, err := store.Boundary(ctx, bst.Name)
 		switch {
 		case err != nil:
 			drift = append(drift, fmt.Sprintf("stream %s holds sequence %d, beyond the store's head %d read before it, and the head "+
 				"could not be read again (%v): not settled", name, last, bst.Head, err))
-			unsettled = true
 		case cur.Epoch == bst.Epoch && last > cur.Head:
 			drift = append(drift, fmt.Sprintf("stream %s holds sequence %d beyond the store's head %d: a message orisun did not "+
 				"publish (a foreign writer), or a store that went back in time; not settled until the stream holds the "+
 				"store's events only (see the leading publisher's reason)", name, last, cur.Head))
-			unsettled = true
 		}
 	}
 	want := stream.Config(bst.Name, bst.Epoch, n.streamLimits(), 0)
