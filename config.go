@@ -108,11 +108,17 @@ type Config struct {
 	// they have not read: the longest an event whose wake-up was lost (a
 	// PostgreSQL notification from another node dropped with its
 	// connection) waits before it is published. It is also the cadence of
-	// PostgreSQL's head-row probe (see publisher.Config.ProbeInterval).
+	// PostgreSQL's head-row probe (see publisher.Config.ProbeInterval), and
+	// of the node's listing of every stream, which wakes the leading
+	// publishers whose stream someone changed, replaced or appended to
+	// (see publisher.Publisher.StreamDrifted): they repair it within one
+	// PollInterval.
 	PollInterval time.Duration `envconfig:"POLL_INTERVAL"`
 	// PollBackstop is the longest an idle publisher waits before it reads
-	// its boundary itself, in case the shared read above fails to wake it.
-	// Each idle boundary costs one read per PollBackstop.
+	// its boundary itself, in case the shared read above fails to wake it,
+	// and how often a leading publisher checks its stream itself, in case
+	// the shared listing fails. Each idle boundary costs one read and one
+	// stream info per PollBackstop.
 	PollBackstop time.Duration `envconfig:"POLL_BACKSTOP"`
 	// LeaseTTL is how long a boundary's lease lasts without renewal.
 	LeaseTTL time.Duration `envconfig:"LEASE_TTL"`

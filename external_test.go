@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -21,6 +20,12 @@ import (
 // "orisun" (join); clients without credentials (the test's stream checks)
 // are "reader"; extra users are added to those.
 func usersNATS(t *testing.T, extra ...*server.User) *usersServer {
+	t.Helper()
+	return usersNATSWith(t, nil, extra...)
+}
+
+// usersNATSWith is usersNATS with its options changed by mutate first.
+func usersNATSWith(t *testing.T, mutate func(*server.Options), extra ...*server.User) *usersServer {
 	t.Helper()
 	opts := &server.Options{
 		ServerName: "users-nats",
@@ -34,6 +39,9 @@ func usersNATS(t *testing.T, extra ...*server.User) *usersServer {
 			{Username: "reader", Password: "r"},
 		}, extra...),
 		NoAuthUser: "reader",
+	}
+	if mutate != nil {
+		mutate(opts)
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -127,7 +135,7 @@ func TestExternalNATS_I2_I5(t *testing.T) {
 // TestPausedRemoteLeaderStoreServes_I5: with a shared NATS a subscription on
 // a node that does not lead takes the stream as fed while another node
 // holds the lease. When that leader is paused (JetStream refuses its
-// publishes: the stream is full and discards new messages), the stream
+// publishes: the server's memory is full), the stream
 // stops short of the store; the subscription must notice (nothing arrives
 // while the store holds its next position) and read the store, not wait
 // for as long as the pause lasts. Every position still arrives exactly
@@ -135,10 +143,10 @@ func TestExternalNATS_I2_I5(t *testing.T) {
 func TestPausedRemoteLeaderStoreServes_I5(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	ns := usersNATS(t)
+	ns := usersNATSWith(t, func(o *server.Options) { o.JetStreamMaxMemory = 1 << 20 })
 	external := func(c *orisun.Config) {
 		ns.join(c, url)
-		c.EventStreamMaxMsgs = 5
+		c.EventStreamMaxBytes = 64 << 10
 		withHTTP(c)
 	}
 	nodes := []*orisun.Node{setup(t, "", external), setup(t, "", external)}
@@ -165,9 +173,10 @@ func TestPausedRemoteLeaderStoreServes_I5(t *testing.T) {
 	testutil.Eventually(t, "the subscription on the node that does not lead to go live", 30*time.Second, 20*time.Millisecond,
 		func() bool { return live.Load() > 0 })
 
-	// Pause the leader: the stream is at its limit and now refuses new
-	// messages.
-	setDiscard(t, nodes[lead], "default", jetstream.DiscardNew)
+	// Pause the leader: another application's stream takes the server's
+	// memory, and JetStream refuses new messages. (orisun puts a changed
+	// discard policy of its stream back: that no longer pauses it.)
+	fillMemory(t, nodes[lead])
 	if _, err := nodes[lead].Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -234,6 +235,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.serving.Store(true)
 	n.life.Go(func() { n.watchHeads(n.runCtx) })
+	n.life.Go(func() { n.watchStreams(n.runCtx) })
 	if n.registry != nil {
 		n.life.Go(func() { n.placement(n.runCtx, n.registry) })
 	}
@@ -503,19 +505,15 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		afterAck = func(last uint64) { n.afterAck(name, last) }
 	}
 	r.pub = publisher.New(publisher.Config{
-		Boundary: name,
-		Store:    n.store,
-		JS:       n.js,
-		Limits: stream.Limits{
-			MaxBytes: n.cfg.EventStreamMaxBytes,
-			MaxMsgs:  n.cfg.EventStreamMaxMsgs,
-			MaxAge:   max(n.cfg.EventStreamMaxAge, 0),
-			Replicas: n.cfg.StreamReplicas,
-		},
+		Boundary:      name,
+		Store:         n.store,
+		JS:            n.js,
+		Limits:        n.streamLimits(),
 		BatchSize:     n.cfg.PublishBatch,
 		Window:        n.cfg.PublishWindow,
 		PollInterval:  n.cfg.PollBackstop,
 		ProbeInterval: n.cfg.PollInterval,
+		CheckInterval: n.cfg.PollBackstop,
 		LeaseTTL:      n.cfg.LeaseTTL,
 		MsgID:         !n.cfg.DisableMsgID,
 		Wake:          r.wake,
@@ -540,6 +538,17 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		r.lease.Stalled = r.stalled
 	}
 	return r
+}
+
+// streamLimits are the limits of every boundary's stream, from the
+// configuration.
+func (n *Node) streamLimits() stream.Limits {
+	return stream.Limits{
+		MaxBytes: n.cfg.EventStreamMaxBytes,
+		MaxMsgs:  n.cfg.EventStreamMaxMsgs,
+		MaxAge:   max(n.cfg.EventStreamMaxAge, 0),
+		Replicas: n.cfg.StreamReplicas,
+	}
 }
 
 // lead is the lease runner's leader work: the publisher's run, counted
@@ -694,6 +703,71 @@ func (n *Node) watchHeads(ctx context.Context) {
 		}
 		t.Reset(n.cfg.PollInterval)
 	}
+}
+
+// watchStreams reads every stream's info in one listing (one JetStream
+// request per 256 streams) per poll interval and wakes the leading
+// publishers whose stream is not as they left it (see
+// publisher.StreamDrifted): its configuration changed, it is missing, or it
+// holds a sequence the idle publisher did not publish. Each then reads its
+// own stream and repairs it (docs/design.md §12), within one poll interval
+// and without waiting for an append; a thousand idle boundaries cost four
+// requests a second here, not a thousand. Each publisher still checks its
+// stream every PollBackstop, in case this listing fails. It runs apart
+// from watchHeads, so that a slow JetStream does not delay the wake-ups.
+func (n *Node) watchStreams(ctx context.Context) {
+	t := time.NewTimer(n.cfg.PollInterval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		failing = n.listStreams(ctx, failing)
+		t.Reset(n.cfg.PollInterval)
+	}
+}
+
+// listStreams is one round of watchStreams; it returns whether the listing
+// failed (failing: whether the last one did).
+func (n *Node) listStreams(ctx context.Context, failing bool) bool {
+	if n.leading.Load() == 0 {
+		return failing
+	}
+	lctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+	defer cancel()
+	infos := make(map[string]*jetstream.StreamInfo)
+	l := n.js.ListStreams(lctx)
+	for info := range l.Info() {
+		if b, ok := strings.CutPrefix(info.Config.Name, stream.Name("")); ok {
+			infos[b] = info
+		}
+	}
+	if err := l.Err(); err != nil {
+		if ctx.Err() == nil && !failing {
+			n.log.Warn("the streams cannot be listed; each publisher checks its own stream every ORISUN_POLL_BACKSTOP meanwhile",
+				"err", err, "poll_backstop", n.cfg.PollBackstop)
+		}
+		return true
+	}
+	if failing {
+		n.log.Info("the streams are listed again")
+	}
+	n.rmu.RLock()
+	runners := make(map[string]*boundaryRunner, len(n.runners))
+	maps.Copy(runners, n.runners)
+	n.rmu.RUnlock()
+	for name, r := range runners {
+		if r.pub.StreamDrifted(infos[name]) {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return false
 }
 
 // Stop stops the publishers (each finishes sending its batch, awaits what

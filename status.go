@@ -3,12 +3,15 @@ package orisun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -20,7 +23,8 @@ type (
 )
 
 // Status measures every boundary. settled is true only when each boundary's
-// checkpoint equals its head, both read in this call.
+// checkpoint equals its head, both read in this call, and no stream holds a
+// sequence beyond its head or of another epoch (see streamDrift).
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	store, js, err := n.ready()
 	if err != nil {
@@ -88,12 +92,20 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		} else if bst.Published != bst.Head {
 			st.Settled = false
 		}
+		var drift []string
 		if !st.NATS.OK {
 			bst.StreamError = "not measured: NATS does not answer"
-		} else if err := measureStream(ctx, js, &bst); err != nil {
+		} else if info, err := measureStream(ctx, js, &bst); err != nil {
 			bst.StreamError = "not measured: " + err.Error()
+		} else if info != nil && bst.Error == "" {
+			var unsettled bool
+			drift, unsettled = n.streamDrift(ctx, store, &bst, info)
+			if unsettled {
+				st.Settled = false
+			}
 		}
 		n.localStatus(&bst)
+		bst.Warning = joinWarnings(drift, bst.Warning)
 		st.Boundaries = append(st.Boundaries, bst)
 	}
 	return st, nil
@@ -142,23 +154,83 @@ func fromState(bst *BoundaryStatus, s backend.BoundaryState) {
 	bst.LeaseHolder, bst.LeaseTerm, bst.LeaseExpires = s.Lease.Holder, s.Lease.Term, s.Lease.Expires
 }
 
-// measureStream reads the boundary's stream state from JetStream. A missing
-// stream is a measurement: zero figures.
-func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundaryStatus) error {
+// measureStream reads the boundary's stream state from JetStream and
+// returns its info. A missing stream is a measurement: zero figures, no
+// info.
+func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundaryStatus) (*jetstream.StreamInfo, error) {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s, err := js.Stream(sctx, stream.Name(bst.Name))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	info := s.CachedInfo()
 	bst.StreamFirst, bst.StreamLast = info.State.FirstSeq, info.State.LastSeq
 	bst.StreamMsgs, bst.StreamBytes = info.State.Msgs, info.State.Bytes
 	bst.StreamReplicas = max(info.Config.Replicas, 1)
-	return nil
+	return info, nil
+}
+
+// streamDrift compares the boundary's stream, measured in this request,
+// with the store and with orisun's configuration (I7: measured, never
+// assumed), and says what differs. unsettled is true when the stream holds
+// what the store does not: a sequence beyond the head, or another epoch.
+//
+// The head was read before the stream, so a stream beyond it may only
+// have published an append that committed in between: the head is read
+// again, after the stream, and only a stream beyond that one holds a
+// sequence the store does not (the head never goes back, unless the store
+// was restored). Either way a report whose stream_last is beyond its head
+// is not settled.
+func (n *Node) streamDrift(ctx context.Context, store backend.Store, bst *BoundaryStatus, info *jetstream.StreamInfo) (drift []string, unsettled bool) {
+	name := stream.Name(bst.Name)
+	if ep := stream.Epoch(&info.Config); ep != bst.Epoch {
+		drift = append(drift, fmt.Sprintf("stream %s carries epoch %q, not the boundary's %s: not settled until the leading publisher "+
+			"recreates it", name, ep, bst.Epoch))
+		unsettled = true
+	} else if last := info.State.LastSeq; last > bst.Head {
+		// Not settled either way: beyond the head read again the stream
+		// holds what the store does not; within it, an append committed
+		// after the first read, which this report's checkpoint does not
+		// cover.
+		unsettled = true
+		cur, err := store.Boundary(ctx, bst.Name)
+		switch {
+		case err != nil:
+			drift = append(drift, fmt.Sprintf("stream %s holds sequence %d, beyond the store's head %d read before it, and the head "+
+				"could not be read again (%v): not settled", name, last, bst.Head, err))
+		case cur.Epoch == bst.Epoch && last > cur.Head:
+			drift = append(drift, fmt.Sprintf("stream %s holds sequence %d beyond the store's head %d: a message orisun did not "+
+				"publish (a foreign writer), or a store that went back in time; not settled until the stream holds the "+
+				"store's events only (see the leading publisher's reason)", name, last, cur.Head))
+		}
+	}
+	want := stream.Config(bst.Name, bst.Epoch, n.streamLimits(), 0)
+	if d := publisher.DescribeDrift(name, publisher.ConfigDrift(&info.Config, &want)); d != "" {
+		drift = append(drift, d+"; the leading publisher puts it back (or recreates the stream from the checkpoint) "+
+			"within ORISUN_POLL_INTERVAL")
+	}
+	return drift, unsettled
+}
+
+// joinWarnings is a boundary's warning: what the status measured, then the
+// publisher's own, which says the same thing better when it names the same
+// drift (JetStream refused to put it back).
+func joinWarnings(measured []string, own string) string {
+	var out []string
+	for _, m := range measured {
+		if own != "" && strings.Contains(own, strings.SplitN(m, "; ", 2)[0]) {
+			continue
+		}
+		out = append(out, m)
+	}
+	if own != "" {
+		out = append(out, own)
+	}
+	return strings.Join(out, "; ")
 }
 
 // localStatus fills in what this node's own parts know of the boundary: its

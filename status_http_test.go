@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/status"
-	"github.com/orisun-io/orisun/stream"
 )
 
 // httpGet returns the status code and body of a GET on the node's status
@@ -198,24 +198,32 @@ func TestStatusLeadingAndStandby_I7(t *testing.T) {
 	wantMetric(t, mb, "orisun_lease_held", `boundary="default"`, 1)
 }
 
-// TestStatusPausedAndRecovers_I7: JetStream refuses the publishes (the test
-// sets discard-new on a stream at its message limit): the publisher is
-// paused with JetStream's reason, nothing is skipped, and once JetStream
-// accepts again it is leading with the reason cleared.
+// TestStatusPausedAndRecovers_I7: JetStream refuses the publishes for its
+// own limits (the NATS server's memory is full: another stream took it, a
+// refusal every node would meet alike): the publisher is paused with
+// JetStream's reason, nothing is skipped, and once JetStream accepts again
+// it is leading with the reason cleared. (This test used to set
+// discard-new on the stream at its message limit; orisun now puts the
+// stream's discard policy back within a poll interval, docs/design.md §12.)
 func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	logs := &logCounter{}
-	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.EventStreamMaxMsgs = 5 }, orisun.WithLogger(slog.New(logs)))
+	ns := smallNATS(t, 1<<20)
+	n := setup(t, "", func(c *orisun.Config) {
+		withHTTP(c)
+		c.NATSURL = ns.ClientURL()
+		c.EventStreamMaxBytes = 64 << 10
+	}, orisun.WithLogger(slog.New(logs)))
 	ctx := context.Background()
 	if _, err := n.Append(ctx, "default", events(5, "fill", 32), nil); err != nil {
 		t.Fatal(err)
 	}
 	waitSettled(t, n, 30*time.Second)
-	setDiscard(t, n, "default", jetstream.DiscardNew)
+	fillMemory(t, n)
 	if _, err := n.Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
 		t.Fatal(err)
 	}
 	p := waitState(t, n, "default", "paused", 30*time.Second, nil)
-	if !strings.Contains(p.Reason, "maximum messages") || p.Head != 8 || p.Published != 5 || p.LagEvents != 3 || p.Since.IsZero() {
+	if !strings.Contains(p.Reason, "insufficient") || p.Head != 8 || p.Published != 5 || p.LagEvents != 3 || p.Since.IsZero() {
 		t.Fatalf("paused status: %+v", p)
 	}
 	// The oldest unpublished event ages while the publisher is paused.
@@ -236,7 +244,9 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		t.Fatalf("settled while 3 events wait: %+v", st)
 	}
 
-	setDiscard(t, n, "default", jetstream.DiscardOld)
+	if err := jsOf(t, n).DeleteStream(ctx, "FILLER"); err != nil {
+		t.Fatal(err)
+	}
 	l := waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 8 })
 	if strings.Contains(l.Reason, "maximum") || l.LagEvents != 0 {
 		t.Fatalf("recovered status still carries the pause: %+v", l)
@@ -253,30 +263,44 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	}
 }
 
-// setDiscard sets the discard policy of the boundary's stream: with
-// jetstream.DiscardNew a full stream refuses new messages and the node's
-// publisher pauses. It changes the stream as orisun's own connection
-// (an application may not).
-func setDiscard(t testing.TB, n *orisun.Node, boundary string, d jetstream.DiscardPolicy) {
+// smallNATS starts a NATS server with JetStream and maxMemory bytes of
+// memory storage, in the test process.
+func smallNATS(t testing.TB, maxMemory int64) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{ServerName: "small-nats", Host: "127.0.0.1", Port: -1, JetStream: true,
+		JetStreamMaxMemory: maxMemory, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		t.Fatal("the NATS server is not ready")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// fillMemory fills the node's NATS server's memory storage with a stream
+// of another application, FILLER, until JetStream refuses more: the node's
+// publisher then pauses at its next publish.
+func fillMemory(t testing.TB, n *orisun.Node) {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := n.ConnectNATS("set-discard")
-	if err != nil {
+	js := jsOf(t, n)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler"},
+		Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, stream.Name(boundary))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.Discard = d
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
+	chunk := make([]byte, 8<<10)
+	for i := 0; ; i++ {
+		if _, err := js.Publish(ctx, "filler", chunk); err != nil {
+			t.Logf("JetStream's memory is full after %d messages of %d bytes: %v", i, len(chunk), err)
+			return
+		}
+		if i > 10000 {
+			t.Fatal("JetStream took 80 MB in a 1 MB server")
+		}
 	}
 }
 

@@ -8,9 +8,10 @@
 // starts by comparing the stream with the store: a stream of another epoch is
 // recreated; a stream holding this epoch's messages resumes at its last
 // sequence + 1; an empty or lost stream is created or purged so that its next
-// sequence is checkpoint + 1; a stream ahead of the store's head stops the
-// publisher with that reason (the store went back in time) instead of
-// guessing.
+// sequence is checkpoint + 1; a stream ahead of the store's head is
+// recreated from the checkpoint when the sequences beyond the head are not
+// orisun's (foreign messages), and otherwise stops the publisher with that
+// reason (the store went back in time) instead of guessing.
 //
 // It then reads a batch from the store and publishes it pipelined, a bounded
 // window in flight, every message with Nats-Expected-Last-Sequence set to
@@ -25,6 +26,18 @@
 // paused (JetStream refuses for its own limits) or stalled (anything else,
 // with the reason) → leading again once a batch goes through. Each change is
 // logged once with its reason.
+//
+// The stream's configuration is orisun's and its content the store's: the
+// leading publisher checks its stream (one stream info request) when a node
+// that lists every stream once per poll interval says it differs
+// (StreamDrifted), and every CheckInterval anyway, idle or not. A setting
+// someone changed is put back; what JetStream cannot undo in place, a
+// missing or replaced stream, or a message beyond what it published is
+// repaired by the sync, which recreates the stream from the checkpoint
+// where it must (ConfigDrift, drift.go, check.go). A publish that finds no
+// stream because the subjects changed names that cause. Every delete,
+// purge, recreate and put-back renews the lease first (the fence), so a
+// publisher that no longer leads changes nothing.
 //
 // When drained the publisher waits for a wake-up from the appender or the
 // poll interval, whichever comes first; wake-ups are hints only. A node

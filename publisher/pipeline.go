@@ -45,7 +45,12 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 			<-pre // the prefetch ends with ctx or its read
 		}
 	}()
-	err := r.pump(ctx, actx, fl, next, poll, &pre)
+	check := time.NewTimer(p.cfg.CheckInterval)
+	defer check.Stop()
+	err := r.pump(ctx, actx, fl, next, poll, check, &pre)
+	if err != nil && ctx.Err() == nil {
+		err = r.explainPublish(ctx, err)
+	}
 	// The checkpoints of what the pump saw acknowledged are written before
 	// drain returns (a clean stop leaves the checkpoint at the last
 	// acknowledged position); a checkpoint that failed (a lost lease, the
@@ -60,7 +65,7 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 }
 
 // pump is drain's loop.
-func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *time.Timer, prefetch *chan readResult) error {
+func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, check *time.Timer, prefetch *chan readResult) error {
 	p := r.p
 	pre := *prefetch
 	defer func() { *prefetch = pre }()
@@ -68,7 +73,9 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 		if err := fl.ck.failure(); err != nil {
 			return err
 		}
-		r.retryConfig(ctx)
+		if err := r.check(ctx, false, next); err != nil {
+			return err
+		}
 		var res readResult
 		if pre != nil {
 			res = <-pre
@@ -109,7 +116,12 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 			default:
 			}
 			p.setState(status.StateLeading, r.idleReason(ctx), nil)
+			// Every publish is acknowledged: the stream ends at next-1.
+			if err := r.check(ctx, true, next); err != nil {
+				return err
+			}
 			poll.Reset(r.idleWait())
+			check.Reset(r.untilCheck())
 			p.markProgress()
 			p.caughtUp.Store(next - 1)
 			if e := p.epoch.Load(); e == nil || *e != r.epoch {
@@ -117,13 +129,26 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll *tim
 				p.epoch.Store(&epoch)
 			}
 			p.idle.Store(true)
-			select {
-			case <-ctx.Done():
-				p.idle.Store(false)
-				return nil
-			case <-p.cfg.Wake:
-			case <-poll.C:
-			case <-fl.ck.failed:
+			for waiting := true; waiting; {
+				select {
+				case <-ctx.Done():
+					p.idle.Store(false)
+					return nil
+				case <-check.C:
+					// The check reads the stream only: an idle boundary
+					// costs no store read for it.
+					if err := r.check(ctx, true, next); err != nil {
+						p.idle.Store(false)
+						return err
+					}
+					check.Reset(r.untilCheck())
+				case <-p.cfg.Wake:
+					waiting = false
+				case <-poll.C:
+					waiting = false
+				case <-fl.ck.failed:
+					waiting = false
+				}
 			}
 			p.idle.Store(false)
 			p.markProgress()
@@ -258,6 +283,7 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 		}
 		fl.ends = fl.ends[1:]
 		r.acked = pos
+		r.drifting = false
 		r.p.markProgress()
 		r.p.setState(status.StateLeading, "publishing", nil)
 		if r.p.cfg.AfterAck != nil {
@@ -289,6 +315,9 @@ func (r *run) await(ctx context.Context, f jetstream.PubAckFuture, pos uint64, w
 	case <-wake:
 		return errWoken
 	case ack := <-f.Ok():
+		if name := stream.Name(r.p.cfg.Boundary); ack.Stream != name {
+			return &otherStreamError{pos: pos, got: ack.Stream, stream: name}
+		}
 		if ack.Sequence != pos {
 			return fmt.Errorf("position %d acknowledged at stream sequence %d (duplicate: %v): refusing to continue out of place",
 				pos, ack.Sequence, ack.Duplicate)

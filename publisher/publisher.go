@@ -66,6 +66,17 @@ type Config struct {
 	// or saw the row held wakes again when the next probe is due, however
 	// long PollInterval is. Zero: PollInterval.
 	ProbeInterval time.Duration
+	// CheckInterval is how often the leading publisher reads its stream's
+	// info (one JetStream request) to compare the stream with orisun's
+	// configuration and, while it has nothing to publish, the stream's last
+	// sequence with the last position it published: a setting someone
+	// changed is put back, a message someone appended or a stream someone
+	// replaced is repaired from the store, within one CheckInterval and
+	// without waiting for an append (docs/design.md §12). It checks at once
+	// when StreamDrifted says so: a node that reads every stream in one
+	// listing per poll interval sets CheckInterval long (its backstop), as
+	// it does PollInterval. Zero: ProbeInterval.
+	CheckInterval time.Duration
 	// AckTimeout bounds the wait for one acknowledgement.
 	AckTimeout time.Duration
 	// LeaseTTL is what the fence renews the lease for before it deletes,
@@ -118,6 +129,12 @@ type Publisher struct {
 	// stored before idle is set (see Behind).
 	caughtUp atomic.Uint64
 	epoch    atomic.Pointer[string]
+	// want is the stream configuration of the running publisher's last
+	// sync, nil while it does not run. checkConfig and checkContent ask it
+	// to check its stream at its next chance (StreamDrifted): the
+	// configuration, or, when idle, the content too.
+	want                      atomic.Pointer[jetstream.StreamConfig]
+	checkConfig, checkContent atomic.Bool
 }
 
 // New returns a publisher in state standby.
@@ -133,6 +150,9 @@ func New(cfg Config) *Publisher {
 	}
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = cfg.PollInterval
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = cfg.ProbeInterval
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 10 * time.Second
@@ -215,6 +235,7 @@ func (p *Publisher) run(ctx, parent context.Context, lease backend.Lease) error 
 	p.markProgress()
 	err := r.loop(ctx)
 	p.progress.Store(0)
+	p.want.Store(nil)
 	cause := context.Cause(parent)
 	switch {
 	case errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost):
@@ -240,13 +261,27 @@ type run struct {
 	// heldSince is when the head row was first seen held by an append
 	// transaction while there was nothing to publish.
 	heldSince time.Time
-	// want is the stream configuration of the last sync; while part of it
-	// could not be applied (a warning), the update is tried again at
-	// configRetry, waiting configWait longer each time (up to a minute):
-	// a refusal may pass (a cluster still forming, a peer down).
-	want        jetstream.StreamConfig
-	configRetry time.Time
-	configWait  time.Duration
+	// synced is true once a sync of this run succeeded; known is the
+	// stream's last sequence that sync left (the run's own, or proven to
+	// be the store's): with acked, what this run knows the stream holds
+	// (see aheadOfStore).
+	synced bool
+	known  uint64
+	// want is the stream configuration of the last sync. A replica count
+	// JetStream refused (replicasWarning) is tried again at configRetry,
+	// waiting configWait longer each time (up to a minute): a refusal may
+	// pass (a cluster still forming, a peer down).
+	want            jetstream.StreamConfig
+	configRetry     time.Time
+	configWait      time.Duration
+	replicasWarning string
+	// checked is when the stream was last checked (see check). drifting is
+	// true from a drift that sent the run back to the sync until the
+	// stream passes a check while idle or takes a batch: a drift meanwhile
+	// is a repair that did not hold. putBackRefused is true while JetStream
+	// refuses to put the configuration back (applyConfig).
+	checked                  time.Time
+	drifting, putBackRefused bool
 	// probed is when the head row was last probed, lastReason what the
 	// probe said.
 	probed     time.Time
@@ -267,6 +302,9 @@ func (r *run) loop(ctx context.Context) error {
 		next, err := r.sync(ctx)
 		if errors.Is(err, event.ErrLeaseLost) {
 			return err
+		}
+		if err == nil {
+			r.synced, r.known = true, next-1
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -296,6 +334,32 @@ func (r *run) loop(ctx context.Context) error {
 		err = r.drain(ctx, next)
 		if errors.Is(err, event.ErrLeaseLost) {
 			return err
+		}
+		var drift *driftError
+		if errors.As(err, &drift) && ctx.Err() == nil {
+			// The stream is not as this run left it: the sync repairs it,
+			// at once. A drift again before the stream passed a check or
+			// took a batch (the repair did not hold: a subject another
+			// stream took, a writer that keeps writing) is a stall,
+			// retried every ProbeInterval (a node's poll interval), the
+			// status naming the cause while it lasts.
+			//
+			// Either way the stream is checked again at the first
+			// chances after the sync, publishing and idle, to see that the
+			// repair held.
+			p.checkConfig.Store(true)
+			p.checkContent.Store(true)
+			if !r.drifting {
+				r.drifting = true
+				p.setState(status.StateLeading, "repairing the stream: "+err.Error(), nil)
+				p.log.Warn("stream differs from the store or from orisun's configuration: repairing it", "why", err.Error())
+				continue
+			}
+			p.setState(status.StateStalled, err.Error(), err)
+			if !serviceutil.Sleep(ctx, p.cfg.ProbeInterval) {
+				return nil
+			}
+			continue
 		}
 		if err != nil && ctx.Err() == nil {
 			if isPaused(err) {

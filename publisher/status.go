@@ -20,8 +20,9 @@ type Status struct {
 	// Since is when the publisher entered State.
 	Since time.Time `json:"since"`
 	// Warning is a configuration this node's publisher could not apply to
-	// the stream, with JetStream's reason (a replica count or limits it
-	// refused); the publisher still publishes. Empty when none.
+	// the stream, with JetStream's reason (a replica count it refused, a
+	// drifted setting it refused to put back); the publisher still
+	// publishes if it can. Empty when none.
 	Warning string `json:"warning,omitempty"`
 }
 
@@ -114,14 +115,15 @@ func (p *Publisher) Stalled(now time.Time) (time.Duration, string) {
 // pausedReason says what JetStream refused and what an operator can do.
 func pausedReason(err error) string {
 	return err.Error() + " (JetStream refuses to store more: it needs memory (and, for a file store, disk) for every " +
-		"boundary's stream, and orisun's streams discard old messages at their limits, so check that nobody changed the " +
-		"stream's discard policy, lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more resources; nothing " +
-		"is skipped, the publisher retries)"
+		"boundary's stream and for whatever else the server holds; orisun's streams discard old messages at their limits " +
+		"(a changed discard policy or limit is put back within ORISUN_POLL_INTERVAL), so lower " +
+		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES or give the server more resources; nothing is skipped, the publisher retries)"
 }
 
 // isPaused reports whether JetStream refuses for a reason of its own limits
-// (a full stream with discard-new, or the server's memory or storage is
-// exhausted), as opposed to a failure of orisun or the store.
+// (a full stream with discard-new, until the check puts the discard policy
+// back, or the server's memory or storage is exhausted), as opposed to a
+// failure of orisun or the store.
 func isPaused(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {

@@ -2,7 +2,8 @@
 // (docs/design.md §5 step 1) before it publishes, creating, purging or
 // recreating the stream, verifying what it holds after the checkpoint,
 // fencing every destructive operation with a lease renewal, and keeping
-// the stream's configuration (limits, replicas) as configured.
+// the stream's configuration orisun's (drift.go) and its replicas as
+// configured.
 
 package publisher
 
@@ -57,6 +58,8 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	want := stream.Config(p.cfg.Boundary, b.Epoch, p.cfg.Limits, cp+1)
+	r.want = want
+	p.want.Store(&want)
 	if s == nil {
 		return r.createStream(ctx, want, cp)
 	}
@@ -64,7 +67,13 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if got := stream.Epoch(&info.Config); got != b.Epoch {
 		return r.replaceOtherEpoch(ctx, want, got, cp)
 	}
-	r.applyConfig(ctx, info, want)
+	why, err := r.applyConfig(ctx, info, want, true)
+	if err != nil {
+		return 0, err
+	}
+	if why != "" {
+		return r.recreate(ctx, want, cp, why+": JetStream cannot change that in place")
+	}
 	switch last := info.State.LastSeq; {
 	case last > b.Head:
 		return r.aheadOfStore(ctx, s, want, cp, last, b.Head)
@@ -121,7 +130,7 @@ func (r *run) readStore(ctx context.Context) (event.Boundary, uint64, error) {
 		return event.Boundary{}, 0, fmt.Errorf("read checkpoint: %w", err)
 	}
 	if b.Epoch != r.epoch {
-		r.acked, r.saved = 0, 0
+		r.acked, r.saved, r.known, r.synced = 0, 0, 0, false
 	}
 	r.epoch = b.Epoch
 	r.saved = max(r.saved, cp)
@@ -159,13 +168,30 @@ func (r *run) replaceOtherEpoch(ctx context.Context, want jetstream.StreamConfig
 }
 
 // aheadOfStore handles a stream whose last sequence is beyond the store's
-// head: orisun's own message there means the store went back in time, and
-// the publisher stops with that reason; a foreign one took the sequences,
-// and the stream starts again from the checkpoint.
+// head. Once this run has synced, it knows what it put into the stream: up
+// to mine, at most the head it read then (the head only grows), so the
+// sequences beyond the head are none of orisun's (a foreign writer, with or
+// without orisun's headers), and the stream starts again from the
+// checkpoint. A run that has not synced yet cannot tell: orisun's own
+// message there means the store went back in time (restored?), and the
+// publisher stops with that reason rather than publish other events at
+// positions subscribers have seen; a message that is not orisun's took the
+// sequences, and the stream starts again from the checkpoint. A run that
+// published beyond today's head itself (mine > head) met a store that went
+// back in time under it, and stops too.
 func (r *run) aheadOfStore(ctx context.Context, s jetstream.Stream, want jetstream.StreamConfig, cp, last, head uint64) (uint64, error) {
+	wentBack := fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
+		"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", want.Name, last, head)
+	if r.synced {
+		mine := max(r.known, r.acked)
+		if mine > head {
+			return 0, wentBack
+		}
+		return r.recreate(ctx, want, cp, fmt.Sprintf("sequences %d to %d are beyond the store's head %d, and this publisher, "+
+			"leading since before they appeared, published up to %d only: foreign messages in the stream", head+1, last, head, mine))
+	}
 	if r.ownMessage(ctx, s, last) {
-		return 0, fmt.Errorf("stream %s holds sequence %d but the store's head is %d: the store went back in time (restored?); "+
-			"not publishing until an operator resolves it (delete the stream to republish from the checkpoint)", want.Name, last, head)
+		return 0, wentBack
 	}
 	// The last message is not one of orisun's: foreign messages took
 	// the sequences. The store is the truth: start the stream again.
@@ -283,13 +309,20 @@ func (r *run) fence(ctx context.Context, what string) (context.Context, context.
 }
 
 // ownMessage reports whether the stream's message at seq carries orisun's
-// headers for that position in this epoch.
+// headers for that position in this epoch and a body that is that event.
+// A message it cannot read counts as orisun's: the safer, louder stall.
 func (r *run) ownMessage(ctx context.Context, s jetstream.Stream, seq uint64) bool {
-	m, err := s.GetMsg(ctx, seq)
+	gctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	m, err := s.GetMsg(gctx, seq)
+	cancel()
 	if err != nil {
-		return true // cannot tell: keep the safer, louder stall
+		return true
 	}
-	return m.Header.Get(stream.HeaderPosition) == strconv.FormatUint(seq, 10) && m.Header.Get(stream.HeaderEpoch) == r.epoch
+	if m.Header.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) || m.Header.Get(stream.HeaderEpoch) != r.epoch {
+		return false
+	}
+	e, err := stream.Decode(m.Subject, m.Header, m.Data)
+	return err == nil && e.Boundary == r.p.cfg.Boundary && e.ID == m.Header.Get(stream.HeaderEventID)
 }
 
 // verify proves that the stream holds, at every sequence from cp+1 to last,
@@ -392,25 +425,48 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 	return true, "", nil
 }
 
-// applyConfig brings an existing stream's limits and replica count to the
-// configured ones. A refusal is not a stall (the stream still takes the
-// events): it is logged once, with JetStream's reason, and kept in the
-// status as the publisher's warning until an update succeeds.
-func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want jetstream.StreamConfig) {
+// applyConfig puts an existing stream's configuration back where it is
+// not orisun's (ConfigDrift: subjects, limits, storage, metadata, …), and
+// brings its replica count to the configured one. Nothing here stops the
+// run: a setting JetStream refuses to put back (a subject another stream
+// took, limits the server cannot reserve) is logged once and kept in the
+// status as the publisher's warning, and put back at the next check (every
+// CheckInterval) or sync. It returns the drift, described, when JetStream
+// cannot undo it in place (storage, deny_delete, …): the caller recreates
+// the stream from the checkpoint. The put-back goes through the fence, as
+// a delete does; an error is the fence's (the lease could not be renewed).
+//
+// A refused replica count is different: it is a configuration change that
+// may pass (a cluster still forming, a peer down), tried again at
+// configRetry, waiting longer each time (up to a minute); force (the sync)
+// tries it at once.
+func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want jetstream.StreamConfig, force bool) (recreate string, err error) {
 	p := r.p
 	name := want.Name
 	have := info.Config
+	r.want = want
+	drift := ConfigDrift(&have, &want)
+	what := DescribeDrift(name, drift)
+	if mustRecreate(drift) {
+		return what, nil
+	}
 	var warnings []string
-	if limitsDiffer(&have, &want) {
-		upd := have
-		upd.MaxBytes, upd.MaxMsgs, upd.MaxAge, upd.Duplicates = want.MaxBytes, want.MaxMsgs, want.MaxAge, want.Duplicates
-		if upd.Duplicates == 0 {
-			upd.Duplicates = have.Duplicates
+	r.putBackRefused = false
+	if len(drift) > 0 {
+		// Fenced like a delete (I6): a publisher that no longer leads,
+		// its configuration perhaps older than the leader's, must not
+		// change the stream under the leader.
+		fctx, cancel, err := r.fence(ctx, "put back the configuration of stream "+name)
+		if err != nil {
+			return "", err
 		}
-		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
-			warnings = append(warnings, fmt.Sprintf("stream %s keeps its limits (max bytes %d, max msgs %d, max age %s): "+
-				"JetStream refused the configured ones: %v; trying again", name, have.MaxBytes, have.MaxMsgs, have.MaxAge, err))
+		si, err := p.cfg.JS.UpdateStream(fctx, Restored(&have, &want))
+		cancel()
+		if err != nil {
+			r.putBackRefused = true
+			warnings = append(warnings, what+"; JetStream refused to put it back: "+err.Error()+"; trying again every poll interval")
 		} else {
+			p.log.Warn("stream configuration was not orisun's: put back", "stream", name, "drift", what)
 			have = si.CachedInfo().Config
 		}
 	}
@@ -418,31 +474,46 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	// peers and copies the messages); without this, a changed
 	// ORISUN_NATS_STREAM_REPLICAS would apply only to streams created
 	// afterwards.
-	if max(have.Replicas, 1) != want.Replicas {
+	switch due := force || !r.configRetry.IsZero() && !time.Now().Before(r.configRetry); {
+	case max(have.Replicas, 1) == want.Replicas:
+		r.replicasWarning = ""
+		r.scheduleConfigRetry(false)
+	case !due:
+		// Refused before: the warning stands until the retry.
+	default:
 		upd := have
 		upd.Replicas = want.Replicas
-		if si, err := p.cfg.JS.UpdateStream(ctx, upd); err != nil {
+		uctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		si, err := p.cfg.JS.UpdateStream(uctx, upd)
+		cancel()
+		if err != nil {
 			hint := ""
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
 				hint = " (a stream needs as many JetStream servers in the cluster as replicas; a single server takes 1 only)"
 			}
-			warnings = append(warnings, fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS: "+
-				"JetStream refused the change: %v%s; trying again", name, max(have.Replicas, 1), want.Replicas, err, hint))
+			r.replicasWarning = fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS: "+
+				"JetStream refused the change: %v%s; trying again", name, max(have.Replicas, 1), want.Replicas, err, hint)
+			r.scheduleConfigRetry(true)
 		} else {
+			r.replicasWarning = ""
+			r.scheduleConfigRetry(false)
 			p.log.Info("stream replicas changed", "stream", name, "from", max(have.Replicas, 1), "to", si.CachedInfo().Config.Replicas)
 		}
+	}
+	if r.replicasWarning != "" {
+		warnings = append(warnings, r.replicasWarning)
 	}
 	w := strings.Join(warnings, "; ")
 	if p.setWarning(w) && w != "" {
 		p.log.Warn("stream configuration not applied", "stream", name, "warning", w)
 	}
-	r.want = want
-	r.scheduleConfigRetry(w != "")
+	return "", nil
 }
 
-// scheduleConfigRetry sets when applyConfig runs again: never while the
-// stream matches the configuration, with a growing wait while it does not.
+// scheduleConfigRetry sets when a refused replica count is tried again:
+// never while the stream has the configured one, with a growing wait while
+// it does not.
 func (r *run) scheduleConfigRetry(pending bool) {
 	if !pending {
 		r.configRetry, r.configWait = time.Time{}, 0
@@ -450,25 +521,6 @@ func (r *run) scheduleConfigRetry(pending bool) {
 	}
 	r.configWait = min(max(2*r.configWait, time.Second), time.Minute)
 	r.configRetry = time.Now().Add(r.configWait)
-}
-
-// retryConfig applies the configuration again when a retry is due (see
-// run.want). It never fails the run: the stream still takes the events.
-func (r *run) retryConfig(ctx context.Context) {
-	if r.configRetry.IsZero() || time.Now().Before(r.configRetry) {
-		return
-	}
-	s, err := r.p.cfg.JS.Stream(ctx, r.want.Name)
-	if err != nil {
-		r.scheduleConfigRetry(true)
-		return
-	}
-	r.applyConfig(ctx, s.CachedInfo(), r.want)
-}
-
-func limitsDiffer(have, want *jetstream.StreamConfig) bool {
-	return have.MaxBytes != want.MaxBytes || have.MaxMsgs != want.MaxMsgs || have.MaxAge != want.MaxAge ||
-		want.Duplicates != 0 && have.Duplicates != want.Duplicates
 }
 
 // noLeaderError says that the stream has no Raft leader now (the server

@@ -30,8 +30,9 @@ type Status struct {
 	// Time is when the measurement was taken, in the node's clock.
 	Time time.Time `json:"time"`
 	// Settled is true when every boundary's published position equals its
-	// head, both read during this measurement, and nothing failed to be
-	// measured.
+	// head, both read during this measurement, no boundary's stream holds a
+	// sequence beyond its head or of another epoch, and nothing failed to
+	// be measured.
 	Settled    bool             `json:"settled"`
 	Store      Health           `json:"store"`
 	NATS       Health           `json:"nats"`
@@ -93,8 +94,12 @@ type BoundaryStatus struct {
 	State  State     `json:"state"`
 	Reason string    `json:"reason"`
 	Since  time.Time `json:"since,omitzero"`
-	// Warning is a stream configuration this node's publisher could not
-	// apply (a replica count or limits JetStream refused), with the reason.
+	// Warning is what is wrong with the boundary's stream: measured for
+	// this report, a sequence beyond the head or another epoch (the status
+	// is then not settled) or a configuration that is not orisun's; and
+	// what this node's publisher could not put back or apply (a replica
+	// count, a setting JetStream refused), with the reason. Empty when
+	// nothing is.
 	Warning string `json:"warning,omitempty"`
 	// LeaseHolder and LeaseTerm describe the current lease (any node's);
 	// LeaseExpires is its expiry in the store's clock.

@@ -1,0 +1,165 @@
+package publisher_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/publisher"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// TestFreshStreamHasNoDrift: a stream JetStream created from orisun's
+// configuration compares equal to it, whatever the limits, so a check never
+// "repairs" a stream nobody touched.
+func TestFreshStreamHasNoDrift(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	for _, lim := range []stream.Limits{
+		{},
+		{MaxBytes: 1 << 20, MaxMsgs: 100, MaxAge: time.Hour},
+		{MaxAge: time.Minute, Duplicates: 10 * time.Second},
+		{MaxAge: 30 * time.Second},
+	} {
+		want := stream.Config("b", "e", lim, 5)
+		s, err := e.js.CreateStream(ctx, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := s.CachedInfo().Config
+		if d := publisher.ConfigDrift(&have, &want); len(d) != 0 {
+			t.Errorf("limits %+v: a fresh stream drifts: %v", lim, d)
+		}
+		if err := e.js.DeleteStream(ctx, want.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestConfigDriftFoundAndPutBack: each setting someone can change on a
+// stream is found, named, and either put back by an update built from
+// orisun's configuration (after which nothing drifts), or, when JetStream
+// cannot undo it in place, marked to be recreated (and JetStream indeed
+// refuses the update).
+func TestConfigDriftFoundAndPutBack(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	lim := stream.Limits{MaxBytes: 1 << 20, MaxAge: time.Hour}
+	cases := []struct {
+		field    string
+		mutate   func(c *jetstream.StreamConfig)
+		recreate bool
+	}{
+		{"subjects", func(c *jetstream.StreamConfig) { c.Subjects = []string{"orisun.attack.>"} }, false},
+		{"max_msgs", func(c *jetstream.StreamConfig) { c.MaxMsgs = 10 }, false},
+		{"max_bytes", func(c *jetstream.StreamConfig) { c.MaxBytes = 1024 }, false},
+		{"max_age", func(c *jetstream.StreamConfig) { c.MaxAge, c.Duplicates = time.Second, time.Second }, false},
+		{"max_msg_size", func(c *jetstream.StreamConfig) { c.MaxMsgSize = 16 }, false},
+		{"max_msgs_per_subject", func(c *jetstream.StreamConfig) { c.MaxMsgsPerSubject = 1 }, false},
+		{"max_consumers", func(c *jetstream.StreamConfig) { c.MaxConsumers = 1 }, false},
+		{"discard", func(c *jetstream.StreamConfig) { c.Discard = jetstream.DiscardNew }, false},
+		{"retention", func(c *jetstream.StreamConfig) { c.Retention = jetstream.InterestPolicy }, false},
+		{"duplicate_window", func(c *jetstream.StreamConfig) { c.Duplicates = 10 * time.Minute }, false},
+		{"no_ack", func(c *jetstream.StreamConfig) { c.NoAck = true }, false},
+		{"allow_rollup_hdrs", func(c *jetstream.StreamConfig) { c.AllowRollup = true }, false},
+		{"allow_direct", func(c *jetstream.StreamConfig) { c.AllowDirect = true }, false},
+		{"republish", func(c *jetstream.StreamConfig) {
+			c.RePublish = &jetstream.RePublish{Source: ">", Destination: "copy.>"}
+		}, false},
+		{"subject_transform", func(c *jetstream.StreamConfig) {
+			c.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "orisun.events.b.>", Destination: "x.>"}
+		}, false},
+		{"consumer_limits", func(c *jetstream.StreamConfig) { c.ConsumerLimits.MaxAckPending = 1 }, false},
+		{"description", func(c *jetstream.StreamConfig) { c.Description = "mine now" }, false},
+		{"metadata", func(c *jetstream.StreamConfig) { c.Metadata["owner"] = "attacker" }, false},
+		{"deny_delete", func(c *jetstream.StreamConfig) { c.DenyDelete = true }, true},
+		{"deny_purge", func(c *jetstream.StreamConfig) { c.DenyPurge = true }, true},
+		{"sealed", func(c *jetstream.StreamConfig) { c.Sealed = true }, true},
+		{"allow_msg_ttl", func(c *jetstream.StreamConfig) { c.AllowMsgTTL = true }, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.field, func(t *testing.T) {
+			want := stream.Config("b", "e", lim, 1)
+			s, err := e.js.CreateStream(ctx, want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = e.js.DeleteStream(ctx, want.Name) }()
+			bad := s.CachedInfo().Config
+			tc.mutate(&bad)
+			s, err = e.js.UpdateStream(ctx, bad)
+			if err != nil {
+				t.Fatalf("the attacker's update: %v", err)
+			}
+			have := s.CachedInfo().Config
+			drift := publisher.ConfigDrift(&have, &want)
+			i := slices.IndexFunc(drift, func(d publisher.Drift) bool { return d.Field == tc.field })
+			if i < 0 {
+				t.Fatalf("%s changed, drift found: %v", tc.field, drift)
+			}
+			what := publisher.DescribeDrift(want.Name, drift)
+			if !strings.HasPrefix(what, "stream ORISUN_b: ") || !strings.Contains(what, tc.field+" changed to ") {
+				t.Fatalf("description %q does not name the stream and the field", what)
+			}
+			if drift[i].Recreate != tc.recreate {
+				t.Fatalf("%s: recreate %v, want %v", tc.field, drift[i].Recreate, tc.recreate)
+			}
+			s, err = e.js.UpdateStream(ctx, publisher.Restored(&have, &want))
+			if tc.recreate {
+				// JetStream refuses the update, or takes it and keeps the
+				// setting.
+				if err == nil && !slices.ContainsFunc(publisher.ConfigDrift(&s.CachedInfo().Config, &want),
+					func(d publisher.Drift) bool { return d.Field == tc.field }) {
+					t.Fatalf("%s: JetStream put it back in place: it need not be recreated", tc.field)
+				}
+				t.Logf("%s: %s; JetStream does not undo it (update error: %v)", tc.field, what, err)
+				return
+			}
+			if err != nil {
+				t.Fatalf("putting back %s: %v", what, err)
+			}
+			have = s.CachedInfo().Config
+			if d := publisher.ConfigDrift(&have, &want); len(d) != 0 {
+				t.Fatalf("after putting back %s: still %v", what, d)
+			}
+		})
+	}
+}
+
+// TestDeposedPublisherDoesNotPutBackTheStream_I6: a publisher whose lease
+// term is no longer current meets a stream whose configuration is not
+// orisun's (max_msgs 10, as an attacker or a leader with another
+// configuration left it). Putting it back is fenced like a delete: the
+// lease renewal is refused, the run ends with ErrLeaseLost, and the stream
+// keeps what the current leader decides.
+func TestDeposedPublisherDoesNotPutBackTheStream_I6(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stale, _ := e.deposed(t)
+	b, err := e.store.Boundary(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.Config("b", b.Epoch, stream.Limits{}, 1)
+	cfg.MaxMsgs = 10
+	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.publisher(e.js, nil).Run(ctx, stale); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("the deposed publisher ended with %v, want ErrLeaseLost", err)
+	}
+	s, err := e.js.Stream(ctx, stream.Name("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxMsgs; got != 10 {
+		t.Fatalf("the deposed publisher changed max_msgs to %d", got)
+	}
+}
