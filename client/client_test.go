@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/stream"
 )
 
 // startRelay runs the orisun binary on dir and port, and waits until it
@@ -259,15 +261,16 @@ func checkAgainstStore(t *testing.T, c *client.Client, rec *recorder, head uint6
 	}
 }
 
-// TestSubscriptionReadsStoreWhilePublisherStalled_I5: someone publishes a
-// foreign message into the boundary's stream while a subscription over NATS
-// is live. The subscription must not deliver it and must not stop: it goes
-// back to the store through the API, and keeps delivering every position
-// once, in order, while the publisher stalls on the foreign message and then
-// recreates the stream.
+// TestSubscriptionReadsStoreWhilePublisherStalled_I5: someone takes the
+// boundary's subjects for a stream of their own while a subscription over
+// NATS is live, so the publisher stalls. The subscription must not stop: it
+// goes back to the store through the API, and keeps delivering every
+// position once, in order, while the publisher cannot publish.
 func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	t.Parallel()
-	n, c := startNodeAndClient(t, orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: 20 * time.Millisecond})
+	// A poll interval long enough that the drift check does not put the
+	// subjects back between the intruder's two steps below.
+	n, c := startNodeAndClient(t, orisun.Config{DataDir: t.TempDir(), NATSPort: -1, PollInterval: time.Second})
 	ctx := context.Background()
 	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
 		t.Fatal(err)
@@ -315,7 +318,25 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer intruder.Close()
-	if err := intruder.Publish("orisun.events.default.intruder", []byte("{}")); err != nil {
+	// A foreign message alone no longer stalls the publisher (the drift
+	// check removes it within a poll interval): the intruder takes the
+	// boundary's subjects for a stream of its own, which orisun's cannot
+	// take back while it exists.
+	ijs, err := jetstream.New(intruder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ijs.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Subjects = []string{"orisun.attack.default.>"}
+	if _, err := ijs.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ijs.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{stream.Subjects("default")},
+		Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
