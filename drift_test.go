@@ -399,7 +399,11 @@ func beyondHead(t *testing.T, n *orisun.Node, head uint64, timeout time.Duration
 		}
 		if b.StreamLast <= b.Head {
 			// No stream (zero figures): between the delete and the
-			// create of the recreate.
+			// create of the recreate, or the stream not measured.
+			if time.Since(start) > timeout {
+				t.Fatalf("no stream after %s (stream error %q)", timeout, b.StreamError)
+			}
+			time.Sleep(5 * time.Millisecond)
 			continue
 		}
 		seen++

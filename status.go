@@ -97,6 +97,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			bst.StreamError = "not measured: NATS does not answer"
 		} else if info, err := measureStream(ctx, js, &bst); err != nil {
 			bst.StreamError = "not measured: " + err.Error()
+			// Settled promises that nothing failed to be measured: a
+			// stream not read may hold what the store does not (I7).
+			st.Settled = false
 		} else if info != nil && bst.Error == "" {
 			var unsettled bool
 			drift, unsettled = n.streamDrift(ctx, store, &bst, info)
