@@ -186,18 +186,8 @@ func (s *keyScanner) array(depth int, events bool) error {
 		if err != nil {
 			return inside(err, "["+strconv.Itoa(idx)+"]")
 		}
-		s.space()
-		if s.i >= len(s.data) {
-			return errMalformed
-		}
-		switch s.data[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return nil
-		default:
-			return errMalformed
+		if done, err := s.separator(']'); done || err != nil {
+			return err
 		}
 	}
 }
@@ -254,18 +244,8 @@ func (s *keyScanner) fields(depth int, event bool) error {
 		if err != nil {
 			return inside(err, unescape(key))
 		}
-		s.space()
-		if s.i >= len(s.data) {
-			return errMalformed
-		}
-		switch s.data[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return errMalformed
+		if done, err := s.separator('}'); done || err != nil {
+			return err
 		}
 	}
 }
@@ -321,6 +301,24 @@ func inside(err error, step string) error {
 		dk.path = append(dk.path, step)
 	}
 	return err
+}
+
+// separator reads what follows a member of an array or an object: a
+// comma (more follow) or the closing byte (done).
+func (s *keyScanner) separator(closing byte) (done bool, err error) {
+	s.space()
+	if s.i >= len(s.data) {
+		return false, errMalformed
+	}
+	switch s.data[s.i] {
+	case ',':
+		s.i++
+		return false, nil
+	case closing:
+		s.i++
+		return true, nil
+	}
+	return false, errMalformed
 }
 
 // sameKey reports whether two raw keys (between their quotes) name the same

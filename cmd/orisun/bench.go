@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,16 +58,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
-	pos, err := parse(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		return 2
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "orisun bench: unexpected argument %q\n", pos[0])
-		return 2
+	if code, ok := parseNone(fs, args, stderr); !ok {
+		return code
 	}
 	if saved != "" {
 		return printSaved(saved, stdout, stderr)

@@ -347,23 +347,18 @@ func boundariesCmd(args []string, stdout, stderr io.Writer) int {
 	)
 	fs := newFlagSet("boundaries", stderr, &cf)
 	fs.StringVar(&create, "create", "", "create this boundary")
-	pos, err := parse(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		return 2
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "orisun boundaries: unexpected argument %q\n", pos[0])
-		return 2
+	if code, ok := parseNone(fs, args, stderr); !ok {
+		return code
 	}
 	s, code := cf.open("boundaries", stdout, stderr)
 	if s == nil {
 		return code
 	}
 	defer s.close()
-	var bs []event.Boundary
+	var (
+		bs  []event.Boundary
+		err error
+	)
 	if create != "" {
 		b, err := s.c.CreateBoundary(s.ctx, create)
 		if err != nil {
@@ -387,6 +382,23 @@ func boundariesCmd(args []string, stdout, stderr io.Writer) int {
 // positional argument. When ok is false the command ends with code: 0
 // for --help, 2 for a usage error (the flag package or this function
 // has said what is wrong).
+// parseNone parses a command that takes flags only: ok is false when the
+// command is done, with code (0 for --help, 2 for a usage error).
+func parseNone(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	pos, err := parse(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0, false
+	}
+	if err != nil {
+		return 2, false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "orisun %s: unexpected argument %q\n", fs.Name(), pos[0])
+		return 2, false
+	}
+	return 0, true
+}
+
 func parseBoundary(fs *flag.FlagSet, args []string, stderr io.Writer) (boundary string, code int, ok bool) {
 	pos, err := parse(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
