@@ -14,7 +14,8 @@
 //	             When a page comes back short (the head was reached) and the
 //	             stream holds next (first ≤ next) in the subscription's
 //	             epoch, go live; otherwise keep reading the store.
-//	live:        an ordered consumer from stream sequence next. A message
+//	live:        a consumer of its own from stream sequence next (any
+//	             failure of it: back to catching up). A message
 //	             with position < next is dropped (already delivered); one
 //	             with position > next is a gap (eviction, a restart, a slow
 //	             handler): back to catching up from next. A message of
@@ -279,19 +280,64 @@ func (s *sub) storeHolds(ctx context.Context, pos uint64) bool {
 	return err == nil && epoch == s.epoch && len(events) == 1 && events[0].Position == pos
 }
 
+// consumerInactive is how long the server keeps a live consumer that
+// nobody pulls from: the consumer of a subscription whose process died.
+// A live subscription pulls all the time, and deletes its consumer when it
+// ends.
+const consumerInactive = time.Minute
+
+// consumerRequest bounds the JetStream API requests that create and delete
+// a live consumer.
+const consumerRequest = 5 * time.Second
+
+// newConsumer creates the live consumer: ephemeral, in memory, no acks,
+// from stream sequence next.
+//
+// It is a plain consumer, not jetstream's ordered consumer. The ordered
+// consumer recreates itself after a reconnect or a deleted consumer, and
+// retries that without end while Next waits, deaf to every context: a
+// subscription whose NATS server restarted without the stream hung for
+// good, and so did the Stop of the program that ran it. Here anything that
+// goes wrong with the consumer ends live, and run reads the store and makes
+// a new consumer, as it does for a gap; the recovery is orisun's, bounded
+// by ctx.
+func (s *sub) newConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	cctx, cancel := context.WithTimeout(ctx, consumerRequest)
+	defer cancel()
+	return s.cfg.JS.CreateConsumer(cctx, stream.Name(s.boundary), jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       s.next,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: consumerInactive,
+	})
+}
+
+// deleteConsumer removes the live consumer when live ends, so that
+// subscriptions that come and go do not pile up consumers on the stream
+// until consumerInactive. Best effort: with the connection down the server
+// forgets it by itself.
+func (s *sub) deleteConsumer(ctx context.Context, cons jetstream.Consumer) {
+	if !s.cfg.JS.Conn().IsConnected() {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = s.cfg.JS.DeleteConsumer(dctx, stream.Name(s.boundary), cons.CachedInfo().Name)
+}
+
 // live consumes the stream from next. It returns the reason it went back
 // to the store, or an error that ends the subscription.
 func (s *sub) live(ctx context.Context) (string, error) {
-	cons, err := s.cfg.JS.OrderedConsumer(ctx, stream.Name(s.boundary), jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   s.next,
-	})
+	cons, err := s.newConsumer(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
 		return "live consumer not created: " + err.Error(), nil
 	}
+	defer s.deleteConsumer(ctx, cons)
 	it, err := cons.Messages(jetstream.PullMaxMessages(s.cfg.PageSize))
 	if err != nil {
 		if ctx.Err() != nil {

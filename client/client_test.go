@@ -218,7 +218,7 @@ func testClientAgainstRelay(t *testing.T, env ...string) {
 	n := 0
 	fellBehind.Range(func(k, v any) bool { n++; t.Logf("fell behind at %v: %v", k, v); return true })
 	if n == 0 {
-		t.Log("the subscription never fell behind (the restart was covered by the ordered consumer)")
+		t.Log("the subscription never fell behind (the restart was covered by the live consumer)")
 	}
 }
 

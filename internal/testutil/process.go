@@ -37,6 +37,10 @@ type Command struct {
 // to end after SIGTERM before it sends SIGKILL.
 const stopGrace = 10 * time.Second
 
+// quitGrace is how long Stop gives a process to print its stacks after
+// SIGQUIT before it sends SIGKILL.
+const quitGrace = 2 * time.Second
+
 // failTail is how many of its last lines of output a process logs when
 // the test failed.
 const failTail = 300
@@ -105,7 +109,7 @@ func StartProcess(t testing.TB, c Command) *Process {
 	}()
 	t.Cleanup(func() {
 		if !p.Stop(stopGrace) {
-			t.Logf("%s did not end within %s of SIGTERM: killed", name, stopGrace)
+			t.Logf("%s did not end within %s of SIGTERM: SIGQUIT (its goroutines' stacks are at the end of its output), then killed", name, stopGrace)
 		}
 		if t.Failed() {
 			t.Logf("last lines of %s's output:\n%s", name, p.Tail(failTail))
@@ -206,8 +210,9 @@ func (p *Process) Kill(t testing.TB) {
 }
 
 // Stop ends the process, if it runs: SIGCONT (it may be stopped), SIGTERM,
-// and SIGKILL once grace has passed. It returns false when it had to send
-// SIGKILL.
+// and once grace has passed SIGQUIT, so that a Go program that hangs prints
+// every goroutine's stack to its output (for the test's log) as it exits,
+// then SIGKILL. It returns false when SIGTERM was not enough.
 func (p *Process) Stop(grace time.Duration) bool {
 	if p.Exited() {
 		return true
@@ -218,8 +223,13 @@ func (p *Process) Stop(grace time.Duration) bool {
 	case <-p.done:
 		return true
 	case <-time.After(grace):
-		p.Signal(syscall.SIGKILL)
-		<-p.done
+		p.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(quitGrace):
+			p.Signal(syscall.SIGKILL)
+			<-p.done
+		}
 		return false
 	}
 }

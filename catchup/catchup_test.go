@@ -1,0 +1,265 @@
+package catchup_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/catchup"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/natsembed"
+	"github.com/orisun-io/orisun/stream"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+// relay is a store and a NATS server whose stream the test feeds by hand,
+// as the publisher would: sequence = position, orisun's headers.
+type relay struct {
+	t     *testing.T
+	store *sqlite.Store
+	port  int
+	srv   *natsembed.Server
+	js    jetstream.JetStream // orisun's own connection: it writes the stream
+	epoch string
+}
+
+func newRelay(t *testing.T) *relay {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, sqlite.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	b, _, err := store.CreateBoundary(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{t: t, store: store, port: testutil.FreePort(t), epoch: b.Epoch}
+	r.startNATS()
+	t.Cleanup(func() { r.srv.Stop() })
+	if _, err := r.js.CreateStream(ctx, stream.Config("default", r.epoch, stream.Limits{}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// startNATS starts a NATS server, on the same port each time, with a store
+// directory of its own: a restarted server knows no stream.
+func (r *relay) startNATS() {
+	r.t.Helper()
+	srv, err := natsembed.New(natsembed.Config{Host: "127.0.0.1", Port: r.port, StoreDir: r.t.TempDir()})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	nc, err := srv.Connect("test-publisher")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(nc.Close)
+	r.srv = srv
+	r.js, err = jetstream.New(nc)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// append commits n events and, when publish is set, publishes them.
+func (r *relay) append(n int, publish bool) {
+	r.t.Helper()
+	ctx := context.Background()
+	in := make([]event.Input, n)
+	for i := range in {
+		in[i] = event.Input{Type: "thing.happened", Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+	}
+	prepared, err := event.Prepare("default", in, event.Limits{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	res, err := r.store.Append(ctx, "default", prepared, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if !publish {
+		return
+	}
+	_, events, err := r.store.Read(ctx, "default", res.First-1, n, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for i := range events {
+		msg, err := stream.Message(&events[i], false)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if _, err := r.js.PublishMsg(ctx, msg); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// subscription runs catchup.Subscribe from position 0 as an application
+// would: over TCP, without credentials, reconnecting for ever.
+type subscription struct {
+	mu        sync.Mutex
+	positions []uint64
+	done      chan error
+	cancel    context.CancelFunc
+	stopped   bool
+}
+
+func (r *relay) subscribe() *subscription {
+	r.t.Helper()
+	nc, err := nats.Connect(r.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &subscription{done: make(chan error, 1), cancel: cancel}
+	go func() {
+		s.done <- catchup.Subscribe(ctx, catchup.Config{Store: r.store, JS: js, RetryInterval: 50 * time.Millisecond},
+			"default", 0, func(_ context.Context, e event.Event) error {
+				s.mu.Lock()
+				s.positions = append(s.positions, e.Position)
+				s.mu.Unlock()
+				return nil
+			}, event.SubscribeOptions{})
+	}()
+	r.t.Cleanup(func() { s.stop(r.t) })
+	return s
+}
+
+func (s *subscription) delivered() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]uint64(nil), s.positions...)
+}
+
+// waitFor waits until positions 1..n were delivered, once each, in order.
+func (s *subscription) waitFor(t *testing.T, n int) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("positions 1..%d delivered", n), 20*time.Second, 20*time.Millisecond, func() bool {
+		return len(s.delivered()) >= n
+	})
+	got := s.delivered()
+	if len(got) != n {
+		t.Fatalf("delivered %d events, want %d: %v", len(got), n, got)
+	}
+	for i, p := range got {
+		if p != uint64(i+1) {
+			t.Fatalf("delivery %d is position %d, want %d (a gap or a duplicate): %v", i, p, i+1, got)
+		}
+	}
+}
+
+// stop cancels the subscription and waits for Subscribe to return. It
+// must: a subscription that outlives its context keeps its program from
+// stopping.
+func (s *subscription) stop(t *testing.T) {
+	t.Helper()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	s.cancel()
+	select {
+	case err := <-s.done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Subscribe returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe did not return within 5 s of its context's end")
+	}
+}
+
+// The NATS server a live subscription reads restarts without the stream
+// (as a node's embedded server does when it is killed and comes back as a
+// standby). The subscription must serve what is committed from the store
+// and end when told to. With jetstream's ordered consumer it did neither:
+// the consumer's recreation retried for ever, deaf to the context, and the
+// fault test S4 hung on it.
+func TestLiveSurvivesServerRestartWithoutStream(t *testing.T) {
+	r := newRelay(t)
+	r.append(5, true)
+	s := r.subscribe()
+	s.waitFor(t, 5)
+	r.append(5, true) // delivered live
+	s.waitFor(t, 10)
+
+	r.srv.Stop()
+	r.startNATS()
+	// Committed, never published: the restarted server has no stream.
+	r.append(5, false)
+	s.waitFor(t, 15)
+	s.stop(t)
+}
+
+// Someone deletes the stream under a live subscription: the consumer is
+// deleted with it. The subscription reads the store, and goes live again
+// once the stream is back.
+func TestLiveSurvivesStreamDeletion(t *testing.T) {
+	r := newRelay(t)
+	r.append(3, true)
+	s := r.subscribe()
+	s.waitFor(t, 3)
+
+	ctx := context.Background()
+	if err := r.js.DeleteStream(ctx, stream.Name("default")); err != nil {
+		t.Fatal(err)
+	}
+	r.append(3, false)
+	s.waitFor(t, 6)
+
+	// The stream comes back from the store's head, as the publisher
+	// recreates it, and the subscription follows it live.
+	if _, err := r.js.CreateStream(ctx, stream.Config("default", r.epoch, stream.Limits{}, 7)); err != nil {
+		t.Fatal(err)
+	}
+	r.append(3, true)
+	s.waitFor(t, 9)
+	s.stop(t)
+}
+
+// A subscription that ends deletes its live consumer: subscriptions that
+// come and go leave no consumer behind on the stream.
+func TestLiveConsumerDeletedWhenSubscriptionEnds(t *testing.T) {
+	r := newRelay(t)
+	r.append(2, true)
+	ctx := context.Background()
+	st, err := r.js.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	s := r.subscribe()
+	s.waitFor(t, 2)
+	testutil.Eventually(t, "the live consumer", 10*time.Second, 20*time.Millisecond, func() bool { return consumers() == 1 })
+	s.stop(t)
+	if n := consumers(); n != 0 {
+		t.Fatalf("the stream has %d consumer(s) after the subscription ended, want 0", n)
+	}
+}
