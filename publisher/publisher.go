@@ -278,10 +278,17 @@ type run struct {
 	// checked is when the stream was last checked (see check). drifting is
 	// true from a drift that sent the run back to the sync until the
 	// stream passes a check while idle or takes a batch: a drift meanwhile
-	// is a repair that did not hold. putBackRefused is true while JetStream
-	// refuses to put the configuration back (applyConfig).
+	// is a repair that did not hold. putBackRefused is true while a drifted
+	// setting is not put back (JetStream refused, or the put-back waits).
 	checked                  time.Time
 	drifting, putBackRefused bool
+	// putBacks are the times of this run's put-backs within putBackWindow;
+	// the next waits until putBackAt (for putBackWhy), after a wait of
+	// putBackWait (see putBackHeld).
+	putBacks    []time.Time
+	putBackAt   time.Time
+	putBackWait time.Duration
+	putBackWhy  string
 	// probed is when the head row was last probed, lastReason what the
 	// probe said.
 	probed     time.Time

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -452,7 +453,12 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	}
 	var warnings []string
 	r.putBackRefused = false
-	if len(drift) > 0 {
+	switch held := r.putBackHeld(force); {
+	case len(drift) == 0:
+	case held != "":
+		r.putBackRefused = true
+		warnings = append(warnings, what+"; "+held)
+	default:
 		// Fenced like a delete (I6): a publisher that no longer leads,
 		// its configuration perhaps older than the leader's, must not
 		// change the stream under the leader.
@@ -464,10 +470,25 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		cancel()
 		if err != nil {
 			r.putBackRefused = true
-			warnings = append(warnings, what+"; JetStream refused to put it back: "+err.Error()+"; trying again every poll interval")
+			why := "JetStream refused to put it back: " + err.Error()
+			if force {
+				// The sync runs again with the stall's retries.
+				warnings = append(warnings, what+"; "+why+"; trying again every poll interval while the publisher is stalled")
+				break
+			}
+			r.holdPutBack(why)
+			warnings = append(warnings, what+"; "+r.putBackHeld(false))
+			break
+		}
+		have = si.CachedInfo().Config
+		if n := r.notePutBack(); n >= putBackBurst {
+			r.holdPutBack(fmt.Sprintf("put back %d times within %s: something keeps changing it (a NATS controller "+
+				"that owns the stream, or an operator's script?)", n, putBackWindow))
+			w := what + "; " + r.putBackHeld(false)
+			warnings = append(warnings, w)
+			p.log.Warn("stream configuration was not orisun's: put back, and it keeps drifting", "stream", name, "drift", w)
 		} else {
 			p.log.Warn("stream configuration was not orisun's: put back", "stream", name, "drift", what)
-			have = si.CachedInfo().Config
 		}
 	}
 	// Replicas of an existing stream can change (JetStream adds or removes
@@ -521,6 +542,50 @@ func (r *run) scheduleConfigRetry(pending bool) {
 	}
 	r.configWait = min(max(2*r.configWait, time.Second), time.Minute)
 	r.configRetry = time.Now().Add(r.configWait)
+}
+
+// A drifted setting is put back at the next check, but not without end:
+// one JetStream refuses, or one that something keeps changing back (put
+// back putBackBurst times within putBackWindow), waits before the next
+// try, twice as long each time up to putBackMaxWait. Each try renews the
+// lease (a store write) and a fight with a controller that owns the stream
+// is won by neither; the status names the drift and the wait meanwhile.
+const (
+	putBackBurst   = 3
+	putBackWindow  = time.Minute
+	putBackMaxWait = 5 * time.Minute
+)
+
+// putBackHeld says why and until when the next put-back waits, or "" when
+// it may run now. A sync (force) always may: it runs because a publish
+// failed or the stream is not as the run left it, and the publisher cannot
+// go on with the drift.
+func (r *run) putBackHeld(force bool) string {
+	if force || !time.Now().Before(r.putBackAt) {
+		return ""
+	}
+	// Whole seconds, rounded up: "in 0s" would read as "now".
+	in := (time.Until(r.putBackAt) + time.Second - 1).Truncate(time.Second)
+	return fmt.Sprintf("%s; the next put-back is in %s", r.putBackWhy, in)
+}
+
+// holdPutBack makes the next put-back wait, longer than the last wait.
+func (r *run) holdPutBack(why string) {
+	r.putBackWait = min(max(2*r.putBackWait, time.Second), putBackMaxWait)
+	r.putBackAt = time.Now().Add(r.putBackWait)
+	r.putBackWhy = why
+}
+
+// notePutBack records a put-back that JetStream took and returns how many
+// this run made within putBackWindow. The first of a window starts the
+// waits over.
+func (r *run) notePutBack() int {
+	now := time.Now()
+	r.putBacks = slices.DeleteFunc(append(r.putBacks, now), func(t time.Time) bool { return now.Sub(t) > putBackWindow })
+	if len(r.putBacks) == 1 {
+		r.putBackWait = 0
+	}
+	return len(r.putBacks)
 }
 
 // noLeaderError says that the stream has no Raft leader now (the server
