@@ -129,6 +129,9 @@ type Publisher struct {
 	// stored before idle is set (see Behind).
 	caughtUp atomic.Uint64
 	epoch    atomic.Pointer[string]
+	// checkHead asks the idle publisher, woken, to read the boundary's
+	// head: Behind saw one below caughtUp (see headWentBack).
+	checkHead atomic.Bool
 	// want is the stream configuration of the running publisher's last
 	// sync, nil while it does not run. checkConfig and checkContent ask it
 	// to check its stream at its next chance (StreamDrifted): the
@@ -230,7 +233,8 @@ func (p *Publisher) errStopped() error {
 // (parent) or at Stop; the status reports why parent ended (its cause), and
 // a Stop as a clean stop.
 func (p *Publisher) run(ctx, parent context.Context, lease backend.Lease) error {
-	r := &run{p: p, lease: lease}
+	r := &run{p: p}
+	r.lease.Store(&lease)
 	p.idle.Store(false)
 	p.markProgress()
 	err := r.loop(ctx)
@@ -252,8 +256,10 @@ func (p *Publisher) run(ctx, parent context.Context, lease backend.Lease) error 
 
 // run is the state of one Run.
 type run struct {
-	p     *Publisher
-	lease backend.Lease
+	p *Publisher
+	// lease is the lease the run holds, renewed by each fence; the
+	// checkpointer reads it from its own goroutine.
+	lease atomic.Pointer[backend.Lease]
 	epoch string
 	// acked is the last position JetStream acknowledged; saved the last
 	// checkpoint written.

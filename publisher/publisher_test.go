@@ -2,9 +2,11 @@ package publisher_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +29,7 @@ import (
 )
 
 type env struct {
+	dir   string
 	store *sqlite.Store
 	ns    *natsembed.Server
 	nc    *nats.Conn
@@ -62,7 +65,7 @@ func setup(t *testing.T) *env {
 	if _, _, err := store.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	return &env{store: store, ns: ns, nc: nc, js: js}
+	return &env{dir: dir, store: store, ns: ns, nc: nc, js: js}
 }
 
 func (e *env) append(t testing.TB, n int) {
@@ -753,9 +756,13 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	if p.Behind(h) {
 		t.Fatalf("Behind(%+v) = true for a publisher idle at the head", h)
 	}
-	held, other := h, h
+	held, other, back := h, h, h
 	held.Held = true
 	other.Boundary.Epoch = "another-epoch"
+	back.Boundary.Head = 1 // the store restored from an older backup
+	if !p.Behind(back) {
+		t.Fatalf("Behind(%+v) = false for a head below the published 2: the store went back", back)
+	}
 	if !p.Behind(held) {
 		t.Fatalf("Behind(%+v) = false: a held head row must send the idle publisher to probe it", held)
 	}
@@ -905,4 +912,53 @@ func TestCheckpointLeaseLostEndsIdlePublisher_I3_I6(t *testing.T) {
 	if st := p.Status(); st.State != status.StateStandby {
 		t.Fatalf("state %s (%s), want standby after the lease was lost", st.State, st.Reason)
 	}
+}
+
+// TestStoreGoneBackStallsIdlePublisher_I7: an idle publisher has published
+// 1..5 when the store goes back in time (restored from an older backup:
+// events 4 and 5, the head and the checkpoint as they were at 3). The
+// node's shared head read finds the publisher behind; woken, it reads the
+// head itself and stalls on a stream ahead of the store, instead of
+// staying "caught up" with a stream that holds what the store does not.
+func TestStoreGoneBackStallsIdlePublisher_I7(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.append(t, 5)
+	wake := make(chan struct{}, 1)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+		PollInterval: time.Hour, Wake: wake})
+	run(t, p, e.lease(t))
+	head := func() backend.Head {
+		t.Helper()
+		hs, err := e.store.Heads(ctx)
+		if err != nil || len(hs) != 1 {
+			t.Fatalf("Heads = %+v, %v", hs, err)
+		}
+		return hs[0]
+	}
+	testutil.Eventually(t, "the publisher idle at 5", 10*time.Second, 10*time.Millisecond, func() bool {
+		return e.checkpoint() == 5 && !p.Behind(head()) && p.Status().State == status.StateLeading
+	})
+	db, err := sql.Open("sqlite", filepath.Join(e.dir, sqlite.DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`DELETE FROM events WHERE boundary = 'b' AND position > 3`,
+		`DELETE FROM event_tags WHERE boundary = 'b' AND position > 3`,
+		`UPDATE boundaries SET head = 3, checkpoint = 3 WHERE name = 'b'`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if h := head(); h.Boundary.Head != 3 || !p.Behind(h) {
+		t.Fatalf("Behind(%+v) = false: a head below the published 5 must wake the publisher", h)
+	}
+	wake <- struct{}{}
+	testutil.Eventually(t, "the publisher stalled on a stream ahead of the store", 10*time.Second, 10*time.Millisecond, func() bool {
+		st := p.Status()
+		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
+	})
 }

@@ -294,17 +294,18 @@ func (r *run) fence(ctx context.Context, what string) (context.Context, context.
 		return nil, nil, fmt.Errorf("%s: not done: %w", what, err)
 	}
 	start := time.Now()
-	l, err := r.p.cfg.Store.RenewLease(ctx, r.lease, r.p.cfg.LeaseTTL)
+	held := *r.lease.Load()
+	l, err := r.p.cfg.Store.RenewLease(ctx, held, r.p.cfg.LeaseTTL)
 	if errors.Is(err, event.ErrLeaseLost) {
 		end()
 		return nil, nil, fmt.Errorf("%s: not done, lease term %d of %q could not be renewed (expired, or a newer term exists): %w",
-			what, r.lease.Term, r.lease.Holder, err)
+			what, held.Term, held.Holder, err)
 	}
 	if err != nil {
 		end()
 		return nil, nil, fmt.Errorf("%s: not done, the lease could not be renewed first: %w", what, err)
 	}
-	r.lease = l
+	r.lease.Store(&l)
 	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(r.p.cfg.LeaseTTL))
 	return fctx, func() { cancel(); end() }, nil
 }
