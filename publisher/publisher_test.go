@@ -222,10 +222,23 @@ appending:
 // store's head (the store was restored) stops the publisher with that reason;
 // it never guesses and never publishes.
 func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
+	t.Run("orisun's configuration", func(t *testing.T) { streamAheadOfStoreStalls(t, nil) })
+	// A setting JetStream cannot undo in place asks for the stream to be
+	// recreated from the checkpoint: that must not erase the evidence
+	// first.
+	t.Run("a drift that asks for a recreate", func(t *testing.T) {
+		streamAheadOfStoreStalls(t, func(c *jetstream.StreamConfig) { c.AllowMsgTTL = true })
+	})
+}
+
+func streamAheadOfStoreStalls(t *testing.T, drift func(*jetstream.StreamConfig)) {
 	e := setup(t)
 	ctx := context.Background()
 	b, _ := e.store.Boundary(ctx, "b")
 	cfg := stream.Config("b", b.Epoch, stream.Limits{}, 1)
+	if drift != nil {
+		drift(&cfg)
+	}
 	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -409,6 +422,24 @@ func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
 	stale, _ := e.deposed(t)
 	e.foreignStream(t)
 	e.refusedLeavingStream(t, stale, "the deposed publisher")
+}
+
+// TestDeposedPublisherDoesNotCreateTheStream_I6: the stream is missing
+// (the new leader deleted it to recreate it, say); a publisher whose term
+// is stale must not create it with its own, older, first sequence: the
+// creation is fenced, the run ends with ErrLeaseLost, and no stream exists.
+func TestDeposedPublisherDoesNotCreateTheStream_I6(t *testing.T) {
+	e := setup(t)
+	e.append(t, 3)
+	stale, _ := e.deposed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.publisher(e.js, nil).Run(ctx, stale); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("the deposed publisher ended with %v, want ErrLeaseLost", err)
+	}
+	if _, err := e.js.Stream(ctx, stream.Name("b")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the deposed publisher created the stream (stream lookup: %v)", err)
+	}
 }
 
 // deposed gives the boundary's lease to node-a for 100 ms, then to node-b

@@ -72,12 +72,18 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	last := info.State.LastSeq
+	if last > b.Head {
+		// Before the recreate a drift may ask for: recreating from the
+		// checkpoint would erase a stream that is ahead because the store
+		// went back, which must stall (I7). Foreign messages are
+		// recreated there anyway, which repairs the drift too.
+		return r.aheadOfStore(ctx, s, want, cp, last, b.Head)
+	}
 	if why != "" {
 		return r.recreate(ctx, want, cp, why+": JetStream cannot change that in place")
 	}
-	switch last := info.State.LastSeq; {
-	case last > b.Head:
-		return r.aheadOfStore(ctx, s, want, cp, last, b.Head)
+	switch {
 	case last >= cp:
 		return r.resume(ctx, s, info, want, cp, last)
 	default:
@@ -140,8 +146,17 @@ func (r *run) readStore(ctx context.Context) (event.Boundary, uint64, error) {
 
 // createStream creates the missing stream with its next sequence at
 // checkpoint+1.
+//
+// Fenced like a recreate: a deposed publisher must not create, under a
+// leader that just deleted the stream, one whose first sequence is its own
+// older checkpoint's.
 func (r *run) createStream(ctx context.Context, want jetstream.StreamConfig, cp uint64) (uint64, error) {
-	if _, err := r.p.cfg.JS.CreateStream(ctx, want); err != nil {
+	fctx, cancel, err := r.fence(ctx, "create stream "+want.Name)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if _, err := r.p.cfg.JS.CreateStream(fctx, want); err != nil {
 		return 0, fmt.Errorf("create stream %s: %w", want.Name, err)
 	}
 	r.p.log.Info("stream created", "stream", want.Name, "first_seq", cp+1, "epoch", r.epoch)
@@ -505,8 +520,15 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	default:
 		upd := have
 		upd.Replicas = want.Replicas
-		uctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		// Fenced like a put-back: a deposed publisher's configuration may
+		// be older than the leader's.
+		fctx, cancel, err := r.fence(ctx, "change the replicas of stream "+name)
+		if err != nil {
+			return "", err
+		}
+		uctx, cancelUpdate := context.WithTimeout(fctx, jsTimeout)
 		si, err := p.cfg.JS.UpdateStream(uctx, upd)
+		cancelUpdate()
 		cancel()
 		if err != nil {
 			hint := ""
