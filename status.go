@@ -216,6 +216,10 @@ func (n *Node) streamDrift(ctx context.Context, store backend.Store, bst *Bounda
 		drift = append(drift, d+"; the leading publisher puts it back (or recreates the stream from the checkpoint) "+
 			"within ORISUN_POLL_INTERVAL")
 	}
+	if have := max(info.Config.Replicas, 1); have != want.Replicas {
+		drift = append(drift, fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS; the "+
+			"leading publisher changes it within ORISUN_POLL_INTERVAL", name, have, want.Replicas))
+	}
 	return drift, unsettled
 }
 

@@ -511,7 +511,10 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	// peers and copies the messages); without this, a changed
 	// ORISUN_NATS_STREAM_REPLICAS would apply only to streams created
 	// afterwards.
-	switch due := force || !r.configRetry.IsZero() && !time.Now().Before(r.configRetry); {
+	// Due at a sync, at a check that finds it changed (no refusal
+	// waits: someone else changed the count), or when a refusal's wait is
+	// over.
+	switch due := force || r.configRetry.IsZero() || !time.Now().Before(r.configRetry); {
 	case max(have.Replicas, 1) == want.Replicas:
 		r.replicasWarning = ""
 		r.scheduleConfigRetry(false)
