@@ -77,6 +77,8 @@ type Node struct {
 	wrapStore             func(backend.Store) backend.Store
 	// natsSeam: see testhooks.Hooks.PermissionsOff.
 	natsSeam func(*natsembed.Config)
+	// beforeStreamMeasured: see testhooks.Hooks.BeforeStreamMeasured.
+	beforeStreamMeasured func(boundary string)
 
 	// life is the node's lifecycle (startstop.Base): Start runs start,
 	// Stop runs teardown, each once, and the node's goroutines (the heads

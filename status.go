@@ -93,6 +93,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			st.Settled = false
 		}
 		var drift []string
+		if n.beforeStreamMeasured != nil && st.NATS.OK {
+			n.beforeStreamMeasured(b.Name)
+		}
 		if !st.NATS.OK {
 			bst.StreamError = "not measured: NATS does not answer"
 		} else if info, err := measureStream(ctx, js, &bst); err != nil {
