@@ -171,21 +171,9 @@ func TestDeposedPublisherDoesNotPutBackTheStream_I6(t *testing.T) {
 // minute it waits, longer each time, instead of renewing its lease and
 // updating the stream at every check; the warning names the fight.
 func TestPutBackWaitsForAController(t *testing.T) {
-	e := setup(t)
-	e.append(t, 3)
-	p := publisher.New(publisher.Config{
-		Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
-		PollInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond,
-	})
-	run(t, p, e.lease(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var s jetstream.Stream
-	testutil.Eventually(t, "the stream", 10*time.Second, 10*time.Millisecond, func() bool {
-		var err error
-		s, err = e.js.Stream(ctx, stream.Name("b"))
-		return err == nil && s.CachedInfo().State.LastSeq == 3
-	})
+	e, p, s := checkedEvery20ms(t)
 	putBacks := 0
 	warned := ""
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -229,21 +217,9 @@ const putBackBurst = 3
 // a wait that grows (1 s, 2 s, 4 s, …), not at every check, and its warning
 // says so.
 func TestRefusedPutBackWaits(t *testing.T) {
-	e := setup(t)
-	e.append(t, 3)
-	p := publisher.New(publisher.Config{
-		Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
-		PollInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond,
-	})
-	run(t, p, e.lease(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var s jetstream.Stream
-	testutil.Eventually(t, "the stream", 10*time.Second, 10*time.Millisecond, func() bool {
-		var err error
-		s, err = e.js.Stream(ctx, stream.Name("b"))
-		return err == nil && s.CachedInfo().State.LastSeq == 3
-	})
+	e, p, s := checkedEvery20ms(t)
 	cfg := s.CachedInfo().Config
 	cfg.Subjects = []string{"orisun.attack.>"}
 	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
@@ -264,4 +240,24 @@ func TestRefusedPutBackWaits(t *testing.T) {
 		return in == "4s"
 	})
 	t.Logf("waits seen: %v", waits)
+}
+
+// checkedEvery20ms runs a publisher that checks its stream every 20 ms,
+// and returns it with its stream once it published 3 events.
+func checkedEvery20ms(t *testing.T) (*env, *publisher.Publisher, jetstream.Stream) {
+	t.Helper()
+	e := setup(t)
+	e.append(t, 3)
+	p := publisher.New(publisher.Config{
+		Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+		PollInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond,
+	})
+	run(t, p, e.lease(t))
+	var s jetstream.Stream
+	testutil.Eventually(t, "the stream", 10*time.Second, 10*time.Millisecond, func() bool {
+		var err error
+		s, err = e.js.Stream(context.Background(), stream.Name("b"))
+		return err == nil && s.CachedInfo().State.LastSeq == 3
+	})
+	return e, p, s
 }

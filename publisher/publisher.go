@@ -334,12 +334,7 @@ func (r *run) loop(ctx context.Context) error {
 				}
 				continue
 			}
-			if isPaused(err) {
-				p.setState(status.StatePaused, pausedReason(err), err)
-			} else {
-				p.setState(status.StateStalled, err.Error(), err)
-			}
-			if !backoff.Wait(ctx) {
+			if !p.failed(ctx, err, backoff) {
 				return nil
 			}
 			continue
@@ -375,12 +370,7 @@ func (r *run) loop(ctx context.Context) error {
 			continue
 		}
 		if err != nil && ctx.Err() == nil {
-			if isPaused(err) {
-				p.setState(status.StatePaused, pausedReason(err), err)
-			} else {
-				p.setState(status.StateStalled, err.Error(), err)
-			}
-			if !backoff.Wait(ctx) {
+			if !p.failed(ctx, err, backoff) {
 				return nil
 			}
 			continue
@@ -388,4 +378,16 @@ func (r *run) loop(ctx context.Context) error {
 		backoff.Reset()
 	}
 	return nil
+}
+
+// failed records a failed sync or drain, paused (JetStream refuses for its
+// own limits) or stalled, and waits the backoff's next wait before the
+// retry. It returns false when ctx ended meanwhile.
+func (p *Publisher) failed(ctx context.Context, err error, backoff *serviceutil.Backoff) bool {
+	if isPaused(err) {
+		p.setState(status.StatePaused, pausedReason(err), err)
+	} else {
+		p.setState(status.StateStalled, err.Error(), err)
+	}
+	return backoff.Wait(ctx)
 }
