@@ -662,7 +662,46 @@ func (n *Node) wake(boundary string) {
 // boundary every poll interval: with a thousand idle boundaries that was a
 // thousand reads a second (docs/performance.md, "Scale"). Each publisher
 // still polls, every PollBackstop, in case this loop fails to wake it (I4).
-func (n *Node) watchHeads(ctx context.Context) {
+func (n *Node) watchHeads(ctx context.Context) { n.everyPoll(ctx, n.readHeads) }
+
+// readHeads is one round of watchHeads; it returns whether the read failed.
+func (n *Node) readHeads(ctx context.Context, failing bool) bool {
+	rctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+	heads, err := n.store.Heads(rctx)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return failing
+	case err != nil:
+		if !failing {
+			n.log.Warn("the heads of the boundaries cannot be read; each publisher reads its own every ORISUN_POLL_BACKSTOP meanwhile",
+				"err", err, "poll_backstop", n.cfg.PollBackstop)
+		}
+		return true
+	}
+	if failing {
+		n.log.Info("the heads of the boundaries are read again")
+	}
+	for _, h := range heads {
+		r := n.runner(h.Boundary.Name)
+		if r == nil {
+			n.adopt(h.Boundary.Name)
+			continue
+		}
+		if r.pub.Behind(h) {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return false
+}
+
+// everyPoll runs round once per poll interval until ctx ends, telling it
+// whether the last round failed (so that a failure is logged once, and its
+// end once).
+func (n *Node) everyPoll(ctx context.Context, round func(ctx context.Context, failing bool) bool) {
 	t := time.NewTimer(n.cfg.PollInterval)
 	defer t.Stop()
 	failing := false
@@ -672,37 +711,7 @@ func (n *Node) watchHeads(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
-		heads, err := n.store.Heads(rctx)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return
-		case err != nil:
-			if !failing {
-				n.log.Warn("the heads of the boundaries cannot be read; each publisher reads its own every ORISUN_POLL_BACKSTOP meanwhile",
-					"err", err, "poll_backstop", n.cfg.PollBackstop)
-			}
-			failing = true
-		default:
-			if failing {
-				n.log.Info("the heads of the boundaries are read again")
-			}
-			failing = false
-			for _, h := range heads {
-				r := n.runner(h.Boundary.Name)
-				if r == nil {
-					n.adopt(h.Boundary.Name)
-					continue
-				}
-				if r.pub.Behind(h) {
-					select {
-					case r.wake <- struct{}{}:
-					default:
-					}
-				}
-			}
-		}
+		failing = round(ctx, failing)
 		t.Reset(n.cfg.PollInterval)
 	}
 }
@@ -717,20 +726,7 @@ func (n *Node) watchHeads(ctx context.Context) {
 // requests a second here, not a thousand. Each publisher still checks its
 // stream every PollBackstop, in case this listing fails. It runs apart
 // from watchHeads, so that a slow JetStream does not delay the wake-ups.
-func (n *Node) watchStreams(ctx context.Context) {
-	t := time.NewTimer(n.cfg.PollInterval)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		failing = n.listStreams(ctx, failing)
-		t.Reset(n.cfg.PollInterval)
-	}
-}
+func (n *Node) watchStreams(ctx context.Context) { n.everyPoll(ctx, n.listStreams) }
 
 // listStreams is one round of watchStreams; it returns whether the listing
 // failed (failing: whether the last one did).
