@@ -984,7 +984,9 @@ func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Lates
 // Subscribe delivers the boundary's events after position after to h,
 // exactly once each and in order, catching up from the store and then
 // following the stream (docs/design.md §7). It returns when ctx ends (ctx's error),
-// h fails, the epoch changes (ErrEpochChanged) or the node stops.
+// h fails, the epoch changes (ErrEpochChanged), the next event's stored row
+// does not fit the log (event.ErrCorrupt, naming its position, after every
+// event before it) or the node stops.
 func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
 	var (
 		store  backend.Store
