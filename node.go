@@ -415,6 +415,7 @@ func (n *Node) startNATS() error {
 		Auth:       auth,
 		TLS:        tlsCfg,
 		Cluster:    cluster,
+		Monitor:    n.cfg.natsMonitor(),
 		Logger:     n.log.With("component", "nats"),
 	}
 	if n.natsSeam != nil {
@@ -1083,6 +1084,18 @@ func (n *Node) NATSClusterURL() string {
 		return ""
 	}
 	return n.ns.ClusterURL()
+}
+
+// NATSMonitorURL is the base URL of the embedded NATS server's own
+// monitoring endpoint (http://host:port; /varz, /jsz, …), empty when
+// ORISUN_NATS_MONITOR_ADDR is off, with an external NATS, or before start.
+func (n *Node) NATSMonitorURL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ns == nil {
+		return ""
+	}
+	return n.ns.MonitorURL()
 }
 
 // ConnectNATS opens a NATS connection with orisun's own permissions (in
