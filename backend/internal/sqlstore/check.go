@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/orisun-io/orisun/event"
@@ -11,10 +10,10 @@ import (
 // append, so these only find rows changed behind orisun's back (an edit, a
 // delete, a row moved or inserted with SQL): such a row is named, as an
 // *event.CorruptError, and never served or skipped (docs/operations.md,
-// "A bad row"). They cost a comparison per event, and json.Valid of its
-// data and metadata where the column type does not guarantee JSON
-// (SQLite's text; PostgreSQL's json columns refuse anything else at every
-// write).
+// "A bad row"). They cost a comparison per event, and a JSON check
+// (ValidJSON) of its data and metadata where the column type does not
+// guarantee JSON (SQLite's text; PostgreSQL's json columns refuse anything
+// else at every write).
 
 // CheckPage checks a read page of boundary after position after, asked
 // for with limit and read in one snapshot with the boundary's head:
@@ -58,10 +57,10 @@ func CheckEvent(e *event.Event, head uint64, checkJSON bool) error {
 	}
 	// A stored text is never empty: data is required, and absent
 	// metadata is NULL (nil here).
-	if !json.Valid(e.Data) {
+	if !ValidJSON(e.Data) {
 		return notJSON(e, "data", e.Data)
 	}
-	if e.Metadata != nil && !json.Valid(e.Metadata) {
+	if e.Metadata != nil && !ValidJSON(e.Metadata) {
 		return notJSON(e, "metadata", e.Metadata)
 	}
 	return nil
