@@ -85,8 +85,8 @@ type Config struct {
 	NATSClusterTLSCA    string   `envconfig:"NATS_CLUSTER_TLS_CA"`
 
 	// NATSMonitorAddr, when set, turns on the embedded NATS server's own
-	// monitoring endpoint (/varz, /jsz, /connz, /healthz, …), which `nats
-	// server` tooling and prometheus-nats-exporter read: host:port, or a
+	// monitoring endpoint (/varz, /jsz, /connz, /healthz, …), which
+	// prometheus-nats-exporter and nats-top read: host:port, or a
 	// port alone. An empty host (":8222", or "8222") is loopback
 	// (NATSMonitorHostDefault); "0.0.0.0:8222" listens on every
 	// interface. Port 0 picks a free one (Node.NATSMonitorURL says which).

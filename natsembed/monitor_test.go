@@ -16,8 +16,8 @@ import (
 )
 
 // TestMonitor: with Monitor set, the server's own monitoring endpoint
-// answers on loopback (an empty host) what `nats server` tooling and
-// prometheus-nats-exporter read: /varz with the server's name and
+// answers on loopback (an empty host) what prometheus-nats-exporter and
+// nats-top read: /varz with the server's name and
 // JetStream on, /jsz counting the streams and messages the server holds;
 // without it there is no endpoint.
 func TestMonitor(t *testing.T) {

@@ -60,8 +60,8 @@ type Config struct {
 	// JetStream peer).
 	Cluster *Cluster
 	// Monitor, when set, turns on the server's own HTTP monitoring
-	// endpoint (/varz, /jsz, /connz, /healthz, …), which `nats server`
-	// tooling and prometheus-nats-exporter read. It has no
+	// endpoint (/varz, /jsz, /connz, /healthz, …), which
+	// prometheus-nats-exporter and nats-top read. It has no
 	// authentication: keep it on loopback or a private network.
 	Monitor *Monitor
 	Logger  *slog.Logger
