@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -290,5 +292,40 @@ SELECT 'default', head, '` + uuid.NewString() + `', 'raw.good', 0, '[]', '{}' FR
 		repair: func(t *testing.T) {
 			exec(t, `UPDATE events SET data = '{"repaired":true}' WHERE boundary = 'default' AND position = 6`)
 		},
+	}
+}
+
+// TestNATSMonitor: ORISUN_NATS_MONITOR_ADDR with a port alone turns the
+// embedded server's monitoring on, on loopback; /jsz shows orisun's stream
+// and /healthz the server healthy. Without it there is none.
+func TestNATSMonitor(t *testing.T) {
+	t.Parallel()
+	n := setup(t, "", func(c *orisun.Config) { c.NATSMonitorAddr = "0" })
+	base := n.NATSMonitorURL()
+	if !strings.HasPrefix(base, "http://127.0.0.1:") {
+		t.Fatalf("NATSMonitorURL = %q, want loopback", base)
+	}
+	if _, err := n.Append(context.Background(), "default", events(3, "ok", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 30*time.Second)
+	for _, c := range []struct{ path, want string }{
+		{"/jsz?accounts=true&streams=true", `"name":"ORISUN_default"`},
+		{"/healthz", `"status":"ok"`},
+		{"/varz", `"jetstream"`},
+	} {
+		resp, err := http.Get(base + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		compact := strings.Join(strings.Fields(string(body)), "")
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(compact, c.want) {
+			t.Fatalf("GET %s: %d %v; want %s in:\n%.2000s", c.path, resp.StatusCode, err, c.want, body)
+		}
+	}
+	if off := setup(t, "", nil); off.NATSMonitorURL() != "" {
+		t.Fatalf("NATSMonitorURL without ORISUN_NATS_MONITOR_ADDR = %q, want none", off.NATSMonitorURL())
 	}
 }
