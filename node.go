@@ -417,6 +417,7 @@ func (n *Node) startNATS() error {
 		Auth:       auth,
 		TLS:        tlsCfg,
 		Cluster:    cluster,
+		Monitor:    n.cfg.natsMonitor(),
 		Logger:     n.log.With("component", "nats"),
 	}
 	if n.natsSeam != nil {
@@ -982,7 +983,9 @@ func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Lates
 // Subscribe delivers the boundary's events after position after to h,
 // exactly once each and in order, catching up from the store and then
 // following the stream (docs/design.md §7). It returns when ctx ends (ctx's error),
-// h fails, the epoch changes (ErrEpochChanged) or the node stops.
+// h fails, the epoch changes (ErrEpochChanged), the next event's stored row
+// does not fit the log (event.ErrCorrupt, naming its position, after every
+// event before it) or the node stops.
 func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
 	var (
 		store  backend.Store
@@ -1079,6 +1082,18 @@ func (n *Node) NATSClusterURL() string {
 		return ""
 	}
 	return n.ns.ClusterURL()
+}
+
+// NATSMonitorURL is the base URL of the embedded NATS server's own
+// monitoring endpoint (http://host:port; /varz, /jsz, …), empty when
+// ORISUN_NATS_MONITOR_ADDR is off, with an external NATS, or before start.
+func (n *Node) NATSMonitorURL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ns == nil {
+		return ""
+	}
+	return n.ns.MonitorURL()
 }
 
 // ConnectNATS opens a NATS connection with orisun's own permissions (in

@@ -936,6 +936,28 @@ var features = backendtest.Features{
 	},
 	Queued:  func(s backend.Store) int64 { return s.(*Store).waiting.Load() },
 	Closing: func(s backend.Store) bool { return s.(*Store).isClosed() },
+	// No SetText: the json and text[] columns refuse what it would write.
+	Edit: &backendtest.Edit{
+		Delete: func(t *testing.T, s backend.Store, b string, pos uint64) {
+			edit(t, s.(*Store), `DELETE FROM orisun_events WHERE boundary = $1 AND position = $2`, b, int64(pos))
+		},
+		Move: func(t *testing.T, s backend.Store, b string, from, to uint64) {
+			edit(t, s.(*Store), `UPDATE orisun_events SET position = $1 WHERE boundary = $2 AND position = $3`, int64(to), b, int64(from))
+		},
+	},
+}
+
+// edit changes one row of the store's database with SQL on a connection
+// of its own, behind the store's back, and fails unless it did.
+func edit(t *testing.T, s *Store, query string, args ...any) {
+	t.Helper()
+	tag, err := connect(t, s).Exec(context.Background(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	if tag.RowsAffected() != 1 {
+		t.Fatalf("%s changed %d rows, want 1", query, tag.RowsAffected())
+	}
 }
 
 // TestHeadsHeld_I7: the shared head read says which head rows an open

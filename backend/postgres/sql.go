@@ -131,24 +131,27 @@ WHERE boundary = $1 AND id = ANY($2::uuid[]) AND position <= $3`
 WHERE ev.boundary = $1 AND ev.position > $2 AND ev.position <= $3`
 	sqlFirstMatchSuffix = `
 ORDER BY ev.position LIMIT 1`
+	sqlBeyondHead = `
+  AND ev.position > (SELECT b.head FROM orisun_boundaries b WHERE b.name = $1)`
 
-	// sqlRead* read a page of events with the boundary's epoch in one
-	// statement, so both come from one snapshot: the events (epoch NULL),
-	// then one row for the boundary (its epoch, NULL events), which is
+	// sqlRead* read a page of events with the boundary's epoch and head in
+	// one statement, so all come from one snapshot: the events (epoch and
+	// head NULL), then one row for the boundary (its epoch and head, NULL
+	// events), which is
 	// there even when no event is after the position and is missing only
 	// when the boundary is. The events come straight from the primary key
 	// in position order: a join of the boundary row to the events, as
 	// before, made PostgreSQL sort the page again after the join (a third
 	// of a 1,000-event read of 1 KB events). $1 boundary, $2 after, $3
 	// limit, $4… the query.
-	sqlReadPrefix = `(SELECT NULL::text, ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata
+	sqlReadPrefix = `(SELECT NULL::text, ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata, NULL::bigint
     FROM orisun_events ev
     WHERE ev.boundary = $1 AND ev.position > $2`
 	sqlReadSuffix = `
     ORDER BY ev.position
     LIMIT $3)
 UNION ALL
-SELECT epoch::text, NULL::bigint, NULL::uuid, NULL::text, NULL::timestamptz, NULL::text[], NULL::json, NULL::json
+SELECT epoch::text, NULL::bigint, NULL::uuid, NULL::text, NULL::timestamptz, NULL::text[], NULL::json, NULL::json, head
 FROM orisun_boundaries WHERE name = $1`
 
 	// sqlLatest* read the epoch, the head and the last event matching a
@@ -257,7 +260,11 @@ const (
 	notifyChannel        = "orisun_events"
 	sqlListen            = "LISTEN " + notifyChannel
 	uniqueIDKey          = "orisun_events_boundary_id_key"
-	migrationsLock       = int64(0x6f72697375_6e01) // "orisun" 0x01: the migrations' advisory lock key
+	eventsPKey           = "orisun_events_pkey"
+	// sqlFirstBeyond finds the stored row beyond the head $2 that an
+	// append's insert ran into.
+	sqlFirstBeyond = `SELECT position FROM orisun_events WHERE boundary = $1 AND position > $2 ORDER BY position LIMIT 1`
+	migrationsLock = int64(0x6f72697375_6e01) // "orisun" 0x01: the migrations' advisory lock key
 )
 
 // appendSQL returns the append statement of a request with cond (nil: none;
@@ -279,6 +286,15 @@ func appendSQL(cond *event.Condition, near bool) (string, []any) {
 func firstMatchSQL(cond *event.Condition) (string, []any) {
 	filter, args := whereQuery(&cond.Query, "ev", 4)
 	return sqlFirstMatchPrefix + filter + sqlFirstMatchSuffix, args
+}
+
+// beyondMatchSQL returns the statement finding the first row beyond the
+// boundary's head, as the statement sees it, that matches a condition
+// (rows orisun did not write: the head never passes one, since an append
+// that reaches it fails), with firstMatchSQL's parameters.
+func beyondMatchSQL(cond *event.Condition) (string, []any) {
+	filter, args := whereQuery(&cond.Query, "ev", 4)
+	return sqlFirstMatchPrefix + sqlBeyondHead + filter + sqlFirstMatchSuffix, args
 }
 
 // readSQL returns the read statement for q and its query's bind values,

@@ -76,6 +76,11 @@
 // process owns the directory (docs/design.md §9).
 //
 // SQLite errors are translated where they occur: busy, I/O, full and similar
-// become event.ErrUnavailable, constraint violations event.ErrConflict; the
-// driver's error survives only as text.
+// become event.ErrUnavailable, constraint violations event.ErrConflict,
+// except an insert that runs into a row stored beyond the head, which is
+// event.ErrCorrupt naming that row; the driver's error survives only as
+// text. Reads check what they return against the head of their snapshot
+// and the JSON of data and metadata (the columns are text): a row changed
+// behind orisun's back is event.ErrCorrupt, never served (docs/design.md
+// §5, "Bad rows").
 package sqlite

@@ -41,7 +41,9 @@ WHERE boundary = ? AND id IN (`
 	// a query's types and tags are ?4 on (see matchSQL). The plain forms are
 	// for the empty query, which matches every event.
 	sqlFirstAny = `SELECT position FROM events WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`
-	sqlReadAll  = `SELECT position, id, type, time, tags, data, metadata FROM events
+	// sqlFirstFrom finds the stored row an append's insert ran into.
+	sqlFirstFrom = `SELECT position FROM events WHERE boundary = ? AND position >= ? ORDER BY position LIMIT 1`
+	sqlReadAll   = `SELECT position, id, type, time, tags, data, metadata FROM events
 WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`
 	sqlLatestAny = `SELECT position, id, type, time, tags, data, metadata FROM events
 WHERE boundary = ?1 AND position <= ?2 ORDER BY position DESC LIMIT ?3`

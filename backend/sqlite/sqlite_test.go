@@ -491,6 +491,36 @@ var features = backendtest.Features{
 	},
 	Queued:  func(s backend.Store) int64 { return s.(*Store).waiting.Load() },
 	Closing: func(s backend.Store) bool { return s.(*Store).closed() },
+	Edit: &backendtest.Edit{
+		Delete: func(t *testing.T, s backend.Store, b string, pos uint64) {
+			edit(t, s.(*Store), `DELETE FROM events WHERE boundary = ? AND position = ?`, b, pos)
+		},
+		Move: func(t *testing.T, s backend.Store, b string, from, to uint64) {
+			edit(t, s.(*Store), `UPDATE events SET position = ? WHERE boundary = ? AND position = ?`, to, b, from)
+		},
+		SetText: func(t *testing.T, s backend.Store, b string, pos uint64, column, text string) {
+			cols := map[string]string{"data": "data", "metadata": "metadata", "tags": "tags"}
+			edit(t, s.(*Store), `UPDATE events SET `+cols[column]+` = ? WHERE boundary = ? AND position = ?`, text, b, pos)
+		},
+	},
+}
+
+// edit changes one row of the store's database with SQL on a connection
+// of its own, behind the store's back, and fails unless it did.
+func edit(t *testing.T, s *Store, query string, args ...any) {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(filepath.Join(s.cfg.Dir, DBFile), url.Values{"_pragma": {"busy_timeout(10000)"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Exec(query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("%s changed %d rows (%v), want 1", query, n, err)
+	}
 }
 
 // heldRequest is an append that sendHeld sends.
