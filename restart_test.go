@@ -10,6 +10,9 @@ package orisun_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
@@ -550,4 +554,47 @@ func leaseCheckpoint(t *testing.T, store *postgres.Store) uint64 {
 		t.Fatal(err)
 	}
 	return cp
+}
+
+// TestPostgresNodeLocksItsDataDir: a PostgreSQL node locks its data
+// directory as a SQLite node does: a second node on the same directory
+// (in the same process too) is refused with the variable and the holder's
+// pid, and the lock file names the running node's lease holder, which is
+// what lets its next process take its leases at once. Once the first node
+// has stopped the directory can be used again, and the new node knows its
+// predecessor.
+func TestPostgresNodeLocksItsDataDir(t *testing.T) {
+	url, dir := pgtest.URL(t), t.TempDir()
+	pg := func(c *orisun.Config) { c.Backend, c.PGURL = "postgres", url }
+	first := setup(t, dir, pg)
+	st, err := first.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.ReadFile(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(lock), "holder "+st.LeaseHolder+"\n") {
+		t.Fatalf("the lock file does not name the running node's lease holder %q:\n%s", st.LeaseHolder, lock)
+	}
+	cfg := orisun.Config{DataDir: dir, NATSPort: -1, Backend: "postgres", PGURL: url, NodeID: "other"}
+	second, err := orisun.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = second.Start(context.Background())
+	want := fmt.Sprintf("ORISUN_DATA_DIR: data directory %q is locked by another orisun process (pid %d)", dir, os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a second node on the directory: %v, want an error containing %q", err, want)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	third := setup(t, dir, pg, orisun.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	waitSettled(t, third, 30*time.Second)
+	if !strings.Contains(logs.String(), "earlier_holders=["+st.LeaseHolder+"]") {
+		t.Fatalf("the next node on the directory does not name its predecessor %q:\n%s", st.LeaseHolder, logs.String())
+	}
 }
