@@ -575,7 +575,7 @@ func TestPostgresNodeLocksItsDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(lock), "holder "+st.LeaseHolder+"\n") {
+	if !strings.Contains(string(lock), fmt.Sprintf("holder %q\n", st.LeaseHolder)) {
 		t.Fatalf("the lock file does not name the running node's lease holder %q:\n%s", st.LeaseHolder, lock)
 	}
 	cfg := orisun.Config{DataDir: dir, NATSPort: -1, Backend: "postgres", PGURL: url, NodeID: "other"}

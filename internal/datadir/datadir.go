@@ -17,13 +17,13 @@
 //
 //	pid 4242
 //	inode 1837461
-//	holder node-a#1f2e3d4c
-//	gone node-a#9a8b7c6d
-//	gone node-a#0a1b2c3d
+//	holder "node-a#1f2e3d4c"
+//	gone "node-a#9a8b7c6d"
+//	gone "node-a#0a1b2c3d"
 //
 // holder is the name the process that holds (or last held) the lock took
 // for its leases (Claim), gone the earlier ones, newest first, at most
-// MaxGone. inode is the file's own inode number, written by the process
+// MaxGone; names are Go-quoted, so any node id fits. inode is the file's own inode number, written by the process
 // that last wrote it: a file found under another inode was copied (a copied
 // or restored directory, perhaps beside the live original), and its names
 // are not trusted: two live copies must never take each other's leases.
@@ -154,9 +154,8 @@ func (l *Lock) Copied() string { return l.copied }
 // process. A second Claim with another name fails: the first name's leases
 // would be forgotten.
 func (l *Lock) Claim(holder string) error {
-	if !validName(holder) {
-		return fmt.Errorf("%w: data directory: holder %q cannot be recorded: it must be 1 to 256 printable bytes without white space",
-			event.ErrInvalid, holder)
+	if holder == "" {
+		return fmt.Errorf("%w: data directory: the holder name to record is empty", event.ErrInvalid)
 	}
 	if l.f == nil {
 		return fmt.Errorf("data directory %q: claim %q after the lock was released: %w", l.dir, holder, event.ErrClosed)
@@ -230,12 +229,12 @@ func parse(b []byte) records {
 		case "inode":
 			r.inode, _ = strconv.ParseUint(value, 10, 64)
 		case "holder":
-			if validName(value) {
-				r.holder = value
+			if name, err := strconv.Unquote(value); err == nil && name != "" {
+				r.holder = name
 			}
 		case "gone":
-			if validName(value) && len(r.gone) < MaxGone {
-				r.gone = append(r.gone, value)
+			if name, err := strconv.Unquote(value); err == nil && name != "" && len(r.gone) < MaxGone {
+				r.gone = append(r.gone, name)
 			}
 		}
 	}
@@ -250,18 +249,12 @@ func (r records) format() []byte {
 		fmt.Fprintf(&b, "inode %d\n", r.inode)
 	}
 	if r.holder != "" {
-		fmt.Fprintf(&b, "holder %s\n", r.holder)
+		fmt.Fprintf(&b, "holder %q\n", r.holder)
 	}
 	for _, g := range r.gone {
-		fmt.Fprintf(&b, "gone %s\n", g)
+		fmt.Fprintf(&b, "gone %q\n", g)
 	}
 	return []byte(b.String())
-}
-
-// validName accepts a lease holder name as the lock file can keep it:
-// printable, no white space, at most 256 bytes.
-func validName(s string) bool {
-	return s != "" && len(s) <= 256 && !strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f })
 }
 
 // ended is what a new process takes from the records of the previous one:

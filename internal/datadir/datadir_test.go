@@ -82,17 +82,24 @@ func TestGoneNamesEarlierHolders(t *testing.T) {
 	}
 }
 
-// TestClaimRefusesBadNames: a name the file could not keep is refused.
-func TestClaimRefusesBadNames(t *testing.T) {
-	l := acquire(t, t.TempDir())
-	for _, bad := range []string{"", "two words", "new\nline", strings.Repeat("x", 257)} {
-		if err := l.Claim(bad); !errors.Is(err, event.ErrInvalid) {
-			t.Errorf("Claim(%q): %v, want ErrInvalid", bad, err)
-		}
+// TestAnyNameIsKept: any holder name a node id can make is kept, white
+// space and all; only an empty one is refused.
+func TestAnyNameIsKept(t *testing.T) {
+	dir := t.TempDir()
+	l := acquire(t, dir)
+	if err := l.Claim(""); !errors.Is(err, event.ErrInvalid) {
+		t.Errorf("Claim(\"\"): %v, want ErrInvalid", err)
+	}
+	name := "node a\n\"x\"\x00#" + strings.Repeat("é", 300) + "#1f2e"
+	if err := l.Claim(name); err != nil {
+		t.Fatal(err)
 	}
 	l.Release()
-	if err := l.Claim("late#1"); !errors.Is(err, event.ErrClosed) {
+	if err := l.Claim(name); !errors.Is(err, event.ErrClosed) {
 		t.Fatalf("Claim after Release: %v, want ErrClosed", err)
+	}
+	if g := acquire(t, dir).Gone(); !slices.Equal(g, []string{name}) {
+		t.Fatalf("Gone() = %q, want [%q]", g, name)
 	}
 }
 
@@ -137,8 +144,8 @@ func TestOlderAndDamagedFiles(t *testing.T) {
 	}{
 		{"4242\n", nil},
 		{"", nil},
-		{"holder\ngone \ngone a b\nholder x#1\n\x00\x01garbage\n", []string{"x#1"}},
-		{"gone y#2\nholder x#1\ngone y#2\n", []string{"x#1", "y#2"}},
+		{"holder\ngone \ngone a b\ngone \"\"\nholder \"x#1\"\n\x00\x01garbage\n", []string{"x#1"}},
+		{"gone \"y#2\"\nholder \"x#1\"\ngone \"y#2\"\n", []string{"x#1", "y#2"}},
 	} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, datadir.LockFile), []byte(c.content), 0o644); err != nil {
