@@ -23,6 +23,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/datadir"
 	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
@@ -89,7 +90,13 @@ type Node struct {
 	serving atomic.Bool
 	// mu guards what start sets and the accessors read (natsURL, ns,
 	// http); start holds it throughout.
-	mu      sync.Mutex
+	mu sync.Mutex
+	// dirLock is the data directory's lock (nil where it cannot be taken
+	// with PostgreSQL, see lockData), held from start to the end of
+	// teardown; gone are the holder names of the directory's earlier
+	// processes, whose leases this node takes at once (docs/design.md §9).
+	dirLock *datadir.Lock
+	gone    []string
 	store   backend.Store
 	ns      *natsembed.Server // nil with an external NATS
 	natsURL string
@@ -130,6 +137,9 @@ type boundaryRunner struct {
 	pub   *publisher.Publisher
 	lease *lease.Runner
 	wake  chan struct{}
+	// released is the lease runner's hint that the lease was released
+	// (lease.Runner.Released).
+	released chan struct{}
 	// self is this node's lease holder; leading the node's count of the
 	// boundaries it leads (placement); stallThreshold the node's
 	// ORISUN_STALL_THRESHOLD.
@@ -266,11 +276,14 @@ func (n *Node) startHTTP() error {
 	return nil
 }
 
-// openData makes the data directory and opens the store (wrapped for
-// tests), with its table of live nodes when placement is on.
+// openData makes and locks the data directory and opens the store
+// (wrapped for tests), with its table of live nodes when placement is on.
 func (n *Node) openData(ctx context.Context) error {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("orisun: data directory: %w", err)
+	}
+	if err := n.lockData(); err != nil {
+		return err
 	}
 	store, err := n.openStore(ctx)
 	if err != nil {
@@ -289,6 +302,43 @@ func (n *Node) openData(ctx context.Context) error {
 	}
 	if n.wrapStore != nil {
 		n.store = n.wrapStore(store)
+	}
+	return nil
+}
+
+// lockData locks the data directory for this process, whatever the
+// backend, and records this process's lease holder name in it before any
+// lease is taken (datadir.Lock.Claim). The lock keeps a second process off
+// the directory (SQLite's database, the embedded NATS store), and it is the
+// proof behind a restart's early takeover: every holder the lock file names
+// held this lock before, so it has ended, and its leases are taken at once
+// instead of after ORISUN_LEASE_TTL (docs/design.md §9). A process with
+// another directory is another node, even with the same node id: it never
+// takes a live holder's lease early. With PostgreSQL on a system without
+// directory locks the node runs without one, and a restart waits for the
+// TTL.
+func (n *Node) lockData() error {
+	l, err := datadir.Acquire(n.cfg.DataDir)
+	if errors.Is(err, datadir.ErrUnsupported) && n.cfg.Backend == "postgres" {
+		n.log.Warn("the data directory cannot be locked on this system: a restarted node waits ORISUN_LEASE_TTL for its own leases",
+			"data_dir", n.cfg.DataDir, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
+	}
+	if err := l.Claim(n.holder); err != nil {
+		_ = l.Release()
+		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
+	}
+	n.dirLock, n.gone = l, l.Gone()
+	if why := l.Copied(); why != "" {
+		n.log.Warn("the data directory's lock file was copied: the leases of the processes it names are left to expire, "+
+			"since they may still run elsewhere", "why", why)
+	}
+	if len(n.gone) > 0 {
+		n.log.Info("data directory locked: leases still held by its earlier processes are taken at once", "data_dir", n.cfg.DataDir,
+			"earlier_holders", n.gone)
 	}
 	return nil
 }
@@ -320,6 +370,7 @@ func (n *Node) connectRelay() error {
 func (n *Node) startBoundaries(ctx context.Context) ([]string, error) {
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)
+	n.store.OnLeaseReleased(n.leaseReleased)
 	for _, name := range n.cfg.Boundaries {
 		if _, _, err := n.store.CreateBoundary(ctx, name); err != nil {
 			return nil, fmt.Errorf("orisun: create boundary %q: %w", name, err)
@@ -471,6 +522,7 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 	default:
 		s, err := sqlite.Open(ctx, sqlite.Config{
 			Dir:            n.cfg.DataDir,
+			Lock:           n.dirLock,
 			Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
 			GroupMaxEvents: n.cfg.AppendGroupMax,
 			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
@@ -502,7 +554,8 @@ func (n *Node) startBoundary(name string) {
 
 // newBoundaryRunner makes the publisher and the lease runner of a boundary.
 func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
-	r := &boundaryRunner{wake: make(chan struct{}, 1), self: n.holder, leading: &n.leading, stallThreshold: n.cfg.StallThreshold}
+	r := &boundaryRunner{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), self: n.holder, leading: &n.leading,
+		stallThreshold: n.cfg.StallThreshold}
 	var afterAck func(uint64)
 	if n.afterAck != nil {
 		afterAck = func(last uint64) { n.afterAck(name, last) }
@@ -526,7 +579,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
 	r.lease = &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease"),
-		Boundary: name, Lead: r.lead, Standby: r.standby}
+		Gone: n.gone, Released: r.released, Boundary: name, Lead: r.lead, Standby: r.standby}
 	if n.cfg.Placement() {
 		r.lease.Yield, r.lease.StepDown = n.yield, n.takeStepDown
 		// A leader whose publisher cannot publish (its NATS connection
@@ -653,6 +706,18 @@ func (n *Node) wake(boundary string) {
 	select {
 	case r.wake <- struct{}{}:
 	default:
+	}
+}
+
+// leaseReleased is the store's callback for a released lease (here or on
+// another node): a non-blocking hint to the boundary's lease runner, whose
+// standby then tries to take it at once.
+func (n *Node) leaseReleased(boundary string) {
+	if r := n.runner(boundary); r != nil {
+		select {
+		case r.released <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -824,6 +889,11 @@ func (n *Node) teardown() error {
 		if err := n.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
+	}
+	// Last: nothing of this process uses the directory, nor holds a lease
+	// under its holder name, any more.
+	if err := n.dirLock.Release(); err != nil {
+		errs = append(errs, err)
 	}
 	if n.life.Started() {
 		n.log.Info("orisun stopped")

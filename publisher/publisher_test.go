@@ -82,7 +82,7 @@ func (e *env) append(t testing.TB, n int) {
 // lease takes the boundary's lease for node n, for a minute.
 func (e *env) lease(t testing.TB) backend.Lease {
 	t.Helper()
-	l, err := e.store.AcquireLease(context.Background(), "b", "n", time.Minute)
+	l, err := e.store.AcquireLease(context.Background(), "b", "n", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,12 +447,12 @@ func TestDeposedPublisherDoesNotCreateTheStream_I6(t *testing.T) {
 func (e *env) deposed(t *testing.T) (stale, current backend.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
+	stale, err := e.store.AcquireLease(ctx, "b", "node-a", nil, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "the stale lease to expire and node-b to take it", 10*time.Second, 10*time.Millisecond, func() bool {
-		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
+		current, err = e.store.AcquireLease(ctx, "b", "node-b", nil, time.Minute)
 		return err == nil
 	})
 	if current.Term <= stale.Term {
@@ -504,7 +504,7 @@ func (e *env) refusedLeavingStream(t *testing.T, l backend.Lease, who string) {
 func TestFenceRenewsTheLease_I6(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	expired, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
+	expired, err := e.store.AcquireLease(ctx, "b", "node-a", nil, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.append(t, 5)
-	cur, err := e.store.AcquireLease(ctx, "b", "node-b", 3*time.Second)
+	cur, err := e.store.AcquireLease(ctx, "b", "node-b", nil, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +623,7 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 			t.Fatalf("lease %+v (err %v) released while the fenced delete was in flight", cur, err)
 		}
 	}
-	if _, err := e.store.AcquireLease(ctx, "b", "node-b", time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
+	if _, err := e.store.AcquireLease(ctx, "b", "node-b", nil, time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
 		t.Fatalf("another node acquiring during the fenced delete: %v, want ErrLeaseHeld", err)
 	}
 	close(js.proceed)
@@ -918,7 +918,7 @@ func (leaseLostSave) SaveCheckpoint(context.Context, string, backend.Lease, uint
 func TestCheckpointLeaseLostEndsIdlePublisher_I3_I6(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	l, err := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	l, err := e.store.AcquireLease(ctx, "b", "n", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,6 +124,12 @@
 // since notifications sent while it was away are lost. Correctness never
 // depends on a notification: the publisher also polls.
 //
+// A released lease is announced the same way, on the channel orisun_leases
+// (ReleaseLease's statement notifies for the row it expired, so a release
+// of a lease not held announces nothing); the same connection listens to it
+// and calls the OnLeaseReleased callbacks, so a standby on any node takes
+// the lease at once instead of at its next retry.
+//
 // # Checkpoints and leases, in the database's time
 //
 // The checkpoint is a column of the lease row, not of the head row: an

@@ -197,19 +197,30 @@ WHERE b.name = $1`
 	//
 	// sqlAcquireLease inserts term 1 for a boundary without a lease row, or
 	// updates the row when the holder already has it (an unexpired lease
-	// keeps its term; an expired one begins the next) or when it has
-	// expired (the next term for the new holder). Another holder's
-	// unexpired lease makes it return no row. A missing boundary also
-	// gives no row (nothing to insert from).
-	sqlAcquireLease = `INSERT INTO orisun_leases AS l (boundary, holder, term, expires_at)
+	// keeps its term; an expired one begins the next), when it has
+	// expired, or when its holder is one of $4, holders known to have
+	// ended (the next term for the new holder). Another holder's unexpired
+	// lease makes it return no row. A missing boundary also gives no row
+	// (nothing to insert from).
+	//
+	// It also returns the row as it was before (cur: the statement's
+	// snapshot, "live" judged now), for the log of a lease taken from an
+	// ended holder: it is the row this statement replaced when its term is
+	// the new term less one (a row changed by another transaction after
+	// the snapshot has a newer term).
+	sqlAcquireLease = `WITH cur AS (
+    SELECT holder, term, expires_at, expires_at > clock_timestamp() AS live FROM orisun_leases WHERE boundary = $1
+)
+INSERT INTO orisun_leases AS l (boundary, holder, term, expires_at)
 SELECT b.name, $2, 1, clock_timestamp() + $3::bigint * interval '1 microsecond'
 FROM orisun_boundaries b WHERE b.name = $1
 ON CONFLICT (boundary) DO UPDATE
 SET holder = excluded.holder,
     term = CASE WHEN l.holder = excluded.holder AND l.expires_at > clock_timestamp() THEN l.term ELSE l.term + 1 END,
     expires_at = excluded.expires_at
-WHERE l.holder = excluded.holder OR l.expires_at <= clock_timestamp()
-RETURNING l.term, l.expires_at`
+WHERE l.holder = excluded.holder OR l.expires_at <= clock_timestamp() OR l.holder = ANY($4::text[])
+RETURNING l.term, l.expires_at,
+    (SELECT holder FROM cur), (SELECT term FROM cur), (SELECT expires_at FROM cur), coalesce((SELECT live FROM cur), false)`
 	// sqlLeaseState is what AcquireLease reports when it took nothing: does
 	// the boundary exist, and who holds its lease until when.
 	sqlLeaseState = `SELECT l.holder, l.term, l.expires_at, coalesce(l.expires_at > clock_timestamp(), false)
@@ -219,9 +230,16 @@ WHERE b.name = $1`
 WHERE boundary = $1 AND holder = $2 AND term = $3 AND expires_at > clock_timestamp()
 RETURNING expires_at`
 	// A released lease expires at the Unix epoch: expired, not deleted, so
-	// the next acquisition begins the next term.
-	sqlReleaseLease = `UPDATE orisun_leases SET expires_at = to_timestamp(0) WHERE boundary = $1 AND holder = $2 AND term = $3`
-	sqlSelectLease  = `SELECT holder, term, expires_at FROM orisun_leases WHERE boundary = $1`
+	// the next acquisition begins the next term. The release is announced
+	// on leaseChannel (delivered at its commit), so that standbys on other
+	// nodes take the lease at once instead of at their next retry.
+	sqlReleaseLease = `WITH r AS (
+    UPDATE orisun_leases SET expires_at = to_timestamp(0)
+    WHERE boundary = $1 AND holder = $2 AND term = $3 AND expires_at > to_timestamp(0)
+    RETURNING boundary
+)
+SELECT count(*) FROM (SELECT pg_notify('` + leaseChannel + `', boundary) FROM r) n`
+	sqlSelectLease = `SELECT holder, term, expires_at FROM orisun_leases WHERE boundary = $1`
 
 	// Nodes (placement). sqlHeartbeat writes this node's heartbeat and
 	// counts the nodes whose heartbeat is fresher than the TTL ($3, in
@@ -258,7 +276,8 @@ const (
 	// both statements in one round trip.
 	sqlRollbackToRelease = "ROLLBACK TO SAVEPOINT " + savepoint + "; RELEASE SAVEPOINT " + savepoint
 	notifyChannel        = "orisun_events"
-	sqlListen            = "LISTEN " + notifyChannel
+	leaseChannel         = "orisun_leases" // payload: a boundary whose lease was released
+	sqlListen            = "LISTEN " + notifyChannel + "; LISTEN " + leaseChannel
 	uniqueIDKey          = "orisun_events_boundary_id_key"
 	eventsPKey           = "orisun_events_pkey"
 	// sqlFirstBeyond finds the stored row beyond the head $2 that an

@@ -1,5 +1,6 @@
 // Package sqlite is the SQLite backend of orisun: one database file,
-// Dir/orisun.db, owned by one process (an exclusive flock on Dir/LOCK), in WAL
+// Dir/orisun.db, owned by one process (an exclusive flock on Dir/LOCK, see
+// internal/datadir; a node takes it and hands it over in Config.Lock), in WAL
 // mode so readers never wait for the writer. It implements backend.Store.
 // The node opens it from its configuration (ORISUN_BACKEND=sqlite). It is
 // orisun's machinery, not for import by applications: its API may change

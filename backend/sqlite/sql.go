@@ -84,5 +84,7 @@ WHERE name = ?2 AND ?1 <= head
 	sqlTakeLease   = `UPDATE leases SET holder = ?, term = term + 1, expires_at = ? WHERE boundary = ? AND term = ? RETURNING term`
 	sqlRenewLease  = `UPDATE leases SET expires_at = ?1
 WHERE boundary = ?2 AND holder = ?3 AND term = ?4 AND expires_at > ?5`
-	sqlReleaseLease = `UPDATE leases SET expires_at = 0 WHERE boundary = ? AND holder = ? AND term = ?`
+	// A released lease expires at 0; one released already is left alone,
+	// so its release is announced once (OnLeaseReleased).
+	sqlReleaseLease = `UPDATE leases SET expires_at = 0 WHERE boundary = ? AND holder = ? AND term = ? AND expires_at <> 0`
 )

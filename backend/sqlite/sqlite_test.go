@@ -122,7 +122,7 @@ func TestReopenKeepsDataAndMigrationsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.AcquireLease(t.Context(), "orders", "n1", time.Minute)
+	l, err := s.AcquireLease(t.Context(), "orders", "n1", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -715,7 +715,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 		return ms
 	}
 
-	l, err := s.AcquireLease(ctx, "orders", "a", 10*time.Second)
+	l, err := s.AcquireLease(ctx, "orders", "a", nil, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -743,7 +743,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 	if !held.Expires.Equal(r.Expires) || len(states) != 1 || !states[0].Lease.Expires.Equal(r.Expires) {
 		t.Fatalf("LeaseHolder %+v, states %+v: want the renewed expiry %s", held, states, r.Expires)
 	}
-	if cur, err := s.AcquireLease(ctx, "orders", "b", 10*time.Second); !errors.Is(err, event.ErrLeaseHeld) || cur.Term != l.Term {
+	if cur, err := s.AcquireLease(ctx, "orders", "b", nil, 10*time.Second); !errors.Is(err, event.ErrLeaseHeld) || cur.Term != l.Term {
 		t.Fatalf("another holder's acquisition within the renewed lease: %+v, %v; want ErrLeaseHeld by term %d", cur, err, l.Term)
 	}
 	if err := s.SaveCheckpoint(ctx, "orders", r, 1); err != nil {
@@ -751,7 +751,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 	}
 
 	advance(11 * time.Second) // the renewed lease expires
-	b, err := s.AcquireLease(ctx, "orders", "b", 10*time.Second)
+	b, err := s.AcquireLease(ctx, "orders", "b", nil, 10*time.Second)
 	if err != nil || b.Term != l.Term+1 {
 		t.Fatalf("acquisition after expiry: %+v, %v; want term %d", b, err, l.Term+1)
 	}
