@@ -1,0 +1,84 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+
+	"github.com/orisun-io/orisun/api"
+)
+
+// codeWords are the words by which an error's text says its code: the
+// texts of package event's sentinels, which open the detail an error was
+// made with ("conflict: events[0].id … is already stored …"). A word
+// marked keep stays in the message: it says more than the code does
+// (an epoch that changed is an invalid request; a store that closed is
+// unavailable).
+var codeWords = map[string][]struct {
+	word string
+	keep bool
+}{
+	api.CodeInvalid:     {{"invalid", false}, {"epoch changed", true}},
+	api.CodeNotFound:    {{"not found", false}},
+	api.CodeConflict:    {{"conflict", false}},
+	api.CodeTooLarge:    {{"too large", false}},
+	api.CodeUnavailable: {{"unavailable", false}, {"closed", true}},
+}
+
+// fieldPath is a segment of an error's context that names a field of the
+// request (events[3], type, events[0].id, name, limit): it stays in the
+// message, unlike the operation and the backend's name.
+var fieldPath = regexp.MustCompile(`^[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*$`)
+
+// backendName is how a store prefixes its errors.
+var backendName = regexp.MustCompile(`\b(sqlite|postgres|fdb): `)
+
+// clientMessage is what a client is told of err, whose code is code: the
+// detail the error was made with, after its code's word, and the fields of
+// the request it names; not the operation the client knows it asked for
+// and not the store behind the node (the node's log has the whole error).
+// So a client reads "conflict: events[0].id … is already stored at
+// position 1 with other content", not "conflict: append to "default":
+// sqlite: append to "default": conflict: events[0].id …".
+func clientMessage(err error, code string) string {
+	if code == api.CodeInternal {
+		return "internal error; the orisun node's log has the detail"
+	}
+	msg := err.Error()
+	at, word, keep := -1, "", false
+	for _, w := range codeWords[code] {
+		if i := strings.Index(msg, w.word+": "); i >= 0 && (at < 0 || i < at) {
+			at, word, keep = i, w.word, w.keep
+		}
+	}
+	if at < 0 {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			return "the node did not finish the request in time (" + context.DeadlineExceeded.Error() + "); send it again"
+		case errors.Is(err, context.Canceled):
+			return "the request was cancelled on the node (it is stopping); send it again"
+		}
+		return backendName.ReplaceAllString(msg, "")
+	}
+	detail := msg[at+len(word)+2:]
+	if keep {
+		detail = msg[at:]
+	}
+	return fieldContext(msg[:at]) + detail
+}
+
+// fieldContext keeps the trailing segments of an error's context that name
+// fields of the request ("append to "default": events[0]: type: " keeps
+// "events[0]: type: ").
+func fieldContext(head string) string {
+	segs := strings.Split(strings.TrimSuffix(head, ": "), ": ")
+	i := len(segs)
+	for i > 0 && fieldPath.MatchString(segs[i-1]) {
+		i--
+	}
+	if i == len(segs) {
+		return ""
+	}
+	return strings.Join(segs[i:], ": ") + ": "
+}
