@@ -26,10 +26,8 @@ var codeWords = map[string][]struct {
 	api.CodeUnavailable: {{"unavailable", false}, {"closed", true}},
 }
 
-// fieldPath is a segment of an error's context that names a field of the
-// request (events[3], type, events[0].id, name, limit): it stays in the
-// message, unlike the operation and the backend's name.
-var fieldPath = regexp.MustCompile(`^[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*$`)
+// backendSegment is a store's name as the start of its errors' context.
+var backendSegment = regexp.MustCompile(`^(sqlite|postgres|fdb)$`)
 
 // backendName is how a store prefixes its errors.
 var backendName = regexp.MustCompile(`\b(sqlite|postgres|fdb): `)
@@ -68,13 +66,16 @@ func clientMessage(err error, code string) string {
 	return fieldContext(msg[:at]) + detail
 }
 
-// fieldContext keeps the trailing segments of an error's context that name
-// fields of the request ("append to "default": events[0]: type: " keeps
-// "events[0]: type: ").
+// fieldContext keeps the trailing segments of an error's context that say
+// where in the request the error is ("append to "default": events[0]:
+// type: " keeps "events[0]: type: "; "query: query item 0: " stays whole).
+// A segment that quotes a name is the operation ("append to "default"",
+// the client knows what it asked), and the store's name is the node's
+// business: there the kept context ends.
 func fieldContext(head string) string {
 	segs := strings.Split(strings.TrimSuffix(head, ": "), ": ")
 	i := len(segs)
-	for i > 0 && fieldPath.MatchString(segs[i-1]) {
+	for i > 0 && segs[i-1] != "" && !strings.Contains(segs[i-1], `"`) && !backendSegment.MatchString(segs[i-1]) {
 		i--
 	}
 	if i == len(segs) {
