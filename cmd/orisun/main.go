@@ -90,7 +90,7 @@ func usageErr(format string, args ...any) error {
 // run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
-	root.SetArgs(normalizeArgs(args))
+	root.SetArgs(normalizeArgs(args, longFlags(root)))
 	c, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
@@ -124,14 +124,20 @@ var optionalValue = map[string]func(string) bool{
 }
 
 // normalizeArgs joins an optional value given as the next argument to its
-// flag ("--wait-settled 2m" becomes "--wait-settled=2m"); nothing after
-// "--" is touched.
-func normalizeArgs(args []string) []string {
+// flag ("--wait-settled 2m" becomes "--wait-settled=2m"), and gives a long
+// flag written with one dash, as Go's flag package took it ("-server"),
+// its two dashes: pflag would read it as -s with the value "erver". long
+// are the long flags' names. Nothing after "--" is touched.
+func normalizeArgs(args []string, long map[string]bool) []string {
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
 			return append(out, args[i:]...)
+		}
+		if name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "="); len(name) > 1 && a[0] == '-' &&
+			!strings.HasPrefix(a, "--") && long[name] {
+			a = "-" + a
 		}
 		if ok := optionalValue[a]; ok != nil && i+1 < len(args) && ok(args[i+1]) {
 			out = append(out, a+"="+args[i+1])
@@ -141,6 +147,20 @@ func normalizeArgs(args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// longFlags are the names of every command's long flags.
+func longFlags(root *cobra.Command) map[string]bool {
+	names := map[string]bool{"help": true, "version": true}
+	var visit func(c *cobra.Command)
+	visit = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+		for _, sub := range c.Commands() {
+			visit(sub)
+		}
+	}
+	visit(root)
+	return names
 }
 
 // newRoot builds the command tree. Without a command orisun serves.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,7 +108,8 @@ func TestUsageErrors(t *testing.T) {
 
 // TestNormalizeArgs: an optional value given as the next argument is
 // joined to its flag when it reads as one (--wait-settled 2m), and left
-// alone otherwise.
+// alone otherwise; a long flag with one dash, as Go's flag package took
+// it, gets its second.
 func TestNormalizeArgs(t *testing.T) {
 	for in, want := range map[string]string{
 		"status --wait-settled 2m --json": "status --wait-settled=2m --json",
@@ -116,8 +118,12 @@ func TestNormalizeArgs(t *testing.T) {
 		"status --wait-settled":           "status --wait-settled",
 		"status --wait-settled soon":      "status --wait-settled soon",
 		"status -- --wait-settled 2m":     "status -- --wait-settled 2m",
+		"status -wait-settled 2m":         "status --wait-settled=2m",
+		"read default -server nats://x":   "read default --server nats://x",
+		"read default -limit=3 -s u -h":   "read default --limit=3 -s u -h",
+		"read default -nosuch":            "read default -nosuch",
 	} {
-		if got := strings.Join(normalizeArgs(strings.Fields(in)), " "); got != want {
+		if got := strings.Join(normalizeArgs(strings.Fields(in), longFlags(newRoot(io.Discard, io.Discard))), " "); got != want {
 			t.Errorf("normalizeArgs(%q) = %q, want %q", in, got, want)
 		}
 	}
