@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -306,8 +307,9 @@ func TestConfigParseErrors(t *testing.T) {
 	}
 }
 
-// TestStartErrorsNameTheVariable: a NATS port in use and a data directory
-// that cannot be made are named by their variable, once (issue 18: the
+// TestStartErrorsNameTheVariable: a NATS port in use, a status listener's
+// port in use and a data directory that cannot be made are named by their
+// variable, once (issue 18: the
 // port was logged twice, as the NATS server's error and as orisun's, and
 // named no variable).
 func TestStartErrorsNameTheVariable(t *testing.T) {
@@ -329,6 +331,17 @@ func TestStartErrorsNameTheVariable(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("the port is named on %d lines, want 1: %q", n, p.Lines())
+	}
+
+	httpPort := strconv.Itoa(testutil.TakenPort(t))
+	p = start(t, t.TempDir(), "ORISUN_HTTP_ADDR=127.0.0.1:"+httpPort)
+	line = p.WaitLine(t, "start failed", lineWait)
+	p.Wait()
+	if !strings.Contains(line, "ORISUN_HTTP_ADDR") || !strings.Contains(line, "127.0.0.1:"+httpPort) {
+		t.Errorf("start failed with %q; want ORISUN_HTTP_ADDR and the address", line)
+	}
+	if n := len(slices.DeleteFunc(p.Lines(), func(l string) bool { return !strings.Contains(l, "127.0.0.1:"+httpPort) })); n != 1 {
+		t.Errorf("the status listener's address is named on %d lines, want 1: %q", n, p.Lines())
 	}
 
 	file := filepath.Join(t.TempDir(), "file")
