@@ -6,9 +6,13 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=dev
+# The version orisun version and the status report: docker build
+# --build-arg VERSION=$(git describe --tags --always --dirty) …; without it
+# the binary says what the go command recorded ((devel): .git is not in
+# the build context).
+ARG VERSION=
 # CGO off: the SQLite driver is pure Go, so the binary is fully static.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/orisun ./cmd/orisun \
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w ${VERSION:+-X main.version=${VERSION}}" -o /out/orisun ./cmd/orisun \
 	&& mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot

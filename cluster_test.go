@@ -137,5 +137,5 @@ func TestEmbeddedCluster_I2_I5(t *testing.T) {
 	if st.NATS.Kind != "embedded-cluster" {
 		t.Fatalf("status NATS kind %q, want embedded-cluster", st.NATS.Kind)
 	}
-	t.Log(fmt.Sprintf("leader node-%d; live subscription on %s", lead+1, st.NodeID))
+	t.Logf("leader node-%d; live subscription on %s", lead+1, st.NodeID)
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -181,7 +180,7 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	}
 	idFile := ""
 	if cfg.NodeID == "" {
-		id, err := persistedNodeID(cfg.DataDir)
+		id, err := persistedNodeID(cfg.DataDir, !cfg.needsDataDir())
 		if err != nil {
 			return nil, fmt.Errorf("orisun: node id: %w", err)
 		}
@@ -279,8 +278,8 @@ func (n *Node) startHTTP() error {
 // openData makes and locks the data directory and opens the store
 // (wrapped for tests), with its table of live nodes when placement is on.
 func (n *Node) openData(ctx context.Context) error {
-	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("orisun: data directory: %w", err)
+	if err := prepareDataDir(n.cfg.DataDir, n.cfg.needsDataDir()); err != nil {
+		return fmt.Errorf("orisun: %w", err)
 	}
 	if err := n.lockData(); err != nil {
 		return err
@@ -480,7 +479,7 @@ func (n *Node) startNATS() error {
 		return fmt.Errorf("orisun: %w", err)
 	}
 	if err := n.ns.Start(); err != nil {
-		return fmt.Errorf("orisun: %w", err)
+		return fmt.Errorf("orisun: %w", natsStartError(err))
 	}
 	n.natsURL = n.ns.ClientURL()
 	n.connect = func(name string) (*nats.Conn, error) { return n.ns.Connect(name) }

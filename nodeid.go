@@ -24,14 +24,18 @@ const nodeIDFile = "node-id"
 // a link never replaces an existing file, so two processes starting at once
 // on one directory agree on the first id written, and a crash never leaves
 // a half-written id.
-func persistedNodeID(dir string) (string, error) {
+func persistedNodeID(dir string, onlyForID bool) (string, error) {
 	path := filepath.Join(dir, nodeIDFile)
-	// Every failure names the file and the way out: the file is written
-	// even with an external NATS and PostgreSQL, where nothing else needs
-	// a writable data directory.
+	// Every failure names the file and the way out. Setting ORISUN_NODE_ID
+	// is one only where nothing else needs the directory (onlyForID: an
+	// external NATS and PostgreSQL); elsewhere the store or JetStream
+	// would fail next on the same directory.
 	fail := func(what string, err error) (string, error) {
-		return "", fmt.Errorf("ORISUN_DATA_DIR: %s the node id file %s: %w; make the data directory writable, or set ORISUN_NODE_ID "+
-			"(a name unique among the nodes, stable across restarts)", what, path, err)
+		way := fmt.Sprintf("make the data directory writable by this user (uid %d), or set ORISUN_DATA_DIR to one that is", os.Getuid())
+		if onlyForID {
+			way += ", or set ORISUN_NODE_ID (a name unique among the nodes, stable across restarts)"
+		}
+		return "", fmt.Errorf("ORISUN_DATA_DIR: %s the node id file %s: %w; %s", what, path, err, way)
 	}
 	id, err := readNodeID(path)
 	switch {

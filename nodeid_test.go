@@ -73,11 +73,14 @@ func TestNodeIDKeptInDataDir(t *testing.T) {
 	}
 }
 
-// TestNodeIDFileNotWritable: the node-id file is written even with an
-// external NATS and PostgreSQL, so a data directory where it cannot be
-// kept fails New with a message that names the file and says to set
-// ORISUN_NODE_ID; with ORISUN_NODE_ID set the same directory is no
-// obstacle.
+// TestNodeIDFileNotWritable: a data directory where the node-id file
+// cannot be kept fails New with a message that names the file and
+// ORISUN_DATA_DIR. Only where nothing else needs the directory (PostgreSQL
+// and an external NATS) does it offer ORISUN_NODE_ID as a way out, and
+// there the id set so makes the directory no obstacle; on SQLite the
+// store needs the directory too, so the message does not send anyone to
+// ORISUN_NODE_ID, and with an id set Start still names ORISUN_DATA_DIR
+// (issue 18: the hint led to an error that no longer named it).
 func TestNodeIDFileNotWritable(t *testing.T) {
 	blocked := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(blocked, []byte("x"), 0o644); err != nil {
@@ -99,20 +102,42 @@ func TestNodeIDFileNotWritable(t *testing.T) {
 		t.Cleanup(func() { os.Chmod(ro, 0o755) })
 		cases = append(cases, struct{ name, dir string }{"read-only data dir", ro})
 	}
+	external := func(dir string) orisun.Config {
+		return orisun.Config{DataDir: dir, Backend: "postgres", PGURL: "postgres://db/orisun", NATSURL: "nats://127.0.0.1:1"}
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := orisun.New(orisun.Config{DataDir: c.dir})
 			if err == nil {
 				t.Fatal("New succeeded without a place for the node id")
 			}
-			for _, want := range []string{filepath.Join(c.dir, "node-id"), "ORISUN_NODE_ID"} {
+			for _, want := range []string{filepath.Join(c.dir, "node-id"), "ORISUN_DATA_DIR"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Fatalf("error %q does not name %q", err, want)
 				}
 			}
-			if _, err := orisun.New(orisun.Config{DataDir: c.dir, NodeID: "explicit"}); err != nil {
-				t.Fatalf("New with ORISUN_NODE_ID set: %v", err)
+			if strings.Contains(err.Error(), "ORISUN_NODE_ID") {
+				t.Fatalf("on SQLite the error %q offers ORISUN_NODE_ID, a dead end: the store needs the directory too", err)
+			}
+			_, err = orisun.New(external(c.dir))
+			if err == nil || !strings.Contains(err.Error(), "ORISUN_NODE_ID") {
+				t.Fatalf("with PostgreSQL and an external NATS: %v; want an error offering ORISUN_NODE_ID", err)
+			}
+			cfg := external(c.dir)
+			cfg.NodeID = "explicit"
+			if _, err := orisun.New(cfg); err != nil {
+				t.Fatalf("New with ORISUN_NODE_ID set, PostgreSQL and an external NATS: %v", err)
 			}
 		})
+	}
+	// On SQLite with an id set, the directory fails Start, named.
+	n, err := orisun.New(orisun.Config{DataDir: cases[0].dir, NodeID: "explicit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = n.Start(context.Background())
+	n.Stop()
+	if err == nil || !strings.Contains(err.Error(), "ORISUN_DATA_DIR") || !strings.Contains(err.Error(), cases[0].dir) {
+		t.Fatalf("Start on a data directory below a file: %v; want an error naming ORISUN_DATA_DIR and the directory", err)
 	}
 }

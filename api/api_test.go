@@ -281,7 +281,7 @@ func TestBadRequests(t *testing.T) {
 			`{"events":[{"type":"seat.booked","data":{"seat":1}}],"condition":{"query":{"items":[{"tags":["seat:1"]}]},"after":0}}`,
 			"conflict", "at position 1"},
 		{"id with other content", "orisun.api.append.default",
-			`{"events":[{"id":"` + firstID(t, nc) + `","type":"seat.booked","data":{"seat":2}}]}`, "conflict", "conflict"},
+			`{"events":[{"id":"` + firstID(t, nc) + `","type":"seat.booked","data":{"seat":2}}]}`, "conflict", "with other content"},
 		{"bad create", "orisun.api.boundaries.create", `{"name":"Bad.Name"}`, "invalid", "name"},
 		{"empty create", "orisun.api.boundaries.create", `{}`, "invalid", "name"},
 		{"body for boundaries", "orisun.api.boundaries", `{"x":1}`, "invalid", `unknown field "x"`},

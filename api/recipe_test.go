@@ -95,11 +95,16 @@ func TestProtocolRecipe_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer it.Stop()
+	// The last append's reply may come after its events reach the
+	// consumer: wait for it before the connection closes with the test.
+	appended := make(chan struct{})
 	go func() {
+		defer close(appended)
 		for i := 0; i < 5; i++ {
 			appendN(100)
 		}
 	}()
+	defer func() { <-appended }()
 	for next <= 1000 {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {

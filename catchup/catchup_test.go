@@ -31,6 +31,9 @@ type relay struct {
 	srv   *natsembed.Server
 	js    jetstream.JetStream // orisun's own connection: it writes the stream
 	epoch string
+	// pageSize is the subscriptions' page of store reads and of live
+	// pulls (0: catchup's default).
+	pageSize int
 }
 
 func newRelay(t *testing.T) *relay {
@@ -123,6 +126,12 @@ type subscription struct {
 
 func (r *relay) subscribe() *subscription {
 	r.t.Helper()
+	return r.subscribeWith(nil)
+}
+
+// subscribeWith is subscribe with a function the handler calls first.
+func (r *relay) subscribeWith(before func(event.Event)) *subscription {
+	r.t.Helper()
 	nc, err := nats.Connect(r.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		r.t.Fatal(err)
@@ -135,8 +144,11 @@ func (r *relay) subscribe() *subscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &subscription{done: make(chan error, 1), cancel: cancel}
 	go func() {
-		s.done <- catchup.Subscribe(ctx, catchup.Config{Store: r.store, JS: js, RetryInterval: 50 * time.Millisecond},
+		s.done <- catchup.Subscribe(ctx, catchup.Config{Store: r.store, JS: js, RetryInterval: 50 * time.Millisecond, PageSize: r.pageSize},
 			"default", 0, func(_ context.Context, e event.Event) error {
+				if before != nil {
+					before(e)
+				}
 				s.mu.Lock()
 				s.positions = append(s.positions, e.Position)
 				s.mu.Unlock()
@@ -261,5 +273,67 @@ func TestLiveConsumerDeletedWhenSubscriptionEnds(t *testing.T) {
 	s.stop(t)
 	if n := consumers(); n != 0 {
 		t.Fatalf("the stream has %d consumer(s) after the subscription ended, want 0", n)
+	}
+}
+
+// A live subscription whose handler is slow falls behind a stream that
+// keeps only its last four messages: the positions evicted under it are
+// read from the store, and the subscription goes live again where the
+// stream still holds the next position: each position once and in order
+// (I5, docs/design.md §7).
+func TestSlowSubscriberCatchesUpFromStoreAfterEviction(t *testing.T) {
+	r := newRelay(t)
+	ctx := context.Background()
+	if err := r.js.DeleteStream(ctx, stream.Name("default")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.js.CreateStream(ctx, stream.Config("default", r.epoch, stream.Limits{MaxMsgs: 4}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Pulls of two messages: the evicted positions are not all in the
+	// client's buffer already.
+	r.pageSize = 2
+	r.append(1, true)
+	gate := make(chan struct{})
+	s := r.subscribeWith(func(e event.Event) {
+		if e.Position == 2 {
+			<-gate
+		}
+	})
+	s.waitFor(t, 1)
+	r.append(10, true) // positions 2–11; the stream keeps 8–11
+	info, err := r.js.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := info.CachedInfo().State.FirstSeq; first != 8 {
+		t.Fatalf("the stream's first sequence is %d, want 8 (positions 1–7 evicted)", first)
+	}
+	close(gate)
+	s.waitFor(t, 11)
+	r.append(3, true) // delivered live
+	s.waitFor(t, 14)
+	s.stop(t)
+}
+
+// A subscription that resumes in an epoch the boundary no longer has (it
+// was reset or restored) ends with event.ErrEpochChanged instead of
+// delivering positions that mean something else now.
+func TestSubscribeInAnotherEpochEnds(t *testing.T) {
+	r := newRelay(t)
+	r.append(3, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	delivered := 0
+	err := catchup.Subscribe(ctx, catchup.Config{Store: r.store, JS: r.js, RetryInterval: 50 * time.Millisecond},
+		"default", 1, func(context.Context, event.Event) error {
+			delivered++
+			return nil
+		}, event.SubscribeOptions{Epoch: "0190b0a0-0000-7000-8000-000000000001"})
+	if !errors.Is(err, event.ErrEpochChanged) {
+		t.Fatalf("Subscribe in another epoch returned %v, want event.ErrEpochChanged", err)
+	}
+	if delivered != 0 {
+		t.Fatalf("%d events delivered in another epoch, want none", delivered)
 	}
 }

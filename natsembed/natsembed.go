@@ -23,9 +23,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -205,7 +208,8 @@ func (s *Server) Start() error {
 	// The server's warnings and errors go to slog; a fatal error (the port
 	// is taken) ends Start at once instead of waiting for readiness.
 	fatal := make(chan string, 1)
-	ns.SetLogger(&logger{log: s.log, fatal: fatal}, false, false)
+	lg := &logger{log: s.log, fatal: fatal}
+	ns.SetLogger(lg, false, false)
 	go ns.Start()
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
 	for !ns.ReadyForConnections(50 * time.Millisecond) {
@@ -220,8 +224,12 @@ func (s *Server) Start() error {
 		}
 		ns.Shutdown()
 		ns.WaitForShutdown()
+		if l := listenError(reason, s.cfg); l != nil {
+			return fmt.Errorf("natsembed: server on %s:%d: %w", s.cfg.Host, s.cfg.Port, l)
+		}
 		return fmt.Errorf("natsembed: server on %s:%d: %s", s.cfg.Host, s.cfg.Port, reason)
 	}
+	lg.started.Store(true)
 	s.ns = ns
 	s.auth = auth
 	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir, "server_name", s.cfg.ServerName,
@@ -406,6 +414,10 @@ func (s *Server) Stop() {
 type logger struct {
 	log   *slog.Logger
 	fatal chan string
+	// started is set once Start has returned: a fatal error before is
+	// Start's error, which its caller reports (logging it here too would
+	// say it twice); one after is logged.
+	started atomic.Bool
 }
 
 func (l *logger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
@@ -415,9 +427,59 @@ func (l *logger) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(form
 func (l *logger) Tracef(format string, v ...any)  {}
 func (l *logger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
-	l.log.Error(msg)
+	if l.started.Load() {
+		l.log.Error(msg)
+		return
+	}
 	select {
 	case l.fatal <- msg:
 	default:
 	}
+}
+
+// ListenError is a listener of the server that could not be opened (its
+// port is taken, or not allowed): Start's error wraps it, so that the
+// caller can name the setting that chose the port.
+type ListenError struct {
+	// Listener is "client" (Config.Host and Port) or "cluster" (the
+	// route listener, Cluster.Host and Port).
+	Listener string
+	// Addr is host:port.
+	Addr string
+	// Reason is the server's own words.
+	Reason string
+}
+
+func (e *ListenError) Error() string {
+	what := "clients"
+	if e.Listener == "cluster" {
+		what = "the cluster's routes"
+	}
+	return fmt.Sprintf("cannot listen for NATS %s on %s: %s", what, e.Addr, e.Reason)
+}
+
+// Cause is the operating system's reason, as the server quotes it
+// ("listen tcp 127.0.0.1:4222: bind: address already in use"), or the
+// server's whole message when it quotes none.
+func (e *ListenError) Cause() string {
+	if i := strings.Index(e.Reason, "listen tcp"); i >= 0 {
+		return strings.Trim(e.Reason[i:], `"`)
+	}
+	return e.Reason
+}
+
+// listenError recognises the server's fatal error of a listener that
+// could not be opened (nil for any other).
+func listenError(reason string, cfg Config) *ListenError {
+	switch {
+	case strings.HasPrefix(reason, "Error listening on router port"):
+		addr := ""
+		if cfg.Cluster != nil {
+			addr = net.JoinHostPort(cfg.Cluster.Host, strconv.Itoa(cfg.Cluster.Port))
+		}
+		return &ListenError{Listener: "cluster", Addr: addr, Reason: reason}
+	case strings.HasPrefix(reason, "Error listening on port"):
+		return &ListenError{Listener: "client", Addr: net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), Reason: reason}
+	}
+	return nil
 }

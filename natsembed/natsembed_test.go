@@ -1,6 +1,8 @@
 package natsembed_test
 
 import (
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +58,34 @@ func TestPortInUse(t *testing.T) {
 func TestStoreDirRequired(t *testing.T) {
 	if _, err := natsembed.New(natsembed.Config{}); err == nil {
 		t.Fatal("no error without a store directory")
+	}
+}
+
+// TestListenError: a client or route port in use fails Start with a
+// ListenError that says which listener and where, so that the node can
+// name the setting that chose the port.
+func TestListenError(t *testing.T) {
+	taken := testutil.TakenPort(t)
+	for _, c := range []struct {
+		listener string
+		cfg      natsembed.Config
+	}{
+		{"client", natsembed.Config{Host: "127.0.0.1", Port: taken, StoreDir: t.TempDir()}},
+		{"cluster", natsembed.Config{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ServerName: "n1",
+			Cluster: &natsembed.Cluster{Name: "c", Host: "127.0.0.1", Port: taken, Routes: []string{"nats-route://127.0.0.1:" + strconv.Itoa(taken)}}}},
+	} {
+		s, err := natsembed.New(c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Start()
+		s.Stop()
+		var le *natsembed.ListenError
+		if !errors.As(err, &le) {
+			t.Fatalf("%s port in use: Start returned %v, want a ListenError", c.listener, err)
+		}
+		if want := "127.0.0.1:" + strconv.Itoa(taken); le.Listener != c.listener || le.Addr != want || !strings.Contains(le.Cause(), "address already in use") {
+			t.Errorf("%s port in use: %+v (cause %q), want listener %s on %s", c.listener, le, le.Cause(), c.listener, want)
+		}
 	}
 }

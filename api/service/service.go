@@ -267,9 +267,16 @@ func (r *reply) send(m *nats.Msg) {
 // error answers with the micro error headers and the JSON error body.
 func (r *reply) error(err error) {
 	code := api.CodeOf(err)
-	msg := err.Error()
-	if code == api.CodeInternal || code == api.CodeCorrupt {
+	// The client gets the detail it can act on; the whole error, with the
+	// operation and the store's words, stays in the node's log.
+	msg := clientMessage(err, code)
+	switch code {
+	case api.CodeInternal, api.CodeCorrupt:
 		r.log.Error("api request failed", "subject", r.subject, "err", err)
+	case api.CodeUnavailable:
+		r.log.Warn("api request failed", "subject", r.subject, "code", code, "err", err)
+	default:
+		r.log.Debug("api request refused", "subject", r.subject, "code", code, "err", err)
 	}
 	detail := api.ErrorDetail{Code: code, Message: msg}
 	var ce *event.ConflictError

@@ -263,5 +263,3 @@ func positions(events []event.Event) []uint64 {
 	}
 	return out
 }
-
-func fmtPositions(p []uint64) string { return fmt.Sprint(p) }

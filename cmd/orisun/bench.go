@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,16 +16,16 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/orisun-io/orisun/bench"
 )
 
-// benchCmd runs `orisun bench`: the workloads of package bench against an
-// in-process node on a fresh store, with the reference limits of the
+// benchCommand runs `orisun bench`: the workloads of package bench against
+// an in-process node on a fresh store, with the reference limits of the
 // machine measured in the same run (docs/performance.md).
-func benchCmd(args []string, stdout, stderr io.Writer) int {
+func benchCommand() *cobra.Command {
 	cfg := bench.Defaults()
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var (
 		asJSON     bool
 		quiet      bool
@@ -36,6 +36,25 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		logLevel   string
 		saved      string
 	)
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "measure throughput, latency and resource use on a fresh store",
+		Long: `Runs the standard workloads on an in-process node against a fresh store (a
+temporary SQLite directory, or a database orisun_bench_<random> it creates
+on the --pg-url server and drops afterwards), measures the machine's limits
+with orisun's code removed in the same run, and prints each figure with its
+ratio to its limit (docs/performance.md). A default run takes several
+minutes; Ctrl-C stops it and cleans up.`,
+		Example: `  orisun bench
+  orisun bench --backend postgres --pg-url postgres://postgres@127.0.0.1:5432/postgres
+  orisun bench --only relay --events 200000 --cpuprofile relay.prof --json > relay.json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cfg, benchOptions{asJSON, quiet, rates, callers, only, cpuprofile, logLevel, saved},
+				cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fs := c.Flags()
 	fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "store: sqlite or postgres")
 	// No default from ORISUN_PG_URL: that is the node's own store, maybe a
 	// production one, and the bench loads the server it is given.
@@ -58,11 +77,21 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
-	if code, ok := parseNone(fs, args, stderr); !ok {
-		return code
-	}
-	if saved != "" {
-		return printSaved(saved, stdout, stderr)
+	return c
+}
+
+// benchOptions are the flags of orisun bench that are not bench.Config's.
+type benchOptions struct {
+	asJSON, quiet    bool
+	rates, callers   intList
+	only, cpuprofile string
+	logLevel, saved  string
+}
+
+func runBench(cfg bench.Config, o benchOptions, stdout, stderr io.Writer) error {
+	asJSON, rates, callers, only, cpuprofile, logLevel := o.asJSON, o.rates, o.callers, o.only, o.cpuprofile, o.logLevel
+	if o.saved != "" {
+		return printSaved(o.saved, stdout)
 	}
 	cfg.Rates, cfg.Callers = rates, callers
 	if only != "" {
@@ -70,27 +99,23 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		fmt.Fprintf(stderr, "orisun bench: --log-level %q: use debug, info, warn or error\n", logLevel)
-		return 2
+		return usageErr("--log-level %q: use debug, info, warn or error", logLevel)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if !quiet {
+	if !o.quiet {
 		cfg.Progress = stderr
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "orisun %v\n", strings.TrimPrefix(err.Error(), "invalid: "))
-		return 2
+		return exit(exitUsage, errors.New(strings.TrimPrefix(strings.TrimPrefix(err.Error(), "invalid: "), "bench: ")))
 	}
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
 		if err != nil {
-			fmt.Fprintf(stderr, "orisun bench: --cpuprofile: %v\n", err)
-			return 2
+			return usageErr("--cpuprofile: %v", err)
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "orisun bench: --cpuprofile: %v\n", err)
-			return 1
+			return exit(exitFailure, fmt.Errorf("--cpuprofile: %w", err))
 		}
 		defer pprof.StopCPUProfile()
 	}
@@ -106,19 +131,16 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			if werr := enc.Encode(rep); werr != nil {
-				fmt.Fprintf(stderr, "orisun bench: %v\n", werr)
-				return 1
+				return exit(exitFailure, werr)
 			}
 		} else if werr := rep.WriteText(stdout); werr != nil {
-			fmt.Fprintf(stderr, "orisun bench: %v\n", werr)
-			return 1
+			return exit(exitFailure, werr)
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "orisun bench: %v\n", err)
-		return 1
+		return exit(exitFailure, err)
 	}
-	return 0
+	return nil
 }
 
 // watchInterrupt tells the user, when the first SIGINT or SIGTERM cancels
@@ -206,6 +228,9 @@ func (l *intList) String() string {
 	return strings.Join(s, ",")
 }
 
+// Type names the flag's value in help.
+func (l *intList) Type() string { return "list" }
+
 func (l *intList) Set(v string) error {
 	var out []int
 	for _, f := range strings.Split(v, ",") {
@@ -220,20 +245,17 @@ func (l *intList) Set(v string) error {
 }
 
 // printSaved prints a JSON report of an earlier run as text.
-func printSaved(path string, stdout, stderr io.Writer) int {
+func printSaved(path string, stdout io.Writer) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "orisun bench: --report: %v\n", err)
-		return 2
+		return usageErr("--report: %v", err)
 	}
 	var rep bench.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
-		fmt.Fprintf(stderr, "orisun bench: --report %s: not a report of orisun bench --json: %v\n", path, err)
-		return 2
+		return usageErr("--report %s: not a report of orisun bench --json: %v", path, err)
 	}
 	if err := rep.WriteText(stdout); err != nil {
-		fmt.Fprintf(stderr, "orisun bench: %v\n", err)
-		return 1
+		return exit(exitFailure, err)
 	}
-	return 0
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
@@ -27,8 +28,8 @@ import (
 // stdin is where `orisun append` reads events when none is given by flags.
 var stdin io.Reader = os.Stdin
 
-// defaultURL is the NATS URL the client commands use without --server or
-// ORISUN_URL: the one a default `orisun serve` listens on.
+// defaultURL is the NATS URL the client commands use without --server,
+// ORISUN_URL or NATS_URL: the one a default `orisun serve` listens on.
 var defaultURL = "nats://" + net.JoinHostPort(orisun.NATSHostDefault, strconv.Itoa(orisun.NATSPortDefault))
 
 const (
@@ -47,31 +48,86 @@ type clientFlags struct {
 	creds   credFlags
 }
 
+// addClientFlags adds the flags every client command has: the server, as
+// the nats CLI names it (-s, --server, NATS_URL), the timeout, --json and
+// the credentials.
+func addClientFlags(c *cobra.Command, cf *clientFlags) {
+	fs := c.Flags()
+	fs.SortFlags = false // the command's own flags first, as added
+	fs.StringVarP(&cf.server, "server", "s", "", "NATS URL of the orisun node (default: $ORISUN_URL, else $NATS_URL, else "+defaultURL+")")
+	fs.DurationVar(&cf.timeout, "timeout", requestTimeout, "timeout of each request")
+	fs.BoolVar(&cf.json, "json", false, "print JSON, one value per line")
+	addCredFlags(fs, &cf.creds)
+}
+
+// url is the server to connect to: the flag, else ORISUN_URL, else NATS_URL
+// (the nats CLI's), else the default node's.
+func (cf *clientFlags) url() string {
+	for _, u := range []string{cf.server, os.Getenv("ORISUN_URL"), os.Getenv("NATS_URL")} {
+		if u != "" {
+			return u
+		}
+	}
+	return defaultURL
+}
+
 // credFlags are how a client command authenticates to a NATS server with
 // access control on (docs/security.md).
 type credFlags struct {
+	fs                     *pflag.FlagSet
 	user, password, token  string
+	creds                  string
 	tlsCA, tlsCert, tlsKey string
 }
 
-// addCredFlags adds --user, --password, --token and the TLS flags. The
-// credentials default to ORISUN_NATS_USER, ORISUN_NATS_PASSWORD and
-// ORISUN_NATS_TOKEN: the application credentials the server is configured
-// with, which are what a person on the same host uses.
-func addCredFlags(fs *flag.FlagSet, c *credFlags) {
-	fs.StringVar(&c.user, "user", os.Getenv("ORISUN_NATS_USER"), "NATS user (env ORISUN_NATS_USER)")
-	fs.StringVar(&c.password, "password", os.Getenv("ORISUN_NATS_PASSWORD"), "NATS password (env ORISUN_NATS_PASSWORD)")
-	fs.StringVar(&c.token, "token", os.Getenv("ORISUN_NATS_TOKEN"), "NATS token (env ORISUN_NATS_TOKEN)")
+// addCredFlags adds --user, --password, --token, --creds and the TLS flags.
+// The TLS flags also answer to the nats CLI's names (--tlsca, --tlscert,
+// --tlskey).
+func addCredFlags(fs *pflag.FlagSet, c *credFlags) {
+	c.fs = fs
+	fs.StringVar(&c.user, "user", "", "NATS user (default: $ORISUN_NATS_USER)")
+	fs.StringVar(&c.password, "password", "", "NATS password (default: $ORISUN_NATS_PASSWORD)")
+	fs.StringVar(&c.token, "token", "", "NATS token (default: $ORISUN_NATS_TOKEN)")
+	fs.StringVar(&c.creds, "creds", "", "NATS credentials file: a user JWT and NKey seed, for a JWT-secured NATS (default: $NATS_CREDS)")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM file of the CA that signed the server's certificate (TLS)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "client certificate, when the server verifies clients (with --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "client key (with --tls-cert)")
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		switch name {
+		case "tlsca":
+			name = "tls-ca"
+		case "tlscert":
+			name = "tls-cert"
+		case "tlskey":
+			name = "tls-key"
+		}
+		return pflag.NormalizedName(name)
+	})
 }
 
-// options turns the flags into client options; a half-given pair is an
-// error naming the flag.
-func (c credFlags) options() ([]client.Option, error) {
+// fromEnv fills the credentials from the environment when no credential
+// flag was given: ORISUN_NATS_USER, ORISUN_NATS_PASSWORD and
+// ORISUN_NATS_TOKEN (the application credentials a server on this host is
+// configured with) and the nats CLI's NATS_CREDS. A flag given overrides
+// them all, so that --creds is not mixed with a user from the environment.
+func (c *credFlags) fromEnv() {
+	for _, f := range []string{"user", "password", "token", "creds"} {
+		if c.fs != nil && c.fs.Changed(f) {
+			return
+		}
+	}
+	c.user, c.password, c.token = os.Getenv("ORISUN_NATS_USER"), os.Getenv("ORISUN_NATS_PASSWORD"), os.Getenv("ORISUN_NATS_TOKEN")
+	c.creds = os.Getenv("NATS_CREDS")
+}
+
+// options turns the flags into client options; a half-given pair or two
+// ways to log in are an error naming the flags.
+func (c *credFlags) options() ([]client.Option, error) {
+	c.fromEnv()
 	var opts []client.Option
 	switch {
+	case c.creds != "" && (c.user != "" || c.token != ""):
+		return nil, errors.New("--creds and --user/--token exclude each other (NATS_CREDS and ORISUN_NATS_USER/ORISUN_NATS_TOKEN too); log in one way")
 	case c.token != "" && c.user != "":
 		return nil, errors.New("--token and --user exclude each other")
 	case c.user != "" && c.password == "":
@@ -85,6 +141,12 @@ func (c credFlags) options() ([]client.Option, error) {
 	if c.token != "" {
 		opts = append(opts, client.Token(c.token))
 	}
+	if c.creds != "" {
+		if _, err := os.Stat(c.creds); err != nil {
+			return nil, fmt.Errorf("--creds: %w", err)
+		}
+		opts = append(opts, client.NATSOptions(nats.UserCredentials(c.creds)))
+	}
 	if c.tlsCA != "" {
 		opts = append(opts, client.RootCAs(c.tlsCA))
 	}
@@ -94,89 +156,86 @@ func (c credFlags) options() ([]client.Option, error) {
 	return opts, nil
 }
 
-// newFlagSet returns the flag set of a client command with the flags every
-// one has.
-func newFlagSet(name string, stderr io.Writer, cf *clientFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := os.Getenv("ORISUN_URL")
-	if url == "" {
-		url = defaultURL
+// noArgs refuses any argument of a command that takes none.
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q: %s takes flags only", args[0], c.CommandPath())
 	}
-	fs.StringVar(&cf.server, "server", url, "NATS URL of the orisun node (env ORISUN_URL)")
-	fs.DurationVar(&cf.timeout, "timeout", requestTimeout, "timeout of each request")
-	fs.BoolVar(&cf.json, "json", false, "print JSON, one value per line")
-	addCredFlags(fs, &cf.creds)
-	return fs
+	return nil
 }
 
-// parse parses flags given before or after the positional arguments
-// (`orisun read default --after 5` and `orisun read --after 5 default`),
-// and returns the positional ones.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+// oneBoundary is the arguments of a command that names one boundary.
+func oneBoundary(c *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("name one boundary, e.g. %s default", c.CommandPath())
 	}
+	return nil
 }
 
-// The client sub-commands. Each parses its flags, checks what it can
-// before it connects, and talks to the node; the exit code is 2 for a
-// usage error, 1 for a failure.
+const clientNote = `
+The node is -s/--server, else $ORISUN_URL, else $NATS_URL, else ` + "nats://127.0.0.1:4222" + `.
+Events print one per line as "position type id time data"; --json prints
+the event JSON instead.`
 
-// appendCmd is `orisun append <boundary>`: one event from the flags, or
-// JSON lines from stdin, optionally under a condition.
-func appendCmd(args []string, stdout, stderr io.Writer) int {
+// appendCommand is `orisun append <boundary>`: one event from the flags,
+// or JSON lines from stdin, optionally under a condition.
+func appendCommand() *cobra.Command {
 	var (
 		cf clientFlags
 		af appendFlags
 	)
-	fs := newFlagSet("append", stderr, &cf)
-	af.add(fs)
-	boundary, code, ok := parseBoundary(fs, args, stderr)
-	if !ok {
-		return code
+	c := &cobra.Command{
+		Use:   "append <boundary>",
+		Short: "append events: one from flags, or JSON lines from stdin",
+		Long: `Appends events to a boundary: one given by --type and --data, or, without
+--type, one per line of standard input as JSON ({"type":…,"data":…}).
+
+With --if-none-after N the append is refused with a conflict (exit 4) if an
+event matching --query-types/--query-tags (any event, without them) is
+after position N: take N from the head orisun latest printed.
+
+Without --id the id is generated, so running the command twice appends
+twice; give --id (a UUID) to make a retry idempotent.
+` + clientNote,
+		Example: `  orisun append default --type order.placed --data '{"order":42}' --tags order:42
+  echo '{"type":"order.paid","data":{"order":42}}' | orisun append default
+  orisun append default --type order.cancelled --data '{"order":42}' --if-none-after 17 --query-tags order:42`,
+		Args: oneBoundary,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			af.conditional = cmd.Flags().Changed("if-none-after")
+			if !af.conditional && af.query.query() != nil {
+				return usageErr("--query-types/--query-tags make a condition and need --if-none-after N (the head orisun latest printed)")
+			}
+			if af.typ != "" && af.data == "" {
+				return usageErr(`--data is required with --type (a JSON value, e.g. --data '{"order":42}')`)
+			}
+			evs, err := af.events()
+			if err != nil {
+				return exit(exitUsage, err)
+			}
+			if err := checkJSON(evs); err != nil {
+				return err
+			}
+			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			res, err := s.c.Append(s.ctx, args[0], evs, af.condition())
+			if err != nil {
+				return fail(err, args[0])
+			}
+			if cf.json {
+				writeJSON(s.w, res)
+			} else {
+				fmt.Fprintf(s.w, "appended positions %d–%d (epoch %s)\n", res.First, res.Last, res.Epoch)
+			}
+			return nil
+		},
 	}
-	fs.Visit(func(f *flag.Flag) { af.conditional = af.conditional || f.Name == "if-none-after" })
-	if !af.conditional && af.query.query() != nil {
-		fmt.Fprintln(stderr, "orisun append: --query-types/--query-tags make a condition and need --if-none-after N (the head `orisun latest` printed)")
-		return 2
-	}
-	if af.typ != "" && af.data == "" {
-		fmt.Fprintln(stderr, "orisun append: --data is required with --type (a JSON value, e.g. --data '{\"order\":42}')")
-		return 2
-	}
-	s, code := cf.open("append", stdout, stderr)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	evs, err := af.events()
-	if err != nil {
-		fmt.Fprintf(stderr, "orisun append: %v\n", err)
-		return 2
-	}
-	if code, ok := checkJSON(evs, stderr); !ok {
-		return code
-	}
-	res, err := s.c.Append(s.ctx, boundary, evs, af.condition())
-	if err != nil {
-		return fail(stderr, "append", err)
-	}
-	if cf.json {
-		writeJSON(s.w, res)
-	} else {
-		fmt.Fprintf(s.w, "appended positions %d–%d (epoch %s)\n", res.First, res.Last, res.Epoch)
-	}
-	return 0
+	af.add(c.Flags())
+	addClientFlags(c, &cf)
+	return c
 }
 
 // appendFlags are the flags of `orisun append`: one event, and a condition.
@@ -188,13 +247,13 @@ type appendFlags struct {
 	conditional bool
 }
 
-func (af *appendFlags) add(fs *flag.FlagSet) {
+func (af *appendFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&af.typ, "type", "", "event type (without it, events are read as JSON lines from stdin)")
 	fs.StringVar(&af.data, "data", "", "event data, a JSON value")
 	fs.StringVar(&af.metadata, "metadata", "", "event metadata, a JSON value")
 	fs.StringVar(&af.tags, "tags", "", "comma-separated tags")
 	fs.StringVar(&af.id, "id", "", "event id (a UUID; default: generated, so a retry of this command appends again)")
-	fs.Uint64Var(&af.ifNoneAfter, "if-none-after", 0, "append only if no event matching --query-types/--query-tags is after this position (the head `orisun latest` printed)")
+	fs.Uint64Var(&af.ifNoneAfter, "if-none-after", 0, "append only if no event matching --query-types/--query-tags is after this position (the head that orisun latest printed)")
 	af.query.add(fs, "of the condition")
 }
 
@@ -228,190 +287,209 @@ func (af *appendFlags) condition() *event.Condition {
 
 // checkJSON refuses events whose data or metadata is not JSON, before
 // anything is sent, with a hint on how to quote it.
-func checkJSON(evs []event.Input, stderr io.Writer) (code int, ok bool) {
+func checkJSON(evs []event.Input) error {
 	for _, e := range evs {
 		if e.Data != nil && !json.Valid(e.Data) {
-			fmt.Fprintf(stderr, "orisun append: --data is not valid JSON (quote strings: --data '\"text\"')\n")
-			return 2, false
+			return usageErr(`--data is not valid JSON (quote strings: --data '"text"')`)
 		}
 		if e.Metadata != nil && !json.Valid(e.Metadata) {
-			fmt.Fprintf(stderr, "orisun append: --metadata is not valid JSON (e.g. --metadata '{\"by\":\"cli\"}')\n")
-			return 2, false
+			return usageErr(`--metadata is not valid JSON (e.g. --metadata '{"by":"cli"}')`)
 		}
 	}
-	return 0, true
+	return nil
 }
 
-// readCmd is `orisun read <boundary>`: one page of events.
-func readCmd(args []string, stdout, stderr io.Writer) int {
+// readCommand is `orisun read <boundary>`: one page of events.
+func readCommand() *cobra.Command {
 	var (
 		cf    clientFlags
 		after uint64
 		limit int
 		qf    queryFlags
 	)
-	fs := newFlagSet("read", stderr, &cf)
-	fs.Uint64Var(&after, "after", 0, "read events after this position")
-	fs.IntVar(&limit, "limit", readLimitDefault, fmt.Sprintf("most events to read (1–%d)", api.MaxReadLimit))
-	qf.add(fs, "to read (default: every event)")
-	boundary, code, ok := parseBoundary(fs, args, stderr)
-	if !ok {
-		return code
+	c := &cobra.Command{
+		Use:   "read <boundary>",
+		Short: "print a page of a boundary's events",
+		Long:  "Prints the events of a boundary after a position, at most --limit of them.\n" + clientNote,
+		Example: `  orisun read default --after 0 --limit 10
+  orisun read default --json
+  orisun read default --query-tags order:42`,
+		Args: oneBoundary,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			res, err := s.c.Read(s.ctx, args[0], after, limit, qf.query())
+			if err != nil {
+				return fail(err, args[0])
+			}
+			for i := range res.Events {
+				printEvent(s.w, &res.Events[i], cf.json)
+			}
+			return nil
+		},
 	}
-	s, code := cf.open("read", stdout, stderr)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	res, err := s.c.Read(s.ctx, boundary, after, limit, qf.query())
-	if err != nil {
-		return fail(stderr, "read", err)
-	}
-	for i := range res.Events {
-		printEvent(s.w, &res.Events[i], cf.json)
-	}
-	return 0
+	c.Flags().Uint64Var(&after, "after", 0, "read the events after this position")
+	c.Flags().IntVar(&limit, "limit", readLimitDefault, fmt.Sprintf("most events to read (1–%d)", api.MaxReadLimit))
+	qf.add(c.Flags(), "to read (default: every event)")
+	addClientFlags(c, &cf)
+	return c
 }
 
-// latestCmd is `orisun latest <boundary>`: the head and the latest matching
-// event, the context of a decision.
-func latestCmd(args []string, stdout, stderr io.Writer) int {
+// latestCommand is `orisun latest <boundary>`: the head and the latest
+// matching event, the context of a decision.
+func latestCommand() *cobra.Command {
 	var (
 		cf clientFlags
 		qf queryFlags
 	)
-	fs := newFlagSet("latest", stderr, &cf)
-	qf.add(fs, "to match (default: every event)")
-	boundary, code, ok := parseBoundary(fs, args, stderr)
-	if !ok {
-		return code
+	c := &cobra.Command{
+		Use:   "latest <boundary>",
+		Short: "print the head and the latest matching event: a decision's context",
+		Long: `Prints the boundary's head and its latest event matching the query: append
+with --if-none-after HEAD and the same query to act on what was seen.
+` + clientNote,
+		Example: `  orisun latest default --query-tags order:42`,
+		Args:    oneBoundary,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			l, err := s.c.ReadLatest(s.ctx, args[0], qf.query())
+			if err != nil {
+				return fail(err, args[0])
+			}
+			if cf.json {
+				writeJSON(s.w, l)
+				return nil
+			}
+			fmt.Fprintf(s.w, "head %d\tepoch %s\n", l.Head, l.Epoch)
+			if l.Event == nil {
+				fmt.Fprintln(s.w, "no matching event")
+			} else {
+				printEvent(s.w, l.Event, false)
+			}
+			return nil
+		},
 	}
-	s, code := cf.open("latest", stdout, stderr)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	l, err := s.c.ReadLatest(s.ctx, boundary, qf.query())
-	if err != nil {
-		return fail(stderr, "latest", err)
-	}
-	if cf.json {
-		writeJSON(s.w, l)
-		return 0
-	}
-	fmt.Fprintf(s.w, "head %d\tepoch %s\n", l.Head, l.Epoch)
-	if l.Event == nil {
-		fmt.Fprintln(s.w, "no matching event")
-	} else {
-		printEvent(s.w, l.Event, false)
-	}
-	return 0
+	qf.add(c.Flags(), "to match (default: every event)")
+	addClientFlags(c, &cf)
+	return c
 }
 
-// tailCmd is `orisun tail <boundary>`: catch up, then follow until SIGINT
-// or SIGTERM, one event per line.
-func tailCmd(args []string, stdout, stderr io.Writer) int {
+// tailCommand is `orisun tail <boundary>`: catch up, then follow until
+// SIGINT or SIGTERM, one event per line.
+func tailCommand() *cobra.Command {
 	var (
-		cf   clientFlags
-		from uint64
+		cf    clientFlags
+		after uint64
+		isNew bool
 	)
-	fs := newFlagSet("tail", stderr, &cf)
-	fs.Uint64Var(&from, "from", 0, "deliver events after this position, then follow")
-	boundary, code, ok := parseBoundary(fs, args, stderr)
-	if !ok {
-		return code
+	c := &cobra.Command{
+		Use:   "tail <boundary>",
+		Short: "print a boundary's events, then follow new ones until Ctrl-C",
+		Long: `Prints the events of a boundary after a position (every event, without
+--after), then follows it: each event appended later is printed as it comes,
+in order and once, until SIGINT (Ctrl-C) or SIGTERM. --new follows only the
+events appended from now on.
+` + clientNote,
+		Example: `  orisun tail default                # every event, then follow
+  orisun tail default --after 17     # from position 18 on
+  orisun tail default --new --json   # only new events, as JSON`,
+		Args: oneBoundary,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("from") {
+				fmt.Fprintln(cmd.ErrOrStderr(), "orisun tail: --from is deprecated; use --after, which means the same: the events after that position")
+			}
+			if isNew && (cmd.Flags().Changed("after") || cmd.Flags().Changed("from")) {
+				return usageErr("--new and --after exclude each other: --new starts after the head")
+			}
+			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			if isNew {
+				l, err := s.c.ReadLatest(s.ctx, args[0], nil)
+				if err != nil {
+					return fail(err, args[0])
+				}
+				after = l.Head
+			}
+			ctx, stop := signal.NotifyContext(s.ctx, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			err = s.c.Subscribe(ctx, args[0], after, func(_ context.Context, e event.Event) error {
+				printEvent(s.w, &e, cf.json)
+				// Each line is visible at once: tail is read by people and pipes.
+				return s.w.Flush()
+			}, client.SubscribeOptions{})
+			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fail(err, args[0])
+		},
 	}
-	s, code := cf.open("tail", stdout, stderr)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	ctx, stop := signal.NotifyContext(s.ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	err := s.c.Subscribe(ctx, boundary, from, func(_ context.Context, e event.Event) error {
-		printEvent(s.w, &e, cf.json)
-		// Each line is visible at once: tail is read by people and pipes.
-		return s.w.Flush()
-	}, client.SubscribeOptions{})
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return 0
-	}
-	return fail(stderr, "tail", err)
+	fs := c.Flags()
+	fs.Uint64Var(&after, "after", 0, "print the events after this position, then follow")
+	fs.BoolVar(&isNew, "new", false, "follow only the events appended from now on")
+	// --from was tail's name for --after; it meant "after" then too. It
+	// still works, hidden, and says so on stderr (cobra's own deprecation
+	// notice would go to the output, in the middle of the events).
+	fs.Uint64Var(&after, "from", 0, "the old name of --after")
+	_ = fs.MarkHidden("from")
+	addClientFlags(c, &cf)
+	return c
 }
 
-// boundariesCmd is `orisun boundaries`: list the boundaries, or create one.
-func boundariesCmd(args []string, stdout, stderr io.Writer) int {
+// boundariesCommand is `orisun boundaries`: list the boundaries, or create
+// one.
+func boundariesCommand() *cobra.Command {
 	var (
 		cf     clientFlags
 		create string
 	)
-	fs := newFlagSet("boundaries", stderr, &cf)
-	fs.StringVar(&create, "create", "", "create this boundary")
-	if code, ok := parseNone(fs, args, stderr); !ok {
-		return code
+	c := &cobra.Command{
+		Use:   "boundaries",
+		Short: "list the boundaries, or create one",
+		Long: `Lists the boundaries: name, head and epoch. --create NAME creates one
+(names match ^[a-z][a-z0-9_]{0,62}$); creating one that exists is no error.
+` + clientNote,
+		Example: `  orisun boundaries
+  orisun boundaries --create orders`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			var bs []event.Boundary
+			if create != "" {
+				b, err := s.c.CreateBoundary(s.ctx, create)
+				if err != nil {
+					return fail(err, create)
+				}
+				bs = []event.Boundary{b}
+			} else if bs, err = s.c.Boundaries(s.ctx); err != nil {
+				return fail(err, "")
+			}
+			for _, b := range bs {
+				if cf.json {
+					writeJSON(s.w, b)
+				} else {
+					fmt.Fprintf(s.w, "%s\thead %d\tepoch %s\n", b.Name, b.Head, b.Epoch)
+				}
+			}
+			return nil
+		},
 	}
-	s, code := cf.open("boundaries", stdout, stderr)
-	if s == nil {
-		return code
-	}
-	defer s.close()
-	var (
-		bs  []event.Boundary
-		err error
-	)
-	if create != "" {
-		b, err := s.c.CreateBoundary(s.ctx, create)
-		if err != nil {
-			return fail(stderr, "boundaries", err)
-		}
-		bs = []event.Boundary{b}
-	} else if bs, err = s.c.Boundaries(s.ctx); err != nil {
-		return fail(stderr, "boundaries", err)
-	}
-	for _, b := range bs {
-		if cf.json {
-			writeJSON(s.w, b)
-		} else {
-			fmt.Fprintf(s.w, "%s\thead %d\tepoch %s\n", b.Name, b.Head, b.Epoch)
-		}
-	}
-	return 0
-}
-
-// parseBoundary parses a command that names one boundary, the one
-// positional argument. When ok is false the command ends with code: 0
-// for --help, 2 for a usage error (the flag package or this function
-// has said what is wrong).
-// parseNone parses a command that takes flags only: ok is false when the
-// command is done, with code (0 for --help, 2 for a usage error).
-func parseNone(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
-	pos, err := parse(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0, false
-	}
-	if err != nil {
-		return 2, false
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "orisun %s: unexpected argument %q\n", fs.Name(), pos[0])
-		return 2, false
-	}
-	return 0, true
-}
-
-func parseBoundary(fs *flag.FlagSet, args []string, stderr io.Writer) (boundary string, code int, ok bool) {
-	pos, err := parse(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return "", 0, false
-	}
-	if err != nil {
-		return "", 2, false
-	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "orisun %s: name one boundary, e.g. orisun %s default\n", fs.Name(), fs.Name())
-		return "", 2, false
-	}
-	return pos[0], 0, true
+	c.Flags().StringVar(&create, "create", "", "create this boundary")
+	addClientFlags(c, &cf)
+	return c
 }
 
 // session is a client command's connection to the node and its buffered
@@ -422,21 +500,28 @@ type session struct {
 	w   *bufio.Writer
 }
 
-// open connects as the flags say. On failure it says why and returns nil
-// and the exit code: 2 for bad credential flags, 1 when the node cannot be
-// reached.
-func (cf *clientFlags) open(cmd string, stdout, stderr io.Writer) (*session, int) {
+// open connects as the flags say: a usage error for bad credential flags,
+// unavailable when the node cannot be reached.
+func (cf *clientFlags) open(name string, stdout io.Writer) (*session, error) {
 	copts, err := cf.creds.options()
 	if err != nil {
-		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
-		return nil, 2
+		return nil, exit(exitUsage, err)
 	}
-	c, err := client.Connect(cf.server, append(copts, client.Name("orisun-cli"), client.Timeout(cf.timeout))...)
+	url := cf.url()
+	c, err := client.Connect(url, append(copts, client.Name(name), client.Timeout(cf.timeout))...)
 	if err != nil {
-		fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
-		return nil, 1
+		return nil, connectError(err)
 	}
-	return &session{ctx: context.Background(), c: c, w: bufio.NewWriter(stdout)}, 0
+	return &session{ctx: context.Background(), c: c, w: bufio.NewWriter(stdout)}, nil
+}
+
+// connectError is a failed connect: refused credentials are a failure
+// with the ways to log in; anything else means the node is unavailable.
+func connectError(err error) error {
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return exit(exitFailure, fmt.Errorf("%w\nlog in with --user and --password, --token or --creds (or ORISUN_NATS_USER and ORISUN_NATS_PASSWORD, ORISUN_NATS_TOKEN, NATS_CREDS)", err))
+	}
+	return exit(exitUnavailable, fmt.Errorf("%w\nis orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", err))
 }
 
 // close writes out what is buffered and closes the connection.
@@ -449,7 +534,7 @@ func (s *session) close() {
 type queryFlags struct{ types, tags string }
 
 // add adds the flags; what says what the query selects.
-func (q *queryFlags) add(fs *flag.FlagSet, what string) {
+func (q *queryFlags) add(fs *pflag.FlagSet, what string) {
 	fs.StringVar(&q.types, "query-types", "", "comma-separated event types "+what+" (any of them)")
 	fs.StringVar(&q.tags, "query-tags", "", "comma-separated tags "+what+" (all of them)")
 }
@@ -509,11 +594,28 @@ func writeJSON(w io.Writer, v any) {
 	w.Write(append(b, '\n'))
 }
 
-// fail prints an error with its API code and returns the exit code 1.
-func fail(stderr io.Writer, cmd string, err error) int {
-	fmt.Fprintf(stderr, "orisun %s: %v\n", cmd, err)
-	if api.CodeOf(err) == api.CodeUnavailable {
-		fmt.Fprintln(stderr, "is orisun running there? set --server or ORISUN_URL")
+// fail turns a failed request into the exit status of its code and one
+// message: the API's code and message ("conflict: …"), without the
+// client's wrapping, and what to do where that is clear. boundary is the
+// one the command named ("" for none).
+func fail(err error, boundary string) error {
+	code := api.CodeOf(err)
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) {
+		err = apiErr
 	}
-	return 1
+	switch code {
+	case api.CodeConflict:
+		return exit(exitConflict, err)
+	case api.CodeInvalid, api.CodeTooLarge:
+		return exit(exitInvalid, err)
+	case api.CodeNotFound:
+		if boundary != "" && strings.Contains(err.Error(), "does not exist") {
+			err = fmt.Errorf("%w\ncreate it with: orisun boundaries --create %s", err, boundary)
+		}
+		return exit(exitNotFound, err)
+	case api.CodeUnavailable:
+		return exit(exitUnavailable, fmt.Errorf("%w\nis orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", err))
+	}
+	return exit(exitFailure, err)
 }

@@ -96,8 +96,9 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 	}
 	code, _, errs = cli(t, "", "append", "default", "--type", "order.cancelled", "--data", `{"order":1}`, "--tags", "order:1",
 		"--if-none-after", "1", "--query-tags", "order:1")
-	if code != 1 || !strings.Contains(errs, "conflict") || !strings.Contains(errs, "4") {
-		t.Fatalf("append with a failing condition: %d %q", code, errs)
+	if code != exitConflict || !strings.Contains(errs, "orisun append: conflict: ") || !strings.Contains(errs, "position 4") ||
+		strings.Count(errs, "conflict") != 1 || strings.Contains(errs, "sqlite") || strings.Contains(errs, "append to") {
+		t.Fatalf("append with a failing condition: %d %q; want exit 4 and one conflict: prefix, no store or operation", code, errs)
 	}
 	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "1", "--query-tags", "order:1")
 	if code != 2 || !strings.Contains(errs, "--if-none-after") {
@@ -109,8 +110,13 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 	}
 	// No query: any event after the position fails the condition.
 	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "1", "--if-none-after", "3")
-	if code != 1 || !strings.Contains(errs, "conflict") {
+	if code != exitConflict || !strings.Contains(errs, "conflict") {
 		t.Fatalf("--if-none-after 3 without a query on a head of 4: %d %q", code, errs)
+	}
+	// The same id with other content: a conflict too, said once.
+	code, _, errs = cli(t, "", "append", "default", "--type", "order.placed", "--data", `{"order":2}`, "--id", "0190b0a0-0000-7000-8000-00000000000a")
+	if code != exitConflict || errs != "orisun append: conflict: events[0].id 0190b0a0-0000-7000-8000-00000000000a is already stored at position 1 with other content\n" {
+		t.Fatalf("an id stored with other content: %d %q", code, errs)
 	}
 
 	code, out, _ = cli(t, "", "boundaries", "--create", "late")
@@ -127,13 +133,19 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 		t.Fatalf("status: %d %v %q", code, err, out)
 	}
 
-	// Errors: the API's message, exit code 1; usage errors exit 2.
+	// Errors: the API's code and message, once, with the exit status of
+	// the code; usage errors exit 2.
 	code, _, errs = cli(t, "", "read", "default", "--limit", "20000")
-	if code != 1 || !strings.Contains(errs, "limit: 20000 is above the maximum 10000") {
+	if code != exitInvalid || errs != "orisun read: invalid: limit: 20000 is above the maximum 10000\n" {
 		t.Fatalf("read --limit 20000: %d %q", code, errs)
 	}
+	code, _, errs = cli(t, "", "append", "default", "--type", "bad type", "--data", "1")
+	if code != exitInvalid || !strings.HasPrefix(errs, `orisun append: invalid: events[0]: type: type "bad type": byte 3`) {
+		t.Fatalf("append a bad type: %d %q", code, errs)
+	}
 	code, _, errs = cli(t, "", "append", "nosuch", "--type", "a", "--data", "1")
-	if code != 1 || !strings.Contains(errs, "not_found") {
+	if code != exitNotFound || !strings.Contains(errs, `not_found: boundary "nosuch" does not exist`) ||
+		!strings.Contains(errs, "orisun boundaries --create nosuch") || strings.Contains(errs, "sqlite") {
 		t.Fatalf("append to nosuch: %d %q", code, errs)
 	}
 	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "not json")
@@ -153,13 +165,13 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 		t.Fatalf("read without boundary: %d %q", code, errs)
 	}
 	code, _, errs = cli(t, "", "read", "default", "--server", "nats://127.0.0.1:1")
-	if code != 1 || !strings.Contains(errs, "connect") {
+	if code != exitUnavailable || !strings.Contains(errs, "connect") || !strings.Contains(errs, "is orisun running there?") {
 		t.Fatalf("read from nowhere: %d %q", code, errs)
 	}
 }
 
 // TestCLITail runs `orisun tail` as a process: it prints the events after
-// --from, then the ones appended while it follows, one per line, in order
+// --after, then the ones appended while it follows, one per line, in order
 // (I5), and exits 0 on SIGINT.
 func TestCLITail(t *testing.T) {
 	url := serveNode(t)
@@ -169,7 +181,7 @@ func TestCLITail(t *testing.T) {
 		}
 	}
 	bin := testutil.OrisunBinary(t)
-	cmd := exec.Command(bin, "tail", "default", "--from", "1", "--json")
+	cmd := exec.Command(bin, "tail", "default", "--after", "1", "--json")
 	cmd.Env = append(os.Environ(), "ORISUN_URL="+url)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -243,9 +255,19 @@ func TestCLIWithAuth(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "a.b") {
 		t.Fatalf("read with ORISUN_NATS_TOKEN: exit %d, %q %q", code, out, errs)
 	}
+	// A credential flag replaces the credentials of the environment:
+	// --user does not meet ORISUN_NATS_TOKEN, and needs its password.
 	code, _, errs = cli(t, "", "read", "default", "--server", url, "--user", "u")
+	if code != 2 || !strings.Contains(errs, "--user needs --password") {
+		t.Fatalf("--user with ORISUN_NATS_TOKEN set: exit %d, %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "read", "default", "--server", url, "--user", "u", "--token", "t")
 	if code != 2 || !strings.Contains(errs, "--token and --user") {
-		t.Fatalf("--user with a token: exit %d, %q", code, errs)
+		t.Fatalf("--user with --token: exit %d, %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "read", "default", "--server", url, "--token", "wrong")
+	if code != exitFailure || !strings.Contains(errs, "log in with --user and --password, --token or --creds") {
+		t.Fatalf("a wrong token: exit %d, %q; want 1 and the ways to log in", code, errs)
 	}
 	code, _, errs = cli(t, "", "append", "default", "--server", url, "--type", "a.b")
 	if code != 2 || !strings.Contains(errs, "--data is required") {

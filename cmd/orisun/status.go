@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/client"
@@ -49,63 +49,65 @@ func (w *waitFlag) Set(s string) error {
 	return nil
 }
 
-// IsBoolFlag lets --wait-settled stand alone.
-func (w *waitFlag) IsBoolFlag() bool { return true }
+// Type names the flag's value in help.
+func (w *waitFlag) Type() string { return "timeout" }
 
-// Exit codes of orisun status.
+// Exit codes of orisun status (exitText lists them with the others').
 const (
-	exitSettled    = 0 // read (with --wait-settled: settled)
-	exitNotSettled = 1 // --wait-settled: the timeout passed first
-	exitUsage      = 2
-	exitUnreadable = 3 // the status could not be read at all
+	exitNotSettled = exitFailure     // --wait-settled: the timeout passed first
+	exitUnreadable = exitUnavailable // the status could not be read at all
 )
 
-// statusCmd is `orisun status`: the status of a running node, from its HTTP
-// listener (or over NATS with --server), for people (a table) or scripts
-// (--json, --wait-settled).
-func statusCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("http", envOr("ORISUN_HTTP_ADDR", orisun.HTTPAddrDefault), "address of the node's status listener (ORISUN_HTTP_ADDR)")
-	server := fs.String("server", "", "read the status over NATS from this URL instead (the orisun.api.status endpoint)")
-	asJSON := fs.Bool("json", false, "print the status document as JSON")
-	var creds credFlags
-	addCredFlags(fs, &creds)
+// statusCommand is `orisun status`: the status of a running node, from its
+// HTTP listener (or over NATS with --server), for people (a table) or
+// scripts (--json, --wait-settled).
+func statusCommand() *cobra.Command {
+	var (
+		addr, server string
+		asJSON       bool
+		creds        credFlags
+	)
 	wait := &waitFlag{timeout: time.Minute}
-	fs.Var(wait, "wait-settled", "wait until every boundary's published position equals its head; `=timeout` (default 1m)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: orisun status [--http host:port | --server nats://host:port] [--json] [--wait-settled[=timeout]]
-
-Prints the status of a running orisun node: per boundary its head, what is
-published, the lag, the publisher's state and why.
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "print a node's status: per boundary its head, what is published, the lag and why",
+		Long: `Prints the status of a running orisun node: per boundary its head, what is
+published, the lag, the publisher's state and why (docs/operations.md).
+It reads the node's status listener (--http, else $ORISUN_HTTP_ADDR, else
+` + orisun.HTTPAddrDefault + `), or the status over NATS with -s/--server.
 
 Exit status: 0 when the status was read (with --wait-settled: once settled);
 1 with --wait-settled when the timeout passed first (the reason is printed);
-2 for bad flags; 3 when the status could not be read at all.
-
-Flags:
-`)
-		fs.PrintDefaults()
+2 for bad flags; 3 when the status could not be read at all.`,
+		Example: `  orisun status
+  orisun status --json
+  orisun status --wait-settled 2m      # exit 0 once every committed event is published
+  orisun status -s nats://127.0.0.1:4222`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("http") {
+				addr = envOr("ORISUN_HTTP_ADDR", orisun.HTTPAddrDefault)
+			}
+			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			r, err := newStatusReader(server, addr, &creds)
+			if err != nil {
+				return err
+			}
+			defer r.close()
+			if !wait.on {
+				return r.printOnce(asJSON, stdout)
+			}
+			return r.waitSettled(wait.timeout, asJSON, stdout, stderr)
+		},
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitSettled
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orisun status: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	r, code := newStatusReader(*server, *addr, creds, stderr)
-	if r == nil {
-		return code
-	}
-	defer r.close()
-	if !wait.on {
-		return r.printOnce(*asJSON, stdout, stderr)
-	}
-	return r.waitSettled(wait.timeout, *asJSON, stdout, stderr)
+	fs := c.Flags()
+	fs.StringVar(&addr, "http", "", "address of the node's status listener (default: $ORISUN_HTTP_ADDR, else "+orisun.HTTPAddrDefault+")")
+	fs.StringVarP(&server, "server", "s", "", "read the status over NATS from this URL instead (the orisun.api.status endpoint)")
+	fs.BoolVar(&asJSON, "json", false, "print the status document as JSON")
+	addCredFlags(fs, &creds)
+	fs.Var(wait, "wait-settled", "wait until every boundary's published position equals its head, at most this long")
+	fs.Lookup("wait-settled").NoOptDefVal = "1m"
+	return c
 }
 
 // statusReader reads a node's status over NATS (c) or from its status
@@ -117,27 +119,23 @@ type statusReader struct {
 }
 
 // newStatusReader connects to the NATS URL server, or, without one, reads
-// the listener at addr. On failure it says why and returns nil and the exit
-// code.
-func newStatusReader(server, addr string, creds credFlags, stderr io.Writer) (*statusReader, int) {
+// the listener at addr.
+func newStatusReader(server, addr string, creds *credFlags) (*statusReader, error) {
 	if server != "" {
 		copts, err := creds.options()
 		if err != nil {
-			fmt.Fprintf(stderr, "orisun status: %v\n", err)
-			return nil, exitUsage
+			return nil, exit(exitUsage, err)
 		}
 		c, err := client.Connect(server, append(copts, client.Name("orisun-status"), client.Timeout(requestTimeout))...)
 		if err != nil {
-			fmt.Fprintf(stderr, "orisun status: %v\n", err)
-			return nil, exitUnreadable
+			return nil, exit(exitUnreadable, err)
 		}
-		return &statusReader{c: c}, 0
+		return &statusReader{c: c}, nil
 	}
 	if strings.EqualFold(addr, "off") || addr == "" {
-		fmt.Fprintln(stderr, "orisun status: the status listener is off (ORISUN_HTTP_ADDR=off); give --http host:port, or --server to read the status over NATS")
-		return nil, exitUsage
+		return nil, usageErr("the status listener is off (ORISUN_HTTP_ADDR=off); give --http host:port, or -s/--server to read the status over NATS")
 	}
-	return &statusReader{hc: &http.Client{}, url: statusURL(addr)}, 0
+	return &statusReader{hc: &http.Client{}, url: statusURL(addr)}, nil
 }
 
 func (r *statusReader) read(ctx context.Context) (orisun.Status, error) {
@@ -154,21 +152,20 @@ func (r *statusReader) close() {
 }
 
 // printOnce reads the status once and prints it.
-func (r *statusReader) printOnce(asJSON bool, stdout, stderr io.Writer) int {
+func (r *statusReader) printOnce(asJSON bool, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	st, err := r.read(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "orisun status: %v\n", err)
-		return exitUnreadable
+		return exit(exitUnreadable, err)
 	}
 	printStatus(stdout, st, asJSON)
-	return exitSettled
+	return nil
 }
 
 // waitSettled reads the status until it is settled or timeout passes, and
 // prints the last one read; when it never settled it says why.
-func (r *statusReader) waitSettled(timeout time.Duration, asJSON bool, stdout, stderr io.Writer) int {
+func (r *statusReader) waitSettled(timeout time.Duration, asJSON bool, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var (
@@ -187,7 +184,7 @@ func (r *statusReader) waitSettled(timeout time.Duration, asJSON bool, stdout, s
 			st, read, lastErr = cur, true, nil
 			if st.Settled {
 				printStatus(stdout, st, asJSON)
-				return exitSettled
+				return nil
 			}
 		} else if ctx.Err() == nil || !read {
 			lastErr = err
@@ -195,12 +192,11 @@ func (r *statusReader) waitSettled(timeout time.Duration, asJSON bool, stdout, s
 		select {
 		case <-ctx.Done():
 			if !read {
-				fmt.Fprintf(stderr, "orisun status: could not read the status within %s: %v\n", timeout, lastErr)
-				return exitUnreadable
+				return exit(exitUnreadable, fmt.Errorf("could not read the status within %s: %v", timeout, lastErr))
 			}
 			fmt.Fprintf(stderr, "orisun status: not settled after %s: %s\n", timeout, unsettledReason(st, lastErr))
 			printStatus(stdout, st, asJSON)
-			return exitNotSettled
+			return exit(exitNotSettled, nil)
 		case <-tick.C:
 		}
 	}

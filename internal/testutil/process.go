@@ -31,6 +31,8 @@ type Command struct {
 	// KeepLines bounds the output kept to its last KeepLines lines (0: all
 	// of it), for a process that logs much for long.
 	KeepLines int
+	// Dir is the working directory; the test binary's when empty.
+	Dir string
 }
 
 // stopGrace is how long the cleanup of StartProcess waits for a process
@@ -76,6 +78,7 @@ func StartProcess(t testing.TB, c Command) *Process {
 	p := &Process{Name: name, Cmd: exec.Command(c.Path, c.Args...), done: make(chan struct{}),
 		keep: c.KeepLines, grew: make(chan struct{})}
 	p.Cmd.Env = append(childEnv(), c.Env...)
+	p.Cmd.Dir = c.Dir
 	dieWithParent(p.Cmd)
 	// One pipe for both streams: the lines stay in the order written.
 	r, w, err := os.Pipe()

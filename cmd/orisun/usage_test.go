@@ -1,0 +1,357 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testutil"
+)
+
+// TestHelpStartsNothing: help of every form, for serve too, prints the
+// command's own help and exits 0 without starting anything: the real
+// binary, in an empty directory, must end by itself and leave no ./data
+// (issue 18: `orisun serve --help` started a server and created ./data).
+func TestHelpStartsNothing(t *testing.T) {
+	bin := testutil.OrisunBinary(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--help"}, "Usage:\n  orisun serve"},
+		{[]string{"serve", "-h"}, "Usage:\n  orisun serve"},
+		{[]string{"help", "serve"}, "Usage:\n  orisun serve"},
+		{[]string{"--help"}, "Usage:\n  orisun [flags]"},
+		{[]string{"help"}, "Usage:\n  orisun [flags]"},
+		{[]string{"append", "--help"}, "Usage:\n  orisun append <boundary> [flags]"},
+		{[]string{"help", "append"}, "Usage:\n  orisun append <boundary> [flags]"},
+		{[]string{"status", "--help"}, "Usage:\n  orisun status [flags]"},
+		{[]string{"bench", "--help"}, "Usage:\n  orisun bench [flags]"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, c.args...)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "ORISUN_NATS_PORT=-1", "ORISUN_HTTP_ADDR=off")
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("orisun %v: %v (a server that started is killed at 20 s); stderr %q", c.args, err, errb.String())
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+				t.Fatalf("orisun %v left %v in its directory", c.args, entries)
+			}
+			if !strings.Contains(out.String(), c.want) {
+				t.Fatalf("orisun %v printed %q; want the help of that command (%q)", c.args, out.String(), c.want)
+			}
+		})
+	}
+	// append's help is GNU style, each flag with its value's kind, and
+	// no line of Go's flag package.
+	_, help, _ := cliRun(t, "append", "--help")
+	for _, want := range []string{"--if-none-after uint", "--type string", "-s, --server string", "--creds string", "Examples:"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("orisun append --help lacks %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, "\n  -if-none-after") || strings.Contains(help, "Usage of append") {
+		t.Errorf("orisun append --help is the flag package's:\n%s", help)
+	}
+}
+
+// cliRun runs the command in process without stdin.
+func cliRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return cli(t, "", args...)
+}
+
+// TestUsageErrors: an unknown command or flag, a flag's bad value and a
+// stray argument exit 2 (usage), say what is wrong, and offer the closest
+// command or flag.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"raed", "default"}, []string{`unknown command "raed"`, "Did you mean this?", "read"}},
+		{[]string{"frobnicate"}, []string{`unknown command "frobnicate"`, "Run 'orisun --help' for usage."}},
+		{[]string{"read", "default", "--afer", "3"}, []string{"unknown flag: --afer; did you mean --after?", "Run 'orisun read --help'"}},
+		{[]string{"status", "--wait-setled"}, []string{"did you mean --wait-settled?"}},
+		{[]string{"read", "default", "--limit", "many"}, []string{`invalid argument "many" for "--limit"`}},
+		{[]string{"read"}, []string{"name one boundary, e.g. orisun read default"}},
+		{[]string{"serve", "now"}, []string{`unexpected argument "now": orisun serve takes flags only`}},
+		{[]string{"status", "--wait-settled", "soon"}, []string{`unexpected argument "soon"`}},
+		{[]string{"tail", "default", "--new", "--after", "3"}, []string{"--new and --after exclude each other"}},
+		{[]string{"read", "default", "--creds", "/nonexistent/user.creds"}, []string{"--creds: stat /nonexistent/user.creds"}},
+	} {
+		code, _, errs := cliRun(t, c.args...)
+		if code != exitUsage {
+			t.Errorf("orisun %v: exit %d, want %d (usage); stderr %q", c.args, code, exitUsage, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errs, w) {
+				t.Errorf("orisun %v: stderr %q lacks %q", c.args, errs, w)
+			}
+		}
+	}
+}
+
+// TestNormalizeArgs: an optional value given as the next argument is
+// joined to its flag when it reads as one (--wait-settled 2m), and left
+// alone otherwise; a long flag with one dash, as Go's flag package took
+// it, gets its second.
+func TestNormalizeArgs(t *testing.T) {
+	for in, want := range map[string]string{
+		"status --wait-settled 2m --json": "status --wait-settled=2m --json",
+		"status --wait-settled --json":    "status --wait-settled --json",
+		"status --wait-settled=30s":       "status --wait-settled=30s",
+		"status --wait-settled":           "status --wait-settled",
+		"status --wait-settled soon":      "status --wait-settled soon",
+		"status -- --wait-settled 2m":     "status -- --wait-settled 2m",
+		"status -wait-settled 2m":         "status --wait-settled=2m",
+		"read default -server nats://x":   "read default --server nats://x",
+		"read default -limit=3 -s u -h":   "read default --limit=3 -s u -h",
+		"read default -nosuch":            "read default -nosuch",
+	} {
+		if got := strings.Join(normalizeArgs(strings.Fields(in), longFlags(newRoot(io.Discard, io.Discard))), " "); got != want {
+			t.Errorf("normalizeArgs(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestFlagForms: against a running node, --flag value, --flag=value,
+// the nats CLI's -s and NATS_URL, and tail's --new.
+func TestFlagForms(t *testing.T) {
+	url := serveNode(t)
+	for i := range 3 {
+		if code, _, errs := cli(t, "", "append", "default", "-s", url, "--type=a", "--data", strconv.Itoa(i)); code != 0 {
+			t.Fatalf("append with -s and --type=a: %d %q", code, errs)
+		}
+	}
+	t.Setenv("ORISUN_URL", "")
+	t.Setenv("NATS_URL", url)
+	for _, args := range [][]string{{"--limit", "2"}, {"--limit=2"}} {
+		code, out, errs := cli(t, "", append([]string{"read", "default"}, args...)...)
+		if code != 0 || strings.Count(out, "\n") != 2 {
+			t.Fatalf("read %v through NATS_URL: %d %q %q; want two events", args, code, out, errs)
+		}
+	}
+	code, out, errs := cli(t, "", "read", "default", "--after=2", "--json")
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"position":3`) {
+		t.Fatalf("read --after=2: %d %q %q", code, out, errs)
+	}
+	code, out, _ = cli(t, "", "latest", "default")
+	if code != 0 || !strings.HasPrefix(out, "head 3\t") {
+		t.Fatalf("latest: %d %q", code, out)
+	}
+}
+
+// TestTailNewAndFrom: tail --new prints only what is appended after it
+// started; the old --from still works as --after and says on stderr that
+// it is deprecated, never in the output.
+func TestTailNewAndFrom(t *testing.T) {
+	url := serveNode(t)
+	for range 2 {
+		if code, _, errs := cli(t, "", "append", "default", "-s", url, "--type", "old", "--data", "1"); code != 0 {
+			t.Fatal(errs)
+		}
+	}
+	bin := testutil.OrisunBinary(t)
+	// --new: only events appended after tail read the head. Appends go on
+	// until one is printed, so none need to wait for tail to be ready.
+	p := testutil.StartProcess(t, testutil.Command{Name: "tail", Path: bin, Args: []string{"tail", "default", "-s", url, "--new"}})
+	testutil.Eventually(t, "tail --new prints an event appended after it started", lineWait, 200*time.Millisecond, func() bool {
+		if code, _, errs := cli(t, "", "append", "default", "-s", url, "--type", "new", "--data", "2"); code != 0 {
+			t.Fatal(errs)
+		}
+		return p.Logged("\tnew\t")
+	})
+	if p.Logged("\told\t") {
+		t.Errorf("tail --new printed an old event: %q", p.Lines())
+	}
+	p.Stop(5 * time.Second)
+
+	// --from 1: the events after 1, as --after 1.
+	p = testutil.StartProcess(t, testutil.Command{Name: "tail", Path: bin, Args: []string{"tail", "default", "-s", url, "--from", "1"}})
+	first := p.WaitLine(t, "\t", lineWait)
+	if !strings.HasPrefix(first, "2\told\t") {
+		t.Errorf("tail --from 1 printed %q first, want position 2", first)
+	}
+	if !p.Logged("--from is deprecated; use --after") {
+		t.Errorf("tail --from gave no deprecation notice: %q", p.Lines())
+	}
+	p.Stop(5 * time.Second)
+}
+
+// TestVersion: without -ldflags the version comes from the build info,
+// never a fixed "dev"; with it, it is what was set.
+func TestVersion(t *testing.T) {
+	if v := versionString(); v == "" || v == "dev" {
+		t.Fatalf("version %q without -ldflags", v)
+	}
+	defer func(v string) { version = v }(version)
+	version = "v9.8.7"
+	code, out, _ := cliRun(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "orisun v9.8.7 (go1.") {
+		t.Fatalf("orisun version: %d %q", code, out)
+	}
+	if _, out, _ := cliRun(t, "--version"); out != "orisun v9.8.7\n" {
+		t.Fatalf("orisun --version: %q", out)
+	}
+}
+
+// TestEnvCommand: orisun env lists every variable of the configuration
+// with its default and meaning, from the one source (orisun.Variables),
+// marks the ones set here without showing a secret, and names the ORISUN_*
+// variables it does not know.
+func TestEnvCommand(t *testing.T) {
+	t.Setenv("ORISUN_NATS_PASSWORD", "hunter2-secret")
+	t.Setenv("ORISUN_LOG_LEVEL", "debug")
+	t.Setenv("ORISUN_BACKNED", "postgres")
+	code, out, errs := cliRun(t, "env")
+	if code != 0 {
+		t.Fatalf("orisun env: %d %q", code, errs)
+	}
+	for _, v := range orisun.Variables() {
+		if !strings.Contains(out, "\n"+v.Name+"="+v.Default+"\n") {
+			t.Errorf("orisun env lacks the line %s=%s", v.Name, v.Default)
+		}
+		if words := strings.Fields(v.Meaning); len(words) > 3 && !strings.Contains(out, strings.Join(words[:3], " ")) {
+			t.Errorf("orisun env lacks the meaning of %s (%q…)", v.Name, strings.Join(words[:3], " "))
+		}
+	}
+	if !strings.Contains(out, "Set here: debug") || strings.Contains(out, "hunter2") || !strings.Contains(out, "Set here: (not shown)") {
+		t.Errorf("orisun env shows the set variables wrong:\n%s", out)
+	}
+	if !strings.Contains(out, "ORISUN_BACKNED is not a variable of orisun and is ignored; did you mean ORISUN_BACKEND?") {
+		t.Errorf("orisun env does not name ORISUN_BACKNED:\n%s", out)
+	}
+}
+
+// TestUnknownVariables: an ORISUN_* variable orisun does not read is named
+// with the closest one it knows (a transposition or a letter off); the
+// test suite's and the fault build's variables and the client's
+// ORISUN_URL are known.
+func TestUnknownVariables(t *testing.T) {
+	got := unknownVariables([]string{
+		"ORISUN_BACKNED=postgres", "ORISUN_NATS_PROT=4223", "ORISUN_COMPLETELY_DIFFERENT_THING=1",
+		"ORISUN_BACKEND=sqlite", "ORISUN_URL=nats://x:4222", "ORISUN_TEST_PG_URL=postgres://", "ORISUN_FAULT_PROC=a",
+		"PATH=/bin", "NATS_URL=nats://x",
+	})
+	want := []unknown{{"ORISUN_BACKNED", "ORISUN_BACKEND"}, {"ORISUN_NATS_PROT", "ORISUN_NATS_PORT"}, {"ORISUN_COMPLETELY_DIFFERENT_THING", ""}}
+	if len(got) != len(want) {
+		t.Fatalf("unknownVariables: %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("unknown %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestServeWarnsOfUnknownVariable: a misspelt variable is a warning at
+// start that names the closest known one; the node starts (on its
+// default) so that a rollback never fails on a newer release's variable.
+func TestServeWarnsOfUnknownVariable(t *testing.T) {
+	p := start(t, t.TempDir(), "ORISUN_BACKNED=postgres")
+	line := p.WaitLine(t, "ORISUN_BACKNED", lineWait)
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "did you mean ORISUN_BACKEND?") {
+		t.Fatalf("warning %q: want level WARN and the closest variable", line)
+	}
+	p.WaitLine(t, "orisun started", lineWait)
+}
+
+// TestConfigParseErrors: a value that is not of its variable's kind is
+// refused with the variable, the value, what is allowed and the fix, in
+// one voice with Validate's messages, every problem at once, and never
+// envconfig's raw error (issue 18: "envconfig.Process: assigning
+// ORISUN_NATS_PORT to NATSPort: converting 'abc' to type int…").
+func TestConfigParseErrors(t *testing.T) {
+	t.Setenv("ORISUN_NATS_PORT", "abc")
+	t.Setenv("ORISUN_POLL_INTERVAL", "soon")
+	t.Setenv("ORISUN_NATS_DISABLE_MSG_ID", "maybe")
+	t.Setenv("ORISUN_PUBLISH_BATCH", "0")
+	_, err := loadConfig()
+	if err == nil {
+		t.Fatal("loadConfig accepted the bad values")
+	}
+	for _, want := range []string{
+		`ORISUN_NATS_PORT: "abc" is not a whole number; set a whole number, or unset it for the default, 4222`,
+		`ORISUN_POLL_INTERVAL: "soon" is not a duration; set a number with a unit such as 500ms, 30s, 5m or 1h, or unset it for the default, 1s`,
+		`ORISUN_NATS_DISABLE_MSG_ID: "maybe" is not true or false; set true or false, or unset it for the default, false`,
+		`ORISUN_PUBLISH_BATCH: 0 is outside 1–100000`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "envconfig") || strings.Contains(err.Error(), "strconv") {
+		t.Errorf("the error is envconfig's: %v", err)
+	}
+	// As serve says it: each problem on a line of its own, exit 2.
+	code, _, errs := cliRun(t, "serve")
+	if code != exitUsage || !strings.HasPrefix(errs, "orisun: ORISUN_NATS_PORT: ") || strings.Count(errs, "\norisun: ORISUN_") != 3 ||
+		!strings.Contains(errs, "orisun env lists every variable") {
+		t.Fatalf("orisun serve: exit %d, %q", code, errs)
+	}
+}
+
+// TestStartErrorsNameTheVariable: a NATS port in use, a status listener's
+// port in use and a data directory that cannot be made are named by their
+// variable, once (issue 18: the
+// port was logged twice, as the NATS server's error and as orisun's, and
+// named no variable).
+func TestStartErrorsNameTheVariable(t *testing.T) {
+	port := testutil.TakenPort(t)
+	p := start(t, t.TempDir(), "ORISUN_NATS_PORT="+strconv.Itoa(port))
+	line := p.WaitLine(t, "start failed", lineWait)
+	if code := p.Wait().ExitCode(); code != exitFailure {
+		t.Errorf("exit %d with the NATS port in use, want %d", code, exitFailure)
+	}
+	if !strings.Contains(line, "ORISUN_NATS_PORT: cannot listen for NATS clients on 127.0.0.1:"+strconv.Itoa(port)) ||
+		!strings.Contains(line, "set ORISUN_NATS_PORT to a free port") {
+		t.Errorf("start failed with %q; want ORISUN_NATS_PORT, the address and the way out", line)
+	}
+	n := 0
+	for _, l := range p.Lines() {
+		if strings.Contains(l, strconv.Itoa(port)) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the port is named on %d lines, want 1: %q", n, p.Lines())
+	}
+
+	httpPort := strconv.Itoa(testutil.TakenPort(t))
+	p = start(t, t.TempDir(), "ORISUN_HTTP_ADDR=127.0.0.1:"+httpPort)
+	line = p.WaitLine(t, "start failed", lineWait)
+	p.Wait()
+	if !strings.Contains(line, "ORISUN_HTTP_ADDR") || !strings.Contains(line, "127.0.0.1:"+httpPort) {
+		t.Errorf("start failed with %q; want ORISUN_HTTP_ADDR and the address", line)
+	}
+	if n := len(slices.DeleteFunc(p.Lines(), func(l string) bool { return !strings.Contains(l, "127.0.0.1:"+httpPort) })); n != 1 {
+		t.Errorf("the status listener's address is named on %d lines, want 1: %q", n, p.Lines())
+	}
+
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = start(t, filepath.Join(file, "data"), "ORISUN_NODE_ID=n1")
+	line = p.WaitLine(t, "start failed", lineWait)
+	p.Wait()
+	if !strings.Contains(line, "ORISUN_DATA_DIR: "+filepath.Join(file, "data")) || !strings.Contains(line, "set ORISUN_DATA_DIR to a directory that is") {
+		t.Errorf("start failed with %q; want ORISUN_DATA_DIR, the directory and the way out", line)
+	}
+}
