@@ -52,6 +52,16 @@ type Config struct {
 	// AppPermissions (keep Host on loopback without Auth: whoever reaches
 	// the port may use the API and read every stream).
 	Auth *Auth
+	// Admin, when set, is the admin principal: the application's
+	// permissions and boundary creation (AdminPermissions). Without it,
+	// boundaries can be created over NATS only when Auth is nil too (every
+	// client may then); with Auth and no Admin, by nobody over NATS.
+	Admin *Auth
+	// MaxMemory is JetStream's memory budget: the most bytes its memory
+	// streams may reserve (every boundary's stream reserves its max bytes).
+	// 0 leaves JetStream's default: 75% of the host's memory, or of
+	// GOMEMLIMIT when that is lower.
+	MaxMemory int64
 	// TLS, when set, requires TLS of TCP clients.
 	TLS *TLS
 	// Cluster, when set, joins this server to a NATS cluster with
@@ -122,6 +132,12 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Auth.Validate(); err != nil {
 		return nil, err
 	}
+	if err := validateAdmin(cfg.Auth, cfg.Admin); err != nil {
+		return nil, err
+	}
+	if cfg.MaxMemory < 0 {
+		return nil, fmt.Errorf("natsembed: MaxMemory %d is negative", cfg.MaxMemory)
+	}
 	if cfg.TLS != nil {
 		if _, err := cfg.TLS.tlsConfig(); err != nil {
 			return nil, err
@@ -148,10 +164,12 @@ func (s *Server) Start() error {
 		StoreDir:   s.cfg.StoreDir,
 		NoSigs:     true,
 		MaxPayload: s.cfg.MaxPayload,
+
+		JetStreamMaxMemory: s.cfg.MaxMemory,
 	}
 	var auth *authenticator
-	if s.cfg.Auth != nil || !s.cfg.permissionsOff {
-		a, err := newAuthenticator(s.cfg.Auth)
+	if s.cfg.Auth != nil || s.cfg.Admin != nil || !s.cfg.permissionsOff {
+		a, err := newAuthenticator(s.cfg.Auth, s.cfg.Admin)
 		if err != nil {
 			return err
 		}
@@ -201,7 +219,7 @@ func (s *Server) Start() error {
 	s.auth = auth
 	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir, "server_name", s.cfg.ServerName,
 		"cluster", s.cfg.Cluster != nil,
-		"auth", s.cfg.Auth != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
+		"auth", s.cfg.Auth != nil, "admin", s.cfg.Admin != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
 	return nil
 }
 
@@ -284,6 +302,28 @@ func (s *Server) Peers() []string {
 		}
 	}
 	return peers
+}
+
+// Memory returns JetStream's memory budget on this server (the most its
+// memory streams may reserve) and how much of it the streams have
+// reserved: JetStream refuses a stream whose max bytes do not fit the
+// difference ("insufficient memory resources").
+func (s *Server) Memory() (budget, reserved int64, err error) {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns == nil {
+		return 0, 0, errors.New("natsembed: server not started")
+	}
+	cfg := ns.JetStreamConfig()
+	if cfg == nil {
+		return 0, 0, errors.New("natsembed: JetStream is not enabled")
+	}
+	mem, _, err := ns.JetStreamReservedResources()
+	if err != nil {
+		return 0, 0, fmt.Errorf("natsembed: JetStream reservations: %w", err)
+	}
+	return cfg.MaxMemory, mem, nil
 }
 
 // ClientURL is the URL NATS clients connect to.
