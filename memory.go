@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -58,7 +59,11 @@ func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name 
 	if n.cfg.EventStreamMaxBytes <= 0 {
 		return nil
 	}
-	b, ok, err := n.memoryBudget(ctx, store)
+	// Bounded apart from the creation: a JetStream that does not answer
+	// leaves the creation its own time.
+	cctx, cancel := context.WithTimeout(ctx, budgetTimeout)
+	defer cancel()
+	b, ok, err := n.memoryBudget(cctx, store)
 	if err != nil {
 		// Not refused for a check that could not be made: JetStream still
 		// refuses a stream that does not fit, and the publisher says so.
@@ -79,12 +84,15 @@ func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name 
 	}
 	free := max(b.budget-b.reserved-promised, 0)
 	return fmt.Errorf("%w: boundary %q refused: its stream would reserve %s of JetStream memory (ORISUN_NATS_EVENT_STREAM_MAX_BYTES), "+
-		"but of the budget of %s (%s) %s is reserved by the existing streams (%d of them boundaries') and %s is promised "+
+		"but of the budget of %s (%s) %s is reserved by the existing streams (%d boundaries have one) and %s is promised "+
 		"to the accepted boundaries whose streams are not created yet (%d), leaving %s; "+
 		"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or raise %s",
 		event.ErrTooLarge, name, bytesText(b.perStream), bytesText(b.budget), b.of, bytesText(b.reserved), b.streams,
 		bytesText(promised), b.waiting, bytesText(free), raiseWhat(b.of))
 }
+
+// budgetTimeout bounds the reads of the memory check.
+const budgetTimeout = 5 * time.Second
 
 // raiseWhat is the variable or setting that raises the budget named of.
 func raiseWhat(of string) string {
@@ -97,16 +105,53 @@ func raiseWhat(of string) string {
 // memoryBudget reads the budget and what is reserved of it; ok is false
 // where it cannot be known (see checkStreamMemory).
 func (n *Node) memoryBudget(ctx context.Context, store backend.Store) (memoryBudget, bool, error) {
-	var b memoryBudget
 	if n.cfg.NATSClusterName != "" {
-		return b, false, nil
+		return memoryBudget{}, false, nil
 	}
-	// The streams are listed before the reservations are read: a stream
-	// created in between is then counted twice (waiting and reserved),
-	// never not at all.
-	have, err := n.streamsOf(ctx)
-	if err != nil {
-		return b, false, err
+	var (
+		b    memoryBudget
+		tier = 0 // the account's replica tier; 0: untiered, every replica counts
+	)
+	if n.ns != nil {
+		var err error
+		b.budget, _, err = n.ns.Memory()
+		if err != nil {
+			return b, false, err
+		}
+		b.perStream, tier = n.cfg.EventStreamMaxBytes, 1
+		b.of = "ORISUN_NATS_MAX_MEMORY"
+		if n.cfg.NATSMaxMemory == 0 {
+			b.of += " unset: JetStream's default, 75% of the host's memory or of GOMEMLIMIT"
+		}
+	} else {
+		var ok bool
+		var err error
+		if b, tier, ok, err = n.accountBudget(ctx); !ok || err != nil {
+			return b, false, err
+		}
+	}
+	// One listing gives both what the streams reserve and which
+	// boundaries have one, so that a stream created meanwhile is counted
+	// once.
+	have := map[string]bool{}
+	l := n.js.ListStreams(ctx)
+	for info := range l.Info() {
+		c := info.Config
+		if name, ok := strings.CutPrefix(c.Name, stream.Name("")); ok {
+			have[name] = true
+			b.streams++
+		}
+		if c.Storage != jetstream.MemoryStorage || c.MaxBytes <= 0 || tier > 1 && max(c.Replicas, 1) != tier {
+			continue
+		}
+		if tier == 0 {
+			b.reserved += c.MaxBytes * int64(max(c.Replicas, 1))
+		} else {
+			b.reserved += c.MaxBytes
+		}
+	}
+	if err := l.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return b, false, fmt.Errorf("list streams: %w", err)
 	}
 	all, err := store.Boundaries(ctx)
 	if err != nil {
@@ -117,58 +162,38 @@ func (n *Node) memoryBudget(ctx context.Context, store backend.Store) (memoryBud
 			b.waiting++
 		}
 	}
-	b.perStream = n.cfg.EventStreamMaxBytes
-	if n.ns != nil {
-		b.budget, b.reserved, err = n.ns.Memory()
-		if err != nil {
-			return b, false, err
-		}
-		b.streams = len(have)
-		b.of = "ORISUN_NATS_MAX_MEMORY"
-		if n.cfg.NATSMaxMemory == 0 {
-			b.of += " unset: JetStream's default, 75% of the host's memory or of GOMEMLIMIT"
-		}
-		return b, true, nil
-	}
-	info, err := n.js.AccountInfo(ctx)
-	if err != nil {
-		return b, false, fmt.Errorf("account info: %w", err)
-	}
-	tier := info.Tier
-	if len(info.Tiers) > 0 {
-		t, ok := info.Tiers[fmt.Sprintf("R%d", max(n.cfg.StreamReplicas, 1))]
-		if !ok {
-			return b, false, nil
-		}
-		tier = t
-	} else {
-		// Without tiers the account counts every replica.
-		b.perStream *= int64(max(n.cfg.StreamReplicas, 1))
-	}
-	b.maxStream = tier.Limits.MemoryMaxStreamBytes
-	if tier.Limits.MaxMemory < 0 {
-		// No account limit; the servers' own are not visible to a client.
-		b.budget = math.MaxInt64
-		return b, b.maxStream > 0, nil
-	}
-	b.budget, b.reserved, b.streams = tier.Limits.MaxMemory, int64(tier.ReservedMemory), len(have)
-	b.of = "the JetStream account's max_memory on the NATS of ORISUN_NATS_URL"
 	return b, true, nil
 }
 
-// streamsOf lists the boundaries that have a stream.
-func (n *Node) streamsOf(ctx context.Context) (map[string]bool, error) {
-	have := map[string]bool{}
-	l := n.js.StreamNames(ctx)
-	for name := range l.Name() {
-		if b, ok := strings.CutPrefix(name, stream.Name("")); ok {
-			have[b] = true
+// accountBudget reads the JetStream account's memory limit: the budget,
+// what one stream reserves of it, and the replica tier the limit is of (0:
+// untiered, where every replica counts); ok is false when the account has
+// no limit to check.
+func (n *Node) accountBudget(ctx context.Context) (b memoryBudget, tier int, ok bool, err error) {
+	replicas := max(n.cfg.StreamReplicas, 1)
+	b.perStream = n.cfg.EventStreamMaxBytes
+	info, err := n.js.AccountInfo(ctx)
+	if err != nil {
+		return b, 0, false, fmt.Errorf("account info: %w", err)
+	}
+	t := info.Tier
+	if len(info.Tiers) > 0 {
+		if t, ok = info.Tiers[fmt.Sprintf("R%d", replicas)]; !ok {
+			return b, 0, false, nil
 		}
+		tier = replicas
+	} else {
+		b.perStream *= int64(replicas)
 	}
-	if err := l.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
-		return nil, fmt.Errorf("list streams: %w", err)
+	b.maxStream = t.Limits.MemoryMaxStreamBytes
+	if t.Limits.MaxMemory < 0 {
+		// No account limit; the servers' own are not visible to a client.
+		b.budget = math.MaxInt64
+		return b, tier, b.maxStream > 0, nil
 	}
-	return have, nil
+	b.budget = t.Limits.MaxMemory
+	b.of = "the JetStream account's max_memory on the NATS of ORISUN_NATS_URL"
+	return b, tier, true, nil
 }
 
 // bytesText writes a byte count for people: 512 MiB (536870912 bytes).
