@@ -84,7 +84,7 @@ func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name 
 	}
 	free := max(b.budget-b.reserved-promised, 0)
 	return fmt.Errorf("%w: boundary %q refused: its stream would reserve %s of JetStream memory (ORISUN_NATS_EVENT_STREAM_MAX_BYTES), "+
-		"but of the budget of %s (%s) %s is reserved by the existing streams (%d boundaries have one) and %s is promised "+
+		"but of the budget of %s (%s) %s is reserved by the existing streams (orisun's: %d) and %s is promised "+
 		"to the accepted boundaries whose streams are not created yet (%d), leaving %s; "+
 		"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or raise %s",
 		event.ErrTooLarge, name, bytesText(b.perStream), bytesText(b.budget), b.of, bytesText(b.reserved), b.streams,
