@@ -67,6 +67,20 @@ func addCredFlags(fs *flag.FlagSet, c *credFlags) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "client key (with --tls-cert)")
 }
 
+// admin makes the admin's credentials, ORISUN_NATS_ADMIN_USER and
+// _PASSWORD or ORISUN_NATS_ADMIN_TOKEN, the command's when they are set and
+// no --user or --token was given: boundary creation is the admin's
+// (docs/security.md).
+func (c *credFlags) admin(fs *flag.FlagSet) {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "user" || f.Name == "token" || f.Name == "password" })
+	user, token := os.Getenv("ORISUN_NATS_ADMIN_USER"), os.Getenv("ORISUN_NATS_ADMIN_TOKEN")
+	if given || user == "" && token == "" {
+		return
+	}
+	c.user, c.password, c.token = user, os.Getenv("ORISUN_NATS_ADMIN_PASSWORD"), token
+}
+
 // options turns the flags into client options; a half-given pair is an
 // error naming the flag.
 func (c credFlags) options() ([]client.Option, error) {
@@ -346,9 +360,13 @@ func boundariesCmd(args []string, stdout, stderr io.Writer) int {
 		create string
 	)
 	fs := newFlagSet("boundaries", stderr, &cf)
-	fs.StringVar(&create, "create", "", "create this boundary")
+	fs.StringVar(&create, "create", "", "create this boundary (with credentials configured, the admin's: "+
+		"ORISUN_NATS_ADMIN_USER/ORISUN_NATS_ADMIN_PASSWORD or ORISUN_NATS_ADMIN_TOKEN when set, else --user/--password or --token)")
 	if code, ok := parseNone(fs, args, stderr); !ok {
 		return code
+	}
+	if create != "" {
+		cf.creds.admin(fs)
 	}
 	s, code := cf.open("boundaries", stdout, stderr)
 	if s == nil {
@@ -361,6 +379,12 @@ func boundariesCmd(args []string, stdout, stderr io.Writer) int {
 	)
 	if create != "" {
 		b, err := s.c.CreateBoundary(s.ctx, create)
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			fmt.Fprintf(stderr, "orisun boundaries: %v\ncreating a boundary needs the admin's credentials: set ORISUN_NATS_ADMIN_USER "+
+				"and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has them, or pass the admin's --user "+
+				"and --password (or --token)\n", err)
+			return 1
+		}
 		if err != nil {
 			return fail(stderr, "boundaries", err)
 		}
