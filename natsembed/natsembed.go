@@ -14,8 +14,11 @@
 // Every other client is the application principal, with AppPermissions
 // (use the API, read the event streams, never write into them): with Auth
 // it must log in with the user and password or the token and is refused
-// otherwise; without Auth it connects without credentials. TLS, when set,
-// is required of TCP clients.
+// otherwise; without Auth it connects without credentials. Admin, when
+// set, is a principal that may also create boundaries (AdminPermissions);
+// with neither, every client may. TLS, when set, is required of TCP
+// clients. MaxMemory is JetStream's memory budget (Memory reports it and
+// what the streams reserve).
 package natsembed
 
 import (
