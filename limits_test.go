@@ -332,7 +332,7 @@ func checkBudgetError(t *testing.T, err error, b string, budget, perStream int64
 		fmt.Sprintf("boundary %q refused", b),
 		fmt.Sprintf("would reserve %d MiB (%d bytes)", perStream>>20, perStream),
 		fmt.Sprintf("budget of %d MiB (%d bytes) (ORISUN_NATS_MAX_MEMORY)", budget>>20, budget),
-		"reserved by the existing streams",
+		"existing streams and",
 		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES",
 		"raise ORISUN_NATS_MAX_MEMORY",
 	} {

@@ -84,7 +84,7 @@ func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name 
 	}
 	free := max(b.budget-b.reserved-promised, 0)
 	return fmt.Errorf("%w: boundary %q refused: its stream would reserve %s of JetStream memory (ORISUN_NATS_EVENT_STREAM_MAX_BYTES), "+
-		"but of the budget of %s (%s) %s is reserved by the existing streams (orisun's: %d) and %s is promised "+
+		"but of the budget of %s (%s) %s is reserved by the %d existing streams and %s is promised "+
 		"to the accepted boundaries whose streams are not created yet (%d), leaving %s; "+
 		"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or raise %s",
 		event.ErrTooLarge, name, bytesText(b.perStream), bytesText(b.budget), b.of, bytesText(b.reserved), b.streams,
@@ -108,55 +108,54 @@ func (n *Node) memoryBudget(ctx context.Context, store backend.Store) (memoryBud
 	if n.cfg.NATSClusterName != "" {
 		return memoryBudget{}, false, nil
 	}
-	var (
-		b    memoryBudget
-		tier = 0 // the account's replica tier; 0: untiered, every replica counts
-	)
 	if n.ns != nil {
-		var err error
-		b.budget, _, err = n.ns.Memory()
-		if err != nil {
-			return b, false, err
-		}
-		b.perStream, tier = n.cfg.EventStreamMaxBytes, 1
-		b.of = "ORISUN_NATS_MAX_MEMORY"
+		// The embedded server counts its streams and their reservations
+		// in one step, in process, and only orisun's own connections
+		// create streams there: every boundary without a stream will
+		// reserve one.
+		b := memoryBudget{perStream: n.cfg.EventStreamMaxBytes, of: "ORISUN_NATS_MAX_MEMORY"}
 		if n.cfg.NATSMaxMemory == 0 {
 			b.of += " unset: JetStream's default, 75% of the host's memory or of GOMEMLIMIT"
 		}
-	} else {
-		var ok bool
-		var err error
-		if b, tier, ok, err = n.accountBudget(ctx); !ok || err != nil {
+		count, err := n.boundaryCount(ctx, store)
+		if err != nil {
 			return b, false, err
 		}
-	}
-	// One listing gives both what the streams reserve and which
-	// boundaries have one, so that a stream created meanwhile is counted
-	// once.
-	have := map[string]bool{}
-	l := n.js.ListStreams(ctx)
-	for info := range l.Info() {
-		c := info.Config
-		if name, ok := strings.CutPrefix(c.Name, stream.Name("")); ok {
-			have[name] = true
-			b.streams++
-		}
-		if c.Storage != jetstream.MemoryStorage || c.MaxBytes <= 0 || tier > 1 && max(c.Replicas, 1) != tier {
-			continue
-		}
-		if tier == 0 {
-			b.reserved += c.MaxBytes * int64(max(c.Replicas, 1))
-		} else {
-			b.reserved += c.MaxBytes
-		}
-	}
-	if err := l.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
-		return b, false, fmt.Errorf("list streams: %w", err)
+		b.budget, b.reserved, b.streams, err = n.ns.Memory()
+		b.waiting = max(count-b.streams, 0)
+		return b, err == nil, err
 	}
 	all, err := store.Boundaries(ctx)
 	if err != nil {
-		return b, false, fmt.Errorf("list boundaries: %w", err)
+		return memoryBudget{}, false, fmt.Errorf("list boundaries: %w", err)
 	}
+	// An external NATS: is there an account limit to check at all?
+	b, ok, err := n.accountBudget(ctx)
+	if !ok || err != nil {
+		return b, false, err
+	}
+	// Which boundaries have a stream (the account may hold other
+	// streams), and what the streams reserve: a stream created between
+	// the two reads would be counted twice (as reserved, and as waiting
+	// for its stream), so the names are read again, and the reads
+	// repeated (a few times) until no stream came.
+	var have map[string]bool
+	for try := 0; ; try++ {
+		if have, err = n.streamsOf(ctx); err != nil {
+			return b, false, err
+		}
+		if b, ok, err = n.accountBudget(ctx); !ok || err != nil {
+			return b, false, err
+		}
+		again, err := n.streamsOf(ctx)
+		if err != nil {
+			return b, false, err
+		}
+		if len(again) == len(have) || try == 2 {
+			break // else counted twice: conservative, after the last try
+		}
+	}
+	b.streams = len(have)
 	for _, bd := range all {
 		if !have[bd.Name] {
 			b.waiting++
@@ -165,23 +164,55 @@ func (n *Node) memoryBudget(ctx context.Context, store backend.Store) (memoryBud
 	return b, true, nil
 }
 
-// accountBudget reads the JetStream account's memory limit: the budget,
-// what one stream reserves of it, and the replica tier the limit is of (0:
-// untiered, where every replica counts); ok is false when the account has
-// no limit to check.
-func (n *Node) accountBudget(ctx context.Context) (b memoryBudget, tier int, ok bool, err error) {
+// boundaryCount is how many boundaries exist. Once the node serves, every
+// boundary it knows has a runner (createBoundary starts it under createMu,
+// and the boundaries other nodes create are adopted within a poll
+// interval), so it counts them without reading every boundary of the store
+// for each creation; during start it reads the store.
+func (n *Node) boundaryCount(ctx context.Context, store backend.Store) (int, error) {
+	if n.serving.Load() {
+		n.rmu.RLock()
+		defer n.rmu.RUnlock()
+		return len(n.runners), nil
+	}
+	all, err := store.Boundaries(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list boundaries: %w", err)
+	}
+	return len(all), nil
+}
+
+// streamsOf lists the boundaries that have a stream.
+func (n *Node) streamsOf(ctx context.Context) (map[string]bool, error) {
+	have := map[string]bool{}
+	l := n.js.StreamNames(ctx)
+	for name := range l.Name() {
+		if b, ok := strings.CutPrefix(name, stream.Name("")); ok {
+			have[b] = true
+		}
+	}
+	if err := l.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
+	return have, nil
+}
+
+// accountBudget reads the JetStream account's memory limit, what its
+// streams reserve, and what one stream reserves of it (every replica where
+// the limit has no replica tiers); ok is false when the account has no
+// limit to check.
+func (n *Node) accountBudget(ctx context.Context) (b memoryBudget, ok bool, err error) {
 	replicas := max(n.cfg.StreamReplicas, 1)
 	b.perStream = n.cfg.EventStreamMaxBytes
 	info, err := n.js.AccountInfo(ctx)
 	if err != nil {
-		return b, 0, false, fmt.Errorf("account info: %w", err)
+		return b, false, fmt.Errorf("account info: %w", err)
 	}
 	t := info.Tier
 	if len(info.Tiers) > 0 {
 		if t, ok = info.Tiers[fmt.Sprintf("R%d", replicas)]; !ok {
-			return b, 0, false, nil
+			return b, false, nil
 		}
-		tier = replicas
 	} else {
 		b.perStream *= int64(replicas)
 	}
@@ -189,11 +220,11 @@ func (n *Node) accountBudget(ctx context.Context) (b memoryBudget, tier int, ok 
 	if t.Limits.MaxMemory < 0 {
 		// No account limit; the servers' own are not visible to a client.
 		b.budget = math.MaxInt64
-		return b, tier, b.maxStream > 0, nil
+		return b, b.maxStream > 0, nil
 	}
-	b.budget = t.Limits.MaxMemory
+	b.budget, b.reserved = t.Limits.MaxMemory, int64(t.ReservedMemory)
 	b.of = "the JetStream account's max_memory on the NATS of ORISUN_NATS_URL"
-	return b, tier, true, nil
+	return b, true, nil
 }
 
 // bytesText writes a byte count for people: 512 MiB (536870912 bytes).

@@ -892,7 +892,6 @@ func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error
 	if err != nil {
 		return Boundary{}, fmt.Errorf("create boundary %q: %w", name, err)
 	}
-	n.life.IfRunning(func() { n.startBoundary(name) })
 	return b, nil
 }
 
@@ -902,14 +901,23 @@ func (n *Node) createBoundary(ctx context.Context, store backend.Store, name str
 	n.createMu.Lock()
 	defer n.createMu.Unlock()
 	b, err := store.Boundary(ctx, name)
-	if err == nil || !errors.Is(err, event.ErrNotFound) {
+	if err != nil && !errors.Is(err, event.ErrNotFound) {
 		return b, err
 	}
-	if err := n.checkStreamMemory(ctx, store, name); err != nil {
-		return Boundary{}, err
+	if err != nil {
+		if err := n.checkStreamMemory(ctx, store, name); err != nil {
+			return Boundary{}, err
+		}
+		if b, _, err = store.CreateBoundary(ctx, name); err != nil {
+			return b, err
+		}
 	}
-	b, _, err = store.CreateBoundary(ctx, name)
-	return b, err
+	// Started here, under createMu, so that the next check counts it
+	// (boundaryCount); during start, startBoundaries starts them all.
+	if n.serving.Load() {
+		n.life.IfRunning(func() { n.startBoundary(name) })
+	}
+	return b, nil
 }
 
 // Boundary returns one boundary with its current head (ErrNotFound when it

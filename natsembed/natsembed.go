@@ -308,25 +308,24 @@ func (s *Server) Peers() []string {
 }
 
 // Memory returns JetStream's memory budget on this server (the most its
-// memory streams may reserve) and how much of it the streams have
-// reserved: JetStream refuses a stream whose max bytes do not fit the
-// difference ("insufficient memory resources").
-func (s *Server) Memory() (budget, reserved int64, err error) {
+// memory streams may reserve), how much of it the streams have reserved and
+// how many streams there are, the last two read together: JetStream
+// refuses a stream whose max bytes do not fit the difference ("insufficient
+// memory resources").
+func (s *Server) Memory() (budget, reserved int64, streams int, err error) {
 	s.mu.Lock()
 	ns := s.ns
 	s.mu.Unlock()
 	if ns == nil {
-		return 0, 0, errors.New("natsembed: server not started")
+		return 0, 0, 0, errors.New("natsembed: server not started")
 	}
 	cfg := ns.JetStreamConfig()
 	if cfg == nil {
-		return 0, 0, errors.New("natsembed: JetStream is not enabled")
+		return 0, 0, 0, errors.New("natsembed: JetStream is not enabled")
 	}
-	mem, _, err := ns.JetStreamReservedResources()
-	if err != nil {
-		return 0, 0, fmt.Errorf("natsembed: JetStream reservations: %w", err)
-	}
-	return cfg.MaxMemory, mem, nil
+	// Every client of this server is in its global account.
+	u := ns.GlobalAccount().JetStreamUsage()
+	return cfg.MaxMemory, int64(u.ReservedMemory), u.Streams, nil
 }
 
 // ClientURL is the URL NATS clients connect to.
