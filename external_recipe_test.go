@@ -53,18 +53,8 @@ func recipeNATS(t *testing.T) *server.Server {
 	if err != nil {
 		t.Fatalf("docs/security.md's recipe does not load: %v", err)
 	}
-	opts.ServerName, opts.Host, opts.Port, opts.NoSigs = "recipe-nats", "127.0.0.1", -1, true
-	opts.JetStream, opts.StoreDir = true, t.TempDir()
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("the recipe's NATS server is not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	opts.ServerName = "recipe-nats"
+	ns := runNATS(t, opts)
 
 	// The recipe's lists are natsembed's, so that the two cannot part.
 	users := map[string]*server.User{}
@@ -86,6 +76,26 @@ func recipeNATS(t *testing.T) *server.Server {
 			}
 		}
 	}
+	return ns
+}
+
+// runNATS runs a NATS server with JetStream in the test process, with
+// opts on a random loopback port and a store directory of the test's,
+// until the test ends.
+func runNATS(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.NoSigs = "127.0.0.1", -1, true
+	opts.JetStream, opts.StoreDir = true, t.TempDir()
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		t.Fatalf("the NATS server %s is not ready", opts.ServerName)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	return ns
 }
 
@@ -151,15 +161,8 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 	}
 
 	// What only orisun may do.
-	vio := make(chan error, 64)
-	hostile, err := nats.Connect(ns.ClientURL(), nats.UserInfo("app", "app-pass"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			select {
-			case vio <- err:
-			default:
-			}
-		}
-	}))
+	errOpt, vio := violations()
+	hostile, err := nats.Connect(ns.ClientURL(), nats.UserInfo("app", "app-pass"), errOpt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,18 +262,8 @@ accounts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.ServerName, opts.Host, opts.Port, opts.NoSigs = "account-nats", "127.0.0.1", -1, true
-	opts.JetStream, opts.StoreDir = true, t.TempDir()
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("the NATS server is not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	opts.ServerName = "account-nats"
+	ns := runNATS(t, opts)
 	n := setup(t, "", func(c *orisun.Config) {
 		c.NATSURL, c.NATSUser, c.NATSPassword = ns.ClientURL(), "orisun", "orisun-pass"
 		c.EventStreamMaxBytes = 4 << 20

@@ -193,6 +193,20 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 	}
 }
 
+// violations is a connection option that collects the connection's
+// permissions violations, and the channel they arrive on.
+func violations() (nats.Option, <-chan error) {
+	ch := make(chan error, 64)
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case ch <- err:
+			default:
+			}
+		}
+	}), ch
+}
+
 // dialApp connects to the node's NATS server as an application, with
 // creds (nil: none), and fails the test if it cannot.
 func dialApp(t *testing.T, n *orisun.Node, creds []nats.Option) *nats.Conn {
@@ -232,12 +246,8 @@ func TestBoundaryMemoryBudget_S13(t *testing.T) {
 			creator := mode.admin
 			if mode.app != nil {
 				// The application may not create boundaries.
-				vio := make(chan error, 16)
-				nc, err := nats.Connect(n.NATSURL(), append(mode.app, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-					if errors.Is(err, nats.ErrPermissionViolation) {
-						vio <- err
-					}
-				}))...)
+				errOpt, vio := violations()
+				nc, err := nats.Connect(n.NATSURL(), append(mode.app, errOpt)...)
 				if err != nil {
 					t.Fatal(err)
 				}
