@@ -400,7 +400,7 @@ func (n *Node) startNATS() error {
 	}
 	if auth == nil && !isLoopback(n.cfg.NATSHost) {
 		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
-			"is the application (it can append and create boundaries through the API and read every event stream, "+
+			"is the application (it can append, and without ORISUN_NATS_ADMIN_* create boundaries, through the API and read every event stream, "+
 			"though never write into one); set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
 			"host", n.cfg.NATSHost)
 	}
