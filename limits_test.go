@@ -73,7 +73,8 @@ func (f *failingSave) SaveCheckpoint(ctx context.Context, b string, l backend.Le
 //     JetStream refuses it a consumer;
 //   - the Go client of a second application delivers exactly the store's
 //     events (I5), from the store, each fall-back counted and its reason
-//     naming the refused consumer, and says so in its log;
+//     naming the refused consumer, and says so in its log; so does the
+//     node's own subscription (Node.Subscribe), counted in the status;
 //   - the second application reads: the API's read and JetStream's message
 //     get need no consumer slot.
 func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
@@ -143,6 +144,9 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 				}})
 			}()
 			waitDelivered(t, rec, 5, 30*time.Second)
+			// And the node's own subscription (Node.Subscribe).
+			own := newRecorder(0)
+			stopOwn := subscribe(t, n, "default", 0, own, orisun.SubscribeOptions{})
 
 			// orisun relays, also through a sync that verifies the stream.
 			fs.armed.Store(true)
@@ -162,6 +166,16 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 			}
 
 			waitDelivered(t, rec, 30, 60*time.Second)
+			waitDelivered(t, own, 30, 60*time.Second)
+			if err := stopOwn(); err != nil {
+				t.Fatalf("the node's subscription: %v", err)
+			}
+			checkAgainstStore(t, n, "default", 0, own)
+			if st, err := n.Status(ctx); err != nil || st.Boundaries[0].SubsFallBacks == 0 {
+				t.Fatalf("the status counts no fall-back of the node's subscription: %+v %v", st.Boundaries, err)
+			} else {
+				t.Logf("the node's status counts %d fall-backs", st.Boundaries[0].SubsFallBacks)
+			}
 			stop()
 			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 				t.Fatalf("subscription: %v", err)
