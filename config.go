@@ -1,6 +1,10 @@
 package orisun
 
 import (
+	"cmp"
+	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,6 +99,15 @@ type Config struct {
 	NATSClusterTLSCert  string   `envconfig:"NATS_CLUSTER_TLS_CERT"`
 	NATSClusterTLSKey   string   `envconfig:"NATS_CLUSTER_TLS_KEY"`
 	NATSClusterTLSCA    string   `envconfig:"NATS_CLUSTER_TLS_CA"`
+
+	// NATSMonitorAddr, when set, turns on the embedded NATS server's own
+	// monitoring endpoint (/varz, /jsz, /connz, /healthz, …), which
+	// prometheus-nats-exporter and nats-top read: host:port, or a
+	// port alone. An empty host (":8222", or "8222") is loopback
+	// (NATSMonitorHostDefault); "0.0.0.0:8222" listens on every
+	// interface. Port 0 picks a free one (Node.NATSMonitorURL says which).
+	// Empty or "off": off. It has no authentication.
+	NATSMonitorAddr string `envconfig:"NATS_MONITOR_ADDR"`
 
 	// NATSMaxPayload is the largest NATS message; it bounds one event.
 	NATSMaxPayload int32 `envconfig:"NATS_MAX_PAYLOAD"`
@@ -199,6 +212,39 @@ func (c Config) natsCluster() *natsembed.Cluster {
 		cl.TLS = &natsembed.TLS{CertFile: c.NATSClusterTLSCert, KeyFile: c.NATSClusterTLSKey, CAFile: c.NATSClusterTLSCA}
 	}
 	return cl
+}
+
+// natsMonitor is the embedded server's monitoring listener, nil when off.
+// The address is valid (Validate).
+func (c Config) natsMonitor() *natsembed.Monitor {
+	if c.NATSMonitorAddr == "" || strings.EqualFold(c.NATSMonitorAddr, "off") {
+		return nil
+	}
+	host, port, err := monitorAddr(c.NATSMonitorAddr)
+	if err != nil {
+		return nil
+	}
+	return &natsembed.Monitor{Host: host, Port: port}
+}
+
+// monitorAddr splits ORISUN_NATS_MONITOR_ADDR: host:port or a port alone;
+// an empty host is NATSMonitorHostDefault.
+func monitorAddr(addr string) (host string, port int, err error) {
+	if !strings.Contains(addr, ":") {
+		addr = ":" + addr
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not 0–65535", p)
+	}
+	if strings.ContainsAny(host, " /") {
+		return "", 0, fmt.Errorf("%q is not a host name or address", host)
+	}
+	return cmp.Or(host, NATSMonitorHostDefault), port, nil
 }
 
 // HTTPEnabled reports whether the status listener is on.

@@ -35,6 +35,10 @@ const (
 	NATSPortDefault        = 4222
 	NATSClusterHostDefault = "127.0.0.1"
 	NATSClusterPortDefault = 6222
+	// NATSMonitorHostDefault is the interface of the NATS monitoring
+	// endpoint when ORISUN_NATS_MONITOR_ADDR names a port only (the
+	// endpoint itself is off unless that is set).
+	NATSMonitorHostDefault = "127.0.0.1"
 
 	NATSMaxPayloadDefault = 1 << 20
 	NATSMaxPayloadMin     = 1024

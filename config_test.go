@@ -12,6 +12,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/natsembed"
 )
 
 // TestConfigDefaultsMatchREADME keeps the three places that describe a
@@ -303,6 +304,15 @@ func TestValidateMessages(t *testing.T) {
 			`ORISUN_HTTP_ADDR: "127.0.0.1:65536" is not host:port (e.g. 127.0.0.1:8990, :8990 for every interface, or off)`}},
 		{"HTTP host", sqlite(func(c *Config) { c.HTTPAddr = "a b:8990" }), []string{`ORISUN_HTTP_ADDR: "a b:8990": "a b" is not a host name or address`}},
 		{"HTTP off", sqlite(func(c *Config) { c.HTTPAddr = "OFF" }), nil},
+		{"NATS monitor port", sqlite(func(c *Config) { c.NATSMonitorAddr = "127.0.0.1:65536" }), []string{
+			`ORISUN_NATS_MONITOR_ADDR: "127.0.0.1:65536" is not host:port or a port (e.g. 8222 or 127.0.0.1:8222 for loopback, 0.0.0.0:8222 for every interface, or off): port "65536" is not 0–65535`}},
+		{"NATS monitor named port", sqlite(func(c *Config) { c.NATSMonitorAddr = "localhost:http" }), []string{
+			`ORISUN_NATS_MONITOR_ADDR: "localhost:http" is not host:port or a port (e.g. 8222 or 127.0.0.1:8222 for loopback, 0.0.0.0:8222 for every interface, or off): port "http" is not 0–65535`}},
+		{"NATS monitor host", sqlite(func(c *Config) { c.NATSMonitorAddr = "a b:8222" }), []string{
+			`ORISUN_NATS_MONITOR_ADDR: "a b:8222" is not host:port or a port (e.g. 8222 or 127.0.0.1:8222 for loopback, 0.0.0.0:8222 for every interface, or off): "a b" is not a host name or address`}},
+		{"NATS monitor with external NATS", sqlite(func(c *Config) { c.NATSURL, c.NATSMonitorAddr = "nats://n1:4222", "8222" }), []string{
+			`ORISUN_NATS_MONITOR_ADDR: "8222": with ORISUN_NATS_URL orisun starts no NATS server; monitor the external servers themselves (their own http_port), or unset it`}},
+		{"NATS monitor off", sqlite(func(c *Config) { c.NATSURL, c.NATSMonitorAddr = "nats://n1:4222", "off" }), nil},
 		{"stall threshold", sqlite(func(c *Config) { c.StallThreshold = 25 * time.Hour }), []string{`ORISUN_STALL_THRESHOLD: 25h0m0s is outside 100ms–24h`}},
 		{"log level", sqlite(func(c *Config) { c.LogLevel = "loud" }), []string{`ORISUN_LOG_LEVEL: "loud" is not one of debug, info, warn, error`}},
 		{"log format", sqlite(func(c *Config) { c.LogFormat = "xml" }), []string{`ORISUN_LOG_FORMAT: "xml" is not one of text, json`}},
@@ -317,6 +327,35 @@ func TestValidateMessages(t *testing.T) {
 				t.Errorf("Validate():\n got %s\nwant %s", got, want)
 			}
 		})
+	}
+}
+
+// TestNATSMonitorAddr: what ORISUN_NATS_MONITOR_ADDR turns into. A port
+// alone or an empty host is loopback; only an address that says so
+// listens beyond it; empty and off are off.
+func TestNATSMonitorAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want *natsembed.Monitor
+	}{
+		{"", nil},
+		{"off", nil},
+		{"OFF", nil},
+		{"8222", &natsembed.Monitor{Host: "127.0.0.1", Port: 8222}},
+		{":8222", &natsembed.Monitor{Host: "127.0.0.1", Port: 8222}},
+		{"0", &natsembed.Monitor{Host: "127.0.0.1", Port: 0}},
+		{"0.0.0.0:8222", &natsembed.Monitor{Host: "0.0.0.0", Port: 8222}},
+		{"[::1]:8222", &natsembed.Monitor{Host: "::1", Port: 8222}},
+		{"monitor.internal:9000", &natsembed.Monitor{Host: "monitor.internal", Port: 9000}},
+	} {
+		c := Defaults()
+		c.NATSMonitorAddr = tc.addr
+		if err := c.Validate(); err != nil {
+			t.Errorf("%q: %v", tc.addr, err)
+		}
+		if got := c.natsMonitor(); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%q: monitor %+v, want %+v", tc.addr, got, tc.want)
+		}
 	}
 }
 

@@ -142,6 +142,7 @@ func checkPGURL(raw string) string {
 // external NATS, the embedded cluster and the streams' replicas.
 func (c Config) validateNATS(p *problems) {
 	p.port("NATS_PORT", c.NATSPort)
+	c.validateNATSMonitor(p)
 	c.validateNATSAuth(p)
 	c.validateNATSTLS(p)
 	if c.NATSMaxPayload < NATSMaxPayloadMin || c.NATSMaxPayload > NATSMaxPayloadMax {
@@ -160,6 +161,23 @@ func (c Config) validateNATS(p *problems) {
 	case c.StreamReplicas > 1 && !c.SharedNATS():
 		p.add("NATS_STREAM_REPLICAS", "%d: only 1 is possible with a single embedded server; set ORISUN_NATS_CLUSTER_NAME "+
 			"(embedded cluster) or ORISUN_NATS_URL (an existing NATS cluster)", c.StreamReplicas)
+	}
+}
+
+// validateNATSMonitor checks the address of the embedded server's
+// monitoring endpoint, which an external NATS does not have.
+func (c Config) validateNATSMonitor(p *problems) {
+	if c.NATSMonitorAddr == "" || strings.EqualFold(c.NATSMonitorAddr, "off") {
+		return
+	}
+	if _, _, err := monitorAddr(c.NATSMonitorAddr); err != nil {
+		p.add("NATS_MONITOR_ADDR", "%q is not host:port or a port (e.g. 8222 or 127.0.0.1:8222 for loopback, "+
+			"0.0.0.0:8222 for every interface, or off): %v", c.NATSMonitorAddr, err)
+		return
+	}
+	if c.NATSURL != "" {
+		p.add("NATS_MONITOR_ADDR", "%q: with ORISUN_NATS_URL orisun starts no NATS server; monitor the external servers "+
+			"themselves (their own http_port), or unset it", c.NATSMonitorAddr)
 	}
 }
 

@@ -397,12 +397,14 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 
 // TestCleanStopHandsOverAtOnce_I6: a leader stopped with SIGTERM releases
 // its lease on the way out (docs/design.md §9), so the standby on the same
-// database takes over with the next term at its next attempt (every TTL/3),
-// not after the lease ran out: with a TTL of 90 s the bound below is half
-// of it, 15 s more than a retry period and 15 s less than an expiry could
-// take (at least 60 s after the exit, the last renewal being at most 30 s
-// old), so a loaded machine has room on both sides. It then publishes on
-// from the checkpoint without a hole.
+// database takes over with the next term at once (the release is
+// announced), or at the latest at its next attempt (every TTL/3, should the
+// announcement be lost), not after the lease ran out: with a TTL of 90 s
+// the bound below is half of it, 15 s more than a retry period and 15 s
+// less than an expiry could take (at least 60 s after the exit, the last
+// renewal being at most 30 s old), so a loaded machine has room on both
+// sides. It then publishes on from the checkpoint without a hole. The one
+// second of issue 17 is TestCleanStopHandsOverWithinASecond_I4_I6's.
 func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
 	ttl := 90 * time.Second
 	store, a, b := leaderAndStandby(t, ttl)

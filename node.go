@@ -23,6 +23,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/datadir"
 	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
@@ -77,6 +78,8 @@ type Node struct {
 	wrapStore             func(backend.Store) backend.Store
 	// natsSeam: see testhooks.Hooks.PermissionsOff.
 	natsSeam func(*natsembed.Config)
+	// beforeStreamMeasured: see testhooks.Hooks.BeforeStreamMeasured.
+	beforeStreamMeasured func(boundary string)
 
 	// life is the node's lifecycle (startstop.Base): Start runs start,
 	// Stop runs teardown, each once, and the node's goroutines (the heads
@@ -87,7 +90,13 @@ type Node struct {
 	serving atomic.Bool
 	// mu guards what start sets and the accessors read (natsURL, ns,
 	// http); start holds it throughout.
-	mu      sync.Mutex
+	mu sync.Mutex
+	// dirLock is the data directory's lock (nil where it cannot be taken
+	// with PostgreSQL, see lockData), held from start to the end of
+	// teardown; gone are the holder names of the directory's earlier
+	// processes, whose leases this node takes at once (docs/design.md §9).
+	dirLock *datadir.Lock
+	gone    []string
 	store   backend.Store
 	ns      *natsembed.Server // nil with an external NATS
 	natsURL string
@@ -133,6 +142,9 @@ type boundaryRunner struct {
 	pub   *publisher.Publisher
 	lease *lease.Runner
 	wake  chan struct{}
+	// released is the lease runner's hint that the lease was released
+	// (lease.Runner.Released).
+	released chan struct{}
 	// self is this node's lease holder; leading the node's count of the
 	// boundaries it leads (placement); stallThreshold the node's
 	// ORISUN_STALL_THRESHOLD.
@@ -272,11 +284,14 @@ func (n *Node) startHTTP() error {
 	return nil
 }
 
-// openData makes the data directory and opens the store (wrapped for
-// tests), with its table of live nodes when placement is on.
+// openData makes and locks the data directory and opens the store
+// (wrapped for tests), with its table of live nodes when placement is on.
 func (n *Node) openData(ctx context.Context) error {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("orisun: data directory: %w", err)
+	}
+	if err := n.lockData(); err != nil {
+		return err
 	}
 	store, err := n.openStore(ctx)
 	if err != nil {
@@ -295,6 +310,43 @@ func (n *Node) openData(ctx context.Context) error {
 	}
 	if n.wrapStore != nil {
 		n.store = n.wrapStore(store)
+	}
+	return nil
+}
+
+// lockData locks the data directory for this process, whatever the
+// backend, and records this process's lease holder name in it before any
+// lease is taken (datadir.Lock.Claim). The lock keeps a second process off
+// the directory (SQLite's database, the embedded NATS store), and it is the
+// proof behind a restart's early takeover: every holder the lock file names
+// held this lock before, so it has ended, and its leases are taken at once
+// instead of after ORISUN_LEASE_TTL (docs/design.md §9). A process with
+// another directory is another node, even with the same node id: it never
+// takes a live holder's lease early. With PostgreSQL on a system without
+// directory locks the node runs without one, and a restart waits for the
+// TTL.
+func (n *Node) lockData() error {
+	l, err := datadir.Acquire(n.cfg.DataDir)
+	if errors.Is(err, datadir.ErrUnsupported) && n.cfg.Backend == "postgres" {
+		n.log.Warn("the data directory cannot be locked on this system: a restarted node waits ORISUN_LEASE_TTL for its own leases",
+			"data_dir", n.cfg.DataDir, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
+	}
+	if err := l.Claim(n.holder); err != nil {
+		_ = l.Release()
+		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
+	}
+	n.dirLock, n.gone = l, l.Gone()
+	if why := l.Copied(); why != "" {
+		n.log.Warn("the data directory's lock file was copied: the leases of the processes it names are left to expire, "+
+			"since they may still run elsewhere", "why", why)
+	}
+	if len(n.gone) > 0 {
+		n.log.Info("data directory locked: leases still held by its earlier processes are taken at once", "data_dir", n.cfg.DataDir,
+			"earlier_holders", n.gone)
 	}
 	return nil
 }
@@ -326,6 +378,7 @@ func (n *Node) connectRelay() error {
 func (n *Node) startBoundaries(ctx context.Context) ([]string, error) {
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)
+	n.store.OnLeaseReleased(n.leaseReleased)
 	for _, name := range n.cfg.Boundaries {
 		if _, err := n.createBoundary(ctx, n.store, name); err != nil {
 			return nil, fmt.Errorf("orisun: create boundary %q (ORISUN_BOUNDARIES): %w", name, err)
@@ -428,6 +481,7 @@ func (n *Node) startNATS() error {
 		MaxMemory:  n.cfg.NATSMaxMemory,
 		TLS:        tlsCfg,
 		Cluster:    cluster,
+		Monitor:    n.cfg.natsMonitor(),
 		Logger:     n.log.With("component", "nats"),
 	}
 	if n.natsSeam != nil {
@@ -481,6 +535,7 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 	default:
 		s, err := sqlite.Open(ctx, sqlite.Config{
 			Dir:            n.cfg.DataDir,
+			Lock:           n.dirLock,
 			Synchronous:    strings.ToUpper(n.cfg.SQLiteSynchronous),
 			GroupMaxEvents: n.cfg.AppendGroupMax,
 			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
@@ -512,7 +567,8 @@ func (n *Node) startBoundary(name string) {
 
 // newBoundaryRunner makes the publisher and the lease runner of a boundary.
 func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
-	r := &boundaryRunner{wake: make(chan struct{}, 1), self: n.holder, leading: &n.leading, stallThreshold: n.cfg.StallThreshold}
+	r := &boundaryRunner{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), self: n.holder, leading: &n.leading,
+		stallThreshold: n.cfg.StallThreshold}
 	var afterAck func(uint64)
 	if n.afterAck != nil {
 		afterAck = func(last uint64) { n.afterAck(name, last) }
@@ -536,7 +592,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
 	r.lease = &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease"),
-		Boundary: name, Lead: r.lead, Standby: r.standby}
+		Gone: n.gone, Released: r.released, Boundary: name, Lead: r.lead, Standby: r.standby}
 	if n.cfg.Placement() {
 		r.lease.Yield, r.lease.StepDown = n.yield, n.takeStepDown
 		// A leader whose publisher cannot publish (its NATS connection
@@ -666,6 +722,18 @@ func (n *Node) wake(boundary string) {
 	}
 }
 
+// leaseReleased is the store's callback for a released lease (here or on
+// another node): a non-blocking hint to the boundary's lease runner, whose
+// standby then tries to take it at once.
+func (n *Node) leaseReleased(boundary string) {
+	if r := n.runner(boundary); r != nil {
+		select {
+		case r.released <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // watchHeads reads the head of every boundary in one statement per poll
 // interval and wakes the publishers that have events to read (see
 // publisher.Behind), and adopts a boundary this node does not run yet. It
@@ -673,7 +741,46 @@ func (n *Node) wake(boundary string) {
 // boundary every poll interval: with a thousand idle boundaries that was a
 // thousand reads a second (docs/performance.md, "Scale"). Each publisher
 // still polls, every PollBackstop, in case this loop fails to wake it (I4).
-func (n *Node) watchHeads(ctx context.Context) {
+func (n *Node) watchHeads(ctx context.Context) { n.everyPoll(ctx, n.readHeads) }
+
+// readHeads is one round of watchHeads; it returns whether the read failed.
+func (n *Node) readHeads(ctx context.Context, failing bool) bool {
+	rctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+	heads, err := n.store.Heads(rctx)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return failing
+	case err != nil:
+		if !failing {
+			n.log.Warn("the heads of the boundaries cannot be read; each publisher reads its own every ORISUN_POLL_BACKSTOP meanwhile",
+				"err", err, "poll_backstop", n.cfg.PollBackstop)
+		}
+		return true
+	}
+	if failing {
+		n.log.Info("the heads of the boundaries are read again")
+	}
+	for _, h := range heads {
+		r := n.runner(h.Boundary.Name)
+		if r == nil {
+			n.adopt(h.Boundary.Name)
+			continue
+		}
+		if r.pub.Behind(h) {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return false
+}
+
+// everyPoll runs round once per poll interval until ctx ends, telling it
+// whether the last round failed (so that a failure is logged once, and its
+// end once).
+func (n *Node) everyPoll(ctx context.Context, round func(ctx context.Context, failing bool) bool) {
 	t := time.NewTimer(n.cfg.PollInterval)
 	defer t.Stop()
 	failing := false
@@ -683,37 +790,7 @@ func (n *Node) watchHeads(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
-		heads, err := n.store.Heads(rctx)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return
-		case err != nil:
-			if !failing {
-				n.log.Warn("the heads of the boundaries cannot be read; each publisher reads its own every ORISUN_POLL_BACKSTOP meanwhile",
-					"err", err, "poll_backstop", n.cfg.PollBackstop)
-			}
-			failing = true
-		default:
-			if failing {
-				n.log.Info("the heads of the boundaries are read again")
-			}
-			failing = false
-			for _, h := range heads {
-				r := n.runner(h.Boundary.Name)
-				if r == nil {
-					n.adopt(h.Boundary.Name)
-					continue
-				}
-				if r.pub.Behind(h) {
-					select {
-					case r.wake <- struct{}{}:
-					default:
-					}
-				}
-			}
-		}
+		failing = round(ctx, failing)
 		t.Reset(n.cfg.PollInterval)
 	}
 }
@@ -728,20 +805,7 @@ func (n *Node) watchHeads(ctx context.Context) {
 // requests a second here, not a thousand. Each publisher still checks its
 // stream every PollBackstop, in case this listing fails. It runs apart
 // from watchHeads, so that a slow JetStream does not delay the wake-ups.
-func (n *Node) watchStreams(ctx context.Context) {
-	t := time.NewTimer(n.cfg.PollInterval)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		failing = n.listStreams(ctx, failing)
-		t.Reset(n.cfg.PollInterval)
-	}
-}
+func (n *Node) watchStreams(ctx context.Context) { n.everyPoll(ctx, n.listStreams) }
 
 // listStreams is one round of watchStreams; it returns whether the listing
 // failed (failing: whether the last one did).
@@ -838,6 +902,11 @@ func (n *Node) teardown() error {
 		if err := n.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
 		}
+	}
+	// Last: nothing of this process uses the directory, nor holds a lease
+	// under its holder name, any more.
+	if err := n.dirLock.Release(); err != nil {
+		errs = append(errs, err)
 	}
 	if n.life.Started() {
 		n.log.Info("orisun stopped")
@@ -1021,7 +1090,9 @@ func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Lates
 // Subscribe delivers the boundary's events after position after to h,
 // exactly once each and in order, catching up from the store and then
 // following the stream (docs/design.md §7). It returns when ctx ends (ctx's error),
-// h fails, the epoch changes (ErrEpochChanged) or the node stops.
+// h fails, the epoch changes (ErrEpochChanged), the next event's stored row
+// does not fit the log (event.ErrCorrupt, naming its position, after every
+// event before it) or the node stops.
 func (n *Node) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
 	var (
 		store  backend.Store
@@ -1118,6 +1189,18 @@ func (n *Node) NATSClusterURL() string {
 		return ""
 	}
 	return n.ns.ClusterURL()
+}
+
+// NATSMonitorURL is the base URL of the embedded NATS server's own
+// monitoring endpoint (http://host:port; /varz, /jsz, …), empty when
+// ORISUN_NATS_MONITOR_ADDR is off, with an external NATS, or before start.
+func (n *Node) NATSMonitorURL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ns == nil {
+		return ""
+	}
+	return n.ns.MonitorURL()
 }
 
 // ConnectNATS opens a NATS connection with orisun's own permissions (in

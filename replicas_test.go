@@ -107,6 +107,19 @@ func TestStreamReplicasUpdated(t *testing.T) {
 		t.Fatal(err)
 	}
 	lead = leaderOf(t, nodes, "default", 60*time.Second)
+	// Someone with the rights takes the stream back to one replica: the
+	// drift check (every ORISUN_POLL_INTERVAL) finds it, the status names
+	// it while it lasts, and the leading publisher changes it back.
+	tamper(t, attacker(t, nodes[lead]), "default", func(c *jetstream.StreamConfig) { c.Replicas = 1 })
+	named := false
+	testutil.Eventually(t, "the stream back at 3 replicas", 60*time.Second, 50*time.Millisecond, func() bool {
+		if st, err := nodes[lead].Status(ctx); err == nil && strings.Contains(st.Boundaries[0].Warning, "keeps 1 replica(s), not the 3") {
+			named = true
+		}
+		info, err = streamInfo(t, nodes[0], "default")
+		return err == nil && info.Config.Replicas == 3 && info.Cluster != nil && len(info.Cluster.Replicas) == 2
+	})
+	t.Logf("the status named the lost replicas while it lasted: %v", named)
 	st := waitSettled(t, nodes[lead], 60*time.Second)
 	if b := st.Boundaries[0]; b.StreamReplicas != 3 || b.Warning != "" || b.Head != 30 {
 		t.Fatalf("status after the update: replicas %d, warning %q, head %d; want 3, none, 30", b.StreamReplicas, b.Warning, b.Head)
@@ -169,7 +182,9 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 				t.Fatalf("status reports %d stream replicas, the stream has 1", st.Boundaries[0].StreamReplicas)
 			}
 		}
-		return warning != ""
+		// Every node measures the count; the publisher adds JetStream's
+		// reason once it tried.
+		return strings.Contains(warning, "non-clustered")
 	})
 	if !strings.Contains(warning, "keeps 1 replica(s), not the 3") || !strings.Contains(warning, "non-clustered") {
 		t.Fatalf("warning %q does not say what was refused and JetStream's reason", warning)

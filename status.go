@@ -93,6 +93,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			st.Settled = false
 		}
 		var drift []string
+		if n.beforeStreamMeasured != nil && st.NATS.OK {
+			n.beforeStreamMeasured(b.Name)
+		}
 		if !st.NATS.OK {
 			bst.StreamError = "not measured: NATS does not answer"
 		} else if info, err := measureStream(ctx, js, &bst); err != nil {
@@ -215,6 +218,10 @@ func (n *Node) streamDrift(ctx context.Context, store backend.Store, bst *Bounda
 	if d := publisher.DescribeDrift(name, publisher.ConfigDrift(&info.Config, &want)); d != "" {
 		drift = append(drift, d+"; the leading publisher puts it back (or recreates the stream from the checkpoint) "+
 			"within ORISUN_POLL_INTERVAL")
+	}
+	if have := max(info.Config.Replicas, 1); have != want.Replicas {
+		drift = append(drift, fmt.Sprintf("stream %s keeps %d replica(s), not the %d of ORISUN_NATS_STREAM_REPLICAS; the "+
+			"leading publisher changes it within ORISUN_POLL_INTERVAL", name, have, want.Replicas))
 	}
 	return drift, unsettled
 }

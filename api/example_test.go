@@ -36,3 +36,23 @@ func ExampleAppendSubject() {
 	// orisun.api.read.orders
 	// orisun.api.latest.orders
 }
+
+// The error of a read that reached a stored row that does not fit the log
+// (changed behind orisun's back): code corrupt, with the row's position and
+// column.
+func ExampleDecodeError_corrupt() {
+	body := []byte(`{"error":{"code":"corrupt","message":"read boundary \"default\" after 0: corrupt: boundary \"default\" position 6, column data: …","position":6,"column":"data"}}`)
+	err, _ := api.DecodeError("500", "read boundary \"default\" after 0: corrupt: …", body)
+	fmt.Println(err.Code, errors.Is(err, event.ErrCorrupt), errors.Is(err, event.ErrUnavailable))
+	var ce *event.CorruptError
+	if errors.As(err, &ce) {
+		fmt.Println("bad row at position", ce.Position, "column", ce.Column)
+	}
+	// A 500 without orisun's body is internal, never corrupt.
+	other, _ := api.DecodeError("500", "boom", nil)
+	fmt.Println(other.Code)
+	// Output:
+	// corrupt true false
+	// bad row at position 6 column data
+	// internal
+}

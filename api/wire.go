@@ -108,6 +108,9 @@ const (
 	CodeTooLarge    = "too_large"
 	CodeUnavailable = "unavailable"
 	CodeInternal    = "internal"
+	// CodeCorrupt: a stored row that the request reached does not fit the
+	// log (event.ErrCorrupt); the body's position and column name it.
+	CodeCorrupt = "corrupt"
 )
 
 var numeric = map[string]int{
@@ -117,6 +120,7 @@ var numeric = map[string]int{
 	CodeTooLarge:    413,
 	CodeUnavailable: 503,
 	CodeInternal:    500,
+	CodeCorrupt:     500,
 }
 
 // sentinels maps codes back to the sentinel errors of package event.
@@ -126,6 +130,7 @@ var sentinels = map[string]error{
 	CodeConflict:    event.ErrConflict,
 	CodeTooLarge:    event.ErrTooLarge,
 	CodeUnavailable: event.ErrUnavailable,
+	CodeCorrupt:     event.ErrCorrupt,
 }
 
 // NumericCode returns the header code of a body code (500 when unknown).
@@ -143,11 +148,14 @@ type ErrorBody struct {
 
 // ErrorDetail is the code and the message of an error reply. Position is
 // set on the conflict of a failed append condition: the first stored
-// position after the condition's that matches its query.
+// position after the condition's that matches its query; and on a corrupt
+// error: the position of the bad row, Column its column ("data",
+// "metadata", "tags" or "position").
 type ErrorDetail struct {
 	Code     string  `json:"code"`
 	Message  string  `json:"message"`
 	Position *uint64 `json:"position,omitempty"`
+	Column   string  `json:"column,omitempty"`
 }
 
 // Error is an error reply as a Go error. errors.Is matches it against the
@@ -161,16 +169,26 @@ type Error struct {
 	// *event.ConflictError finds it. Its Boundary and After are those of
 	// the request when the client fills them in (client.Append does).
 	Conflict *event.ConflictError
+	// Corrupt is set when the reply is a corrupt error (a stored row that
+	// does not fit the log): errors.As(err, &ce) with ce an
+	// *event.CorruptError finds the row's position and column; its Reason
+	// is the message, its Boundary the request's when the client fills it
+	// in (client does).
+	Corrupt *event.CorruptError
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
-// Unwrap returns the condition's conflict, if the reply carried one.
+// Unwrap returns the condition's conflict or the bad row, if the reply
+// carried one.
 func (e *Error) Unwrap() error {
-	if e.Conflict == nil {
-		return nil
+	switch {
+	case e.Conflict != nil:
+		return e.Conflict
+	case e.Corrupt != nil:
+		return e.Corrupt
 	}
-	return e.Conflict
+	return nil
 }
 
 // Is makes errors.Is(err, event.ErrX) true for the sentinel of the code.
@@ -187,6 +205,8 @@ func CodeOf(err error) string {
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr.Code
+	case errors.Is(err, event.ErrCorrupt):
+		return CodeCorrupt
 	case errors.Is(err, event.ErrInvalid), errors.Is(err, event.ErrEpochChanged):
 		return CodeInvalid
 	case errors.Is(err, event.ErrTooLarge):
@@ -219,13 +239,17 @@ func DecodeError(headerCode, headerMessage string, body []byte) (err *Error, ok 
 		if eb.Error.Code == CodeConflict && eb.Error.Position != nil {
 			e.Conflict = &event.ConflictError{Position: *eb.Error.Position}
 		}
+		if eb.Error.Code == CodeCorrupt && eb.Error.Position != nil {
+			e.Corrupt = &event.CorruptError{Position: *eb.Error.Position, Column: eb.Error.Column, Reason: eb.Error.Message}
+		}
 		return e, true
 	}
 	// A micro error from elsewhere (no orisun body): keep what the
-	// headers say.
+	// headers say. 500 is internal (corrupt, which shares it, always has
+	// a body).
 	code := CodeInternal
 	for c, n := range numeric {
-		if fmt.Sprint(n) == headerCode {
+		if fmt.Sprint(n) == headerCode && c != CodeCorrupt {
 			code = c
 		}
 	}

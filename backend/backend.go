@@ -20,7 +20,9 @@
 //     every event (see event.Query and docs/queries.md).
 //   - The checkpoint only moves forward, never past the head, and a write
 //     with a stale lease term changes nothing (ErrLeaseLost) (I3, I6).
-//   - Lease terms grow by one on every change of holder or expiry.
+//   - Lease terms grow by one on every change of holder or expiry; a
+//     holder known to have ended (AcquireLease's gone) loses its lease at
+//     once, to the next term.
 //   - Errors are the sentinels of package event (ErrNotFound, ErrConflict,
 //     ErrLeaseLost, ErrLeaseHeld, ErrUnavailable, …), never driver types.
 //
@@ -116,20 +118,31 @@ type Lease struct {
 	Term     uint64
 	// Expires is the expiry, in the store's clock.
 	Expires time.Time
+	// TakenFrom is set on a lease AcquireLease took from an unexpired term
+	// of a holder the caller named gone: that term, as it was. Nil
+	// otherwise.
+	TakenFrom *Lease
 }
 
 // Leases keeps the per-boundary lease of docs/design.md §9, in the store's time.
 type Leases interface {
 	// AcquireLease takes the lease for holder when it is free or expired
 	// (the term grows by one), or renews it when holder already has it.
+	// An unexpired lease of a holder in gone is taken at once, with the
+	// next term, as if it had expired, and the returned Lease's TakenFrom
+	// describes it: gone names holders the caller knows to have ended (the
+	// earlier processes of the data directory it has locked, see
+	// docs/design.md §9); nil names none.
 	// When another holder has an unexpired lease the error is ErrLeaseHeld
 	// and the returned Lease describes that holder.
-	AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (Lease, error)
+	AcquireLease(ctx context.Context, boundary, holder string, gone []string, ttl time.Duration) (Lease, error)
 	// RenewLease extends the holder's unexpired lease of that term;
 	// ErrLeaseLost otherwise.
 	RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
-	// ReleaseLease gives the lease up so another holder can take it at once.
-	// Releasing a lease not held is not an error.
+	// ReleaseLease gives the lease up so another holder can take it at
+	// once, and tells the OnLeaseReleased callbacks (ReleaseNotifier) of
+	// every store of the database. Releasing a lease not held is not an
+	// error.
 	ReleaseLease(ctx context.Context, l Lease) error
 	// LeaseHolder returns the current lease of the boundary (zero Lease when
 	// there has never been one).
@@ -144,6 +157,16 @@ type Notifier interface {
 	OnAppend(fn func(boundary string))
 }
 
+// ReleaseNotifier tells the lease runners that a boundary's lease was
+// released, by this store or another on the same database, so that a
+// standby tries to take it at once instead of at its next retry. It is a
+// hint: a standby also retries on its own.
+type ReleaseNotifier interface {
+	// OnLeaseReleased registers fn, called after a release with the
+	// boundary whose lease is free. fn must not block.
+	OnLeaseReleased(fn func(boundary string))
+}
+
 // Store is everything a backend provides.
 type Store interface {
 	Boundaries
@@ -154,6 +177,7 @@ type Store interface {
 	Checkpoints
 	Leases
 	Notifier
+	ReleaseNotifier
 	Close() error
 }
 

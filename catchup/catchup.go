@@ -23,6 +23,10 @@
 //
 // The handler's return is the acknowledgement: the next event is not
 // delivered before it returns, and a handler error ends the subscription.
+// So does a stored row that does not fit the log (event.ErrCorrupt: data
+// that is not JSON, a position missing or beyond the head), once every
+// event before it was delivered: the error names the row, and nothing is
+// skipped past it.
 // Nothing here depends on a clock: no grace window, no time comparison.
 package catchup
 
@@ -177,7 +181,7 @@ func (s *sub) catchUp(ctx context.Context) error {
 	for {
 		events, err := s.read(ctx, s.next-1, s.cfg.PageSize)
 		if err != nil {
-			return err
+			return s.upToBadRow(ctx, err)
 		}
 		for i := range events {
 			if err := s.deliver(ctx, &events[i]); err != nil {
@@ -190,9 +194,36 @@ func (s *sub) catchUp(ctx context.Context) error {
 	}
 }
 
+// upToBadRow ends the subscription at a stored row that does not fit the
+// log (event.ErrCorrupt, err): the events before it are delivered first,
+// so that the handler has processed everything up to the bad row when the
+// subscription ends with err, which names it. Any other err is returned as
+// it is.
+func (s *sub) upToBadRow(ctx context.Context, err error) error {
+	var bad *event.CorruptError
+	if !errors.As(err, &bad) || bad.Position <= s.next || bad.Position-s.next > uint64(s.cfg.PageSize) {
+		return err
+	}
+	events, rerr := s.read(ctx, s.next-1, int(bad.Position-s.next))
+	if rerr != nil {
+		return err
+	}
+	for i := range events {
+		if events[i].Position >= bad.Position {
+			break
+		}
+		if derr := s.deliver(ctx, &events[i]); derr != nil {
+			return derr
+		}
+	}
+	return err
+}
+
 // read reads a page from the store after position after, retrying failures
 // that may pass, and checks the page's epoch against the subscription's
-// (taking it on the first read when the subscription did not name one).
+// (taking it on the first read when the subscription did not name one). A
+// stored row that does not fit the log (event.ErrCorrupt) is not retried:
+// it ends the subscription, naming the row, until an operator repairs it.
 func (s *sub) read(ctx context.Context, after uint64, limit int) ([]event.Event, error) {
 	for {
 		epoch, events, err := s.cfg.Store.Read(ctx, s.boundary, after, limit, nil)
@@ -200,7 +231,7 @@ func (s *sub) read(ctx context.Context, after uint64, limit int) ([]event.Event,
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) {
+			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) || errors.Is(err, event.ErrCorrupt) {
 				return nil, fmt.Errorf("read boundary %q after %d: %w", s.boundary, after, err)
 			}
 			s.log.Warn("store read failed; retrying", "after", after, "err", err)
@@ -275,12 +306,17 @@ func (s *sub) streamHolds(ctx context.Context, pos uint64) bool {
 }
 
 // storeHolds reports whether the store has committed position pos. Any
-// doubt is false, as for streamHolds.
-func (s *sub) storeHolds(ctx context.Context, pos uint64) bool {
+// doubt is false, as for streamHolds; a row there that does not fit the log
+// (event.ErrCorrupt) is the error that ends the subscription: nobody will
+// publish it.
+func (s *sub) storeHolds(ctx context.Context, pos uint64) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	epoch, events, err := s.cfg.Store.Read(rctx, s.boundary, pos-1, 1, nil)
-	return err == nil && epoch == s.epoch && len(events) == 1 && events[0].Position == pos
+	if errors.Is(err, event.ErrCorrupt) && ctx.Err() == nil {
+		return false, fmt.Errorf("read boundary %q after %d: %w", s.boundary, pos-1, err)
+	}
+	return err == nil && epoch == s.epoch && len(events) == 1 && events[0].Position == pos, nil
 }
 
 // consumerInactive is how long the server keeps a live consumer that
@@ -388,7 +424,11 @@ func (s *sub) live(ctx context.Context) (string, error) {
 					// leader on another node that is paused by the
 					// stream's limits, or stalled and not yet stepped
 					// down). The store serves it meanwhile.
-					if s.storeHolds(ctx, s.next) {
+					held, err := s.storeHolds(ctx, s.next)
+					if err != nil {
+						return "", err
+					}
+					if held {
 						return fmt.Sprintf("the stream is behind the store: position %d is committed but was not published for %s: reading the store",
 							s.next, time.Since(quietSince).Round(time.Second)), nil
 					}

@@ -232,7 +232,10 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 // (not len(events) consecutive positions, an epoch that is no boundary's or
 // not the one this client saw for the boundary before) is an error that
 // errors.Is matches with ErrBadReply, never a result: send the events again
-// with the same ids to learn where they are.
+// with the same ids to learn where they are. An append refused because a
+// row stored beyond the boundary's head holds a position it would take is
+// event.ErrCorrupt (an *event.CorruptError naming that position), not a
+// conflict: it fails until an operator repairs the row.
 func (c *Client) Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
 	var res event.AppendResult
 	// The boundary is a token of the request's subject: a name with a '.'
@@ -270,7 +273,18 @@ func (c *Client) Append(ctx context.Context, boundary string, events []event.Inp
 		apiErr.Conflict.Boundary = boundary
 		apiErr.Conflict.After = cond.After
 	}
-	return res, err
+	return res, badRow(err, boundary)
+}
+
+// badRow fills the boundary into the *event.CorruptError of a corrupt
+// reply: a stored row of the boundary, at the reply's position, does not
+// fit the log (docs/protocol.md, "Errors").
+func badRow(err error, boundary string) error {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Corrupt != nil {
+		apiErr.Corrupt.Boundary = boundary
+	}
+	return err
 }
 
 // ReadLatest returns the last event of the boundary matching q (nil or no
@@ -288,7 +302,7 @@ func (c *Client) ReadLatest(ctx context.Context, boundary string, q *event.Query
 	}
 	subject := api.LatestSubject(boundary)
 	if err := c.request(ctx, subject, api.LatestRequest{Query: q}, &res); err != nil {
-		return res, err
+		return res, badRow(err, boundary)
 	}
 	if err := c.checkLatest(subject, boundary, q, &res); err != nil {
 		return api.LatestReply{}, err
@@ -302,7 +316,11 @@ func (c *Client) ReadLatest(ctx context.Context, boundary string, q *event.Query
 // is reached when the last position equals Head. A reply that cannot be the
 // answer (see ErrBadReply: events out of order, not after after, beyond
 // the head, of another boundary or epoch, not matching q, a position
-// missing from a read without a query) is an error.
+// missing from a read without a query) is an error. A read that reaches a
+// stored row that does not fit the log (changed behind orisun's back) fails
+// with an error that errors.Is matches with event.ErrCorrupt, and
+// errors.As finds an *event.CorruptError in naming the row's position and
+// column; reading again fails the same way until the row is repaired.
 func (c *Client) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (api.ReadReply, error) {
 	var res api.ReadReply
 	if err := event.ValidateBoundaryName(boundary); err != nil {
@@ -310,7 +328,7 @@ func (c *Client) Read(ctx context.Context, boundary string, after uint64, limit 
 	}
 	subject := api.ReadSubject(boundary)
 	if err := c.request(ctx, subject, api.ReadRequest{After: after, Limit: &limit, Query: q}, &res); err != nil {
-		return res, err
+		return res, badRow(err, boundary)
 	}
 	if err := c.checkRead(subject, boundary, after, limit, q, &res); err != nil {
 		return api.ReadReply{}, err

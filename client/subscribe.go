@@ -23,7 +23,9 @@ type SubscribeOptions = event.SubscribeOptions
 // following the boundary's stream (docs/design.md §7, I5). It returns when ctx ends
 // (ctx's error), h fails, the epoch changes (event.ErrEpochChanged), the
 // start position is beyond the head or the boundary does not exist
-// (event.ErrInvalid, event.ErrNotFound), or the client is closed.
+// (event.ErrInvalid, event.ErrNotFound), the next event's stored row does
+// not fit the log (event.ErrCorrupt, with an *event.CorruptError naming its
+// position, after every event before it), or the client is closed.
 func (c *Client) Subscribe(ctx context.Context, boundary string, after uint64, h Handler, opts SubscribeOptions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -30,6 +30,13 @@ var (
 	ErrEpochChanged = errors.New("epoch changed")
 	// ErrClosed: the component was stopped.
 	ErrClosed = errors.New("closed")
+	// ErrCorrupt: a stored event does not fit the log: its data or
+	// metadata is not JSON, its tags do not decode, or its position is
+	// missing (a hole) or beyond the boundary's head. The store was changed
+	// behind orisun's back. Nothing at or after that position is served
+	// and retrying fails the same way until an operator repairs the row
+	// (docs/operations.md, "A bad row"). A *CorruptError names the row.
+	ErrCorrupt = errors.New("corrupt")
 )
 
 // ConflictError is the error of a failed append condition: it says which
@@ -47,6 +54,36 @@ func (e *ConflictError) Error() string {
 
 // Is makes errors.Is(err, ErrConflict) true.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// CorruptError names a stored row that does not fit the log (ErrCorrupt):
+// the boundary, the position and the column, and how it does not fit.
+type CorruptError struct {
+	Boundary string
+	Position uint64
+	// Column is "data", "metadata", "tags" or "position" (a position
+	// missing, taken by a row beyond the head, or out of order).
+	Column string
+	// Reason says how the row does not fit and what to do.
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	s := "corrupt: "
+	if e.Boundary != "" {
+		s += "boundary " + quote(e.Boundary) + " "
+	}
+	s += "position " + utoa(e.Position)
+	if e.Column != "" {
+		s += ", column " + e.Column
+	}
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 func quote(s string) string { return "\"" + s + "\"" }
 

@@ -23,6 +23,14 @@
 // fenced by the term, and its publishes by the expected last sequence. The
 // lease keeps two nodes from wasting work; losing it cancels the leader's
 // context so it stops within one renewal period.
+//
+// Two things spare a standby its wait. A node stopping cleanly releases its
+// leases, and the store announces each release (PostgreSQL NOTIFY), which
+// wakes the standbys (Runner.Released) to acquire at once. A node restarted
+// after a crash knows its previous process's holder name from its data
+// directory's lock file (Runner.Gone): the lock it now holds proves that
+// process has ended, so it takes that process's unexpired leases at once,
+// with the next term, and logs why.
 package lease
 
 import (
@@ -47,6 +55,17 @@ type Runner struct {
 	Holder string
 	TTL    time.Duration
 	Logger *slog.Logger
+
+	// Gone names holders known to have ended: the earlier processes of
+	// the data directory this node has locked (docs/design.md §9). A lease
+	// one of them still holds is taken at once, with the next term,
+	// instead of after its expiry, and the log says so.
+	Gone []string
+	// Released, when set, is a hint that the lease may have been released
+	// (backend.ReleaseNotifier): a standby tries to acquire at once
+	// instead of at its next retry, TTL/3 later. A clean stop of the
+	// leader thus hands the lease over within a round trip or two.
+	Released <-chan struct{}
 
 	// Boundary, Lead and Standby are what Start runs: Run's arguments.
 	Boundary string
@@ -180,7 +199,7 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 		}
 		yielded = 0
 		acquired := time.Now()
-		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, r.TTL)
+		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, r.Gone, r.TTL)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -193,7 +212,7 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 				log.Warn("lease acquisition failing; retrying", "err", err)
 			}
 			failing = !held
-			if !serviceutil.Sleep(ctx, retry) {
+			if !r.wait(ctx, retry, held) {
 				return
 			}
 			continue
@@ -202,7 +221,14 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 			log.Info("lease acquisition works again")
 			failing = false
 		}
-		log.Info("lease acquired", "term", l.Term)
+		if was := l.TakenFrom; was != nil {
+			log.Info("lease taken over at once: its holder was an earlier process of this node's data directory, "+
+				"whose lock this process now holds, so that process has ended; its lease was not left to expire",
+				"term", l.Term, "previous_holder", was.Holder, "previous_term", was.Term,
+				"previous_expiry", was.Expires.Format(time.RFC3339Nano))
+		} else {
+			log.Info("lease acquired", "term", l.Term)
+		}
 		holdOff := 2 * r.TTL << min(steppedDown, 3)
 		sd := r.hold(ctx, l, acquired, holdOff, lead, standby, log)
 		if sd == nil {
@@ -213,6 +239,24 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 			steppedDown++
 		}
 	}
+}
+
+// wait waits retry before the next attempt, or less when held (another
+// holder has the lease) and Released says it was released. It reports
+// false when ctx ended.
+func (r *Runner) wait(ctx context.Context, retry time.Duration, held bool) bool {
+	if !held || r.Released == nil {
+		return serviceutil.Sleep(ctx, retry)
+	}
+	t := time.NewTimer(retry)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-r.Released:
+	}
+	return true
 }
 
 // holdOff keeps this node out of the race after it stepped down, until

@@ -1,8 +1,12 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -250,7 +254,7 @@ func TestStalledLeaderStepsDown(t *testing.T) {
 		t.Fatalf("the leader work's context ended with %v, want a SteppedDownError", c)
 	}
 	// Another holder takes the lease at once.
-	other, err := s.AcquireLease(ctx, "b", "b-node", time.Minute)
+	other, err := s.AcquireLease(ctx, "b", "b-node", nil, time.Minute)
 	if err != nil {
 		t.Fatalf("another holder could not take the released lease: %v", err)
 	}
@@ -341,7 +345,7 @@ func TestStepDownWaitsForFencedSection_I6(t *testing.T) {
 			t.Fatalf("lease %+v released while a fenced section was in flight", cur)
 		}
 	}
-	if _, err := s.AcquireLease(ctx, "b", "b-node", time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
+	if _, err := s.AcquireLease(ctx, "b", "b-node", nil, time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
 		t.Fatalf("another holder acquiring during the fenced section: %v, want ErrLeaseHeld", err)
 	}
 	close(leave)
@@ -456,4 +460,103 @@ func TestSharedStallKeepsALeader_I4(t *testing.T) {
 			t.Fatalf("no leader for %s after the stalled node stepped down, want at most 2 TTLs", m.longest)
 		}
 	})
+}
+
+// logBuffer is a slog destination safe for concurrent writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestGoneHolderTakenAtOnce_I6: a runner that knows the lease's holder to
+// have ended (Runner.Gone: an earlier process of its data directory) takes
+// its unexpired lease at once, with the next term, and logs why; the dead
+// term is fenced off (I6). A runner that does not know that holder gone (a
+// twin: the same node id, another directory) waits, however often it asks.
+func TestGoneHolderTakenAtOnce_I6(t *testing.T) {
+	s := setup(t)
+	ctx := t.Context()
+	// The holder of a process that died (SIGKILL) a moment ago: its lease
+	// runs for another minute.
+	dead, err := s.AcquireLease(ctx, "b", "n1#dead", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l leaders
+	ttl := 300 * time.Millisecond // retries every 100ms
+	var asks atomic.Int64
+	stopTwin := run(t, &lease.Runner{Store: s, Holder: "n1#twin", Gone: []string{"n1#other"}, TTL: ttl}, l.lead("n1#twin"),
+		func(h backend.Lease, err error) {
+			if errors.Is(err, event.ErrLeaseHeld) && h.Holder == "n1#dead" {
+				asks.Add(1)
+			}
+		})
+	testutil.Eventually(t, "the twin to ask five times", 10*time.Second, 5*time.Millisecond, func() bool { return asks.Load() >= 5 })
+	stopTwin()
+	if cur, terms, _ := l.get(); cur != "" || len(terms) != 0 {
+		t.Fatalf("the twin led (terms %v) while the lease was live and its holder not known gone", terms)
+	}
+
+	logs := &logBuffer{}
+	r := &lease.Runner{Store: s, Holder: "n1#new", Gone: []string{"n1#older", "n1#dead"}, TTL: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	start := time.Now()
+	stop := run(t, r, l.lead("n1#new"), nil)
+	testutil.Eventually(t, "n1#new to lead", 10*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "n1#new" })
+	t.Logf("the restarted runner led %s after it started; the dead holder's lease had %s left",
+		time.Since(start).Round(time.Millisecond), time.Until(dead.Expires).Round(time.Millisecond))
+	if _, terms, _ := l.get(); len(terms) != 1 || terms[0] != dead.Term+1 {
+		t.Fatalf("terms %v, want the dead holder's term %d plus one", terms, dead.Term)
+	}
+	for _, want := range []string{"lease taken over at once", "previous_holder=n1#dead", fmt.Sprintf("previous_term=%d", dead.Term)} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("the log does not say %q:\n%s", want, logs.String())
+		}
+	}
+	if _, err := s.RenewLease(ctx, dead, time.Minute); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("I6: the dead holder's renewal: %v, want ErrLeaseLost", err)
+	}
+	stop()
+}
+
+// TestReleasedWakesStandby: a standby whose Released channel hears of the
+// release (as the node wires it to the store's OnLeaseReleased) takes the
+// lease at once when the leader stops cleanly, not at its next retry a
+// third of a TTL later (20 s here).
+func TestReleasedWakesStandby(t *testing.T) {
+	s := setup(t)
+	wake := make(chan struct{}, 1)
+	s.OnLeaseReleased(func(string) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	var l leaders
+	ttl := time.Minute
+	stopA := run(t, &lease.Runner{Store: s, Holder: "a", TTL: ttl}, l.lead("a"), nil)
+	testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
+	var standing atomic.Bool
+	stopB := run(t, &lease.Runner{Store: s, Holder: "b", TTL: ttl, Released: wake}, l.lead("b"), func(h backend.Lease, err error) {
+		standing.Store(errors.Is(err, event.ErrLeaseHeld))
+	})
+	testutil.Eventually(t, "b to stand by", 5*time.Second, 5*time.Millisecond, standing.Load)
+	start := time.Now()
+	stopA()
+	took := testutil.Eventually(t, "b to lead", 5*time.Second, 2*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "b" })
+	t.Logf("b led %s after a's stop began (%s after it returned); its retry period is %s",
+		time.Since(start).Round(time.Millisecond), took.Round(time.Millisecond), ttl/3)
+	stopB()
 }

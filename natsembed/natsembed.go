@@ -72,6 +72,11 @@ type Config struct {
 	// and stay the same across restarts of the node (it names the
 	// JetStream peer).
 	Cluster *Cluster
+	// Monitor, when set, turns on the server's own HTTP monitoring
+	// endpoint (/varz, /jsz, /connz, /healthz, …), which
+	// prometheus-nats-exporter and nats-top read. It has no
+	// authentication: keep it on loopback or a private network.
+	Monitor *Monitor
 	Logger  *slog.Logger
 
 	// permissionsOff, for the negative control of docs/test-plan.md S13
@@ -99,6 +104,14 @@ type Cluster struct {
 	// TLS, when set, is required between the servers; with CAFile the
 	// peers' certificates are verified against it.
 	TLS *TLS
+}
+
+// Monitor is where the server's monitoring endpoint listens.
+type Monitor struct {
+	// Host is the interface; empty means 127.0.0.1 (loopback only).
+	Host string
+	// Port is the port; 0 or -1 picks a free one (see MonitorURL).
+	Port int
 }
 
 // Server is an embedded NATS server with JetStream.
@@ -179,6 +192,18 @@ func (s *Server) Start() error {
 		auth = a
 		opts.CustomClientAuthentication = a
 	}
+	if m := s.cfg.Monitor; m != nil {
+		// Plain HTTP, whatever the clients' TLS: nats-server serves
+		// HTTPS only on a port of its own (HTTPSPort).
+		opts.HTTPHost = m.Host
+		if opts.HTTPHost == "" {
+			opts.HTTPHost = "127.0.0.1"
+		}
+		opts.HTTPPort = m.Port
+		if opts.HTTPPort == 0 {
+			opts.HTTPPort = -1 // 0 would mean off
+		}
+	}
 	if s.cfg.TLS != nil {
 		tc, err := s.cfg.TLS.tlsConfig()
 		if err != nil {
@@ -221,7 +246,7 @@ func (s *Server) Start() error {
 	s.ns = ns
 	s.auth = auth
 	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir, "server_name", s.cfg.ServerName,
-		"cluster", s.cfg.Cluster != nil,
+		"cluster", s.cfg.Cluster != nil, "monitor", monitorURL(ns),
 		"auth", s.cfg.Auth != nil, "admin", s.cfg.Admin != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
 	return nil
 }
@@ -326,6 +351,26 @@ func (s *Server) Memory() (budget, reserved int64, streams int, err error) {
 	// Every client of this server is in its global account.
 	u := ns.GlobalAccount().JetStreamUsage()
 	return cfg.MaxMemory, int64(u.ReservedMemory), u.Streams, nil
+}
+
+// MonitorURL is the base URL of the server's monitoring endpoint
+// (http://host:port; append /varz, /jsz, …), empty when Config.Monitor is
+// nil or the server is not started.
+func (s *Server) MonitorURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ns == nil {
+		return ""
+	}
+	return monitorURL(s.ns)
+}
+
+func monitorURL(ns *server.Server) string {
+	addr := ns.MonitorAddr()
+	if addr == nil {
+		return ""
+	}
+	return "http://" + addr.String()
 }
 
 // ClientURL is the URL NATS clients connect to.

@@ -151,7 +151,8 @@ func (p *Publisher) StreamDrifted(info *jetstream.StreamInfo) bool {
 	if want == nil || p.progress.Load() == 0 {
 		return false // it does not run
 	}
-	config := info == nil || stream.Epoch(&info.Config) != stream.Epoch(want) || len(ConfigDrift(&info.Config, want)) > 0
+	config := info == nil || stream.Epoch(&info.Config) != stream.Epoch(want) || len(ConfigDrift(&info.Config, want)) > 0 ||
+		max(info.Config.Replicas, 1) != max(want.Replicas, 1)
 	// idle is read before caughtUp, which is stored before idle is set.
 	content := p.idle.Load() && info != nil && info.State.LastSeq != p.caughtUp.Load()
 	if config {

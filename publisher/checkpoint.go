@@ -32,7 +32,7 @@ func (r *run) saveCheckpoint(ctx context.Context, pos uint64) error {
 	p := r.p
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := p.cfg.Store.SaveCheckpoint(wctx, p.cfg.Boundary, r.lease, pos)
+	err := p.cfg.Store.SaveCheckpoint(wctx, p.cfg.Boundary, *r.lease.Load(), pos)
 	switch {
 	case err == nil:
 		return nil

@@ -44,7 +44,8 @@ const defaultDuplicates = 2 * time.Minute
 // limits) and returns every setting that differs, in a fixed order. It
 // leaves out what orisun does not own or handles on its own: the epoch in
 // the metadata (a stream of another epoch is recreated), the replica count
-// (applied as configured, with a warning when JetStream refuses), the first
+// (compared on its own: StreamDrifted, applyConfig; changing it copies the
+// messages, and JetStream may refuse it while a cluster forms), the first
 // sequence (a creation setting), the placement and the server's own
 // metadata (keys starting with "_nats.").
 func ConfigDrift(have, want *jetstream.StreamConfig) []Drift {

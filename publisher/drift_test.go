@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -162,4 +163,101 @@ func TestDeposedPublisherDoesNotPutBackTheStream_I6(t *testing.T) {
 	if got := s.CachedInfo().Config.MaxMsgs; got != 10 {
 		t.Fatalf("the deposed publisher changed max_msgs to %d", got)
 	}
+}
+
+// TestPutBackWaitsForAController: something (a NATS controller that owns
+// the stream, say) sets max_msgs back to 10 whenever orisun puts it back.
+// The publisher puts it back, but after putBackBurst put-backs within a
+// minute it waits, longer each time, instead of renewing its lease and
+// updating the stream at every check; the warning names the fight.
+func TestPutBackWaitsForAController(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, p, s := checkedEvery20ms(t)
+	putBacks := 0
+	warned := ""
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.MaxMsgs == 10 {
+			if w := p.Status().Warning; strings.Contains(w, "keeps changing it") {
+				warned = w
+			}
+			continue
+		}
+		putBacks++
+		cfg := info.Config
+		cfg.MaxMsgs = 10
+		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Checks every 20 ms for 3 s: without the wait, some 100 put-backs.
+	// With it: 3 at once, then after 1 s, then after 2 s.
+	t.Logf("put-backs in 3 s: %d; warning: %s", putBacks, warned)
+	if putBacks < putBackBurst {
+		t.Fatalf("%d put-backs: the drift was not put back at once", putBacks)
+	}
+	if putBacks > putBackBurst+3 {
+		t.Fatalf("%d put-backs in 3 s: the publisher fights the controller at every check", putBacks)
+	}
+	if !strings.Contains(warned, "max_msgs changed to 10") || !strings.Contains(warned, "the next put-back is in") {
+		t.Fatalf("the warning while the put-back waits does not name the drift and the wait: %q", warned)
+	}
+}
+
+// putBackBurst is publisher.putBackBurst.
+const putBackBurst = 3
+
+// TestRefusedPutBackWaits: someone moved the stream's subjects away and a
+// stream of theirs took the boundary's: JetStream refuses to put the
+// subjects back (they would overlap). The idle publisher tries again after
+// a wait that grows (1 s, 2 s, 4 s, …), not at every check, and its warning
+// says so.
+func TestRefusedPutBackWaits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, p, s := checkedEvery20ms(t)
+	cfg := s.CachedInfo().Config
+	cfg.Subjects = []string{"orisun.attack.>"}
+	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "THIEF", Subjects: []string{stream.Subjects("b")},
+		Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	waits := map[string]bool{}
+	testutil.Eventually(t, "a put-back wait of 4 s", 20*time.Second, 10*time.Millisecond, func() bool {
+		w := p.Status().Warning
+		if !strings.Contains(w, "JetStream refused to put it back") {
+			return false
+		}
+		_, in, _ := strings.Cut(w, "the next put-back is in ")
+		waits[in] = true
+		return in == "4s"
+	})
+	t.Logf("waits seen: %v", waits)
+}
+
+// checkedEvery20ms runs a publisher that checks its stream every 20 ms,
+// and returns it with its stream once it published 3 events.
+func checkedEvery20ms(t *testing.T) (*env, *publisher.Publisher, jetstream.Stream) {
+	t.Helper()
+	e := setup(t)
+	e.append(t, 3)
+	p := publisher.New(publisher.Config{
+		Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+		PollInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond,
+	})
+	run(t, p, e.lease(t))
+	var s jetstream.Stream
+	testutil.Eventually(t, "the stream", 10*time.Second, 10*time.Millisecond, func() bool {
+		var err error
+		s, err = e.js.Stream(context.Background(), stream.Name("b"))
+		return err == nil && s.CachedInfo().State.LastSeq == 3
+	})
+	return e, p, s
 }

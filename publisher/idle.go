@@ -6,6 +6,7 @@ package publisher
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
@@ -13,7 +14,8 @@ import (
 
 // Behind reports whether the publisher waits, caught up, for new events
 // while h (read from the store after it became idle) says the boundary has
-// events it has not read, has another epoch, or has its head row held by
+// events it has not read, has fewer than it published, has another epoch,
+// or has its head row held by
 // an open transaction (so that the publisher probes the row and the status
 // can say it waits, I7). A node reads every boundary's head in one
 // statement per poll interval and wakes only the publishers that are
@@ -25,6 +27,13 @@ func (p *Publisher) Behind(h backend.Head) bool {
 		return false // it runs (and reads again before it waits), or it does not lead
 	}
 	if e := p.epoch.Load(); e != nil && *e != h.Boundary.Epoch {
+		return true
+	}
+	if h.Boundary.Head < p.caughtUp.Load() {
+		// A head below what it published: the store went back (restored
+		// from a backup), or h was read before the publisher's last
+		// batch. Woken, the publisher reads the head itself (headWentBack).
+		p.checkHead.Store(true)
 		return true
 	}
 	return h.Held || h.Boundary.Head > p.caughtUp.Load()
@@ -92,4 +101,22 @@ func (r *run) probeReason(ctx context.Context, prober HeadProber) string {
 	}
 	return "waiting: an append transaction has held the boundary's head row since " +
 		r.heldSince.Format(time.RFC3339) + "; its events get positions when it commits, nothing is skipped meanwhile"
+}
+
+// headWentBack reads the boundary's head when Behind asked for it, and
+// returns a *driftError when the head is below next-1, the last position
+// this publisher published: the store went back in time (restored from an
+// older backup), and the stream holds events the store does not. The sync
+// it sends the run to stalls on that (I7) instead of the status calling a
+// publisher caught up whose stream is ahead of the store.
+func (r *run) headWentBack(ctx context.Context, next uint64) error {
+	if !r.p.checkHead.Swap(false) {
+		return nil
+	}
+	b, err := r.p.cfg.Store.Boundary(ctx, r.p.cfg.Boundary)
+	if err != nil || b.Epoch != r.epoch || b.Head >= next-1 {
+		return nil // an epoch change, or a read error, is met by the next read
+	}
+	return &driftError{fmt.Sprintf("the store's head is %d, below %d, the last position this publisher published: "+
+		"the store went back (restored from an older backup?); comparing the stream with the store", b.Head, next-1)}
 }

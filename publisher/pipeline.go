@@ -152,6 +152,9 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 			}
 			p.idle.Store(false)
 			p.markProgress()
+			if err := r.headWentBack(ctx, next); err != nil {
+				return err
+			}
 			continue
 		}
 		// After a pause or a stall the state turns back to leading only once

@@ -129,6 +129,9 @@ type Publisher struct {
 	// stored before idle is set (see Behind).
 	caughtUp atomic.Uint64
 	epoch    atomic.Pointer[string]
+	// checkHead asks the idle publisher, woken, to read the boundary's
+	// head: Behind saw one below caughtUp (see headWentBack).
+	checkHead atomic.Bool
 	// want is the stream configuration of the running publisher's last
 	// sync, nil while it does not run. checkConfig and checkContent ask it
 	// to check its stream at its next chance (StreamDrifted): the
@@ -230,7 +233,8 @@ func (p *Publisher) errStopped() error {
 // (parent) or at Stop; the status reports why parent ended (its cause), and
 // a Stop as a clean stop.
 func (p *Publisher) run(ctx, parent context.Context, lease backend.Lease) error {
-	r := &run{p: p, lease: lease}
+	r := &run{p: p}
+	r.lease.Store(&lease)
 	p.idle.Store(false)
 	p.markProgress()
 	err := r.loop(ctx)
@@ -252,8 +256,10 @@ func (p *Publisher) run(ctx, parent context.Context, lease backend.Lease) error 
 
 // run is the state of one Run.
 type run struct {
-	p     *Publisher
-	lease backend.Lease
+	p *Publisher
+	// lease is the lease the run holds, renewed by each fence; the
+	// checkpointer reads it from its own goroutine.
+	lease atomic.Pointer[backend.Lease]
 	epoch string
 	// acked is the last position JetStream acknowledged; saved the last
 	// checkpoint written.
@@ -278,10 +284,17 @@ type run struct {
 	// checked is when the stream was last checked (see check). drifting is
 	// true from a drift that sent the run back to the sync until the
 	// stream passes a check while idle or takes a batch: a drift meanwhile
-	// is a repair that did not hold. putBackRefused is true while JetStream
-	// refuses to put the configuration back (applyConfig).
+	// is a repair that did not hold. putBackRefused is true while a drifted
+	// setting is not put back (JetStream refused, or the put-back waits).
 	checked                  time.Time
 	drifting, putBackRefused bool
+	// putBacks are the times of this run's put-backs within putBackWindow;
+	// the next waits until putBackAt (for putBackWhy), after a wait of
+	// putBackWait (see putBackHeld).
+	putBacks    []time.Time
+	putBackAt   time.Time
+	putBackWait time.Duration
+	putBackWhy  string
 	// probed is when the head row was last probed, lastReason what the
 	// probe said.
 	probed     time.Time
@@ -321,12 +334,7 @@ func (r *run) loop(ctx context.Context) error {
 				}
 				continue
 			}
-			if isPaused(err) {
-				p.setState(status.StatePaused, pausedReason(err), err)
-			} else {
-				p.setState(status.StateStalled, err.Error(), err)
-			}
-			if !backoff.Wait(ctx) {
+			if !p.failed(ctx, err, backoff) {
 				return nil
 			}
 			continue
@@ -362,12 +370,7 @@ func (r *run) loop(ctx context.Context) error {
 			continue
 		}
 		if err != nil && ctx.Err() == nil {
-			if isPaused(err) {
-				p.setState(status.StatePaused, pausedReason(err), err)
-			} else {
-				p.setState(status.StateStalled, err.Error(), err)
-			}
-			if !backoff.Wait(ctx) {
+			if !p.failed(ctx, err, backoff) {
 				return nil
 			}
 			continue
@@ -375,4 +378,16 @@ func (r *run) loop(ctx context.Context) error {
 		backoff.Reset()
 	}
 	return nil
+}
+
+// failed records a failed sync or drain, paused (JetStream refuses for its
+// own limits) or stalled, and waits the backoff's next wait before the
+// retry. It returns false when ctx ended meanwhile.
+func (p *Publisher) failed(ctx context.Context, err error, backoff *serviceutil.Backoff) bool {
+	if isPaused(err) {
+		p.setState(status.StatePaused, pausedReason(err), err)
+	} else {
+		p.setState(status.StateStalled, err.Error(), err)
+	}
+	return backoff.Wait(ctx)
 }

@@ -2,9 +2,11 @@ package publisher_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +29,7 @@ import (
 )
 
 type env struct {
+	dir   string
 	store *sqlite.Store
 	ns    *natsembed.Server
 	nc    *nats.Conn
@@ -62,7 +65,7 @@ func setup(t *testing.T) *env {
 	if _, _, err := store.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	return &env{store: store, ns: ns, nc: nc, js: js}
+	return &env{dir: dir, store: store, ns: ns, nc: nc, js: js}
 }
 
 func (e *env) append(t testing.TB, n int) {
@@ -79,7 +82,7 @@ func (e *env) append(t testing.TB, n int) {
 // lease takes the boundary's lease for node n, for a minute.
 func (e *env) lease(t testing.TB) backend.Lease {
 	t.Helper()
-	l, err := e.store.AcquireLease(context.Background(), "b", "n", time.Minute)
+	l, err := e.store.AcquireLease(context.Background(), "b", "n", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,10 +222,23 @@ appending:
 // store's head (the store was restored) stops the publisher with that reason;
 // it never guesses and never publishes.
 func TestStreamAheadOfStoreStalls_I7(t *testing.T) {
+	t.Run("orisun's configuration", func(t *testing.T) { streamAheadOfStoreStalls(t, nil) })
+	// A setting JetStream cannot undo in place asks for the stream to be
+	// recreated from the checkpoint: that must not erase the evidence
+	// first.
+	t.Run("a drift that asks for a recreate", func(t *testing.T) {
+		streamAheadOfStoreStalls(t, func(c *jetstream.StreamConfig) { c.AllowMsgTTL = true })
+	})
+}
+
+func streamAheadOfStoreStalls(t *testing.T, drift func(*jetstream.StreamConfig)) {
 	e := setup(t)
 	ctx := context.Background()
 	b, _ := e.store.Boundary(ctx, "b")
 	cfg := stream.Config("b", b.Epoch, stream.Limits{}, 1)
+	if drift != nil {
+		drift(&cfg)
+	}
 	if _, err := e.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -408,17 +424,35 @@ func TestDeposedPublisherDoesNotDeleteTheStream_I6(t *testing.T) {
 	e.refusedLeavingStream(t, stale, "the deposed publisher")
 }
 
+// TestDeposedPublisherDoesNotCreateTheStream_I6: the stream is missing
+// (the new leader deleted it to recreate it, say); a publisher whose term
+// is stale must not create it with its own, older, first sequence: the
+// creation is fenced, the run ends with ErrLeaseLost, and no stream exists.
+func TestDeposedPublisherDoesNotCreateTheStream_I6(t *testing.T) {
+	e := setup(t)
+	e.append(t, 3)
+	stale, _ := e.deposed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.publisher(e.js, nil).Run(ctx, stale); !errors.Is(err, event.ErrLeaseLost) {
+		t.Fatalf("the deposed publisher ended with %v, want ErrLeaseLost", err)
+	}
+	if _, err := e.js.Stream(ctx, stream.Name("b")); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the deposed publisher created the stream (stream lookup: %v)", err)
+	}
+}
+
 // deposed gives the boundary's lease to node-a for 100 ms, then to node-b
 // once it expired, and returns both: node-a's term is stale.
 func (e *env) deposed(t *testing.T) (stale, current backend.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	stale, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
+	stale, err := e.store.AcquireLease(ctx, "b", "node-a", nil, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "the stale lease to expire and node-b to take it", 10*time.Second, 10*time.Millisecond, func() bool {
-		current, err = e.store.AcquireLease(ctx, "b", "node-b", time.Minute)
+		current, err = e.store.AcquireLease(ctx, "b", "node-b", nil, time.Minute)
 		return err == nil
 	})
 	if current.Term <= stale.Term {
@@ -470,7 +504,7 @@ func (e *env) refusedLeavingStream(t *testing.T, l backend.Lease, who string) {
 func TestFenceRenewsTheLease_I6(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	expired, err := e.store.AcquireLease(ctx, "b", "node-a", 100*time.Millisecond)
+	expired, err := e.store.AcquireLease(ctx, "b", "node-a", nil, 100*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +524,7 @@ func TestFenceRenewsTheLease_I6(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.append(t, 5)
-	cur, err := e.store.AcquireLease(ctx, "b", "node-b", 3*time.Second)
+	cur, err := e.store.AcquireLease(ctx, "b", "node-b", nil, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +623,7 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 			t.Fatalf("lease %+v (err %v) released while the fenced delete was in flight", cur, err)
 		}
 	}
-	if _, err := e.store.AcquireLease(ctx, "b", "node-b", time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
+	if _, err := e.store.AcquireLease(ctx, "b", "node-b", nil, time.Minute); !errors.Is(err, event.ErrLeaseHeld) {
 		t.Fatalf("another node acquiring during the fenced delete: %v, want ErrLeaseHeld", err)
 	}
 	close(js.proceed)
@@ -753,9 +787,13 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	if p.Behind(h) {
 		t.Fatalf("Behind(%+v) = true for a publisher idle at the head", h)
 	}
-	held, other := h, h
+	held, other, back := h, h, h
 	held.Held = true
 	other.Boundary.Epoch = "another-epoch"
+	back.Boundary.Head = 1 // the store restored from an older backup
+	if !p.Behind(back) {
+		t.Fatalf("Behind(%+v) = false for a head below the published 2: the store went back", back)
+	}
 	if !p.Behind(held) {
 		t.Fatalf("Behind(%+v) = false: a held head row must send the idle publisher to probe it", held)
 	}
@@ -880,7 +918,7 @@ func (leaseLostSave) SaveCheckpoint(context.Context, string, backend.Lease, uint
 func TestCheckpointLeaseLostEndsIdlePublisher_I3_I6(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	l, err := e.store.AcquireLease(ctx, "b", "n", time.Minute)
+	l, err := e.store.AcquireLease(ctx, "b", "n", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -980,4 +1018,53 @@ func connectApp(t *testing.T, ns *natsembed.Server) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// TestStoreGoneBackStallsIdlePublisher_I7: an idle publisher has published
+// 1..5 when the store goes back in time (restored from an older backup:
+// events 4 and 5, the head and the checkpoint as they were at 3). The
+// node's shared head read finds the publisher behind; woken, it reads the
+// head itself and stalls on a stream ahead of the store, instead of
+// staying "caught up" with a stream that holds what the store does not.
+func TestStoreGoneBackStallsIdlePublisher_I7(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.append(t, 5)
+	wake := make(chan struct{}, 1)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+		PollInterval: time.Hour, Wake: wake})
+	run(t, p, e.lease(t))
+	head := func() backend.Head {
+		t.Helper()
+		hs, err := e.store.Heads(ctx)
+		if err != nil || len(hs) != 1 {
+			t.Fatalf("Heads = %+v, %v", hs, err)
+		}
+		return hs[0]
+	}
+	testutil.Eventually(t, "the publisher idle at 5", 10*time.Second, 10*time.Millisecond, func() bool {
+		return e.checkpoint() == 5 && !p.Behind(head()) && p.Status().State == status.StateLeading
+	})
+	db, err := sql.Open("sqlite", filepath.Join(e.dir, sqlite.DBFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`DELETE FROM events WHERE boundary = 'b' AND position > 3`,
+		`DELETE FROM event_tags WHERE boundary = 'b' AND position > 3`,
+		`UPDATE boundaries SET head = 3, checkpoint = 3 WHERE name = 'b'`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if h := head(); h.Boundary.Head != 3 || !p.Behind(h) {
+		t.Fatalf("Behind(%+v) = false: a head below the published 5 must wake the publisher", h)
+	}
+	wake <- struct{}{}
+	testutil.Eventually(t, "the publisher stalled on a stream ahead of the store", 10*time.Second, 10*time.Millisecond, func() bool {
+		st := p.Status()
+		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
+	})
 }

@@ -62,7 +62,7 @@ func (w *watched) SaveCheckpoint(ctx context.Context, boundary string, l backend
 func TestPublisherStartStopStress(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	l, err := e.store.AcquireLease(ctx, "b", "stress", time.Hour)
+	l, err := e.store.AcquireLease(ctx, "b", "stress", nil, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,12 +73,18 @@ func (r *run) sync(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	last := info.State.LastSeq
+	if last > b.Head {
+		// Before the recreate a drift may ask for: recreating from the
+		// checkpoint would erase a stream that is ahead because the store
+		// went back, which must stall (I7). Foreign messages are
+		// recreated there anyway, which repairs the drift too.
+		return r.aheadOfStore(ctx, s, want, cp, last, b.Head)
+	}
 	if why != "" {
 		return r.recreate(ctx, want, cp, why+": JetStream cannot change that in place")
 	}
-	switch last := info.State.LastSeq; {
-	case last > b.Head:
-		return r.aheadOfStore(ctx, s, want, cp, last, b.Head)
+	switch {
 	case last >= cp:
 		return r.resume(ctx, s, info, want, cp, last)
 	default:
@@ -140,8 +147,17 @@ func (r *run) readStore(ctx context.Context) (event.Boundary, uint64, error) {
 
 // createStream creates the missing stream with its next sequence at
 // checkpoint+1.
+//
+// Fenced like a recreate: a deposed publisher must not create, under a
+// leader that just deleted the stream, one whose first sequence is its own
+// older checkpoint's.
 func (r *run) createStream(ctx context.Context, want jetstream.StreamConfig, cp uint64) (uint64, error) {
-	if _, err := r.p.cfg.JS.CreateStream(ctx, want); err != nil {
+	fctx, cancel, err := r.fence(ctx, "create stream "+want.Name)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	if _, err := r.p.cfg.JS.CreateStream(fctx, want); err != nil {
 		return 0, fmt.Errorf("create stream %s: %w", want.Name, err)
 	}
 	r.p.log.Info("stream created", "stream", want.Name, "first_seq", cp+1, "epoch", r.epoch)
@@ -294,17 +310,18 @@ func (r *run) fence(ctx context.Context, what string) (context.Context, context.
 		return nil, nil, fmt.Errorf("%s: not done: %w", what, err)
 	}
 	start := time.Now()
-	l, err := r.p.cfg.Store.RenewLease(ctx, r.lease, r.p.cfg.LeaseTTL)
+	held := *r.lease.Load()
+	l, err := r.p.cfg.Store.RenewLease(ctx, held, r.p.cfg.LeaseTTL)
 	if errors.Is(err, event.ErrLeaseLost) {
 		end()
 		return nil, nil, fmt.Errorf("%s: not done, lease term %d of %q could not be renewed (expired, or a newer term exists): %w",
-			what, r.lease.Term, r.lease.Holder, err)
+			what, held.Term, held.Holder, err)
 	}
 	if err != nil {
 		end()
 		return nil, nil, fmt.Errorf("%s: not done, the lease could not be renewed first: %w", what, err)
 	}
-	r.lease = l
+	r.lease.Store(&l)
 	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(r.p.cfg.LeaseTTL))
 	return fctx, func() { cancel(); end() }, nil
 }
@@ -514,7 +531,12 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	}
 	var warnings []string
 	r.putBackRefused = false
-	if len(drift) > 0 {
+	switch held := r.putBackHeld(force); {
+	case len(drift) == 0:
+	case held != "":
+		r.putBackRefused = true
+		warnings = append(warnings, what+"; "+held)
+	default:
 		// Fenced like a delete (I6): a publisher that no longer leads,
 		// its configuration perhaps older than the leader's, must not
 		// change the stream under the leader.
@@ -526,17 +548,35 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		cancel()
 		if err != nil {
 			r.putBackRefused = true
-			warnings = append(warnings, what+"; JetStream refused to put it back: "+err.Error()+"; trying again every poll interval")
+			why := "JetStream refused to put it back: " + err.Error()
+			if force {
+				// The sync runs again with the stall's retries.
+				warnings = append(warnings, what+"; "+why+"; trying again every poll interval while the publisher is stalled")
+				break
+			}
+			r.holdPutBack(why)
+			warnings = append(warnings, what+"; "+r.putBackHeld(false))
+			break
+		}
+		have = si.CachedInfo().Config
+		if n := r.notePutBack(); n >= putBackBurst {
+			r.holdPutBack(fmt.Sprintf("put back %d times within %s: something keeps changing it (a NATS controller "+
+				"that owns the stream, or an operator's script?)", n, putBackWindow))
+			w := what + "; " + r.putBackHeld(false)
+			warnings = append(warnings, w)
+			p.log.Warn("stream configuration was not orisun's: put back, and it keeps drifting", "stream", name, "drift", w)
 		} else {
 			p.log.Warn("stream configuration was not orisun's: put back", "stream", name, "drift", what)
-			have = si.CachedInfo().Config
 		}
 	}
 	// Replicas of an existing stream can change (JetStream adds or removes
 	// peers and copies the messages); without this, a changed
 	// ORISUN_NATS_STREAM_REPLICAS would apply only to streams created
 	// afterwards.
-	switch due := force || !r.configRetry.IsZero() && !time.Now().Before(r.configRetry); {
+	// Due at a sync, at a check that finds it changed (no refusal
+	// waits: someone else changed the count), or when a refusal's wait is
+	// over.
+	switch due := force || r.configRetry.IsZero() || !time.Now().Before(r.configRetry); {
 	case max(have.Replicas, 1) == want.Replicas:
 		r.replicasWarning = ""
 		r.scheduleConfigRetry(false)
@@ -545,8 +585,15 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	default:
 		upd := have
 		upd.Replicas = want.Replicas
-		uctx, cancel := context.WithTimeout(ctx, jsTimeout)
+		// Fenced like a put-back: a deposed publisher's configuration may
+		// be older than the leader's.
+		fctx, cancel, err := r.fence(ctx, "change the replicas of stream "+name)
+		if err != nil {
+			return "", err
+		}
+		uctx, cancelUpdate := context.WithTimeout(fctx, jsTimeout)
 		si, err := p.cfg.JS.UpdateStream(uctx, upd)
+		cancelUpdate()
 		cancel()
 		if err != nil {
 			hint := ""
@@ -583,6 +630,50 @@ func (r *run) scheduleConfigRetry(pending bool) {
 	}
 	r.configWait = min(max(2*r.configWait, time.Second), time.Minute)
 	r.configRetry = time.Now().Add(r.configWait)
+}
+
+// A drifted setting is put back at the next check, but not without end:
+// one JetStream refuses, or one that something keeps changing back (put
+// back putBackBurst times within putBackWindow), waits before the next
+// try, twice as long each time up to putBackMaxWait. Each try renews the
+// lease (a store write) and a fight with a controller that owns the stream
+// is won by neither; the status names the drift and the wait meanwhile.
+const (
+	putBackBurst   = 3
+	putBackWindow  = time.Minute
+	putBackMaxWait = 5 * time.Minute
+)
+
+// putBackHeld says why and until when the next put-back waits, or "" when
+// it may run now. A sync (force) always may: it runs because a publish
+// failed or the stream is not as the run left it, and the publisher cannot
+// go on with the drift.
+func (r *run) putBackHeld(force bool) string {
+	if force || !time.Now().Before(r.putBackAt) {
+		return ""
+	}
+	// Whole seconds, rounded up: "in 0s" would read as "now".
+	in := (time.Until(r.putBackAt) + time.Second - 1).Truncate(time.Second)
+	return fmt.Sprintf("%s; the next put-back is in %s", r.putBackWhy, in)
+}
+
+// holdPutBack makes the next put-back wait, longer than the last wait.
+func (r *run) holdPutBack(why string) {
+	r.putBackWait = min(max(2*r.putBackWait, time.Second), putBackMaxWait)
+	r.putBackAt = time.Now().Add(r.putBackWait)
+	r.putBackWhy = why
+}
+
+// notePutBack records a put-back that JetStream took and returns how many
+// this run made within putBackWindow. The first of a window starts the
+// waits over.
+func (r *run) notePutBack() int {
+	now := time.Now()
+	r.putBacks = slices.DeleteFunc(append(r.putBacks, now), func(t time.Time) bool { return now.Sub(t) > putBackWindow })
+	if len(r.putBacks) == 1 {
+		r.putBackWait = 0
+	}
+	return len(r.putBacks)
 }
 
 // noLeaderError says that the stream has no Raft leader now (the server

@@ -268,7 +268,7 @@ func (r *reply) send(m *nats.Msg) {
 func (r *reply) error(err error) {
 	code := api.CodeOf(err)
 	msg := err.Error()
-	if code == api.CodeInternal {
+	if code == api.CodeInternal || code == api.CodeCorrupt {
 		r.log.Error("api request failed", "subject", r.subject, "err", err)
 	}
 	detail := api.ErrorDetail{Code: code, Message: msg}
@@ -276,6 +276,11 @@ func (r *reply) error(err error) {
 	if code == api.CodeConflict && errors.As(err, &ce) && ce.Position > 0 {
 		p := ce.Position
 		detail.Position = &p
+	}
+	var bad *event.CorruptError
+	if code == api.CodeCorrupt && errors.As(err, &bad) {
+		p := bad.Position
+		detail.Position, detail.Column = &p, bad.Column
 	}
 	body, _ := json.Marshal(api.ErrorBody{Error: detail})
 	m := &nats.Msg{Header: nats.Header{}, Data: body}

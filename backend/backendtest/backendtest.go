@@ -28,8 +28,8 @@ import (
 )
 
 // Features are the test hooks a backend gives the suite besides its stores:
-// what the seam cannot show from outside. Run requires HoldGroups and
-// Groups; RunQueue requires Groups, Stall, Queued and Closing.
+// what the seam cannot show from outside. Run requires HoldGroups, Groups
+// and Edit; RunQueue requires Groups, Stall, Queued and Closing.
 type Features struct {
 	// HoldGroups makes s begin no group commit of boundary until release
 	// is called; queued reports how many append requests wait meanwhile.
@@ -50,6 +50,9 @@ type Features struct {
 	Queued func(s backend.Store) int64
 	// Closing reports whether a Close of s has begun.
 	Closing func(s backend.Store) bool
+	// Edit changes stored rows behind s's back (testBadRows); Run
+	// requires its Delete and Move.
+	Edit *Edit
 }
 
 // Run runs the whole suite. open must return a new, empty store of the
@@ -58,8 +61,8 @@ type Features struct {
 // must be safe: a subtest may close it early.
 func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Helper()
-	if f.HoldGroups == nil || f.Groups == nil {
-		t.Fatal("backendtest.Run: Features.HoldGroups and Features.Groups are required")
+	if f.HoldGroups == nil || f.Groups == nil || f.Edit == nil || f.Edit.Delete == nil || f.Edit.Move == nil {
+		t.Fatal("backendtest.Run: Features.HoldGroups, Features.Groups, Features.Edit.Delete and Features.Edit.Move are required")
 	}
 	t.Run("Boundaries", func(t *testing.T) { t.Parallel(); testBoundaries(t, open) })
 	t.Run("Append", func(t *testing.T) { t.Parallel(); testAppend(t, open) })
@@ -77,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Run("States", func(t *testing.T) { t.Parallel(); testStates(t, open) })
 	t.Run("Heads", func(t *testing.T) { t.Parallel(); testHeads(t, open) })
 	t.Run("Closed", func(t *testing.T) { t.Parallel(); testClosed(t, open) })
+	t.Run("BadRows", func(t *testing.T) { t.Parallel(); testBadRows(t, open, f.Edit) })
 }
 
 // setup opens a store and creates the named boundaries.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,5 +135,48 @@ func BenchParallel(b *testing.B, s backend.Store, boundaries []string, groups fu
 		if n := groups() - before; n > 0 {
 			b.ReportMetric(float64(b.N)/float64(n), "events/commit")
 		}
+	}
+}
+
+// BenchRead reports the read path of s: pages of 1,000 events of about
+// 1 KB of data (and 60 bytes of metadata) read without a query, what the
+// publisher and a catching-up subscription read, from a boundary of 10,000
+// such events, page after page round it. b.N is events, reported as
+// events/s and as the CPU time the process used per event (less at the
+// mercy of other processes than the wall time). Reporting only: nothing
+// here asserts on time.
+func BenchRead(b *testing.B, s backend.Store) {
+	ctx := context.Background()
+	benchBoundary(b, s)
+	const total, page = 10_000, 1000
+	data := json.RawMessage(`{"customer":"c-000042","note":"` + strings.Repeat("x", 1000) + `"}`)
+	md := json.RawMessage(`{"correlation":"0190f1e2-7b4c-7a8e-9c1d-2f3e4a5b6c7d","by":"bench"}`)
+	for i := 0; i < total; i += page {
+		in := make([]event.Input, page)
+		for k := range in {
+			in[k] = event.Input{ID: event.NewID(), Type: "bench.event", Data: data, Metadata: md, Tags: []string{"customer:42"}}
+		}
+		if _, err := s.Append(ctx, "bench", in, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	cpu := cpuTime()
+	after := uint64(0)
+	for read := 0; read < b.N; {
+		_, events, err := s.Read(ctx, "bench", after, page, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(events) != page {
+			b.Fatalf("read %d events after %d, want %d", len(events), after, page)
+		}
+		read += len(events)
+		after = (after + page) % total
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if used := cpuTime() - cpu; used > 0 {
+		b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/event")
 	}
 }

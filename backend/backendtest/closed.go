@@ -32,7 +32,7 @@ func testClosed(t *testing.T, open func(t *testing.T) backend.Store) {
 	_, checks["Boundaries"] = s.Boundaries(ctx)
 	_, checks["Checkpoint"] = s.Checkpoint(ctx, "orders")
 	checks["SaveCheckpoint"] = s.SaveCheckpoint(ctx, "orders", l, 0)
-	_, checks["AcquireLease"] = s.AcquireLease(ctx, "orders", "n1", time.Second)
+	_, checks["AcquireLease"] = s.AcquireLease(ctx, "orders", "n1", nil, time.Second)
 	_, checks["RenewLease"] = s.RenewLease(ctx, l, time.Second)
 	checks["ReleaseLease"] = s.ReleaseLease(ctx, l)
 	_, checks["LeaseHolder"] = s.LeaseHolder(ctx, "orders")

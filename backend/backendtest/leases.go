@@ -20,7 +20,7 @@ const longTTL = time.Minute
 
 func acquire(t testing.TB, s backend.Store, boundary, holder string, ttl time.Duration) backend.Lease {
 	t.Helper()
-	l, err := s.AcquireLease(context.Background(), boundary, holder, ttl)
+	l, err := s.AcquireLease(context.Background(), boundary, holder, nil, ttl)
 	if err != nil {
 		t.Fatalf("AcquireLease(%q, %q): %v", boundary, holder, err)
 	}
@@ -37,7 +37,7 @@ func waitTaken(t testing.TB, s backend.Store, boundary, holder string) backend.L
 	var l backend.Lease
 	testutil.Eventually(t, "another holder takes the expired lease", 10*time.Second, 10*time.Millisecond, func() bool {
 		var err error
-		l, err = s.AcquireLease(context.Background(), boundary, holder, longTTL)
+		l, err = s.AcquireLease(context.Background(), boundary, holder, nil, longTTL)
 		if err != nil {
 			wantErr(t, "AcquireLease of an unexpired lease", err, event.ErrLeaseHeld)
 			return false
@@ -170,7 +170,7 @@ func testLeases(t *testing.T, open func(t *testing.T) backend.Store) {
 			t.Fatalf("LeaseHolder = %+v, want n1 term 1", cur)
 		}
 
-		held, err := s.AcquireLease(ctx, "orders", "n2", longTTL)
+		held, err := s.AcquireLease(ctx, "orders", "n2", nil, longTTL)
 		wantErr(t, "AcquireLease of a lease another holder has", err, event.ErrLeaseHeld)
 		if held.Holder != "n1" || held.Term != 1 || !held.Expires.After(time.Now()) {
 			t.Fatalf("ErrLeaseHeld came with %+v, want n1's unexpired term 1", held)
@@ -202,7 +202,7 @@ func testLeases(t *testing.T, open func(t *testing.T) backend.Store) {
 		}
 		_, err := s.RenewLease(t.Context(), old, longTTL)
 		wantErr(t, "RenewLease with a stale term", err, event.ErrLeaseLost)
-		_, err = s.AcquireLease(t.Context(), "orders", "n1", longTTL)
+		_, err = s.AcquireLease(t.Context(), "orders", "n1", nil, longTTL)
 		wantErr(t, "AcquireLease by the old holder", err, event.ErrLeaseHeld)
 		if l, _ := s.LeaseHolder(t.Context(), "orders"); l.Holder != "n2" || l.Term != cur.Term {
 			t.Fatalf("LeaseHolder = %+v, want n2 term %d", l, cur.Term)
@@ -248,6 +248,94 @@ func testLeases(t *testing.T, open func(t *testing.T) backend.Store) {
 		}
 	})
 
+	t.Run("GoneHolderLosesItsLeaseAtOnce_I6", func(t *testing.T) {
+		// A restarted node names its dead previous process in gone: that
+		// process's unexpired lease is taken at once, with the next term,
+		// and whatever the dead term still sends is refused (I6).
+		t.Parallel()
+		s := setup(t, open, "orders")
+		ctx := t.Context()
+		mustAppend(t, s, "orders", batch(t, "orders", 5, "order.placed"), nil)
+		old := acquire(t, s, "orders", "n1#old", longTTL)
+		if err := s.SaveCheckpoint(ctx, "orders", old, 2); err != nil {
+			t.Fatal(err)
+		}
+		// Someone else's ended processes are no licence.
+		cur, err := s.AcquireLease(ctx, "orders", "n2#x", []string{"n2#dead", "n1#older"}, longTTL)
+		wantErr(t, "AcquireLease naming other holders gone", err, event.ErrLeaseHeld)
+		if cur.Holder != "n1#old" || cur.Term != old.Term || cur.TakenFrom != nil {
+			t.Fatalf("ErrLeaseHeld came with %+v, want n1#old's term %d", cur, old.Term)
+		}
+		l, err := s.AcquireLease(ctx, "orders", "n1#new", []string{"n1#older", "n1#old"}, longTTL)
+		if err != nil {
+			t.Fatalf("AcquireLease of a gone holder's unexpired lease: %v", err)
+		}
+		if l.Holder != "n1#new" || l.Term != old.Term+1 {
+			t.Fatalf("takeover = %+v, want n1#new with term %d", l, old.Term+1)
+		}
+		if w := l.TakenFrom; w == nil || w.Holder != "n1#old" || w.Term != old.Term || !w.Expires.After(time.Now()) {
+			t.Fatalf("TakenFrom = %+v, want n1#old's unexpired term %d", w, old.Term)
+		}
+		if got, err := s.LeaseHolder(ctx, "orders"); err != nil || got.Holder != "n1#new" || got.Term != l.Term {
+			t.Fatalf("LeaseHolder = %+v, %v; want n1#new term %d", got, err, l.Term)
+		}
+		_, err = s.RenewLease(ctx, old, longTTL)
+		wantErr(t, "RenewLease of the gone holder's term", err, event.ErrLeaseLost)
+		err = s.SaveCheckpoint(ctx, "orders", old, 5)
+		wantErr(t, "I6: SaveCheckpoint with the gone holder's term", err, event.ErrLeaseLost)
+		if cp := checkpoint(t, s, "orders"); cp != 2 {
+			t.Fatalf("I6: checkpoint = %d after a stale save, want 2", cp)
+		}
+		if err := s.SaveCheckpoint(ctx, "orders", l, 5); err != nil {
+			t.Fatalf("SaveCheckpoint with the new term: %v", err)
+		}
+		// The new holder acquiring again renews its own term, and the gone
+		// holder cannot come back while it is live.
+		again, err := s.AcquireLease(ctx, "orders", "n1#new", []string{"n1#old"}, longTTL)
+		if err != nil || again.Term != l.Term || again.TakenFrom != nil {
+			t.Fatalf("re-acquire by the new holder = %+v, %v; want term %d, nothing taken", again, err, l.Term)
+		}
+		_, err = s.AcquireLease(ctx, "orders", "n1#old", nil, longTTL)
+		wantErr(t, "AcquireLease by the gone holder", err, event.ErrLeaseHeld)
+	})
+
+	t.Run("GoneHolderOfAFreeLeaseIsNoTakeover", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders")
+		old := acquire(t, s, "orders", "n1#old", longTTL)
+		if err := s.ReleaseLease(t.Context(), old); err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.AcquireLease(t.Context(), "orders", "n1#new", []string{"n1#old"}, longTTL)
+		if err != nil || l.Term != old.Term+1 || l.TakenFrom != nil {
+			t.Fatalf("AcquireLease of a released lease = %+v, %v; want term %d and no TakenFrom (nothing was live)", l, err, old.Term+1)
+		}
+	})
+
+	t.Run("ReleaseIsAnnounced", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, open, "orders", "billing")
+		released := make(chan string, 16)
+		s.OnLeaseReleased(func(boundary string) {
+			select {
+			case released <- boundary:
+			default:
+			}
+		})
+		l := acquire(t, s, "billing", "n1", longTTL)
+		if err := s.ReleaseLease(t.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case b := <-released:
+			if b != "billing" {
+				t.Fatalf("OnLeaseReleased(%q), want billing", b)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnLeaseReleased was not called for a released lease")
+		}
+	})
+
 	t.Run("ConcurrentAcquireOneWinner", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "orders")
@@ -261,7 +349,7 @@ func testLeases(t *testing.T, open func(t *testing.T) backend.Store) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got[i], errs[i] = s.AcquireLease(context.Background(), "orders", "node-"+string(rune('a'+i)), longTTL)
+				got[i], errs[i] = s.AcquireLease(context.Background(), "orders", "node-"+string(rune('a'+i)), nil, longTTL)
 			}()
 		}
 		close(start)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -295,6 +296,7 @@ const (
 	stepRollbackTo          // roll a failed request back to its savepoint (not batched)
 	stepFindIDs             // a request's stored ids (retry or conflict?)
 	stepFirstMatch          // a request's condition's first match
+	stepBeyond              // the first match beyond the head of a condition that matched nothing up to it
 	stepAppendRun           // one append statement for a run of requests without conditions
 	stepPlans               // set plan_cache_mode for the statements after it (see planModes)
 	stepNotify              // the wake-up notification, delivered on commit
@@ -355,6 +357,11 @@ type decision struct {
 	match     int64
 	matched   bool
 	appendErr error
+	// beyond is true once the condition matched nothing up to headAt
+	// although the append statement saw a match: a row beyond the head,
+	// which the stepBeyond lookup finds (at beyondAt; 0: none).
+	beyond   bool
+	beyondAt int64
 }
 
 // commitGroup runs the requests of a group, all for boundary b, in one
@@ -711,6 +718,11 @@ func arrayLiteral(tags []string) string {
 func (g *groupRun) decisionSteps(i int) []step {
 	r := g.reqs[i]
 	d := g.decisions[i]
+	if d.beyond {
+		sql, fargs := beyondMatchSQL(r.Cond)
+		args := append([]any{r.Boundary, backend.ClampPosition(r.Cond.After), int64(math.MaxInt64)}, fargs...)
+		return []step{{kind: stepBeyond, req: i, sql: sql, args: args, plan: sqlCustomPlans}}
+	}
 	ids := make([]string, len(r.Events))
 	for k := range r.Events {
 		ids[k] = r.Events[k].ID
@@ -783,6 +795,17 @@ func (g *groupRun) runBatch(ctx context.Context, steps []step) ([]step, error) {
 			// A stored id: a retry or a conflict, decided by a lookup.
 			g.decisions[st.req] = &decision{headAt: g.head, appendErr: failErr}
 			needDecision = append(needDecision, st.req)
+		} else if pgErr.Code == "23505" && pgErr.ConstraintName == eventsPKey {
+			// A position already stored: a row beyond the head, which
+			// orisun did not write there. Not a conflict, which would
+			// send the client round a re-read and a retry for ever.
+			var pos int64
+			if err := g.conn.QueryRow(ctx, sqlFirstBeyond, g.boundary, g.head).Scan(&pos); err != nil {
+				return nil, g.groupErr("find the row beyond the head", err)
+			}
+			g.replies[st.req].Err = fmt.Errorf("postgres: %s: %w", g.op(),
+				sqlstore.TakenPosition(g.boundary, uint64(pos), uint64(g.head)))
+			g.decided[st.req] = true
 		} else {
 			g.replies[st.req].Err = g.s.translate(g.op(), failErr)
 			g.decided[st.req] = true
@@ -854,7 +877,9 @@ func (g *groupRun) readStep(br pgx.BatchResults, st step) (undecided bool, err e
 	case stepFindIDs:
 		return false, g.readStoredIDs(br, st.req)
 	case stepFirstMatch:
-		return false, g.readFirstMatch(br, st.req)
+		return g.readFirstMatch(br, st.req)
+	case stepBeyond:
+		return false, g.readBeyond(br, st.req)
 	case stepCommit:
 		return false, g.readCommit(br)
 	}
@@ -975,16 +1000,36 @@ func (g *groupRun) readStoredIDs(br pgx.BatchResults, i int) error {
 }
 
 // readFirstMatch reads the first event that matches request i's condition
-// (stepFirstMatch, after its stored ids), and decides the request.
-func (g *groupRun) readFirstMatch(br pgx.BatchResults, i int) error {
+// (stepFirstMatch, after its stored ids), and decides the request; unless
+// nothing explains why its append statement wrote nothing, which leaves it
+// undecided for the stepBeyond lookup.
+func (g *groupRun) readFirstMatch(br pgx.BatchResults, i int) (undecided bool, err error) {
 	d := g.decisions[i]
-	err := br.QueryRow().Scan(&d.match)
+	err = br.QueryRow().Scan(&d.match)
 	switch {
 	case isNoRows(err):
 	case err != nil:
-		return err
+		return false, err
 	default:
 		d.matched = true
+	}
+	if !d.matched && len(d.stored) == 0 && d.appendErr == nil && !d.beyond {
+		// The append statement's condition, which is not bounded by the
+		// head, matched; its lookup up to the head did not: the match is
+		// a row beyond the head.
+		d.beyond = true
+		return true, nil
+	}
+	g.decide(i)
+	return false, nil
+}
+
+// readBeyond reads the first row beyond the head that matches request i's
+// condition (stepBeyond), and decides the request.
+func (g *groupRun) readBeyond(br pgx.BatchResults, i int) error {
+	err := br.QueryRow().Scan(&g.decisions[i].beyondAt)
+	if err != nil && !isNoRows(err) {
+		return err
 	}
 	g.decide(i)
 	return nil
@@ -1027,6 +1072,8 @@ func (g *groupRun) decide(i int) {
 		rep.Err = g.s.translate(op, d.appendErr)
 	case r.Cond != nil && d.matched:
 		rep.Err = &event.ConflictError{Boundary: g.boundary, After: r.Cond.After, Position: uint64(d.match)}
+	case d.beyondAt > 0:
+		rep.Err = fmt.Errorf("postgres: %s: %w", op, sqlstore.MatchBeyondHead(g.boundary, uint64(d.beyondAt), uint64(d.headAt)))
 	default:
 		// The append statement wrote nothing, yet nothing explains why.
 		rep.Err = fmt.Errorf("postgres: %s: the append wrote nothing and no stored id or condition match explains it", op)
@@ -1163,6 +1210,8 @@ func stepName(k stepKind) string {
 		return "look up ids"
 	case stepFirstMatch:
 		return "check condition"
+	case stepBeyond:
+		return "find the row beyond the head"
 	case stepPlans:
 		return "set plan_cache_mode"
 	case stepNotify:

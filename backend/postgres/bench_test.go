@@ -194,3 +194,9 @@ func BenchmarkAppendLarge(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRead reports the read path (backendtest.BenchRead): pages of
+// 1,000 events of about 1 KB.
+func BenchmarkRead(b *testing.B) {
+	backendtest.BenchRead(b, setup(b, Config{}))
+}

@@ -124,6 +124,12 @@
 // since notifications sent while it was away are lost. Correctness never
 // depends on a notification: the publisher also polls.
 //
+// A released lease is announced the same way, on the channel orisun_leases
+// (ReleaseLease's statement notifies for the row it expired, so a release
+// of a lease not held announces nothing); the same connection listens to it
+// and calls the OnLeaseReleased callbacks, so a standby on any node takes
+// the lease at once instead of at its next retry.
+//
 // # Checkpoints and leases, in the database's time
 //
 // The checkpoint is a column of the lease row, not of the head row: an
@@ -197,7 +203,11 @@
 // riverpgxv5 interpretError): serialisation failures, deadlocks, lock and
 // statement timeouts, connection errors, admin shutdown (pg_terminate_backend),
 // resource and I/O errors become event.ErrUnavailable; integrity violations
-// event.ErrConflict; data exceptions (a value the database refuses, such as
+// event.ErrConflict, except an insert that runs into a row stored beyond the
+// head (the primary key), or a condition that matches only such a row,
+// which are event.ErrCorrupt naming the row, as is a read that finds a
+// position missing or beyond the head of its snapshot (docs/design.md §5,
+// "Bad rows"); data exceptions (a value the database refuses, such as
 // invalid UTF-8 in a JSON text) event.ErrInvalid; program limits
 // event.ErrTooLarge; anything else is an internal error. The driver's error
 // survives only as text: no pgx type crosses the seam.

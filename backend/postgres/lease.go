@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
@@ -82,10 +83,12 @@ const leaseAttempts = 5
 
 // AcquireLease takes the boundary's lease for holder when it is free or
 // expired (the term grows by one), or renews it when holder has it unexpired
-// (same term). Another holder's unexpired lease is ErrLeaseHeld, returned
-// with that lease. The boundary must exist (ErrNotFound). Expiry is judged
-// and set in the database's clock, never this process's.
-func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (backend.Lease, error) {
+// (same term). An unexpired lease of a holder in gone (a process known to
+// have ended) is taken like an expired one, and returned in TakenFrom.
+// Another holder's unexpired lease is ErrLeaseHeld, returned with that
+// lease. The boundary must exist (ErrNotFound). Expiry is judged and set in
+// the database's clock, never this process's.
+func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, gone []string, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("acquire lease of %q for %q", boundary, holder)
 	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("postgres: %s: %w", op, err)
@@ -93,12 +96,26 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 	if s.isClosed() {
 		return backend.Lease{}, errClosed(op)
 	}
+	if gone == nil {
+		gone = []string{} // an empty array, not NULL
+	}
 	for range leaseAttempts {
 		var term int64
 		var expires time.Time
-		err := s.pool.QueryRow(ctx, sqlAcquireLease, boundary, holder, ttl.Microseconds()).Scan(&term, &expires)
+		var was struct {
+			holder  *string
+			term    *int64
+			expires *time.Time
+			live    bool
+		}
+		err := s.pool.QueryRow(ctx, sqlAcquireLease, boundary, holder, ttl.Microseconds(), gone).
+			Scan(&term, &expires, &was.holder, &was.term, &was.expires, &was.live)
 		if err == nil {
-			return backend.Lease{Boundary: boundary, Holder: holder, Term: uint64(term), Expires: expires.UTC()}, nil
+			l := backend.Lease{Boundary: boundary, Holder: holder, Term: uint64(term), Expires: expires.UTC()}
+			if was.live && was.holder != nil && *was.holder != holder && *was.term == term-1 {
+				l.TakenFrom = &backend.Lease{Boundary: boundary, Holder: *was.holder, Term: uint64(*was.term), Expires: was.expires.UTC()}
+			}
+			return l, nil
 		}
 		if !isNoRows(err) {
 			return backend.Lease{}, s.translate(op, err)
@@ -115,12 +132,13 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 		if err != nil {
 			return backend.Lease{}, s.translate(op, err)
 		}
-		if curHolder != nil && *curHolder != holder && unexpired {
+		if curHolder != nil && *curHolder != holder && unexpired && !slices.Contains(gone, *curHolder) {
 			cur := backend.Lease{Boundary: boundary, Holder: *curHolder, Term: uint64(*curTerm), Expires: curExpires.UTC()}
 			return cur, fmt.Errorf("postgres: %s: %w: %q holds term %d until %s",
 				op, event.ErrLeaseHeld, cur.Holder, cur.Term, cur.Expires.Format(time.RFC3339Nano))
 		}
-		// The lease expired or was released in between: try again.
+		// The lease expired, was released or went to an ended holder in
+		// between: try again.
 	}
 	return backend.Lease{}, fmt.Errorf("postgres: %s: %w: the lease kept changing hands; try again", op, event.ErrUnavailable)
 }
@@ -148,18 +166,30 @@ func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Durati
 }
 
 // ReleaseLease ends the holder's term at once (it expires now), so another
-// holder can take the lease without waiting. Releasing a lease not held is
-// not an error.
+// holder can take the lease without waiting, and announces it: to this
+// store's OnLeaseReleased callbacks at once, and through the database to
+// every store listening (other nodes' standbys). Releasing a lease not
+// held is not an error, and announces nothing.
 func (s *Store) ReleaseLease(ctx context.Context, l backend.Lease) error {
 	op := fmt.Sprintf("release lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
 	if s.isClosed() {
 		return errClosed(op)
 	}
-	if _, err := s.pool.Exec(ctx, sqlReleaseLease, l.Boundary, l.Holder, backend.ClampPosition(l.Term)); err != nil {
+	var released int64
+	if err := s.pool.QueryRow(ctx, sqlReleaseLease, l.Boundary, l.Holder, backend.ClampPosition(l.Term)).Scan(&released); err != nil {
 		return s.translate(op, err)
+	}
+	if released > 0 {
+		s.releases.Notify(l.Boundary)
 	}
 	return nil
 }
+
+// OnLeaseReleased registers fn, called with the boundary of every lease
+// released: at once after a release of this store, and when another
+// store's release is announced on the LISTEN connection (from the listener
+// goroutine). A hint, as OnAppend's: fn must not block.
+func (s *Store) OnLeaseReleased(fn func(boundary string)) { s.releases.Add(fn) }
 
 // LeaseHolder returns the boundary's lease row (zero Lease when there has
 // never been one). An expired lease is returned as it is: its Expires says

@@ -10,8 +10,10 @@ import (
 )
 
 // listen keeps a LISTEN connection open until ctx ends, calling the
-// OnAppend callbacks with the boundary of every notification: commits of
-// other stores (other nodes) wake this one without waiting for a poll. On a
+// OnAppend callbacks with the boundary of every notification of a commit
+// and the OnLeaseReleased callbacks with that of every released lease:
+// commits and releases of other stores (other nodes) wake this one without
+// waiting for a poll. On a
 // lost connection it reconnects with exponential back-off between
 // ListenReconnectMin and ListenReconnectMax, and logs once per change of
 // state, not once per attempt. Notifications sent while it was away are
@@ -96,8 +98,12 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 			return translate("listen: wait for notification", err)
 		}
 		s.notifications.Add(1)
-		if n.Channel == notifyChannel && n.Payload != "" {
+		switch {
+		case n.Payload == "":
+		case n.Channel == notifyChannel:
 			s.notify(n.Payload)
+		case n.Channel == leaseChannel:
+			s.releases.Notify(n.Payload)
 		}
 	}
 }

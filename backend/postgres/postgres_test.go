@@ -736,6 +736,68 @@ func TestNotifyAcrossStores(t *testing.T) {
 	expectWake("after the reconnect")
 }
 
+// TestReleaseAnnouncedAcrossStores: a lease released by one store wakes the
+// OnLeaseReleased callbacks of another store on the same database, through
+// LISTEN/NOTIFY, so a standby node takes the lease at once; a release of a
+// lease not held announces nothing.
+func TestReleaseAnnouncedAcrossStores(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	a := setup(t, Config{URL: dbURL})
+	b := setup(t, Config{URL: withAppName(t, dbURL, "store_b")})
+	backendtest.Create(t, a, "orders")
+	released := make(chan string, 16)
+	b.OnLeaseReleased(func(boundary string) {
+		select {
+		case released <- boundary:
+		default:
+		}
+	})
+	appended := make(chan string, 16)
+	b.OnAppend(func(boundary string) {
+		select {
+		case appended <- boundary:
+		default:
+		}
+	})
+	testutil.Eventually(t, "b listens", 20*time.Second, 2*time.Millisecond, func() bool { return b.listens.Load() == 1 && listenerPID(t, b) != 0 })
+	ctx := t.Context()
+	l, err := a.AcquireLease(ctx, "orders", "node-a", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReleaseLease(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-released:
+		if got != "orders" {
+			t.Fatalf("b's OnLeaseReleased(%q), want orders", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("store b was not told of store a's release")
+	}
+	if len(appended) != 0 {
+		t.Fatalf("a release woke b's OnAppend callbacks (%q): it is no commit of events", <-appended)
+	}
+	// A second release of the same term changes nothing and announces
+	// nothing; an append after it is announced (on the other channel), so
+	// by the time b hears of the append it would have heard of a release
+	// sent before it.
+	if err := a.ReleaseLease(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	mustAppendN(t, a, "orders", 1)
+	select {
+	case <-appended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("store b was not told of store a's append")
+	}
+	if len(released) != 0 {
+		t.Fatalf("a release of a lease not held was announced (%q)", <-released)
+	}
+}
+
 // withAppName sets application_name in a URL, so a test can tell a store's
 // connections apart in pg_stat_activity.
 func withAppName(t testing.TB, raw, name string) string {
@@ -936,6 +998,28 @@ var features = backendtest.Features{
 	},
 	Queued:  func(s backend.Store) int64 { return s.(*Store).waiting.Load() },
 	Closing: func(s backend.Store) bool { return s.(*Store).isClosed() },
+	// No SetText: the json and text[] columns refuse what it would write.
+	Edit: &backendtest.Edit{
+		Delete: func(t *testing.T, s backend.Store, b string, pos uint64) {
+			edit(t, s.(*Store), `DELETE FROM orisun_events WHERE boundary = $1 AND position = $2`, b, int64(pos))
+		},
+		Move: func(t *testing.T, s backend.Store, b string, from, to uint64) {
+			edit(t, s.(*Store), `UPDATE orisun_events SET position = $1 WHERE boundary = $2 AND position = $3`, int64(to), b, int64(from))
+		},
+	},
+}
+
+// edit changes one row of the store's database with SQL on a connection
+// of its own, behind the store's back, and fails unless it did.
+func edit(t *testing.T, s *Store, query string, args ...any) {
+	t.Helper()
+	tag, err := connect(t, s).Exec(context.Background(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	if tag.RowsAffected() != 1 {
+		t.Fatalf("%s changed %d rows, want 1", query, tag.RowsAffected())
+	}
 }
 
 // TestHeadsHeld_I7: the shared head read says which head rows an open

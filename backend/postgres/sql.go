@@ -131,24 +131,27 @@ WHERE boundary = $1 AND id = ANY($2::uuid[]) AND position <= $3`
 WHERE ev.boundary = $1 AND ev.position > $2 AND ev.position <= $3`
 	sqlFirstMatchSuffix = `
 ORDER BY ev.position LIMIT 1`
+	sqlBeyondHead = `
+  AND ev.position > (SELECT b.head FROM orisun_boundaries b WHERE b.name = $1)`
 
-	// sqlRead* read a page of events with the boundary's epoch in one
-	// statement, so both come from one snapshot: the events (epoch NULL),
-	// then one row for the boundary (its epoch, NULL events), which is
+	// sqlRead* read a page of events with the boundary's epoch and head in
+	// one statement, so all come from one snapshot: the events (epoch and
+	// head NULL), then one row for the boundary (its epoch and head, NULL
+	// events), which is
 	// there even when no event is after the position and is missing only
 	// when the boundary is. The events come straight from the primary key
 	// in position order: a join of the boundary row to the events, as
 	// before, made PostgreSQL sort the page again after the join (a third
 	// of a 1,000-event read of 1 KB events). $1 boundary, $2 after, $3
 	// limit, $4… the query.
-	sqlReadPrefix = `(SELECT NULL::text, ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata
+	sqlReadPrefix = `(SELECT NULL::text, ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata, NULL::bigint
     FROM orisun_events ev
     WHERE ev.boundary = $1 AND ev.position > $2`
 	sqlReadSuffix = `
     ORDER BY ev.position
     LIMIT $3)
 UNION ALL
-SELECT epoch::text, NULL::bigint, NULL::uuid, NULL::text, NULL::timestamptz, NULL::text[], NULL::json, NULL::json
+SELECT epoch::text, NULL::bigint, NULL::uuid, NULL::text, NULL::timestamptz, NULL::text[], NULL::json, NULL::json, head
 FROM orisun_boundaries WHERE name = $1`
 
 	// sqlLatest* read the epoch, the head and the last event matching a
@@ -194,19 +197,30 @@ WHERE b.name = $1`
 	//
 	// sqlAcquireLease inserts term 1 for a boundary without a lease row, or
 	// updates the row when the holder already has it (an unexpired lease
-	// keeps its term; an expired one begins the next) or when it has
-	// expired (the next term for the new holder). Another holder's
-	// unexpired lease makes it return no row. A missing boundary also
-	// gives no row (nothing to insert from).
-	sqlAcquireLease = `INSERT INTO orisun_leases AS l (boundary, holder, term, expires_at)
+	// keeps its term; an expired one begins the next), when it has
+	// expired, or when its holder is one of $4, holders known to have
+	// ended (the next term for the new holder). Another holder's unexpired
+	// lease makes it return no row. A missing boundary also gives no row
+	// (nothing to insert from).
+	//
+	// It also returns the row as it was before (cur: the statement's
+	// snapshot, "live" judged now), for the log of a lease taken from an
+	// ended holder: it is the row this statement replaced when its term is
+	// the new term less one (a row changed by another transaction after
+	// the snapshot has a newer term).
+	sqlAcquireLease = `WITH cur AS (
+    SELECT holder, term, expires_at, expires_at > clock_timestamp() AS live FROM orisun_leases WHERE boundary = $1
+)
+INSERT INTO orisun_leases AS l (boundary, holder, term, expires_at)
 SELECT b.name, $2, 1, clock_timestamp() + $3::bigint * interval '1 microsecond'
 FROM orisun_boundaries b WHERE b.name = $1
 ON CONFLICT (boundary) DO UPDATE
 SET holder = excluded.holder,
     term = CASE WHEN l.holder = excluded.holder AND l.expires_at > clock_timestamp() THEN l.term ELSE l.term + 1 END,
     expires_at = excluded.expires_at
-WHERE l.holder = excluded.holder OR l.expires_at <= clock_timestamp()
-RETURNING l.term, l.expires_at`
+WHERE l.holder = excluded.holder OR l.expires_at <= clock_timestamp() OR l.holder = ANY($4::text[])
+RETURNING l.term, l.expires_at,
+    (SELECT holder FROM cur), (SELECT term FROM cur), (SELECT expires_at FROM cur), coalesce((SELECT live FROM cur), false)`
 	// sqlLeaseState is what AcquireLease reports when it took nothing: does
 	// the boundary exist, and who holds its lease until when.
 	sqlLeaseState = `SELECT l.holder, l.term, l.expires_at, coalesce(l.expires_at > clock_timestamp(), false)
@@ -216,9 +230,16 @@ WHERE b.name = $1`
 WHERE boundary = $1 AND holder = $2 AND term = $3 AND expires_at > clock_timestamp()
 RETURNING expires_at`
 	// A released lease expires at the Unix epoch: expired, not deleted, so
-	// the next acquisition begins the next term.
-	sqlReleaseLease = `UPDATE orisun_leases SET expires_at = to_timestamp(0) WHERE boundary = $1 AND holder = $2 AND term = $3`
-	sqlSelectLease  = `SELECT holder, term, expires_at FROM orisun_leases WHERE boundary = $1`
+	// the next acquisition begins the next term. The release is announced
+	// on leaseChannel (delivered at its commit), so that standbys on other
+	// nodes take the lease at once instead of at their next retry.
+	sqlReleaseLease = `WITH r AS (
+    UPDATE orisun_leases SET expires_at = to_timestamp(0)
+    WHERE boundary = $1 AND holder = $2 AND term = $3 AND expires_at > to_timestamp(0)
+    RETURNING boundary
+)
+SELECT count(*) FROM (SELECT pg_notify('` + leaseChannel + `', boundary) FROM r) n`
+	sqlSelectLease = `SELECT holder, term, expires_at FROM orisun_leases WHERE boundary = $1`
 
 	// Nodes (placement). sqlHeartbeat writes this node's heartbeat and
 	// counts the nodes whose heartbeat is fresher than the TTL ($3, in
@@ -255,9 +276,14 @@ const (
 	// both statements in one round trip.
 	sqlRollbackToRelease = "ROLLBACK TO SAVEPOINT " + savepoint + "; RELEASE SAVEPOINT " + savepoint
 	notifyChannel        = "orisun_events"
-	sqlListen            = "LISTEN " + notifyChannel
+	leaseChannel         = "orisun_leases" // payload: a boundary whose lease was released
+	sqlListen            = "LISTEN " + notifyChannel + "; LISTEN " + leaseChannel
 	uniqueIDKey          = "orisun_events_boundary_id_key"
-	migrationsLock       = int64(0x6f72697375_6e01) // "orisun" 0x01: the migrations' advisory lock key
+	eventsPKey           = "orisun_events_pkey"
+	// sqlFirstBeyond finds the stored row beyond the head $2 that an
+	// append's insert ran into.
+	sqlFirstBeyond = `SELECT position FROM orisun_events WHERE boundary = $1 AND position > $2 ORDER BY position LIMIT 1`
+	migrationsLock = int64(0x6f72697375_6e01) // "orisun" 0x01: the migrations' advisory lock key
 )
 
 // appendSQL returns the append statement of a request with cond (nil: none;
@@ -279,6 +305,15 @@ func appendSQL(cond *event.Condition, near bool) (string, []any) {
 func firstMatchSQL(cond *event.Condition) (string, []any) {
 	filter, args := whereQuery(&cond.Query, "ev", 4)
 	return sqlFirstMatchPrefix + filter + sqlFirstMatchSuffix, args
+}
+
+// beyondMatchSQL returns the statement finding the first row beyond the
+// boundary's head, as the statement sees it, that matches a condition
+// (rows orisun did not write: the head never passes one, since an append
+// that reaches it fails), with firstMatchSQL's parameters.
+func beyondMatchSQL(cond *event.Condition) (string, []any) {
+	filter, args := whereQuery(&cond.Query, "ev", 4)
+	return sqlFirstMatchPrefix + sqlBeyondHead + filter + sqlFirstMatchSuffix, args
 }
 
 // readSQL returns the read statement for q and its query's bind values,

@@ -159,6 +159,8 @@ type Store struct {
 	listenDone   chan struct{}
 
 	callbacks backend.Callbacks
+	// releases are the OnLeaseReleased callbacks.
+	releases backend.Callbacks
 
 	// waiting counts appends queued and not yet taken by a group; groups
 	// counts group transactions begun, batches the pipelined batches (round

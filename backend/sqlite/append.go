@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
@@ -445,7 +448,7 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *sqlstore.Request, n
 			return res, false, s.translate(op+": check condition", err)
 		}
 		if found {
-			return res, false, &event.ConflictError{Boundary: b, After: r.Cond.After, Position: pos}
+			return res, false, s.conflict(ctx, tx, op, r, pos)
 		}
 	}
 
@@ -462,8 +465,12 @@ func (s *Store) appendOne(ctx context.Context, tx execer, r *sqlstore.Request, n
 	}
 	first := head - n + 1
 
-	// 4. Insert.
+	// 4. Insert. Ids were looked up, so the only key an insert can run
+	// into is a position: a row stored beyond the head.
 	if err := insertEvents(ctx, tx, b, first, now, r.Events); err != nil {
+		if isPrimaryKey(err) {
+			return res, false, s.takenPosition(ctx, tx, op, b, first, head-n)
+		}
 		return res, false, s.translate(op+": insert", err)
 	}
 	return event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(head)}, true, nil
@@ -536,6 +543,39 @@ func (s *Store) tryRun(ctx context.Context, tx execer, b string, run []*sqlstore
 		first += k
 	}
 	return results, true
+}
+
+// conflict is the error of request r whose condition matched at pos: a
+// conflict, unless pos is beyond the head (a row orisun did not write
+// there, and the first match: nothing up to the head matched).
+func (s *Store) conflict(ctx context.Context, tx execer, op string, r *sqlstore.Request, pos uint64) error {
+	var head int64
+	if err := tx.QueryRowContext(ctx, sqlSelectHead, r.Boundary).Scan(&head); err != nil {
+		return s.translate(op+": read head", err)
+	}
+	if pos > uint64(head) {
+		return fmt.Errorf("sqlite: %s: %w", op, sqlstore.MatchBeyondHead(r.Boundary, pos, uint64(head)))
+	}
+	return &event.ConflictError{Boundary: r.Boundary, After: r.Cond.After, Position: pos}
+}
+
+// isPrimaryKey reports whether err is a violation of a primary key: in the
+// events table, a position already stored.
+func isPrimaryKey(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+// takenPosition is the error of an append whose insert from position first
+// on ran into a stored row: a row beyond the head (was), which orisun did
+// not write there. It names the row's position, read in the same
+// transaction. Not a conflict: the client could only try again for ever.
+func (s *Store) takenPosition(ctx context.Context, tx execer, op, boundary string, first, was int64) error {
+	var pos int64
+	if err := tx.QueryRowContext(ctx, sqlFirstFrom, boundary, first).Scan(&pos); err != nil {
+		return s.translate(op+": find the row beyond the head", err)
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, sqlstore.TakenPosition(boundary, uint64(pos), uint64(was)))
 }
 
 func notFound(op, boundary string) error {

@@ -135,3 +135,9 @@ func BenchmarkAppendMatrix(b *testing.B) {
 		return setup(b, Config{GroupMaxEvents: 1})
 	})
 }
+
+// BenchmarkRead reports the read path (backendtest.BenchRead): pages of
+// 1,000 events of about 1 KB.
+func BenchmarkRead(b *testing.B) {
+	backendtest.BenchRead(b, setup(b, Config{}))
+}

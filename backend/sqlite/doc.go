@@ -1,5 +1,6 @@
 // Package sqlite is the SQLite backend of orisun: one database file,
-// Dir/orisun.db, owned by one process (an exclusive flock on Dir/LOCK), in WAL
+// Dir/orisun.db, owned by one process (an exclusive flock on Dir/LOCK, see
+// internal/datadir; a node takes it and hands it over in Config.Lock), in WAL
 // mode so readers never wait for the writer. It implements backend.Store.
 // The node opens it from its configuration (ORISUN_BACKEND=sqlite). It is
 // orisun's machinery, not for import by applications: its API may change
@@ -76,6 +77,11 @@
 // process owns the directory (docs/design.md §9).
 //
 // SQLite errors are translated where they occur: busy, I/O, full and similar
-// become event.ErrUnavailable, constraint violations event.ErrConflict; the
-// driver's error survives only as text.
+// become event.ErrUnavailable, constraint violations event.ErrConflict,
+// except an insert that runs into a row stored beyond the head, which is
+// event.ErrCorrupt naming that row; the driver's error survives only as
+// text. Reads check what they return against the head of their snapshot
+// and the JSON of data and metadata (the columns are text): a row changed
+// behind orisun's back is event.ErrCorrupt, never served (docs/design.md
+// §5, "Bad rows").
 package sqlite

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/orisun-io/orisun/backend"
@@ -77,9 +78,11 @@ func (s *Store) SaveCheckpoint(ctx context.Context, boundary string, l backend.L
 
 // AcquireLease takes the boundary's lease for holder when it is free or
 // expired (the term grows by one), or renews it when holder has it unexpired
-// (same term). Another holder's unexpired lease is ErrLeaseHeld, returned
-// with that lease. The boundary must exist (ErrNotFound).
-func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (backend.Lease, error) {
+// (same term). An unexpired lease of a holder in gone (a process known to
+// have ended) is taken like an expired one, and returned in TakenFrom.
+// Another holder's unexpired lease is ErrLeaseHeld, returned with that
+// lease. The boundary must exist (ErrNotFound).
+func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, gone []string, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("acquire lease of %q for %q", boundary, holder)
 	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w", op, err)
@@ -108,28 +111,34 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, ttl t
 	}
 	cur = s.renewedLocked(cur)
 	l := backend.Lease{Boundary: boundary, Holder: holder, Expires: time.UnixMilli(expires).UTC()}
+	live := cur.Expires.UnixMilli() > now
 	switch {
 	case cur.Holder == "":
 		if _, err := tx.ExecContext(ctx, sqlInsertLease, boundary, holder, expires); err != nil {
 			return backend.Lease{}, s.translate(op, err)
 		}
 		l.Term = 1
-	case cur.Expires.UnixMilli() > now && cur.Holder == holder:
+	case live && cur.Holder == holder:
 		if _, err := tx.ExecContext(ctx, sqlExtendLease, expires, boundary, holder, int64(cur.Term)); err != nil {
 			return backend.Lease{}, s.translate(op, err)
 		}
 		l.Term = cur.Term
-	case cur.Expires.UnixMilli() > now:
+	case live && !slices.Contains(gone, cur.Holder):
 		return cur, fmt.Errorf("sqlite: %s: %w: %q holds term %d until %s",
 			op, event.ErrLeaseHeld, cur.Holder, cur.Term, cur.Expires.Format(time.RFC3339Nano))
 	default:
-		// Expired (or released): a new term, even for the same holder, so
-		// anything done under the old term is fenced off.
+		// Expired, released, or held by a process that has ended: a new
+		// term, even for the same holder, so anything done under the old
+		// term is fenced off.
 		var term int64
 		if err := tx.QueryRowContext(ctx, sqlTakeLease, holder, expires, boundary, int64(cur.Term)).Scan(&term); err != nil {
 			return backend.Lease{}, s.translate(op, err)
 		}
 		l.Term = uint64(term)
+		if live {
+			was := cur
+			l.TakenFrom = &was
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return backend.Lease{}, s.translate(op+": commit", err)
@@ -218,16 +227,40 @@ func (s *Store) ReleaseLease(ctx context.Context, l backend.Lease) error {
 	if s.closed() {
 		return errClosed(op)
 	}
+	released, err := s.release(ctx, l)
+	if err != nil {
+		return s.translate(op, err)
+	}
+	if released {
+		// Outside leaseMu: a callback may read the lease.
+		s.releases.Notify(l.Boundary)
+	}
+	return nil
+}
+
+// release expires l's row, if it is still l's term, and reports whether it
+// did.
+func (s *Store) release(ctx context.Context, l backend.Lease) (bool, error) {
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()
-	if _, err := s.wdb.ExecContext(ctx, sqlReleaseLease, l.Boundary, l.Holder, int64(l.Term)); err != nil {
-		return s.translate(op, err)
+	res, err := s.wdb.ExecContext(ctx, sqlReleaseLease, l.Boundary, l.Holder, int64(l.Term))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
 	}
 	if mem, ok := s.renewed[l.Boundary]; ok && mem.Holder == l.Holder && mem.Term == l.Term {
 		delete(s.renewed, l.Boundary) // the row says expired now
 	}
-	return nil
+	return n > 0, nil
 }
+
+// OnLeaseReleased registers fn, called after this store released a lease,
+// with its boundary (one process owns the database: nobody else releases
+// one).
+func (s *Store) OnLeaseReleased(fn func(boundary string)) { s.releases.Add(fn) }
 
 // LeaseHolder returns the boundary's lease row (zero Lease when there has
 // never been one). An expired lease is returned as it is: its Expires says

@@ -122,13 +122,15 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	}
 	defer func() { _ = tx.Rollback() }()
 	var epoch string
-	err = tx.QueryRowContext(ctx, sqlSelectEpoch, boundary).Scan(&epoch)
+	var head int64
+	err = tx.QueryRowContext(ctx, sqlSelectEpochHead, boundary).Scan(&epoch, &head)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil, notFound(op, boundary)
 	}
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
+	dense := sqlstore.MatchesAll(q)
 	if q, err = rarestTagFirst(ctx, tx, boundary, after, forward, q); err != nil {
 		return "", nil, s.translate(op, err)
 	}
@@ -141,9 +143,6 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	events := make([]event.Event, 0, min(limit, 256))
 	for rows.Next() {
 		e, err := scanEvent(rows, boundary, epoch)
-		if errors.Is(err, errTags) {
-			return "", nil, fmt.Errorf("sqlite: %s: %w", op, err)
-		}
 		if err != nil {
 			return "", nil, s.translate(op, err)
 		}
@@ -151,6 +150,12 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	}
 	if err := rows.Err(); err != nil {
 		return "", nil, s.translate(op, err)
+	}
+	// The head and the events are of one snapshot: a position missing or
+	// beyond the head, or a text that is not JSON, is a row changed
+	// behind orisun's back, named instead of served.
+	if err := sqlstore.CheckPage(boundary, after, uint64(head), limit, events, dense, true); err != nil {
+		return "", nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	return epoch, events, nil
 }
@@ -180,16 +185,21 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 	if q, err = rarestTagFirst(ctx, tx, boundary, uint64(head), backward, q); err != nil {
 		return event.Latest{}, s.translate(op, err)
 	}
+	all := sqlstore.MatchesAll(q)
 	text, args := latestSQL(q, boundary, uint64(head))
 	e, err := scanEvent(tx.QueryRowContext(ctx, text, args...), boundary, l.Epoch)
 	if errors.Is(err, sql.ErrNoRows) {
+		if all && head > 0 {
+			// Every event matches: the one at the head is missing.
+			return event.Latest{}, fmt.Errorf("sqlite: %s: %w", op, sqlstore.Hole(boundary, uint64(head), uint64(head), 0))
+		}
 		return l, nil
-	}
-	if errors.Is(err, errTags) {
-		return event.Latest{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	if err != nil {
 		return event.Latest{}, s.translate(op, err)
+	}
+	if err := sqlstore.CheckLatest(&e, l.Head, all, true); err != nil {
+		return event.Latest{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	l.Event = &e
 	return l, nil
@@ -205,9 +215,6 @@ func readSQL(q *event.Query, boundary string, after uint64, limit int) (string, 
 func latestSQL(q *event.Query, boundary string, head uint64) (string, []any) {
 	return matchStatement(q, backward, sqlLatestAny, sqlReadMatchPrefix, sqlLatestMatchSuffix, boundary, head, 1)
 }
-
-// errTags marks a stored tags column that does not decode.
-var errTags = errors.New("stored tags do not decode")
 
 // scanEvent reads one event row (position, id, type, time, tags, data,
 // metadata) of the read statements.
@@ -227,7 +234,9 @@ func scanEvent(row sqlstore.Row, boundary, epoch string) (event.Event, error) {
 	}
 	var err error
 	if e.Tags, err = decodeTags(tags); err != nil {
-		return event.Event{}, fmt.Errorf("position %d: %w: %w", pos, errTags, err)
+		return event.Event{}, &event.CorruptError{Boundary: boundary, Position: e.Position, Column: "tags",
+			Reason: "the stored text is not a JSON array of strings; orisun wrote it at append, " +
+				"so it was changed behind orisun's back: restore the row from a backup or repair the text"}
 	}
 	return e, nil
 }

@@ -41,7 +41,9 @@ WHERE boundary = ? AND id IN (`
 	// a query's types and tags are ?4 on (see matchSQL). The plain forms are
 	// for the empty query, which matches every event.
 	sqlFirstAny = `SELECT position FROM events WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`
-	sqlReadAll  = `SELECT position, id, type, time, tags, data, metadata FROM events
+	// sqlFirstFrom finds the stored row an append's insert ran into.
+	sqlFirstFrom = `SELECT position FROM events WHERE boundary = ? AND position >= ? ORDER BY position LIMIT 1`
+	sqlReadAll   = `SELECT position, id, type, time, tags, data, metadata FROM events
 WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`
 	sqlLatestAny = `SELECT position, id, type, time, tags, data, metadata FROM events
 WHERE boundary = ?1 AND position <= ?2 ORDER BY position DESC LIMIT ?3`
@@ -82,5 +84,7 @@ WHERE name = ?2 AND ?1 <= head
 	sqlTakeLease   = `UPDATE leases SET holder = ?, term = term + 1, expires_at = ? WHERE boundary = ? AND term = ? RETURNING term`
 	sqlRenewLease  = `UPDATE leases SET expires_at = ?1
 WHERE boundary = ?2 AND holder = ?3 AND term = ?4 AND expires_at > ?5`
-	sqlReleaseLease = `UPDATE leases SET expires_at = 0 WHERE boundary = ? AND holder = ? AND term = ?`
+	// A released lease expires at 0; one released already is left alone,
+	// so its release is announced once (OnLeaseReleased).
+	sqlReleaseLease = `UPDATE leases SET expires_at = 0 WHERE boundary = ? AND holder = ? AND term = ? AND expires_at <> 0`
 )

@@ -122,7 +122,7 @@ func TestReopenKeepsDataAndMigrationsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.AcquireLease(t.Context(), "orders", "n1", time.Minute)
+	l, err := s.AcquireLease(t.Context(), "orders", "n1", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,6 +491,36 @@ var features = backendtest.Features{
 	},
 	Queued:  func(s backend.Store) int64 { return s.(*Store).waiting.Load() },
 	Closing: func(s backend.Store) bool { return s.(*Store).closed() },
+	Edit: &backendtest.Edit{
+		Delete: func(t *testing.T, s backend.Store, b string, pos uint64) {
+			edit(t, s.(*Store), `DELETE FROM events WHERE boundary = ? AND position = ?`, b, pos)
+		},
+		Move: func(t *testing.T, s backend.Store, b string, from, to uint64) {
+			edit(t, s.(*Store), `UPDATE events SET position = ? WHERE boundary = ? AND position = ?`, to, b, from)
+		},
+		SetText: func(t *testing.T, s backend.Store, b string, pos uint64, column, text string) {
+			cols := map[string]string{"data": "data", "metadata": "metadata", "tags": "tags"}
+			edit(t, s.(*Store), `UPDATE events SET `+cols[column]+` = ? WHERE boundary = ? AND position = ?`, text, b, pos)
+		},
+	},
+}
+
+// edit changes one row of the store's database with SQL on a connection
+// of its own, behind the store's back, and fails unless it did.
+func edit(t *testing.T, s *Store, query string, args ...any) {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(filepath.Join(s.cfg.Dir, DBFile), url.Values{"_pragma": {"busy_timeout(10000)"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	res, err := db.Exec(query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("%s changed %d rows (%v), want 1", query, n, err)
+	}
 }
 
 // heldRequest is an append that sendHeld sends.
@@ -685,7 +715,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 		return ms
 	}
 
-	l, err := s.AcquireLease(ctx, "orders", "a", 10*time.Second)
+	l, err := s.AcquireLease(ctx, "orders", "a", nil, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -713,7 +743,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 	if !held.Expires.Equal(r.Expires) || len(states) != 1 || !states[0].Lease.Expires.Equal(r.Expires) {
 		t.Fatalf("LeaseHolder %+v, states %+v: want the renewed expiry %s", held, states, r.Expires)
 	}
-	if cur, err := s.AcquireLease(ctx, "orders", "b", 10*time.Second); !errors.Is(err, event.ErrLeaseHeld) || cur.Term != l.Term {
+	if cur, err := s.AcquireLease(ctx, "orders", "b", nil, 10*time.Second); !errors.Is(err, event.ErrLeaseHeld) || cur.Term != l.Term {
 		t.Fatalf("another holder's acquisition within the renewed lease: %+v, %v; want ErrLeaseHeld by term %d", cur, err, l.Term)
 	}
 	if err := s.SaveCheckpoint(ctx, "orders", r, 1); err != nil {
@@ -721,7 +751,7 @@ func TestRenewalIsNotAWrite_I3_I6(t *testing.T) {
 	}
 
 	advance(11 * time.Second) // the renewed lease expires
-	b, err := s.AcquireLease(ctx, "orders", "b", 10*time.Second)
+	b, err := s.AcquireLease(ctx, "orders", "b", nil, 10*time.Second)
 	if err != nil || b.Term != l.Term+1 {
 		t.Fatalf("acquisition after expiry: %+v, %v; want term %d", b, err, l.Term+1)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/datadir"
 )
 
 var _ backend.Store = (*Store)(nil)
@@ -47,8 +48,14 @@ const readerConns = 4
 // Config configures Open.
 type Config struct {
 	// Dir is the data directory; the database is Dir/orisun.db. It is
-	// created when missing and locked for this process until Close.
+	// created when missing and locked for this process until Close
+	// (datadir.Acquire), unless Lock is set.
 	Dir string
+	// Lock, when set, is the caller's lock of Dir (a node locks its data
+	// directory before it opens the store, whatever the backend): the
+	// store relies on it instead of locking Dir itself, and leaves it
+	// held at Close. The caller must keep it until the store is closed.
+	Lock *datadir.Lock
 	// Synchronous is SQLite's synchronous level: OFF, NORMAL, FULL or
 	// EXTRA (default FULL: a committed append survives a power loss).
 	Synchronous string
@@ -100,9 +107,11 @@ func (c *Config) validate() error {
 
 // Store is the SQLite backend. It is safe for concurrent use.
 type Store struct {
-	cfg  Config
-	log  *slog.Logger
-	lock *dirLock
+	cfg Config
+	log *slog.Logger
+	// lock is the directory's lock when the store took it itself (nil
+	// with Config.Lock): Close releases it.
+	lock *datadir.Lock
 
 	// wdb has exactly one connection: SQLite has one writer at a time, and
 	// keeping it in Go makes waits visible (a queue, not SQLITE_BUSY).
@@ -127,6 +136,8 @@ type Store struct {
 	closeErr  error
 
 	callbacks backend.Callbacks
+	// releases are the OnLeaseReleased callbacks.
+	releases backend.Callbacks
 
 	// now is the store's clock (commit times, lease expiries).
 	now func() time.Time
@@ -170,9 +181,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: create data directory %q: %w", dir, err)
 	}
-	lock, err := lockDir(dir)
-	if err != nil {
-		return nil, err
+	var lock *datadir.Lock
+	if cfg.Lock == nil {
+		if lock, err = datadir.Acquire(dir); err != nil {
+			if errors.Is(err, datadir.ErrUnsupported) {
+				// Without an exclusive directory lock two processes could
+				// share one database and both believe their local leases
+				// (docs/design.md §9).
+				return nil, fmt.Errorf("%w: sqlite: %w", event.ErrUnavailable, err)
+			}
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+	} else if held, err := filepath.Abs(cfg.Lock.Dir()); err != nil || held != dir {
+		return nil, fmt.Errorf("%w: sqlite: Config.Lock locks %q, not the data directory %q", event.ErrInvalid, cfg.Lock.Dir(), dir)
 	}
 	s := &Store{
 		cfg:      cfg,
@@ -192,7 +213,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if s.wdb != nil {
 			_ = s.wdb.Close()
 		}
-		_ = lock.unlock()
+		_ = lock.Release()
 		return nil, err
 	}
 
@@ -335,8 +356,8 @@ func (s *Store) Close() error {
 		if err := s.wdb.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("sqlite: close writer: %w", err))
 		}
-		if err := s.lock.unlock(); err != nil {
-			errs = append(errs, err)
+		if err := s.lock.Release(); err != nil {
+			errs = append(errs, fmt.Errorf("sqlite: %w", err))
 		}
 		s.closeErr = errors.Join(errs...)
 		s.log.Info("sqlite store closed")

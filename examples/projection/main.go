@@ -96,30 +96,16 @@ func runPostgres(ctx context.Context, log *slog.Logger, src checkpoint.Subscribe
 	if err != nil {
 		return err
 	}
-	if err := cp.EnsureSchema(ctx); err != nil {
-		return err
-	}
-	if rebuild {
-		// The projection and its checkpoint go together, in one
-		// transaction: emptying one without the other would count events
-		// twice or never.
-		if err := cp.Rebuild(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return project(ctx, log, src, cp, rebuild, "PostgreSQL",
+		func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `DELETE FROM event_type_counts`)
 			return err
-		}); err != nil {
-			return err
-		}
-	}
-	st, err := cp.Load(ctx)
-	if err != nil {
-		return err
-	}
-	log.Info("projecting into PostgreSQL", "after", st.Position, "epoch", st.Epoch)
-	return cp.Run(ctx, src, func(ctx context.Context, tx pgx.Tx, e event.Event) error {
-		_, err := tx.Exec(ctx, `INSERT INTO event_type_counts (type, n) VALUES ($1, 1)
+		},
+		func(ctx context.Context, tx pgx.Tx, e event.Event) error {
+			_, err := tx.Exec(ctx, `INSERT INTO event_type_counts (type, n) VALUES ($1, 1)
 			ON CONFLICT (type) DO UPDATE SET n = event_type_counts.n + 1`, e.Type)
-		return err
-	})
+			return err
+		})
 }
 
 func runSQLite(ctx context.Context, log *slog.Logger, src checkpoint.Subscriber, file, boundary string, rebuild bool) error {
@@ -135,14 +121,31 @@ func runSQLite(ctx context.Context, log *slog.Logger, src checkpoint.Subscriber,
 	if err != nil {
 		return err
 	}
+	return project(ctx, log, src, cp, rebuild, "SQLite file "+file,
+		func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `DELETE FROM event_type_counts`)
+			return err
+		},
+		func(ctx context.Context, tx *sql.Tx, e event.Event) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO event_type_counts (type, n) VALUES (?, 1)
+			ON CONFLICT (type) DO UPDATE SET n = event_type_counts.n + 1`, e.Type)
+			return err
+		})
+}
+
+// project runs the projection under its checkpoint, on either database:
+// clear empties it for a rebuild, count applies one event, each in the
+// checkpoint's transaction.
+func project[Tx any](ctx context.Context, log *slog.Logger, src checkpoint.Subscriber, cp *checkpoint.Consumer[Tx], rebuild bool,
+	where string, clear func(context.Context, Tx) error, count func(context.Context, Tx, event.Event) error) error {
 	if err := cp.EnsureSchema(ctx); err != nil {
 		return err
 	}
 	if rebuild {
-		if err := cp.Rebuild(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `DELETE FROM event_type_counts`)
-			return err
-		}); err != nil {
+		// The projection and its checkpoint go together, in one
+		// transaction: emptying one without the other would count events
+		// twice or never.
+		if err := cp.Rebuild(ctx, clear); err != nil {
 			return err
 		}
 	}
@@ -150,12 +153,8 @@ func runSQLite(ctx context.Context, log *slog.Logger, src checkpoint.Subscriber,
 	if err != nil {
 		return err
 	}
-	log.Info("projecting into SQLite", "file", file, "after", st.Position, "epoch", st.Epoch)
-	return cp.Run(ctx, src, func(ctx context.Context, tx *sql.Tx, e event.Event) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO event_type_counts (type, n) VALUES (?, 1)
-			ON CONFLICT (type) DO UPDATE SET n = event_type_counts.n + 1`, e.Type)
-		return err
-	})
+	log.Info("projecting into "+where, "after", st.Position, "epoch", st.Epoch)
+	return cp.Run(ctx, src, count)
 }
 
 func appendDemo(ctx context.Context, node *orisun.Node, boundary string, n int) error {

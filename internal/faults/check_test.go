@@ -153,7 +153,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 			if _, err := js.CreateStream(ctx, stream.Config("default", b.Epoch, stream.Limits{}, 1)); err != nil {
 				t.Fatal(err)
 			}
-			lease, err := s.AcquireLease(ctx, "default", "control", time.Minute)
+			lease, err := s.AcquireLease(ctx, "default", "control", nil, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}

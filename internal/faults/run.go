@@ -250,8 +250,8 @@ func (s *RecordingStore) SaveCheckpoint(ctx context.Context, boundary string, l 
 }
 
 // AcquireLease records a new term.
-func (s *RecordingStore) AcquireLease(ctx context.Context, boundary, holder string, ttl time.Duration) (backend.Lease, error) {
-	l, err := s.Store.AcquireLease(ctx, boundary, holder, ttl)
+func (s *RecordingStore) AcquireLease(ctx context.Context, boundary, holder string, gone []string, ttl time.Duration) (backend.Lease, error) {
+	l, err := s.Store.AcquireLease(ctx, boundary, holder, gone, ttl)
 	if err == nil {
 		s.mu.Lock()
 		changed := l.Term != s.term

@@ -36,6 +36,10 @@ type Hooks struct {
 	// was always on. For the negative control of the forged-event test
 	// (docs/test-plan.md S13) and for measuring what the model costs only.
 	PermissionsOff bool
+	// BeforeStreamMeasured is called by Node.Status for each boundary
+	// after the store was read and before the boundary's stream is (to
+	// have an append published in between, say).
+	BeforeStreamMeasured func(boundary string)
 }
 
 // NATSPermissionsOff is a func(*natsembed.Config) that sets a server

@@ -5,9 +5,11 @@
 // It holds the append request of group commit and the race between its
 // caller and the writer (Request), the judgement of an append whose ids are
 // stored (Retry), the checks and texts of leases, new epochs, how a
-// boundary's row reads, and which errors are already the core's
-// (IsDomain). What is dialect-specific (the statements, the transactions,
-// the driver's errors, how requests queue) stays in each backend. Errors
+// boundary's row reads, which errors are already the core's (IsDomain),
+// and the checks of what a read returns (CheckPage: a row changed behind
+// orisun's back is named, never served). What is dialect-specific (the
+// statements, the transactions, the driver's errors, how requests queue)
+// stays in each backend. Errors
 // returned here carry no backend prefix: each backend wraps them as it
 // wraps its own ("postgres: <op>: …").
 package sqlstore
@@ -23,7 +25,7 @@ import (
 // sentinels of package event and the end of a context.
 var domainErrors = []error{
 	event.ErrInvalid, event.ErrTooLarge, event.ErrNotFound, event.ErrConflict, event.ErrUnavailable,
-	event.ErrLeaseLost, event.ErrLeaseHeld, event.ErrEpochChanged, event.ErrClosed,
+	event.ErrLeaseLost, event.ErrLeaseHeld, event.ErrEpochChanged, event.ErrClosed, event.ErrCorrupt,
 	context.Canceled, context.DeadlineExceeded,
 }
 
