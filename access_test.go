@@ -94,15 +94,8 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 		}
 	}
 
-	vio := make(chan error, 64)
-	app, err := nats.Connect(n.NATSURL(), append(append(append([]nats.Option{}, base...), creds...), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			select {
-			case vio <- err:
-			default:
-			}
-		}
-	}))...)
+	errOpt, vio := violations()
+	app, err := nats.Connect(n.NATSURL(), append(append(append([]nats.Option{}, base...), creds...), errOpt)...)
 	if err != nil {
 		t.Fatalf("application client: %v", err)
 	}

@@ -52,6 +52,22 @@ type Config struct {
 	NATSUser     string `envconfig:"NATS_USER"`
 	NATSPassword string `envconfig:"NATS_PASSWORD"`
 	NATSToken    string `envconfig:"NATS_TOKEN"`
+	// NATSAdminUser and NATSAdminPassword, or NATSAdminToken, are the
+	// admin's credentials: the application's permissions and boundary
+	// creation (orisun.api.boundaries.create), which every boundary's
+	// stream memory makes the admin's. Without credentials of either kind
+	// every client may create boundaries; with the application's and no
+	// admin's, no client may (ORISUN_BOUNDARIES and Node.CreateBoundary
+	// still do). Embedded server only.
+	NATSAdminUser     string `envconfig:"NATS_ADMIN_USER"`
+	NATSAdminPassword string `envconfig:"NATS_ADMIN_PASSWORD"`
+	NATSAdminToken    string `envconfig:"NATS_ADMIN_TOKEN"`
+	// NATSMaxMemory is the embedded server's JetStream memory budget: every
+	// boundary's stream reserves EventStreamMaxBytes of it, and a boundary
+	// whose stream would not fit is refused when it is created. Zero
+	// leaves JetStream's default, 75% of the host's memory (or of
+	// GOMEMLIMIT); in a container, set it below the container's limit.
+	NATSMaxMemory int64 `envconfig:"NATS_MAX_MEMORY"`
 	// NATSTLSCert and NATSTLSKey (PEM files) turn on TLS for NATS clients
 	// over TCP; NATSTLSCA (a PEM file) additionally requires client
 	// certificates signed by that CA.
@@ -234,6 +250,15 @@ func monitorAddr(addr string) (host string, port int, err error) {
 // HTTPEnabled reports whether the status listener is on.
 func (c Config) HTTPEnabled() bool {
 	return c.HTTPAddr != "" && !strings.EqualFold(c.HTTPAddr, "off")
+}
+
+// natsAdmin is the embedded server's admin principal (nil when not
+// configured).
+func (c Config) natsAdmin() *natsembed.Auth {
+	if c.NATSAdminUser == "" && c.NATSAdminToken == "" {
+		return nil
+	}
+	return &natsembed.Auth{User: c.NATSAdminUser, Password: c.NATSAdminPassword, Token: c.NATSAdminToken}
 }
 
 // natsAccess turns the configuration into the embedded server's

@@ -195,6 +195,30 @@ func TestValidateMessages(t *testing.T) {
 		{"password without user", sqlite(func(c *Config) { c.NATSPassword = "p" }), []string{`ORISUN_NATS_USER: is required with ORISUN_NATS_PASSWORD`}},
 		{"internal user", sqlite(func(c *Config) { c.NATSUser, c.NATSPassword = "_orisun_internal", "p" }), []string{
 			`ORISUN_NATS_USER: "_orisun_internal" is reserved for orisun's own connections; choose another name`}},
+		{"admin token and user", sqlite(func(c *Config) { c.NATSAdminToken, c.NATSAdminUser, c.NATSAdminPassword = "t", "u", "p" }), []string{
+			`ORISUN_NATS_ADMIN_TOKEN: cannot be combined with ORISUN_NATS_ADMIN_USER/ORISUN_NATS_ADMIN_PASSWORD; set a token or a user and password, not both`}},
+		{"admin without password", sqlite(func(c *Config) { c.NATSAdminUser = "admin" }), []string{
+			`ORISUN_NATS_ADMIN_PASSWORD: is required with ORISUN_NATS_ADMIN_USER ("admin")`}},
+		{"admin password without user", sqlite(func(c *Config) { c.NATSAdminPassword = "p" }), []string{
+			`ORISUN_NATS_ADMIN_USER: is required with ORISUN_NATS_ADMIN_PASSWORD`}},
+		{"admin is the application", sqlite(func(c *Config) {
+			c.NATSUser, c.NATSPassword, c.NATSAdminUser, c.NATSAdminPassword = "app", "p", "app", "q"
+		}), []string{
+			`ORISUN_NATS_ADMIN_USER: "app" is also ORISUN_NATS_USER; the admin needs a user of its own`}},
+		{"admin token is the application's", sqlite(func(c *Config) { c.NATSToken, c.NATSAdminToken = "t", "t" }), []string{
+			`ORISUN_NATS_ADMIN_TOKEN: is also ORISUN_NATS_TOKEN; the admin needs a token of its own`}},
+		{"admin internal user", sqlite(func(c *Config) { c.NATSAdminUser, c.NATSAdminPassword = "_orisun_api", "p" }), []string{
+			`ORISUN_NATS_ADMIN_USER: "_orisun_api" is reserved for orisun's own connections; choose another name`}},
+		{"admin with an external NATS", sqlite(func(c *Config) { c.NATSURL, c.NATSAdminToken = "nats://n1:4222", "t" }), []string{
+			`ORISUN_NATS_ADMIN_USER: ORISUN_NATS_ADMIN_USER, _PASSWORD and _TOKEN are users of the embedded server; with ORISUN_NATS_URL your deployment's users decide who may create boundaries (docs/security.md, "An existing NATS")`}},
+		{"admin alone, and the application with the admin", sqlite(func(c *Config) { c.NATSAdminUser, c.NATSAdminPassword, c.NATSToken = "admin", "p", "t" }), nil},
+		{"max memory negative", sqlite(func(c *Config) { c.NATSMaxMemory = -1 }), []string{
+			`ORISUN_NATS_MAX_MEMORY: -1 is negative; 0 leaves JetStream's default (75% of the host's memory)`}},
+		{"max memory below one stream", sqlite(func(c *Config) { c.NATSMaxMemory = 64 << 20 }), []string{
+			`ORISUN_NATS_MAX_MEMORY: 67108864 is below ORISUN_NATS_EVENT_STREAM_MAX_BYTES (536870912): not one boundary's stream fits`}},
+		{"max memory of an external NATS", sqlite(func(c *Config) { c.NATSURL, c.NATSMaxMemory = "nats://n1:4222", 1<<30 }), []string{
+			`ORISUN_NATS_MAX_MEMORY: is the embedded server's JetStream memory; with ORISUN_NATS_URL your servers' own limits apply`}},
+		{"max memory with unlimited streams", sqlite(func(c *Config) { c.NATSMaxMemory, c.EventStreamMaxBytes = 1<<20, -1 }), nil},
 		{"TLS cert without key", sqlite(func(c *Config) { c.NATSTLSCert = notPEM }), []string{`ORISUN_NATS_TLS_KEY: is required with ORISUN_NATS_TLS_CERT (` + notPEM + `)`}},
 		{"TLS key without cert", sqlite(func(c *Config) { c.NATSTLSKey = notPEM }), []string{`ORISUN_NATS_TLS_CERT: is required with ORISUN_NATS_TLS_KEY (` + notPEM + `)`}},
 		{"TLS CA of an external NATS unreadable", sqlite(func(c *Config) { c.NATSURL, c.NATSTLSCA = "nats://n1:4222", missing }), []string{

@@ -148,6 +148,7 @@ func (c Config) validateNATS(p *problems) {
 	if c.NATSMaxPayload < NATSMaxPayloadMin || c.NATSMaxPayload > NATSMaxPayloadMax {
 		p.add("NATS_MAX_PAYLOAD", "%d is outside %d–%d bytes", c.NATSMaxPayload, NATSMaxPayloadMin, NATSMaxPayloadMax)
 	}
+	c.validateNATSMemory(p)
 	c.validateExternalNATS(p)
 	if c.NATSClusterName == "" {
 		c.refuseClusterWithoutName(p)
@@ -180,19 +181,41 @@ func (c Config) validateNATSMonitor(p *problems) {
 	}
 }
 
-// validateNATSAuth checks the clients' user and password or token: which
-// go together and which exclude each other.
+// validateNATSAuth checks the clients' user and password or token, and
+// the admin's: which go together, which exclude each other, and that the
+// admin's are neither the application's nor, with an external NATS, set.
 func (c Config) validateNATSAuth(p *problems) {
-	switch {
-	case c.NATSToken != "" && (c.NATSUser != "" || c.NATSPassword != ""):
-		p.add("NATS_TOKEN", "cannot be combined with ORISUN_NATS_USER/ORISUN_NATS_PASSWORD; set a token or a user and password, not both")
-	case c.NATSUser != "" && c.NATSPassword == "":
-		p.add("NATS_PASSWORD", "is required with ORISUN_NATS_USER (%q)", c.NATSUser)
-	case c.NATSPassword != "" && c.NATSUser == "":
-		p.add("NATS_USER", "is required with ORISUN_NATS_PASSWORD")
-	case c.NATSUser == natsembed.InternalUser:
-		p.add("NATS_USER", "%q is reserved for orisun's own connections; choose another name", c.NATSUser)
+	credentials(p, "NATS", c.NATSUser, c.NATSPassword, c.NATSToken)
+	if c.NATSAdminUser == "" && c.NATSAdminPassword == "" && c.NATSAdminToken == "" {
+		return
 	}
+	switch {
+	case c.NATSURL != "":
+		p.add("NATS_ADMIN_USER", "ORISUN_NATS_ADMIN_USER, _PASSWORD and _TOKEN are users of the embedded server; with ORISUN_NATS_URL "+
+			"your deployment's users decide who may create boundaries (docs/security.md, \"An existing NATS\")")
+	case !credentials(p, "NATS_ADMIN", c.NATSAdminUser, c.NATSAdminPassword, c.NATSAdminToken):
+	case c.NATSAdminUser != "" && c.NATSAdminUser == c.NATSUser:
+		p.add("NATS_ADMIN_USER", "%q is also ORISUN_NATS_USER; the admin needs a user of its own", c.NATSAdminUser)
+	case c.NATSAdminToken != "" && c.NATSAdminToken == c.NATSToken:
+		p.add("NATS_ADMIN_TOKEN", "is also ORISUN_NATS_TOKEN; the admin needs a token of its own")
+	}
+}
+
+// credentials checks the user, password and token of ORISUN_<v>_USER,
+// _PASSWORD and _TOKEN, and reports whether they are whole.
+func credentials(p *problems, v, user, password, token string) bool {
+	before := len(*p)
+	switch {
+	case token != "" && (user != "" || password != ""):
+		p.add(v+"_TOKEN", "cannot be combined with ORISUN_%s_USER/ORISUN_%s_PASSWORD; set a token or a user and password, not both", v, v)
+	case user != "" && password == "":
+		p.add(v+"_PASSWORD", "is required with ORISUN_%s_USER (%q)", v, user)
+	case password != "" && user == "":
+		p.add(v+"_USER", "is required with ORISUN_%s_PASSWORD", v)
+	case user == natsembed.InternalUser || user == natsembed.APIUser || user == natsembed.AnonymousUser:
+		p.add(v+"_USER", "%q is reserved for orisun's own connections; choose another name", user)
+	}
+	return len(*p) == before
 }
 
 // validateNATSTLS checks the TLS files: which go together, and that they
@@ -222,6 +245,21 @@ func (c Config) validateNATSTLS(p *problems) {
 		if c.NATSTLSCA != "" && p.readable("NATS_TLS_CA", c.NATSTLSCA) {
 			p.pemCA("NATS_TLS_CA", c.NATSTLSCA)
 		}
+	}
+}
+
+// validateNATSMemory checks the embedded server's JetStream memory budget:
+// not negative, for the embedded server only, and room for one boundary's
+// stream at least.
+func (c Config) validateNATSMemory(p *problems) {
+	switch {
+	case c.NATSMaxMemory == 0:
+	case c.NATSMaxMemory < 0:
+		p.add("NATS_MAX_MEMORY", "%d is negative; 0 leaves JetStream's default (75%% of the host's memory)", c.NATSMaxMemory)
+	case c.NATSURL != "":
+		p.add("NATS_MAX_MEMORY", "is the embedded server's JetStream memory; with ORISUN_NATS_URL your servers' own limits apply")
+	case c.EventStreamMaxBytes > 0 && c.NATSMaxMemory < c.EventStreamMaxBytes:
+		p.add("NATS_MAX_MEMORY", "%d is below ORISUN_NATS_EVENT_STREAM_MAX_BYTES (%d): not one boundary's stream fits", c.NATSMaxMemory, c.EventStreamMaxBytes)
 	}
 }
 

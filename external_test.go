@@ -29,11 +29,6 @@ func usersNATSWith(t *testing.T, mutate func(*server.Options), extra ...*server.
 	t.Helper()
 	opts := &server.Options{
 		ServerName: "users-nats",
-		Host:       "127.0.0.1",
-		Port:       -1,
-		JetStream:  true,
-		StoreDir:   t.TempDir(),
-		NoSigs:     true,
 		Users: append([]*server.User{
 			{Username: "orisun", Password: "s3cret"},
 			{Username: "reader", Password: "r"},
@@ -43,17 +38,7 @@ func usersNATSWith(t *testing.T, mutate func(*server.Options), extra ...*server.
 	if mutate != nil {
 		mutate(opts)
 	}
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		t.Fatal("the user's NATS server is not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return &usersServer{Server: ns, opts: opts}
+	return &usersServer{Server: runNATS(t, opts), opts: opts}
 }
 
 // usersServer is the NATS server of usersNATS and the options it runs

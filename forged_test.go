@@ -126,15 +126,8 @@ func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
 	}
 
 	// The attacker: a plain NATS client without credentials, over TCP.
-	vio := make(chan error, 16)
-	attacker, err := nats.Connect(n.NATSURL(), nats.Name("forger"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			select {
-			case vio <- err:
-			default:
-			}
-		}
-	}))
+	errOpt, vio := violations()
+	attacker, err := nats.Connect(n.NATSURL(), nats.Name("forger"), errOpt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,15 +313,8 @@ func impostorAttack(t *testing.T, permissionsOn bool) impostorOutcome {
 	}
 	epoch := bs[0].Epoch
 
-	vio := make(chan error, 16)
-	impostor, err := nats.Connect(n.NATSURL(), nats.Name("impostor"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			select {
-			case vio <- err:
-			default:
-			}
-		}
-	}))
+	errOpt, vio := violations()
+	impostor, err := nats.Connect(n.NATSURL(), nats.Name("impostor"), errOpt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,6 +123,11 @@ type Node struct {
 	registry  nodeRegistry
 	liveNodes atomic.Int64
 
+	// createMu makes the memory check of a new boundary and its creation
+	// one step (memory.go): two boundaries created at once cannot both
+	// take the last stream's memory.
+	createMu sync.Mutex
+
 	// rmu guards runners; wake takes only rmu, never mu, so the store's
 	// after-commit callback cannot wait for a Stop that waits for the store.
 	rmu     sync.RWMutex
@@ -239,6 +244,9 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	if err := n.connectRelay(); err != nil {
 		return err
+	}
+	if n.cfg.NATSURL != "" {
+		n.checkExternalNATS()
 	}
 	names, err := n.startBoundaries(ctx)
 	if err != nil {
@@ -371,8 +379,8 @@ func (n *Node) startBoundaries(ctx context.Context) ([]string, error) {
 	n.store.OnAppend(n.wake)
 	n.store.OnLeaseReleased(n.leaseReleased)
 	for _, name := range n.cfg.Boundaries {
-		if _, _, err := n.store.CreateBoundary(ctx, name); err != nil {
-			return nil, fmt.Errorf("orisun: create boundary %q: %w", name, err)
+		if _, err := n.createBoundary(ctx, n.store, name); err != nil {
+			return nil, fmt.Errorf("orisun: create boundary %q (ORISUN_BOUNDARIES): %w", name, err)
 		}
 	}
 	all, err := n.store.Boundaries(ctx)
@@ -411,7 +419,10 @@ func (n *Node) startAPI() error {
 func (n *Node) startNATS() error {
 	auth, tlsCfg := n.cfg.natsAccess()
 	if n.cfg.NATSURL != "" {
-		opts := []nats.Option{nats.MaxReconnects(-1)}
+		// orisun's own inbox prefix there too: a deployment can then let
+		// applications publish on _INBOX.> without letting them forge a
+		// JetStream acknowledgement to the relay (docs/security.md).
+		opts := []nats.Option{nats.MaxReconnects(-1), nats.CustomInboxPrefix(natsembed.InternalInboxPrefix)}
 		switch {
 		case n.cfg.NATSCreds != "":
 			opts = append(opts, nats.UserCredentials(n.cfg.NATSCreds))
@@ -441,7 +452,7 @@ func (n *Node) startNATS() error {
 	}
 	if auth == nil && !isLoopback(n.cfg.NATSHost) {
 		n.log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who can reach it "+
-			"is the application (it can append and create boundaries through the API and read every event stream, "+
+			"is the application (it can append, and without ORISUN_NATS_ADMIN_* create boundaries, through the API and read every event stream, "+
 			"though never write into one); set ORISUN_NATS_USER/ORISUN_NATS_PASSWORD or ORISUN_NATS_TOKEN",
 			"host", n.cfg.NATSHost)
 	}
@@ -465,6 +476,8 @@ func (n *Node) startNATS() error {
 		// unique per node and stable across its restarts.
 		ServerName: serverName(n.cfg),
 		Auth:       auth,
+		Admin:      n.cfg.natsAdmin(),
+		MaxMemory:  n.cfg.NATSMaxMemory,
 		TLS:        tlsCfg,
 		Cluster:    cluster,
 		Monitor:    n.cfg.natsMonitor(),
@@ -943,11 +956,35 @@ func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error
 	if err != nil {
 		return Boundary{}, err
 	}
-	b, _, err := store.CreateBoundary(ctx, name)
+	b, err := n.createBoundary(ctx, store, name)
 	if err != nil {
 		return Boundary{}, fmt.Errorf("create boundary %q: %w", name, err)
 	}
-	n.life.IfRunning(func() { n.startBoundary(name) })
+	return b, nil
+}
+
+// createBoundary returns the boundary, creating it when its stream's
+// memory fits the JetStream budget (memory.go) and refusing it otherwise.
+func (n *Node) createBoundary(ctx context.Context, store backend.Store, name string) (Boundary, error) {
+	n.createMu.Lock()
+	defer n.createMu.Unlock()
+	b, err := store.Boundary(ctx, name)
+	if err != nil && !errors.Is(err, event.ErrNotFound) {
+		return b, err
+	}
+	if err != nil {
+		if err := n.checkStreamMemory(ctx, store, name); err != nil {
+			return Boundary{}, err
+		}
+		if b, _, err = store.CreateBoundary(ctx, name); err != nil {
+			return b, err
+		}
+	}
+	// Started here, under createMu, so that the next check counts it
+	// (boundaryCount); during start, startBoundaries starts them all.
+	if n.serving.Load() {
+		n.life.IfRunning(func() { n.startBoundary(name) })
+	}
 	return b, nil
 }
 

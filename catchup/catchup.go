@@ -109,6 +109,9 @@ type sub struct {
 	next     uint64
 	h        event.Handler
 	log      *slog.Logger
+	// refused is whether JetStream refused the last live consumer (it is
+	// logged once).
+	refused bool
 }
 
 func (s *sub) run(ctx context.Context) error {
@@ -371,8 +374,18 @@ func (s *sub) live(ctx context.Context) (string, error) {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
+		var refused *jetstream.APIError
+		if errors.As(err, &refused) && !s.refused {
+			// JetStream refuses the consumer (the stream's consumers are
+			// at their limit, which one application can reach): the
+			// subscription reads the store and tries again, and says so
+			// once until a consumer is made.
+			s.refused = true
+			s.log.Warn("JetStream refuses the subscription a consumer: reading the store meanwhile", "err", err)
+		}
 		return "live consumer not created: " + err.Error(), nil
 	}
+	s.refused = false
 	defer s.deleteConsumer(ctx, cons)
 	it, err := cons.Messages(jetstream.PullMaxMessages(s.cfg.PageSize))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +35,17 @@ type Client struct {
 	// (sameEpoch).
 	epochMu sync.Mutex
 	epochs  map[string]string
+
+	// The requests waiting for an answer, by subject: a permissions
+	// violation on a subject ends them at once (refused).
+	deniedMu sync.Mutex
+	waiting  map[string]map[*pending]bool
+}
+
+// pending is a request waiting for its answer.
+type pending struct {
+	cancel context.CancelFunc
+	denied bool // guarded by deniedMu
 }
 
 type options struct {
@@ -98,7 +110,62 @@ func Connect(url string, opts ...Option) (*Client, error) {
 		nc.Close()
 		return nil, fmt.Errorf("orisun client: jetstream: %w", err)
 	}
-	return &Client{nc: nc, js: js, timeout: o.timeout, log: log}, nil
+	c := &Client{nc: nc, js: js, timeout: o.timeout, log: log, waiting: map[string]map[*pending]bool{}}
+	// The server drops a request the client may not send and says so
+	// asynchronously: end the request then, instead of at its timeout.
+	// The handler given in NATSOptions, if any, still gets every error.
+	prev := nc.ErrorHandler()
+	nc.SetErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		c.refused(err)
+		if prev != nil {
+			prev(nc, sub, err)
+		} else {
+			log.Warn("NATS error", "err", err)
+		}
+	})
+	return c, nil
+}
+
+// refused ends the requests waiting on the subject of a publish
+// permissions violation.
+func (c *Client) refused(err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	// `Permissions Violation for Publish to "subject"`
+	_, rest, ok := strings.Cut(err.Error(), `Publish to "`)
+	if !ok {
+		return
+	}
+	subject, _, _ := strings.Cut(rest, `"`)
+	c.deniedMu.Lock()
+	defer c.deniedMu.Unlock()
+	for p := range c.waiting[subject] {
+		p.denied = true
+		p.cancel()
+	}
+	delete(c.waiting, subject)
+}
+
+// watch registers a request on subject, whose context cancel ends; done
+// unregisters it and reports whether the server refused the request.
+func (c *Client) watch(subject string, cancel context.CancelFunc) (done func() (denied bool)) {
+	p := &pending{cancel: cancel}
+	c.deniedMu.Lock()
+	if c.waiting[subject] == nil {
+		c.waiting[subject] = map[*pending]bool{}
+	}
+	c.waiting[subject][p] = true
+	c.deniedMu.Unlock()
+	return func() bool {
+		c.deniedMu.Lock()
+		defer c.deniedMu.Unlock()
+		delete(c.waiting[subject], p)
+		if len(c.waiting[subject]) == 0 {
+			delete(c.waiting, subject)
+		}
+		return p.denied
+	}
 }
 
 // Close closes the connection; subscriptions on it end.
@@ -128,7 +195,13 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := c.watch(subject, cancel)
+	msg, err := c.nc.RequestWithContext(rctx, subject, body)
+	if denied := done(); err != nil && denied {
+		return fmt.Errorf("%s: the NATS server refused the request: these credentials may not send it (%w)", subject, nats.ErrPermissionViolation)
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, nats.ErrConnectionClosed):

@@ -406,6 +406,10 @@ func TestAccessConfigRefused(t *testing.T) {
 		"empty auth":            {Auth: &natsembed.Auth{}},
 		"internal name":         {Auth: &natsembed.Auth{User: natsembed.InternalUser, Password: "x"}},
 		"anonymous name":        {Auth: &natsembed.Auth{User: natsembed.AnonymousUser, Password: "x"}},
+		"admin is the app":      {Auth: &natsembed.Auth{User: "app", Password: "x"}, Admin: &natsembed.Auth{User: "app", Password: "y"}},
+		"admin token is app's":  {Auth: &natsembed.Auth{Token: "t"}, Admin: &natsembed.Auth{Token: "t"}},
+		"admin incomplete":      {Admin: &natsembed.Auth{User: "admin"}},
+		"negative memory":       {MaxMemory: -1},
 		"cert without key":      {TLS: &natsembed.TLS{CertFile: "/nonexistent.pem"}},
 		"unreadable cert":       {TLS: &natsembed.TLS{CertFile: "/nonexistent.pem", KeyFile: "/nonexistent-key.pem"}},
 	} {
@@ -413,5 +417,92 @@ func TestAccessConfigRefused(t *testing.T) {
 		if _, err := natsembed.New(cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestBoundaryCreationIsTheAdmins_S13: every boundary's stream reserves
+// JetStream memory, so orisun.api.boundaries.create is the admin's. With no
+// credentials configured every client may create boundaries (the
+// zero-configuration path); with the application's credentials and no
+// admin, nobody over NATS; with an admin, the admin only. Wrong admin
+// credentials are refused at connect, never taken for no credentials. The
+// other API requests stay the application's.
+func TestBoundaryCreationIsTheAdmins_S13(t *testing.T) {
+	const create = "orisun.api.boundaries.create"
+	app := &natsembed.Auth{User: "app", Password: "app-pass"}
+	admin := &natsembed.Auth{User: "admin", Password: "admin-pass"}
+	adminToken := &natsembed.Auth{Token: "admin-token-1"}
+	for _, mode := range []struct {
+		name       string
+		cfg        natsembed.Config
+		may, mayNo [][]nats.Option // clients that may create, and that may not
+		refused    [][]nats.Option // clients refused at connect
+	}{
+		{name: "no credentials", may: [][]nats.Option{nil, {nats.UserInfo("someone", "x")}}},
+		{name: "application only", cfg: natsembed.Config{Auth: app},
+			mayNo: [][]nats.Option{{nats.UserInfo("app", "app-pass")}}},
+		{name: "application and admin", cfg: natsembed.Config{Auth: app, Admin: admin},
+			may:     [][]nats.Option{{nats.UserInfo("admin", "admin-pass")}},
+			mayNo:   [][]nats.Option{{nats.UserInfo("app", "app-pass")}},
+			refused: [][]nats.Option{nil, {nats.UserInfo("admin", "app-pass")}}},
+		{name: "admin token only", cfg: natsembed.Config{Admin: adminToken},
+			may:     [][]nats.Option{{nats.Token("admin-token-1")}},
+			mayNo:   [][]nats.Option{nil, {nats.UserInfo("someone", "x")}},
+			refused: [][]nats.Option{{nats.Token("admin-token-2")}}},
+		{name: "admin user only", cfg: natsembed.Config{Admin: admin},
+			may:     [][]nats.Option{{nats.UserInfo("admin", "admin-pass")}},
+			mayNo:   [][]nats.Option{nil},
+			refused: [][]nats.Option{{nats.UserInfo("admin", "wrong")}}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, mode.cfg)
+			in, err := s.Connect("orisun")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(in.Close)
+			if _, err := in.Subscribe("orisun.api.>", func(m *nats.Msg) { m.Respond([]byte(`{"ok":true}`)) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := in.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			request := func(creds []nats.Option, subject string) (*nats.Conn, <-chan error, error) {
+				errOpt, vio := violations()
+				nc, err := nats.Connect(s.ClientURL(), append(append([]nats.Option{}, creds...), errOpt, nats.MaxReconnects(0))...)
+				if err != nil {
+					t.Fatalf("connect: %v", err)
+				}
+				t.Cleanup(nc.Close)
+				_, err = nc.Request(subject, []byte(`{"name":"x"}`), 2*time.Second)
+				return nc, vio, err
+			}
+			for _, creds := range mode.may {
+				if _, _, err := request(creds, create); err != nil {
+					t.Errorf("a client that may create boundaries: %v", err)
+				}
+			}
+			for _, creds := range mode.mayNo {
+				_, vio, err := request(creds, create)
+				if err == nil {
+					t.Fatal("a client that may not create boundaries was answered")
+				}
+				waitViolation(t, vio, "Publish", create)
+				if _, _, err := request(creds, "orisun.api.boundaries"); err != nil {
+					t.Errorf("the same client listing the boundaries: %v", err)
+				}
+			}
+			for _, creds := range mode.refused {
+				nc, err := nats.Connect(s.ClientURL(), append(append([]nats.Option{}, creds...), nats.MaxReconnects(0))...)
+				if err == nil {
+					nc.Close()
+					t.Fatal("a client with wrong admin credentials connected")
+				}
+				if !errors.Is(err, nats.ErrAuthorization) {
+					t.Fatalf("wrong admin credentials: %v, want an authorization violation", err)
+				}
+			}
+		})
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/orisun-io/orisun/api"
 )
 
 // Auth makes application clients authenticate: either User and Password,
@@ -38,9 +41,16 @@ const InternalUser = "_orisun_internal"
 
 // AnonymousUser is the user name under which a server without Auth
 // registers a client that is not one of orisun's own: the application
-// principal, with AppPermissions. Credentials such a client presents are
-// ignored, as a NATS server without authorization ignores them.
+// principal, with AppPermissions (AdminPermissions when no Admin is
+// configured either). Credentials such a client presents are ignored, as a
+// NATS server without authorization ignores them, unless they are the
+// admin's user name or a token while an Admin is configured: wrong admin
+// credentials are refused, never taken for no credentials.
 const AnonymousUser = "_orisun_anonymous"
+
+// AdminTokenUser is the user name under which a client that presented the
+// admin token is registered (and "token" for the application's token).
+const AdminTokenUser = "admin-token"
 
 // APIUser is the user name of the API service's in-process connection. It
 // publishes replies to subjects its callers choose, so it may publish
@@ -76,7 +86,8 @@ func APIPermissions() *server.Permissions {
 // or, on a server without Auth, connected without credentials
 // (docs/design.md §6, §11, §12; docs/test-plan.md S13). It may use the API
 // (requests on orisun.api.>, replies on _INBOX.>, service discovery by
-// requests on $SRV.>) and read the event streams (stream info and lists,
+// requests on $SRV.>) except boundary creation (orisun.api.boundaries.create,
+// see AdminPermissions), and read the event streams (stream info and lists,
 // message get, direct get, consumers of every kind including ordered ones),
 // but never write into an event stream: no publish on orisun.events.>, and
 // no stream create, update, delete, purge, message delete, snapshot or
@@ -115,6 +126,9 @@ func AppPermissions() *server.Permissions {
 				"$JS.FC.>",
 			},
 			Deny: []string{
+				// Every boundary's stream reserves JetStream memory:
+				// creating boundaries is the admin's (AdminPermissions).
+				api.SubjectCreateBoundary,
 				"orisun.events.>",
 				"$JS.API.STREAM.CREATE.>",
 				"$JS.API.STREAM.UPDATE.>",
@@ -157,6 +171,20 @@ func AppPermissions() *server.Permissions {
 	}
 }
 
+// AdminPermissions are the permissions of the admin principal: the
+// application's, and boundary creation (orisun.api.boundaries.create). The
+// API service cannot see who sent a request, so the server's subject
+// permission is what keeps the application from creating boundaries: each
+// one's stream reserves JetStream memory (docs/security.md, "Limits").
+// With no credentials configured at all (neither Auth nor Admin) every
+// client gets these, so that `orisun boundaries --create` works without
+// configuration.
+func AdminPermissions() *server.Permissions {
+	p := AppPermissions()
+	p.Publish.Deny = slices.DeleteFunc(p.Publish.Deny, func(s string) bool { return s == api.SubjectCreateBoundary })
+	return p
+}
+
 // Validate checks the authentication settings.
 func (a *Auth) Validate() error {
 	if a == nil {
@@ -171,6 +199,26 @@ func (a *Auth) Validate() error {
 		return fmt.Errorf("natsembed: user %q has no password", a.User)
 	case a.User == InternalUser || a.User == APIUser || a.User == AnonymousUser:
 		return fmt.Errorf("natsembed: user name %q is reserved for orisun's own connections", a.User)
+	}
+	return nil
+}
+
+// validateAdmin checks the admin's credentials and that they cannot be
+// mistaken for the application's.
+func validateAdmin(app, admin *Auth) error {
+	if admin == nil {
+		return nil
+	}
+	if err := admin.Validate(); err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	switch {
+	case app == nil:
+		return nil
+	case admin.User != "" && admin.User == app.User:
+		return fmt.Errorf("natsembed: the admin and the application have the same user name %q", admin.User)
+	case admin.Token != "" && admin.Token == app.Token:
+		return errors.New("natsembed: the admin and the application have the same token")
 	}
 	return nil
 }
@@ -202,15 +250,16 @@ func (t *TLS) tlsConfig() (*tls.Config, error) {
 // so the server enforces them as for configured users.
 type authenticator struct {
 	app              *Auth // nil: no credentials; every other client is anonymous
+	admin            *Auth // nil: no admin; boundary creation as below
 	internalPassword string
 }
 
-func newAuthenticator(app *Auth) (*authenticator, error) {
+func newAuthenticator(app, admin *Auth) (*authenticator, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("natsembed: internal password: %w", err)
 	}
-	return &authenticator{app: app, internalPassword: hex.EncodeToString(b[:])}, nil
+	return &authenticator{app: app, admin: admin, internalPassword: hex.EncodeToString(b[:])}, nil
 }
 
 // Check authenticates a client and registers its permissions.
@@ -239,26 +288,45 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 		c.RegisterUser(&server.User{Username: o.Username, Permissions: perms})
 		return true
 	}
-	if a.app == nil {
-		// No credentials configured: not refused, but never more than the
-		// application principal (docs/design.md §12).
-		c.RegisterUser(&server.User{Username: AnonymousUser, Permissions: AppPermissions()})
+	if name, ok := matches(a.admin, o, AdminTokenUser); ok {
+		c.RegisterUser(&server.User{Username: name, Permissions: AdminPermissions()})
 		return true
 	}
-	var ok bool
-	var name string
-	if a.app.Token != "" {
-		ok = o.Username == "" && equal(o.Token, a.app.Token)
-		name = "token"
-	} else {
-		ok = o.Token == "" && equal(o.Username, a.app.User) && equal(o.Password, a.app.Password)
-		name = a.app.User
+	if a.app == nil {
+		if a.admin != nil && (o.Username == a.admin.User && o.Username != "" || o.Token != "" && a.admin.Token != "") {
+			// Wrong admin credentials: refused, not taken for none (the
+			// client would find its boundary creation dropped instead).
+			return false
+		}
+		// No application credentials configured: not refused, but never
+		// more than the application principal (docs/design.md §12), and
+		// the admin's too while no admin is configured.
+		perms := AppPermissions()
+		if a.admin == nil {
+			perms = AdminPermissions()
+		}
+		c.RegisterUser(&server.User{Username: AnonymousUser, Permissions: perms})
+		return true
 	}
+	name, ok := matches(a.app, o, "token")
 	if !ok {
 		return false
 	}
 	c.RegisterUser(&server.User{Username: name, Permissions: AppPermissions()})
 	return true
+}
+
+// matches reports whether the client's credentials are want's, and the user
+// name to register it under (tokenUser for a token).
+func matches(want *Auth, o *server.ClientOpts, tokenUser string) (string, bool) {
+	switch {
+	case want == nil:
+		return "", false
+	case want.Token != "":
+		return tokenUser, o.Username == "" && equal(o.Token, want.Token)
+	default:
+		return want.User, o.Token == "" && equal(o.Username, want.User) && equal(o.Password, want.Password)
+	}
 }
 
 // equal compares in constant time (for equal lengths).

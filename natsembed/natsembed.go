@@ -14,8 +14,11 @@
 // Every other client is the application principal, with AppPermissions
 // (use the API, read the event streams, never write into them): with Auth
 // it must log in with the user and password or the token and is refused
-// otherwise; without Auth it connects without credentials. TLS, when set,
-// is required of TCP clients.
+// otherwise; without Auth it connects without credentials. Admin, when
+// set, is a principal that may also create boundaries (AdminPermissions);
+// with neither, every client may. TLS, when set, is required of TCP
+// clients. MaxMemory is JetStream's memory budget (Memory reports it and
+// what the streams reserve).
 package natsembed
 
 import (
@@ -55,6 +58,16 @@ type Config struct {
 	// AppPermissions (keep Host on loopback without Auth: whoever reaches
 	// the port may use the API and read every stream).
 	Auth *Auth
+	// Admin, when set, is the admin principal: the application's
+	// permissions and boundary creation (AdminPermissions). Without it,
+	// boundaries can be created over NATS only when Auth is nil too (every
+	// client may then); with Auth and no Admin, by nobody over NATS.
+	Admin *Auth
+	// MaxMemory is JetStream's memory budget: the most bytes its memory
+	// streams may reserve (every boundary's stream reserves its max bytes).
+	// 0 leaves JetStream's default: 75% of the host's memory, or of
+	// GOMEMLIMIT when that is lower.
+	MaxMemory int64
 	// TLS, when set, requires TLS of TCP clients.
 	TLS *TLS
 	// Cluster, when set, joins this server to a NATS cluster with
@@ -138,6 +151,12 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Auth.Validate(); err != nil {
 		return nil, err
 	}
+	if err := validateAdmin(cfg.Auth, cfg.Admin); err != nil {
+		return nil, err
+	}
+	if cfg.MaxMemory < 0 {
+		return nil, fmt.Errorf("natsembed: MaxMemory %d is negative", cfg.MaxMemory)
+	}
 	if cfg.TLS != nil {
 		if _, err := cfg.TLS.tlsConfig(); err != nil {
 			return nil, err
@@ -164,10 +183,12 @@ func (s *Server) Start() error {
 		StoreDir:   s.cfg.StoreDir,
 		NoSigs:     true,
 		MaxPayload: s.cfg.MaxPayload,
+
+		JetStreamMaxMemory: s.cfg.MaxMemory,
 	}
 	var auth *authenticator
-	if s.cfg.Auth != nil || !s.cfg.permissionsOff {
-		a, err := newAuthenticator(s.cfg.Auth)
+	if s.cfg.Auth != nil || s.cfg.Admin != nil || !s.cfg.permissionsOff {
+		a, err := newAuthenticator(s.cfg.Auth, s.cfg.Admin)
 		if err != nil {
 			return err
 		}
@@ -234,7 +255,7 @@ func (s *Server) Start() error {
 	s.auth = auth
 	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir, "server_name", s.cfg.ServerName,
 		"cluster", s.cfg.Cluster != nil, "monitor", monitorURL(ns),
-		"auth", s.cfg.Auth != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
+		"auth", s.cfg.Auth != nil, "admin", s.cfg.Admin != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
 	return nil
 }
 
@@ -317,6 +338,27 @@ func (s *Server) Peers() []string {
 		}
 	}
 	return peers
+}
+
+// Memory returns JetStream's memory budget on this server (the most its
+// memory streams may reserve), how much of it the streams have reserved and
+// how many streams there are, the last two read together: JetStream
+// refuses a stream whose max bytes do not fit the difference ("insufficient
+// memory resources").
+func (s *Server) Memory() (budget, reserved int64, streams int, err error) {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns == nil {
+		return 0, 0, 0, errors.New("natsembed: server not started")
+	}
+	cfg := ns.JetStreamConfig()
+	if cfg == nil {
+		return 0, 0, 0, errors.New("natsembed: JetStream is not enabled")
+	}
+	// Every client of this server is in its global account.
+	u := ns.GlobalAccount().JetStreamUsage()
+	return cfg.MaxMemory, int64(u.ReservedMemory), u.Streams, nil
 }
 
 // MonitorURL is the base URL of the server's monitoring endpoint

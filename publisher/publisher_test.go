@@ -945,6 +945,81 @@ func TestCheckpointLeaseLostEndsIdlePublisher_I3_I6(t *testing.T) {
 	}
 }
 
+// droppedSave accepts every checkpoint write and keeps none: a process
+// that died before its checkpoint writes reached the store.
+type droppedSave struct{ *sqlite.Store }
+
+func (droppedSave) SaveCheckpoint(context.Context, string, backend.Lease, uint64) error { return nil }
+
+// TestVerifyNeedsNoConsumerSlot_I2_I4: orisun's relay never depends on a
+// consumer slot an application can take. The stream holds positions 1..30
+// beyond the checkpoint (0), so the next run must verify them before it
+// resumes; an application has taken every consumer slot of the stream
+// (JetStream's per-stream limit, 1,000 by default), so the verification's
+// reader is refused. The run reads the messages one by one instead, moves
+// the checkpoint to 30 and publishes what was appended since, each at its
+// position (I2), without a stall (I4).
+func TestVerifyNeedsNoConsumerSlot_I2_I4(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.append(t, 30)
+	first := publisher.New(publisher.Config{Boundary: "b", Store: droppedSave{e.store}, JS: e.js, BatchSize: 50, Window: 8,
+		PollInterval: 20 * time.Millisecond})
+	stop := run(t, first, e.lease(t))
+	testutil.Eventually(t, "30 events in the stream", 10*time.Second, 10*time.Millisecond, func() bool {
+		s, err := e.js.Stream(ctx, stream.Name("b"))
+		return err == nil && s.CachedInfo().State.LastSeq == 30
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if cp := e.checkpoint(); cp != 0 {
+		t.Fatalf("checkpoint %d, want 0 (the writes were dropped)", cp)
+	}
+
+	// An application fills the stream's consumer slots with durable
+	// consumers (they never expire).
+	app, err := jetstream.New(connectApp(t, e.ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ; ; n++ {
+		_, err := app.CreateConsumer(ctx, stream.Name("b"), jetstream.ConsumerConfig{Durable: fmt.Sprintf("hog%d", n)})
+		if errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("consumer %d: %v", n, err)
+		}
+		if n > 100_000 {
+			t.Fatal("JetStream set no limit on the stream's consumers")
+		}
+	}
+	t.Logf("the application holds %d consumers; JetStream refuses more", n)
+
+	e.append(t, 10)
+	stop = run(t, e.publisher(e.js, nil), e.lease(t))
+	testutil.Eventually(t, "the checkpoint at 40, the stream verified without a consumer", 30*time.Second, 20*time.Millisecond,
+		func() bool { return e.checkpoint() == 40 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkStream(t)
+}
+
+// connectApp connects to the server as an application client: over TCP,
+// without credentials (the application principal).
+func connectApp(t *testing.T, ns *natsembed.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // TestStoreGoneBackStallsIdlePublisher_I7: an idle publisher has published
 // 1..5 when the store goes back in time (restored from an older backup:
 // events 4 and 5, the head and the checkpoint as they were at 3). The

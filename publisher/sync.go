@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/event"
@@ -381,6 +382,15 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 		InactiveThreshold: time.Minute,
 	})
 	cancel()
+	var refused *jetstream.APIError
+	if errors.As(err, &refused) {
+		// JetStream answered and refused the reader: the stream's
+		// consumers are at their limit (applications may take every
+		// slot), or the server cannot hold another. orisun's relay never
+		// depends on a consumer slot: read each message instead.
+		p.log.Warn("stream verification reads message by message: JetStream refused a consumer", "stream", name, "err", err)
+		return r.verifyByGet(ctx, s, cp, last)
+	}
 	if err != nil {
 		return false, "", fmt.Errorf("verify stream %s after %d: create a reader: %w", name, cp, err)
 	}
@@ -398,14 +408,9 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 	}()
 	want := cp + 1
 	for want <= last {
-		rctx, cancel := context.WithTimeout(ctx, jsTimeout)
-		epoch, page, err := p.cfg.Store.Read(rctx, p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
-		cancel()
+		page, err := r.storePage(ctx, want, last)
 		if err != nil {
-			return false, "", fmt.Errorf("read position %d: %w", want, err)
-		}
-		if epoch != r.epoch || len(page) == 0 {
-			return false, "", fmt.Errorf("read position %d: the boundary changed under the verification", want)
+			return false, "", err
 		}
 		batch, err := cons.Fetch(len(page), jetstream.FetchMaxWait(jsTimeout))
 		if err != nil {
@@ -421,12 +426,8 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 			if seq != want || i >= len(page) || page[i].Position != seq {
 				return false, fmt.Sprintf("sequence %d is missing from the stream (the next message is at %d)", want, seq), nil
 			}
-			h := msg.Headers()
-			if h.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) || h.Get(stream.HeaderEpoch) != r.epoch ||
-				h.Get(stream.HeaderEventID) != page[i].ID {
-				return false, fmt.Sprintf("sequence %d on subject %s is not orisun's event at that position "+
-					"(position header %q, event %q): something else publishes to orisun.events.%s.>",
-					seq, msg.Subject(), h.Get(stream.HeaderPosition), h.Get(stream.HeaderEventID), p.cfg.Boundary), nil
+			if why := r.notOurs(seq, msg.Subject(), msg.Headers(), page[i].ID); why != "" {
+				return false, why, nil
 			}
 			want++
 			i++
@@ -437,6 +438,67 @@ func (r *run) verify(ctx context.Context, s jetstream.Stream, info *jetstream.St
 		if i == 0 {
 			return false, "", fmt.Errorf("verify stream %s: sequence %d was not delivered within %s (the stream holds it up to %d)",
 				name, want, jsTimeout, last)
+		}
+	}
+	return true, "", nil
+}
+
+// storePage reads the store's events from position want on, at most up to
+// last and 1000, for a verification.
+func (r *run) storePage(ctx context.Context, want, last uint64) ([]event.Event, error) {
+	rctx, cancel := context.WithTimeout(ctx, jsTimeout)
+	defer cancel()
+	epoch, page, err := r.p.cfg.Store.Read(rctx, r.p.cfg.Boundary, want-1, min(1000, int(last-want+1)), nil)
+	if err != nil {
+		return nil, fmt.Errorf("read position %d: %w", want, err)
+	}
+	if epoch != r.epoch || len(page) == 0 {
+		return nil, fmt.Errorf("read position %d: the boundary changed under the verification", want)
+	}
+	return page, nil
+}
+
+// notOurs says why the message at seq (its subject and headers) is not
+// this epoch's event id at that position, or "" when it is.
+func (r *run) notOurs(seq uint64, subject string, h nats.Header, id string) string {
+	if h.Get(stream.HeaderPosition) == strconv.FormatUint(seq, 10) && h.Get(stream.HeaderEpoch) == r.epoch &&
+		h.Get(stream.HeaderEventID) == id {
+		return ""
+	}
+	return fmt.Sprintf("sequence %d on subject %s is not orisun's event at that position "+
+		"(position header %q, event %q): something else publishes to orisun.events.%s.>",
+		seq, subject, h.Get(stream.HeaderPosition), h.Get(stream.HeaderEventID), r.p.cfg.Boundary)
+}
+
+// verifyByGet is verify without a consumer: one message get per sequence
+// (the range is normally one batch), each compared with the store's event
+// at that position. A sequence the stream no longer holds, or a message
+// that is not orisun's event there, is not proven; a failed request is an
+// error.
+func (r *run) verifyByGet(ctx context.Context, s jetstream.Stream, cp, last uint64) (proven bool, why string, err error) {
+	p := r.p
+	for want := cp + 1; want <= last; {
+		page, err := r.storePage(ctx, want, last)
+		if err != nil {
+			return false, "", err
+		}
+		for i := range page {
+			if page[i].Position != want {
+				return false, "", fmt.Errorf("read position %d: the store returned position %d", want, page[i].Position)
+			}
+			gctx, cancel := context.WithTimeout(ctx, jsTimeout)
+			m, err := s.GetMsg(gctx, want)
+			cancel()
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return false, fmt.Sprintf("sequence %d is missing from the stream", want), nil
+			}
+			if err != nil {
+				return false, "", fmt.Errorf("verify stream %s: get sequence %d: %w", stream.Name(p.cfg.Boundary), want, err)
+			}
+			if why := r.notOurs(want, m.Subject, m.Header, page[i].ID); why != "" {
+				return false, why, nil
+			}
+			want++
 		}
 	}
 	return true, "", nil

@@ -48,6 +48,15 @@ func Subjects(boundary string) string { return SubjectPrefix + "." + boundary + 
 // Subject returns the subject of an event of the given type.
 func Subject(boundary, typ string) string { return SubjectPrefix + "." + boundary + "." + typ }
 
+// ConsumerInactiveMax is the longest a consumer of a boundary's stream may
+// go unused before JetStream deletes it (the stream's consumer limits): a
+// consumer created without an inactive threshold, durable or not, gets
+// this one, and one asking for longer is refused. The stream holds a
+// limited number of consumers (JetStream's per-stream limit, 1,000 by
+// default); consumers an application created and abandoned free their
+// slots after this long instead of never (docs/security.md, "Limits").
+const ConsumerInactiveMax = time.Hour
+
 // Limits are the stream limits from configuration.
 type Limits struct {
 	MaxBytes int64         // <= 0: unlimited
@@ -77,6 +86,8 @@ func Config(boundary, epoch string, lim Limits, firstSeq uint64) jetstream.Strea
 		Duplicates:  lim.Duplicates,
 		FirstSeq:    firstSeq,
 		Metadata:    map[string]string{MetaEpoch: epoch, MetaBoundary: boundary},
+
+		ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: ConsumerInactiveMax},
 	}
 	if lim.MaxBytes > 0 {
 		cfg.MaxBytes = lim.MaxBytes

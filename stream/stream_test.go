@@ -25,7 +25,8 @@ func TestLayout(t *testing.T) {
 		t.Fatal(got)
 	}
 	cfg := stream.Config("orders", "e1", stream.Limits{MaxMsgs: 10, MaxAge: time.Minute}, 7)
-	if cfg.FirstSeq != 7 || cfg.MaxMsgs != 10 || cfg.MaxBytes != -1 || stream.Epoch(&cfg) != "e1" || cfg.Replicas != 1 {
+	if cfg.FirstSeq != 7 || cfg.MaxMsgs != 10 || cfg.MaxBytes != -1 || stream.Epoch(&cfg) != "e1" || cfg.Replicas != 1 ||
+		cfg.ConsumerLimits.InactiveThreshold != stream.ConsumerInactiveMax {
 		t.Fatalf("%+v", cfg)
 	}
 }

@@ -75,6 +75,7 @@ func (cf *clientFlags) url() string {
 // access control on (docs/security.md).
 type credFlags struct {
 	fs                     *pflag.FlagSet
+	asAdmin                bool
 	user, password, token  string
 	creds                  string
 	tlsCA, tlsCert, tlsKey string
@@ -110,6 +111,8 @@ func addCredFlags(fs *pflag.FlagSet, c *credFlags) {
 // ORISUN_NATS_TOKEN (the application credentials a server on this host is
 // configured with) and the nats CLI's NATS_CREDS. A flag given overrides
 // them all, so that --creds is not mixed with a user from the environment.
+// With asAdmin set (boundaries --create), ORISUN_NATS_ADMIN_USER and
+// _PASSWORD or ORISUN_NATS_ADMIN_TOKEN come first.
 func (c *credFlags) fromEnv() {
 	for _, f := range []string{"user", "password", "token", "creds"} {
 		if c.fs != nil && c.fs.Changed(f) {
@@ -118,6 +121,11 @@ func (c *credFlags) fromEnv() {
 	}
 	c.user, c.password, c.token = os.Getenv("ORISUN_NATS_USER"), os.Getenv("ORISUN_NATS_PASSWORD"), os.Getenv("ORISUN_NATS_TOKEN")
 	c.creds = os.Getenv("NATS_CREDS")
+	// Boundary creation is the admin's (docs/security.md): the admin's
+	// credentials win when they are set.
+	if user, token := os.Getenv("ORISUN_NATS_ADMIN_USER"), os.Getenv("ORISUN_NATS_ADMIN_TOKEN"); c.asAdmin && (user != "" || token != "") {
+		c.user, c.password, c.token, c.creds = user, os.Getenv("ORISUN_NATS_ADMIN_PASSWORD"), token, ""
+	}
 }
 
 // options turns the flags into client options; a half-given pair or two
@@ -462,6 +470,7 @@ func boundariesCommand() *cobra.Command {
   orisun boundaries --create orders`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cf.creds.asAdmin = create != ""
 			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -470,6 +479,11 @@ func boundariesCommand() *cobra.Command {
 			var bs []event.Boundary
 			if create != "" {
 				b, err := s.c.CreateBoundary(s.ctx, create)
+				if errors.Is(err, nats.ErrPermissionViolation) {
+					return exit(exitFailure, fmt.Errorf("%w\ncreating a boundary needs the admin's credentials: set "+
+						"ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has "+
+						"them, or pass the admin's --user and --password (or --token)", err))
+				}
 				if err != nil {
 					return fail(err, create)
 				}
@@ -487,7 +501,8 @@ func boundariesCommand() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&create, "create", "", "create this boundary")
+	c.Flags().StringVar(&create, "create", "", "create this boundary (with credentials configured, the admin's: "+
+		"ORISUN_NATS_ADMIN_USER/ORISUN_NATS_ADMIN_PASSWORD or ORISUN_NATS_ADMIN_TOKEN when set, else --user/--password or --token)")
 	addClientFlags(c, &cf)
 	return c
 }

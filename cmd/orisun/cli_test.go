@@ -274,3 +274,41 @@ func TestCLIWithAuth(t *testing.T) {
 		t.Fatalf("append without --data: exit %d, %q", code, errs)
 	}
 }
+
+// TestCLIBoundaryCreationIsTheAdmins: against an orisun process with
+// application and admin credentials, `boundaries --create` with the
+// application's is refused at once (a permissions violation, not a
+// timeout) and says what it needs; with ORISUN_NATS_ADMIN_USER and
+// _PASSWORD in the environment it creates the boundary, and so with the
+// admin's --user and --password; listing stays the application's.
+func TestCLIBoundaryCreationIsTheAdmins(t *testing.T) {
+	url := serveNode(t, "ORISUN_NATS_USER=app", "ORISUN_NATS_PASSWORD=app-pass",
+		"ORISUN_NATS_ADMIN_USER=admin", "ORISUN_NATS_ADMIN_PASSWORD=admin-pass")
+	t.Setenv("ORISUN_URL", url)
+	t.Setenv("ORISUN_NATS_USER", "app")
+	t.Setenv("ORISUN_NATS_PASSWORD", "app-pass")
+	t.Setenv("ORISUN_NATS_ADMIN_USER", "")
+	t.Setenv("ORISUN_NATS_ADMIN_PASSWORD", "")
+	began := time.Now()
+	code, _, errs := cli(t, "", "boundaries", "--create", "refused", "--timeout", "20s")
+	if code != 1 || !strings.Contains(errs, "permissions violation") || !strings.Contains(errs, "ORISUN_NATS_ADMIN_USER") {
+		t.Fatalf("create with the application's credentials: exit %d, %q", code, errs)
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("the refusal took %s: it waited for the timeout", took)
+	}
+	code, out, errs := cli(t, "", "boundaries", "--create", "byflags", "--user", "admin", "--password", "admin-pass")
+	if code != 0 || !strings.Contains(out, "byflags") {
+		t.Fatalf("create with the admin's flags: exit %d, %q %q", code, out, errs)
+	}
+	t.Setenv("ORISUN_NATS_ADMIN_USER", "admin")
+	t.Setenv("ORISUN_NATS_ADMIN_PASSWORD", "admin-pass")
+	code, out, errs = cli(t, "", "boundaries", "--create", "byenv")
+	if code != 0 || !strings.Contains(out, "byenv") {
+		t.Fatalf("create with ORISUN_NATS_ADMIN_*: exit %d, %q %q", code, out, errs)
+	}
+	code, out, errs = cli(t, "", "boundaries")
+	if code != 0 || !strings.Contains(out, "byenv") || !strings.Contains(out, "byflags") || strings.Contains(out, "refused") {
+		t.Fatalf("list: exit %d, %q %q", code, out, errs)
+	}
+}

@@ -1,0 +1,368 @@
+package orisun_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/client"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testhooks"
+	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// limitsModes are the two configurations of the hostile tests of this
+// file: the default (no credentials; every client is the application and,
+// with no admin either, may create boundaries), and credentials for the
+// applications and an admin. app are the applications' login, admin the
+// admin's.
+var limitsModes = []struct {
+	name       string
+	cfg        func(*orisun.Config)
+	app, admin []nats.Option
+}{
+	{name: "default configuration", cfg: func(*orisun.Config) {}},
+	{
+		name: "credentials",
+		cfg: func(c *orisun.Config) {
+			c.NATSUser, c.NATSPassword = "app", "app-password-1"
+			c.NATSAdminUser, c.NATSAdminPassword = "admin", "admin-password-1"
+		},
+		app:   []nats.Option{nats.UserInfo("app", "app-password-1")},
+		admin: []nats.Option{nats.UserInfo("admin", "admin-password-1")},
+	},
+}
+
+// failingSave fails the next checkpoint write when armed: the publisher
+// then syncs again, and must verify what the stream holds beyond the
+// checkpoint before it resumes.
+type failingSave struct {
+	backend.Store
+	armed atomic.Bool
+}
+
+func (f *failingSave) SaveCheckpoint(ctx context.Context, b string, l backend.Lease, pos uint64) error {
+	if f.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("checkpoint write failed on purpose: %w", event.ErrUnavailable)
+	}
+	return f.Store.SaveCheckpoint(ctx, b, l, pos)
+}
+
+// TestConsumerExhaustion_S13_I4_I5: one application takes every consumer
+// slot of a boundary's stream (JetStream's per-stream limit, 1,000 by
+// default), with durable consumers it then abandons. On the default
+// configuration and with credentials:
+//   - a consumer may not ask to outlive stream.ConsumerInactiveMax unused,
+//     and a durable one that does not ask gets it: abandoned consumers free
+//     their slots (docs/security.md, "Limits");
+//   - orisun keeps relaying (I4): new appends reach the stream, also through
+//     a sync that must verify the stream beyond the checkpoint (a failed
+//     checkpoint write forces one), which reads message by message when
+//     JetStream refuses it a consumer;
+//   - the Go client of a second application delivers exactly the store's
+//     events (I5), from the store, each fall-back counted and its reason
+//     naming the refused consumer, and says so in its log; so does the
+//     node's own subscription (Node.Subscribe), counted in the status;
+//   - the second application reads: the API's read and JetStream's message
+//     get need no consumer slot.
+func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
+	for _, mode := range limitsModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			fs := &failingSave{}
+			n := setup(t, "", mode.cfg, testhooks.Option[orisun.Option](testhooks.Hooks{
+				WrapStore: func(s backend.Store) backend.Store { fs.Store = s; return fs },
+			}))
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if _, err := n.Append(ctx, "default", events(5, "before", 32), nil); err != nil {
+				t.Fatal(err)
+			}
+			waitSettled(t, n, 30*time.Second)
+
+			// The hog: an application taking every consumer slot.
+			hog, err := jetstream.New(dialApp(t, n, mode.app))
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := stream.Name("default")
+			if _, err := hog.CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "forever", InactiveThreshold: 2 * stream.ConsumerInactiveMax}); err == nil ||
+				!strings.Contains(err.Error(), "inactive threshold") {
+				t.Fatalf("a consumer asking to outlive %s unused: %v, want refused", stream.ConsumerInactiveMax, err)
+			}
+			hogs := 0
+			for ; ; hogs++ {
+				c, err := hog.CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: fmt.Sprintf("hog%d", hogs)})
+				if errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("consumer %d: %v", hogs, err)
+				}
+				if got := c.CachedInfo().Config.InactiveThreshold; got != stream.ConsumerInactiveMax {
+					t.Fatalf("a durable consumer without an inactive threshold got %s, want %s", got, stream.ConsumerInactiveMax)
+				}
+				if hogs > 100_000 {
+					t.Fatal("JetStream set no limit on the stream's consumers")
+				}
+			}
+			t.Logf("the hog holds %d consumers; JetStream refuses more", hogs)
+
+			// The second application: a Go client subscription and reads.
+			logs := &syncBuffer{}
+			c, err := client.Connect(n.NATSURL(), client.NATSOptions(mode.app...),
+				client.Logger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var mu sync.Mutex
+			var refused, fallBacks int
+			rec := newRecorder(0)
+			sctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				done <- c.Subscribe(sctx, "default", 0, rec.handle, client.SubscribeOptions{OnFellBehind: func(_ uint64, reason string) {
+					mu.Lock()
+					defer mu.Unlock()
+					fallBacks++
+					if strings.Contains(reason, "maximum consumers limit reached") {
+						refused++
+					}
+				}})
+			}()
+			waitDelivered(t, rec, 5, 30*time.Second)
+			// And the node's own subscription (Node.Subscribe).
+			own := newRecorder(0)
+			stopOwn := subscribe(t, n, "default", 0, own, orisun.SubscribeOptions{})
+
+			// orisun relays, also through a sync that verifies the stream.
+			fs.armed.Store(true)
+			if _, err := n.Append(ctx, "default", events(20, "during", 32), nil); err != nil {
+				t.Fatal(err)
+			}
+			waitSettled(t, n, 30*time.Second)
+			if fs.armed.Load() {
+				t.Fatal("no checkpoint write was attempted: the forced sync did not happen")
+			}
+			if _, err := n.Append(ctx, "default", events(5, "after", 32), nil); err != nil {
+				t.Fatal(err)
+			}
+			st := waitSettled(t, n, 30*time.Second)
+			if st.Boundaries[0].Published != 30 {
+				t.Fatalf("published %d, want 30", st.Boundaries[0].Published)
+			}
+
+			waitDelivered(t, rec, 30, 60*time.Second)
+			waitDelivered(t, own, 30, 60*time.Second)
+			if err := stopOwn(); err != nil {
+				t.Fatalf("the node's subscription: %v", err)
+			}
+			checkAgainstStore(t, n, "default", 0, own)
+			if st, err := n.Status(ctx); err != nil || st.Boundaries[0].SubsFallBacks == 0 {
+				t.Fatalf("the status counts no fall-back of the node's subscription: %+v %v", st.Boundaries, err)
+			} else {
+				t.Logf("the node's status counts %d fall-backs", st.Boundaries[0].SubsFallBacks)
+			}
+			stop()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("subscription: %v", err)
+			}
+			checkAgainstStore(t, n, "default", 0, rec)
+			mu.Lock()
+			t.Logf("the subscription fell back to the store %d times, %d of them for a refused consumer", fallBacks, refused)
+			if refused == 0 {
+				t.Fatal("no fall-back named the refused consumer: the subscription was not refused one, and the test shows nothing")
+			}
+			mu.Unlock()
+			if !strings.Contains(logs.String(), "JetStream refuses the subscription a consumer") {
+				t.Fatalf("the client's log does not say the consumer was refused:\n%s", logs.String())
+			}
+
+			res, err := c.Read(ctx, "default", 0, 100, nil)
+			if err != nil || len(res.Events) != 30 {
+				t.Fatalf("the second application's read: %d events, %v", len(res.Events), err)
+			}
+			s, err := c.Conn().JetStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.GetMsg(name, 30)
+			if err != nil || m.Header.Get(stream.HeaderEventID) != res.Events[29].ID {
+				t.Fatalf("the second application's message get of sequence 30: %v", err)
+			}
+		})
+	}
+}
+
+// violations is a connection option that collects the connection's
+// permissions violations, and the channel they arrive on.
+func violations() (nats.Option, <-chan error) {
+	ch := make(chan error, 64)
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case ch <- err:
+			default:
+			}
+		}
+	}), ch
+}
+
+// dialApp connects to the node's NATS server as an application, with
+// creds (nil: none), and fails the test if it cannot.
+func dialApp(t *testing.T, n *orisun.Node, creds []nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(n.NATSURL(), creds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestBoundaryMemoryBudget_S13: every boundary's stream reserves
+// ORISUN_NATS_EVENT_STREAM_MAX_BYTES of JetStream's memory budget
+// (ORISUN_NATS_MAX_MEMORY). A boundary whose stream would not fit is
+// refused when it is created, too_large, with an error naming the budget,
+// what is reserved and the variables to change, instead of being accepted
+// and left paused: through the API, Node.CreateBoundary and
+// ORISUN_BOUNDARIES at start. Boundaries already accepted keep their
+// memory: the streams of those accepted and not yet created count as
+// reserved. With credentials the application may not create boundaries
+// at all (a permissions violation); the admin may, within the budget.
+func TestBoundaryMemoryBudget_S13(t *testing.T) {
+	const perStream, budget = 4 << 20, 10 << 20 // room for two streams
+	for _, mode := range limitsModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			n := setup(t, dir, func(c *orisun.Config) {
+				mode.cfg(c)
+				c.EventStreamMaxBytes, c.NATSMaxMemory = perStream, budget
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			waitSettled(t, n, 30*time.Second)
+
+			creator := mode.admin
+			if mode.app != nil {
+				// The application may not create boundaries.
+				errOpt, vio := violations()
+				nc, err := nats.Connect(n.NATSURL(), append(mode.app, errOpt)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer nc.Close()
+				app, err := client.Connect(n.NATSURL(), client.NATSOptions(mode.app...), client.Timeout(2*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer app.Close()
+				if err := nc.Publish("orisun.api.boundaries.create", []byte(`{"name":"sneaky"}`)); err != nil {
+					t.Fatal(err)
+				}
+				waitForViolation(t, vio, "Publish", "orisun.api.boundaries.create")
+				if _, err := app.CreateBoundary(context.Background(), "sneaky"); err == nil {
+					t.Fatal("the application created a boundary")
+				}
+				if _, err := n.Boundary(ctx, "sneaky"); !errors.Is(err, event.ErrNotFound) {
+					t.Fatalf("boundary sneaky after the application's attempts: %v, want not found", err)
+				}
+			}
+			c, err := client.Connect(n.NATSURL(), client.NATSOptions(creator...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.CreateBoundary(ctx, "second"); err != nil {
+				t.Fatalf("the second stream fits: %v", err)
+			}
+			// The third does not: "second"'s stream may not exist yet,
+			// its memory counts all the same.
+			_, err = c.CreateBoundary(ctx, "third")
+			checkBudgetError(t, err, "third", budget, perStream)
+			if !errors.Is(err, event.ErrTooLarge) {
+				t.Fatalf("refused with %v, want too_large", err)
+			}
+			_, err = n.CreateBoundary(ctx, "fourth")
+			checkBudgetError(t, err, "fourth", budget, perStream)
+			for _, b := range []string{"third", "fourth"} {
+				if _, err := n.Boundary(ctx, b); !errors.Is(err, event.ErrNotFound) {
+					t.Fatalf("boundary %s after the refusal: %v, want not found", b, err)
+				}
+			}
+			// An existing boundary is returned, not refused.
+			if b, err := c.CreateBoundary(ctx, "second"); err != nil || b.Name != "second" {
+				t.Fatalf("creating an existing boundary again: %+v %v", b, err)
+			}
+			// The accepted boundaries got their streams: leading, not
+			// paused.
+			var st orisun.Status
+			testutil.Eventually(t, "default and second leading", 30*time.Second, 20*time.Millisecond, func() bool {
+				st, err = n.Status(ctx)
+				leading := 0
+				for _, b := range st.Boundaries {
+					if b.State == "leading" {
+						leading++
+					}
+				}
+				return err == nil && leading == 2 && len(st.Boundaries) == 2
+			})
+			for _, b := range []string{"default", "second"} {
+				if _, err := attacker(t, n).Stream(ctx, stream.Name(b)); err != nil {
+					t.Fatalf("the stream of %s: %v", b, err)
+				}
+			}
+			if err := n.Stop(); err != nil {
+				t.Fatal(err)
+			}
+
+			// At start: the configured boundaries that are new must fit.
+			bad, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1, Boundaries: []string{"default", "second", "third"},
+				EventStreamMaxBytes: perStream, NATSMaxMemory: budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = bad.Start(ctx)
+			checkBudgetError(t, err, "third", budget, perStream)
+			if !strings.Contains(err.Error(), "ORISUN_BOUNDARIES") {
+				t.Fatalf("the start's error does not name ORISUN_BOUNDARIES: %v", err)
+			}
+		})
+	}
+}
+
+// checkBudgetError asserts that err refuses boundary b for the memory
+// budget and names it, what is reserved, and what to change.
+func checkBudgetError(t *testing.T, err error, b string, budget, perStream int64) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("boundary %s was accepted beyond the memory budget", b)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("boundary %q refused", b),
+		fmt.Sprintf("would reserve %d MiB (%d bytes)", perStream>>20, perStream),
+		fmt.Sprintf("budget of %d MiB (%d bytes) (ORISUN_NATS_MAX_MEMORY)", budget>>20, budget),
+		"existing streams and",
+		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES",
+		"raise ORISUN_NATS_MAX_MEMORY",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("the refusal of %s does not say %q: %v", b, want, err)
+		}
+	}
+	t.Logf("refused: %v", err)
+}
