@@ -19,6 +19,9 @@ func init() {
 			if h.WrapStore != nil {
 				n.wrapStore = h.WrapStore
 			}
+			if h.InstrumentationOff {
+				n.noInstrumentation = true
+			}
 			if h.PermissionsOff {
 				n.natsSeam = testhooks.NATSPermissionsOff.(func(*natsembed.Config))
 			}

@@ -367,7 +367,7 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store unreachable") || !strings.Contains(body, "stalled since") {
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store failing") || !strings.Contains(body, "stalled since") {
 		t.Fatalf("/readyz with the store down and a stall past the threshold: %d %s", code, body)
 	}
 	_, m := httpGet(t, n, "/metrics")

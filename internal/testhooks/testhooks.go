@@ -36,6 +36,12 @@ type Hooks struct {
 	// was always on. For the negative control of the forged-event test
 	// (docs/test-plan.md S13) and for measuring what the model costs only.
 	PermissionsOff bool
+	// InstrumentationOff runs the node without its counters, histograms
+	// and store watch (internal/metrics, the node's storewatch.go), as
+	// before they existed: /metrics has the gauges only, and a store whose
+	// writes fail is not reported unless its reads fail. For measuring
+	// what the instrumentation costs only (BenchmarkAPIMetrics).
+	InstrumentationOff bool
 }
 
 // NATSPermissionsOff is a func(*natsembed.Config) that sets a server
