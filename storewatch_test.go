@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
@@ -44,7 +45,7 @@ func (l *logBuffer) String() string {
 
 // count is how many lines match re.
 func (l *logBuffer) count(re string) int {
-	return len(regexp.MustCompile("(?m)" + re).FindAllStringIndex(l.String(), -1))
+	return len(regexp.MustCompile("(?m)"+re).FindAllStringIndex(l.String(), -1))
 }
 
 // capture returns a logger that writes to a new logBuffer (and to stderr
@@ -204,5 +205,134 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	wantMetric(t, body, "orisun_published_events_total", `boundary="default"`, float64(res.Last))
 	if code := api.CodeOf(lastErr); code != api.CodeUnavailable {
 		t.Fatalf("a full disk's append error is %q to a client, want unavailable", code)
+	}
+}
+
+// TestStoreOutagePostgres_I7: PostgreSQL (a server of this test's own: the
+// other packages share scripts/test's) is stopped under append load and
+// started again. While it is down, /status says store.ok false with the
+// error and since when, /readyz answers 503, the log says so once per
+// kind of work that fails, and every failed append is counted; once it is
+// back all of it returns to normal by itself, the load's appends succeed
+// again and everything acknowledged is published (I7).
+func TestStoreOutagePostgres_I7(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.StartServer(t)
+	logger, logs := capture()
+	n := setup(t, "", func(c *orisun.Config) {
+		withHTTP(c)
+		c.Backend, c.PGURL = "postgres", srv.URL
+	}, orisun.WithLogger(logger))
+
+	// The load: in process, so that each result the caller sees is the
+	// one the node counted.
+	var mu sync.Mutex
+	results := map[string]int{}
+	var last uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				res, err := n.Append(ctx, "default", events(1, "load", 256), nil)
+				cancel()
+				mu.Lock()
+				if err == nil {
+					results["ok"]++
+					last = max(last, res.Last)
+				} else {
+					results[api.CodeOf(err)]++
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	stopLoad := func() map[string]int {
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return results
+	}
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			stopLoad()
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+
+	stopped := time.Now()
+	srv.Stop(t)
+	testutil.Eventually(t, "/readyz 503 with PostgreSQL down", 30*time.Second, 50*time.Millisecond, func() bool {
+		code, _ := httpGet(t, n, "/readyz")
+		return code == http.StatusServiceUnavailable
+	})
+	t.Logf("not ready %s after PostgreSQL stopped", time.Since(stopped).Round(time.Millisecond))
+	time.Sleep(2 * time.Second) // the load goes on failing
+	st := httpStatus(t, n)
+	if st.Store.OK || st.Settled || st.Store.Since.IsZero() || st.Store.Since.Before(stopped.Add(-time.Second)) ||
+		!strings.Contains(st.Store.Error, "appends fail since") {
+		t.Fatalf("status with PostgreSQL down: store %+v, settled %v", st.Store, st.Settled)
+	}
+	if code, body := httpGet(t, n, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "store failing") {
+		t.Fatalf("/readyz with PostgreSQL down: %d %s", code, body)
+	}
+	_, body := httpGet(t, n, "/metrics")
+	wantMetric(t, body, "orisun_store_failing", `kind="append"`, 1)
+	wantMetric(t, body, "orisun_store_up", `backend="postgres"`, 0)
+	if got := logs.count(`level=ERROR msg="store failing: appends fail`); got != 1 {
+		t.Fatalf("failing appends logged %d times, want once:\n%s", got, logs)
+	}
+
+	started := time.Now()
+	srv.Start(t)
+	testutil.Eventually(t, "/readyz 200 with PostgreSQL back", 60*time.Second, 50*time.Millisecond, func() bool {
+		code, _ := httpGet(t, n, "/readyz")
+		return code == http.StatusOK
+	})
+	t.Logf("ready again %s after PostgreSQL started", time.Since(started).Round(time.Millisecond))
+	mu.Lock()
+	okBefore := results["ok"]
+	mu.Unlock()
+	testutil.Eventually(t, "appends succeed again", 30*time.Second, 20*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return results["ok"] > okBefore+20
+	})
+	got := stopLoad()
+	t.Logf("load results: %v", got)
+	if got[api.CodeUnavailable] == 0 {
+		t.Fatal("no append failed while PostgreSQL was down")
+	}
+	for kind := range map[string]bool{"read": true, "append": true, "checkpoint": true, "lease": true, "boundary": true} {
+		began, ended := logs.count(`level=ERROR msg="store failing.* kind=`+kind+" "), logs.count(`level=WARN msg="store works again.* kind=`+kind+" ")
+		if began != ended || began > 1 {
+			t.Fatalf("kind %s: %d failures and %d recoveries logged, want at most one of each, as many:\n%s", kind, began, ended, logs)
+		}
+	}
+	final := waitSettled(t, n, 60*time.Second)
+	if b := boundaryOf(t, final, "default"); b.Published < last || !final.Store.OK {
+		t.Fatalf("after recovery: published %d of the last acknowledged %d; store %+v", b.Published, last, final.Store)
+	}
+	_, body = httpGet(t, n, "/metrics")
+	for code, count := range got {
+		wantMetric(t, body, "orisun_append_requests_total", `boundary="default",result="`+code+`"`, float64(count))
+	}
+	wantMetric(t, body, "orisun_store_failing", `kind="append"`, 0)
+	if v, _ := metric(body, "orisun_store_errors_total", `op="append"`); v < float64(got[api.CodeUnavailable]) {
+		t.Fatalf("orisun_store_errors_total{op=append} = %v, fewer than the %d failed appends", v, got[api.CodeUnavailable])
 	}
 }
