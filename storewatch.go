@@ -84,9 +84,11 @@ func newStoreWatch(log *slog.Logger, m *metrics.Metrics) *storeWatch {
 
 // storeFault reports whether err is the store's failure, as opposed to an
 // answer (a conflict, a missing boundary, a lease held or lost), a node
-// that is closing, or the caller's own deadline or cancellation.
+// that is closing, or a caller that gave up (its context cancelled). A
+// deadline that passed is the store's failure: it did not answer in time
+// (a lease renewal, a request's timeout).
 func storeFault(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil {
+	if err == nil || errors.Is(ctx.Err(), context.Canceled) {
 		return false
 	}
 	for _, answer := range []error{event.ErrInvalid, event.ErrTooLarge, event.ErrNotFound, event.ErrConflict,
