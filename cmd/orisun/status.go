@@ -341,5 +341,5 @@ func healthText(h status.Health) string {
 	if h.OK {
 		return h.Kind + " ok"
 	}
-	return h.Kind + " DOWN: " + h.Error
+	return h.Kind + " FAILING: " + h.Error
 }
