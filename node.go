@@ -254,8 +254,9 @@ func (n *Node) start(ctx context.Context) error {
 	n.serving.Store(true)
 	n.life.Go(func() { n.watchHeads(n.runCtx) })
 	n.life.Go(func() { n.watchStreams(n.runCtx) })
-	if p, ok := n.rawStore.(writeProber); ok && n.watch != nil {
-		n.life.Go(func() { n.watch.probe(n.runCtx, p, n.cfg.PollInterval) })
+	if n.watch != nil {
+		p, _ := n.rawStore.(writeProber)
+		n.life.Go(func() { n.watch.watch(n.runCtx, p, n.cfg.PollInterval) })
 	}
 	if n.registry != nil {
 		n.life.Go(func() { n.placement(n.runCtx, n.registry) })

@@ -27,6 +27,13 @@ import (
 // and /readyz answers 503. Each change is logged once: ERROR when a kind
 // starts failing, WARN when it works again.
 //
+// A success ends a kind's failure once no operation of it failed for
+// storeSettle (at once when the last failure is older; else when the node
+// next looks, within a poll interval): a store going down or coming back
+// answers some operations and fails others for a moment (PostgreSQL ending
+// its sessions one by one), and the state, the log and /readyz must not
+// flap with them.
+//
 // A kind that nobody exercises any more would stay failing for ever (no
 // appends, no successful append), and a node that is not ready gets no
 // traffic: so while something fails, the node probes the store with a
@@ -49,8 +56,12 @@ const (
 var kindWords = [nKinds]string{"reads", "appends", "checkpoint writes", "lease writes", "boundary creations"}
 
 // storeIdle is how long a failing kind must go untried before a successful
-// probe speaks for it.
-const storeIdle = 5 * time.Second
+// probe speaks for it; storeSettle how long it must go without a failure
+// before a success of its own ends its failure.
+const (
+	storeIdle   = 5 * time.Second
+	storeSettle = time.Second
+)
 
 // writeProber is a store that can check that it takes a write now, without
 // changing anything a reader sees (each backend says what it writes).
@@ -64,6 +75,8 @@ type kindState struct {
 	since   time.Time // when it began to fail
 	op      string    // the operation that failed last
 	err     string    // its error
+	failed  time.Time // when it failed last
+	ok      time.Time // when it last succeeded (while failing)
 	tried   time.Time // its last attempt, failed or not
 }
 
@@ -127,7 +140,7 @@ func (w *storeWatch) failed(kind int, op string, err error) {
 		k.failing, k.since = true, now
 		w.failing.Add(1)
 	}
-	k.op, k.err, k.tried = op, err.Error(), now
+	k.op, k.err, k.failed, k.tried = op, err.Error(), now, now
 	w.mu.Unlock()
 	if first {
 		w.m.StoreFailing(kind, true)
@@ -139,13 +152,32 @@ func (w *storeWatch) failed(kind int, op string, err error) {
 func (w *storeWatch) succeeded(kind int) {
 	w.mu.Lock()
 	k := &w.kinds[kind]
-	k.tried = time.Now()
+	now := time.Now()
+	k.tried = now
 	if !k.failing {
 		w.mu.Unlock()
 		return
 	}
-	w.clear(kind, "")
+	k.ok = now
+	if now.Sub(k.failed) >= storeSettle {
+		w.clear(kind, "")
+	}
 	w.mu.Unlock()
+}
+
+// settle ends the failure of the kinds whose last operation succeeded and
+// whose last failure is storeSettle old at now.
+func (w *storeWatch) settle(now time.Time) {
+	if w.failing.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for kind := range w.kinds {
+		if k := &w.kinds[kind]; k.failing && k.ok.After(k.failed) && now.Sub(k.failed) >= storeSettle {
+			w.clear(kind, "")
+		}
+	}
 }
 
 // clear ends a kind's failure (w.mu held); by names a probe that stood in
@@ -179,6 +211,7 @@ func (w *storeWatch) probed(start time.Time) {
 // health says whether any kind fails: since when (the earliest), and what
 // fails, in words.
 func (w *storeWatch) health() (ok bool, since time.Time, what string, readsFail bool) {
+	w.settle(time.Now())
 	if w.failing.Load() == 0 {
 		return true, time.Time{}, "", false
 	}
@@ -198,9 +231,9 @@ func (w *storeWatch) health() (ok bool, since time.Time, what string, readsFail 
 	return len(parts) == 0, since, strings.Join(parts, "; "), w.kinds[kindRead].failing
 }
 
-// probe runs the write probe every interval while a kind fails, until ctx
-// ends.
-func (w *storeWatch) probe(ctx context.Context, p writeProber, interval time.Duration) {
+// watch settles the failing kinds and runs the write probe (p nil: none)
+// every interval while a kind fails, until ctx ends.
+func (w *storeWatch) watch(ctx context.Context, p writeProber, interval time.Duration) {
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -209,7 +242,8 @@ func (w *storeWatch) probe(ctx context.Context, p writeProber, interval time.Dur
 			return
 		case <-t.C:
 		}
-		if w.failing.Load() != 0 {
+		w.settle(time.Now())
+		if p != nil && w.failing.Load() != 0 {
 			start := time.Now()
 			pctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
 			err := p.ProbeWrite(pctx)
