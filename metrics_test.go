@@ -2,7 +2,6 @@ package orisun_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -295,11 +294,4 @@ func TestMetricsBoundaryCap(t *testing.T) {
 			}
 		})
 	}
-}
-
-// jsonField reads one field of a JSON document, for messages.
-func jsonField(body, field string) string {
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal([]byte(body), &m)
-	return string(m[field])
 }

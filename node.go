@@ -197,6 +197,12 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	for _, o := range opts {
 		o(n)
 	}
+	// Made here, not in Start: Append reads them before it asks whether
+	// the node is started.
+	if !n.noInstrumentation {
+		n.metrics = metrics.New(n.cfg.metricsBoundaries())
+		n.watch = newStoreWatch(n.log.With("component", "store"), n.metrics)
+	}
 	return n, nil
 }
 
@@ -228,10 +234,6 @@ func (n *Node) Start(ctx context.Context) error {
 func (n *Node) start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.noInstrumentation {
-		n.metrics = metrics.New(n.cfg.metricsBoundaries())
-		n.watch = newStoreWatch(n.log.With("component", "store"), n.metrics)
-	}
 	// The status listener is bound first: a taken port fails the start
 	// before any lease is taken, and probes get 503 "starting" instead of
 	// no answer.
