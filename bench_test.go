@@ -277,3 +277,68 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkAPIMetrics: what the counters, histograms and store watch cost
+// on the users' path: single-event appends of 1 KB from 64 concurrent
+// callers through the NATS API over TCP (package client), on SQLite
+// without fsync (synchronous OFF).
+// "on" is the node as it runs; "off" the same node with its
+// instrumentation switched off (testhooks.Hooks.InstrumentationOff). They
+// alternate in one run, as in BenchmarkAPIPermissions, four rounds each:
+//
+//	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench BenchmarkAPIMetrics -benchtime 40000x .
+//
+// events/s and cpu-ns/op (the process's CPU time per append: server,
+// store and client all run in it) are the figures to compare.
+func BenchmarkAPIMetrics(b *testing.B) {
+	type mode struct {
+		name string
+		on   bool
+	}
+	var rounds []mode
+	for r := 1; r <= 4; r++ {
+		on, off := mode{fmt.Sprintf("round=%d/on", r), true}, mode{fmt.Sprintf("round=%d/off", r), false}
+		if r%2 == 1 {
+			rounds = append(rounds, on, off)
+		} else {
+			rounds = append(rounds, off, on)
+		}
+	}
+	for _, mode := range rounds {
+		b.Run(mode.name, func(b *testing.B) {
+			var opts []orisun.Option
+			if !mode.on {
+				opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{InstrumentationOff: true}))
+			}
+			// Without fsync: the disk is shared with whatever else the
+			// machine runs, and its waits would decide the figure.
+			n := setup(b, "", func(c *orisun.Config) { c.SQLiteSynchronous = "OFF" }, opts...)
+			c, err := client.Connect(n.NATSURL())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ev := events(1, "bench.api", 1024)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start, cpu0 := time.Now(), processCPU()
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						if _, err := c.Append(context.Background(), "default", ev, nil); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}

@@ -173,6 +173,11 @@ type Config struct {
 	// StallThreshold is how long a publisher may stay stalled before
 	// /readyz reports the node not ready.
 	StallThreshold time.Duration `envconfig:"STALL_THRESHOLD"`
+	// MetricsBoundaries is the most boundaries whose metrics carry their
+	// own boundary label; the series of the others are summed under
+	// boundary="_other" (docs/operations.md, "Metrics"). Zero takes the
+	// default; -1 gives no boundary series of its own.
+	MetricsBoundaries int `envconfig:"METRICS_BOUNDARIES"`
 
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `envconfig:"LOG_LEVEL"`
@@ -245,6 +250,11 @@ func monitorAddr(addr string) (host string, port int, err error) {
 		return "", 0, fmt.Errorf("%q is not a host name or address", host)
 	}
 	return cmp.Or(host, NATSMonitorHostDefault), port, nil
+}
+
+// metricsBoundaries is the cap of boundary labels (none for -1).
+func (c Config) metricsBoundaries() int {
+	return max(c.MetricsBoundaries, 0)
 }
 
 // HTTPEnabled reports whether the status listener is on.

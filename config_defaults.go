@@ -97,6 +97,12 @@ const (
 	StallThresholdMin     = 100 * time.Millisecond
 	StallThresholdMax     = 24 * time.Hour
 
+	// MetricsBoundariesMin, -1, gives no boundary metric series of its
+	// own: every boundary is summed under boundary="_other".
+	MetricsBoundariesDefault = 100
+	MetricsBoundariesMin     = -1
+	MetricsBoundariesMax     = 10_000
+
 	LogLevelDefault  = "info"
 	LogFormatDefault = "text"
 )
@@ -131,6 +137,7 @@ func Defaults() Config {
 		MaxAppendBytes:      MaxAppendBytesDefault,
 		HTTPAddr:            HTTPAddrDefault,
 		StallThreshold:      StallThresholdDefault,
+		MetricsBoundaries:   MetricsBoundariesDefault,
 		LogLevel:            LogLevelDefault,
 		LogFormat:           LogFormatDefault,
 	}
@@ -164,6 +171,7 @@ func (c Config) withDefaults() Config {
 	c.MaxAppendEvents = cmp.Or(c.MaxAppendEvents, MaxAppendEventsDefault)
 	c.MaxAppendBytes = cmp.Or(c.MaxAppendBytes, MaxAppendBytesDefault)
 	c.StallThreshold = cmp.Or(c.StallThreshold, StallThresholdDefault)
+	c.MetricsBoundaries = cmp.Or(c.MetricsBoundaries, MetricsBoundariesDefault)
 	c.LogLevel = cmp.Or(c.LogLevel, LogLevelDefault)
 	c.LogFormat = cmp.Or(c.LogFormat, LogFormatDefault)
 	return c

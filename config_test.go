@@ -314,6 +314,11 @@ func TestValidateMessages(t *testing.T) {
 			`ORISUN_NATS_MONITOR_ADDR: "8222": with ORISUN_NATS_URL orisun starts no NATS server; monitor the external servers themselves (their own http_port), or unset it`}},
 		{"NATS monitor off", sqlite(func(c *Config) { c.NATSURL, c.NATSMonitorAddr = "nats://n1:4222", "off" }), nil},
 		{"stall threshold", sqlite(func(c *Config) { c.StallThreshold = 25 * time.Hour }), []string{`ORISUN_STALL_THRESHOLD: 25h0m0s is outside 100ms–24h`}},
+		{"metrics boundaries above", sqlite(func(c *Config) { c.MetricsBoundaries = 10_001 }), []string{
+			`ORISUN_METRICS_BOUNDARIES: 10001 is outside -1–10000 (-1: no boundary has series of its own)`}},
+		{"metrics boundaries below", sqlite(func(c *Config) { c.MetricsBoundaries = -2 }), []string{
+			`ORISUN_METRICS_BOUNDARIES: -2 is outside -1–10000 (-1: no boundary has series of its own)`}},
+		{"metrics boundaries none", sqlite(func(c *Config) { c.MetricsBoundaries = -1 }), nil},
 		{"log level", sqlite(func(c *Config) { c.LogLevel = "loud" }), []string{`ORISUN_LOG_LEVEL: "loud" is not one of debug, info, warn, error`}},
 		{"log format", sqlite(func(c *Config) { c.LogFormat = "xml" }), []string{`ORISUN_LOG_FORMAT: "xml" is not one of text, json`}},
 	} {

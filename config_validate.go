@@ -388,6 +388,10 @@ func (c Config) validateStatus(p *problems) {
 		}
 	}
 	inRange(p, "STALL_THRESHOLD", c.StallThreshold, StallThresholdMin, StallThresholdMax)
+	if c.MetricsBoundaries < MetricsBoundariesMin || c.MetricsBoundaries > MetricsBoundariesMax {
+		p.add("METRICS_BOUNDARIES", "%d is outside %d–%d (-1: no boundary has series of its own)",
+			c.MetricsBoundaries, MetricsBoundariesMin, MetricsBoundariesMax)
+	}
 }
 
 // validateLogs checks the log level and format.

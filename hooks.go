@@ -22,6 +22,9 @@ func init() {
 			if h.BeforeStreamMeasured != nil {
 				n.beforeStreamMeasured = h.BeforeStreamMeasured
 			}
+			if h.InstrumentationOff {
+				n.noInstrumentation = true
+			}
 			if h.PermissionsOff {
 				n.natsSeam = testhooks.NATSPermissionsOff.(func(*natsembed.Config))
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/datadir"
+	"github.com/orisun-io/orisun/internal/metrics"
 	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
@@ -69,6 +70,14 @@ type Node struct {
 	version string
 	http    *statushttp.Server
 
+	// metrics are the node's counters and histograms; watch keeps the
+	// store's health from the outcomes of its operations (storewatch.go).
+	// Both nil only when a test switched the instrumentation off
+	// (testhooks.Hooks.InstrumentationOff), to measure what it costs.
+	metrics           *metrics.Metrics
+	watch             *storeWatch
+	noInstrumentation bool
+
 	// Hooks for tests (fault points, set through internal/testhooks);
 	// nil in production.
 	afterAck func(boundary string, last uint64)
@@ -97,8 +106,11 @@ type Node struct {
 	dirLock *datadir.Lock
 	gone    []string
 	store   backend.Store
-	ns      *natsembed.Server // nil with an external NATS
-	natsURL string
+	// rawStore is the store as the backend opened it (store is it wrapped:
+	// by the store watch, and by a test's WrapStore).
+	rawStore backend.Store
+	ns       *natsembed.Server // nil with an external NATS
+	natsURL  string
 	// connect opens a connection of orisun's own: in process to the
 	// embedded server, or to the external NATS.
 	connect func(name string) (*nats.Conn, error)
@@ -155,6 +167,8 @@ type boundaryRunner struct {
 	// heldElsewhere is when (unix nanoseconds) this node last found the
 	// lease held by another node; 0 when it last failed to read it.
 	heldElsewhere atomic.Int64
+	// metrics are the boundary's counters (nil: instrumentation off).
+	metrics *metrics.Boundary
 }
 
 // fed reports whether the boundary's stream is being fed, as a hint for
@@ -198,6 +212,12 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}}
 	for _, o := range opts {
 		o(n)
+	}
+	// Made here, not in Start: Append reads them before it asks whether
+	// the node is started.
+	if !n.noInstrumentation {
+		n.metrics = metrics.New(n.cfg.metricsBoundaries())
+		n.watch = newStoreWatch(n.log.With("component", "store"), n.metrics)
 	}
 	return n, nil
 }
@@ -255,6 +275,10 @@ func (n *Node) start(ctx context.Context) error {
 	n.serving.Store(true)
 	n.life.Go(func() { n.watchHeads(n.runCtx) })
 	n.life.Go(func() { n.watchStreams(n.runCtx) })
+	if n.watch != nil {
+		p, _ := n.rawStore.(writeProber)
+		n.life.Go(func() { n.watch.watch(n.runCtx, p, n.cfg.PollInterval) })
+	}
 	if n.registry != nil {
 		n.life.Go(func() { n.placement(n.runCtx, n.registry) })
 	}
@@ -276,6 +300,8 @@ func (n *Node) startHTTP() error {
 		Addr:           n.cfg.HTTPAddr,
 		StallThreshold: n.cfg.StallThreshold,
 		Logger:         n.log.With("component", "http"),
+		Collectors:     n.metrics.Collectors(),
+		BoundaryLabel:  n.metrics.Label,
 	})
 	if err := n.http.Start(); err != nil {
 		return fmt.Errorf("orisun: %w", err)
@@ -309,6 +335,10 @@ func (n *Node) openData(ctx context.Context) error {
 	}
 	if n.wrapStore != nil {
 		n.store = n.wrapStore(store)
+	}
+	n.rawStore = store
+	if n.watch != nil {
+		n.store = watchStore(n.store, n.watch)
 	}
 	return nil
 }
@@ -406,6 +436,7 @@ func (n *Node) startAPI() error {
 	n.api, err = service.Start(apiNC, apiBackend{n}, service.Config{
 		Metadata: map[string]string{"node_id": n.cfg.NodeID},
 		Logger:   n.log.With("component", "api"),
+		Refused:  n.refused,
 	})
 	if err != nil {
 		apiNC.Close()
@@ -567,7 +598,11 @@ func (n *Node) startBoundary(name string) {
 // newBoundaryRunner makes the publisher and the lease runner of a boundary.
 func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 	r := &boundaryRunner{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), self: n.holder, leading: &n.leading,
-		stallThreshold: n.cfg.StallThreshold}
+		stallThreshold: n.cfg.StallThreshold, metrics: n.metrics.Add(name)}
+	var onPublished func(int, time.Duration)
+	if r.metrics != nil {
+		onPublished = r.metrics.Published
+	}
 	var afterAck func(uint64)
 	if n.afterAck != nil {
 		afterAck = func(last uint64) { n.afterAck(name, last) }
@@ -587,6 +622,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		Wake:          r.wake,
 		Logger:        n.log.With("component", "publisher"),
 		AfterAck:      afterAck,
+		OnPublished:   onPublished,
 
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
@@ -624,7 +660,22 @@ func (n *Node) streamLimits() stream.Limits {
 func (r *boundaryRunner) lead(ctx context.Context, l backend.Lease) error {
 	r.leading.Add(1)
 	defer r.leading.Add(-1)
-	return r.pub.Run(ctx, l)
+	r.metrics.Lease(metrics.LeaseAcquired)
+	err := r.pub.Run(ctx, l)
+	r.metrics.Lease(leaseEnd(ctx, err))
+	return err
+}
+
+// leaseEnd says how a term of this node's ended, from what its leader work
+// returned and why its context ended: lost to a newer term or to expiry
+// (the lease runner cancels with that cause), else released.
+func leaseEnd(ctx context.Context, err error) metrics.LeaseChange {
+	cause := context.Cause(ctx)
+	var expired *lease.ExpiredError
+	if errors.Is(err, event.ErrLeaseLost) || errors.Is(cause, event.ErrLeaseLost) || errors.As(cause, &expired) {
+		return metrics.LeaseLost
+	}
+	return metrics.LeaseReleased
 }
 
 // stalled says why the publisher has been stalled for longer than the stall
@@ -1005,6 +1056,17 @@ func (n *Node) Boundary(ctx context.Context, name string) (Boundary, error) {
 	return b, nil
 }
 
+// refused counts an API request the service refused before it reached
+// Append, Read or ReadLatest (service.Config.Refused).
+func (n *Node) refused(op, boundary string, err error) {
+	b := n.metrics.Boundary(boundary)
+	if op == "append" {
+		b.Appended(0, err, -1)
+	} else {
+		b.Read(err, -1)
+	}
+}
+
 // apiBackend serves the NATS API (package api/service) from the node.
 type apiBackend struct{ *Node }
 
@@ -1021,7 +1083,11 @@ func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
 
 // Append validates and appends events atomically (docs/design.md §3, §4). Nothing is
 // written when any event is invalid.
-func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond *Condition) (AppendResult, error) {
+func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond *Condition) (res AppendResult, err error) {
+	if n.metrics != nil {
+		start := time.Now()
+		defer func() { n.metrics.Boundary(boundary).Appended(len(events), err, time.Since(start)) }()
+	}
 	store, _, err := n.ready()
 	if err != nil {
 		return AppendResult{}, err
@@ -1035,7 +1101,7 @@ func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond
 			return AppendResult{}, fmt.Errorf("append to %q: condition: %w", boundary, err)
 		}
 	}
-	res, err := store.Append(ctx, boundary, prepared, cond)
+	res, err = store.Append(ctx, boundary, prepared, cond)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("append to %q: %w", boundary, err)
 	}
@@ -1044,6 +1110,10 @@ func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond
 
 // Read returns up to limit events after position after (limit ≤ 10,000).
 func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	if n.metrics != nil {
+		start := time.Now()
+		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
+	}
 	store, _, err := n.ready()
 	if err != nil {
 		return "", nil, err
@@ -1072,7 +1142,11 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 //		cond.Query = *q
 //	}
 //	_, err := node.Append(ctx, boundary, events, cond)
-func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (Latest, error) {
+func (n *Node) ReadLatest(ctx context.Context, boundary string, q *Query) (_ Latest, err error) {
+	if n.metrics != nil {
+		start := time.Now()
+		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
+	}
 	store, _, err := n.ready()
 	if err != nil {
 		return Latest{}, err

@@ -43,7 +43,9 @@ func setup(t testing.TB, dir string, mutate func(*orisun.Config), opts ...orisun
 		mutate(&cfg)
 	}
 	if os.Getenv("ORISUN_TEST_LOG") != "" {
-		opts = append(opts, orisun.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		// First, so that a test's own logger (which may copy to stderr
+		// itself) wins.
+		opts = append([]orisun.Option{orisun.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))}, opts...)
 	}
 	n, err := orisun.New(cfg, opts...)
 	if err != nil {

@@ -23,13 +23,34 @@ type (
 )
 
 // Status measures every boundary. settled is true only when each boundary's
-// checkpoint equals its head, both read in this call, and no stream holds a
-// sequence beyond its head or of another epoch (see streamDrift).
+// checkpoint equals its head, both read in this call, no stream holds a
+// sequence beyond its head or of another epoch (see streamDrift), and no
+// kind of store work is failing (storewatch.go).
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	store, js, err := n.ready()
 	if err != nil {
 		return Status{}, err
 	}
+	st := n.measure(ctx, store, js)
+	if n.watch == nil {
+		return st, nil
+	}
+	// The store's writes may fail while it answers every read of this
+	// measurement (a full disk): what the node saw of them decides too.
+	ok, since, what, readsFail := n.watch.health()
+	if !ok {
+		measured := st.Store.Error
+		st.Store.OK, st.Store.Error, st.Store.Since = false, what, since
+		if measured != "" && !readsFail {
+			st.Store.Error = measured + "; " + what
+		}
+		st.Settled = false
+	}
+	return st, nil
+}
+
+// measure is Status's measurement of the store and the streams.
+func (n *Node) measure(ctx context.Context, store backend.Store, js jetstream.JetStream) Status {
 	st := Status{NodeID: n.cfg.NodeID, LeaseHolder: n.holder, Version: n.version, Time: time.Now().UTC(), Settled: true,
 		Placement: n.placementStatus()}
 	if w := n.warning.Load(); w != nil {
@@ -40,7 +61,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	// NATS gets a budget of its own, so that a slow JetStream is reported
 	// as such and does not eat the store's time (and the other way round).
 	nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_, err = js.AccountInfo(nctx)
+	_, err := js.AccountInfo(nctx)
 	cancel()
 	if err != nil {
 		st.NATS.OK, st.NATS.Error = false, "JetStream: "+err.Error()
@@ -62,7 +83,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			n.localStatus(&bst)
 			st.Boundaries = append(st.Boundaries, bst)
 		}
-		return st, nil
+		return st
 	}
 	// A store that measures every boundary in one statement is asked
 	// once: four queries per boundary made the status of a node with 1,000
@@ -114,7 +135,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		bst.Warning = joinWarnings(drift, bst.Warning)
 		st.Boundaries = append(st.Boundaries, bst)
 	}
-	return st, nil
+	return st
 }
 
 // measureStore reads the boundary's checkpoint, head, oldest unpublished

@@ -212,8 +212,16 @@ type flight struct {
 	// futures and positions of the messages in flight, oldest first.
 	futures   []jetstream.PubAckFuture
 	positions []uint64
-	// ends are the last positions of the batches in flight, oldest first.
-	ends []uint64
+	// ends are the last positions of the batches in flight, oldest first;
+	// starts their first positions and when their sending began.
+	ends   []uint64
+	starts []batchStart
+}
+
+// batchStart is where a batch in flight began, for OnPublished.
+type batchStart struct {
+	first uint64
+	at    time.Time
 }
 
 // send publishes a batch into the window, each message expecting the
@@ -222,6 +230,7 @@ type flight struct {
 func (fl *flight) send(ctx context.Context, events []event.Event) error {
 	p := fl.r.p
 	fl.ends = append(fl.ends, events[len(events)-1].Position)
+	fl.starts = append(fl.starts, batchStart{first: events[0].Position, at: time.Now()})
 	for i := range events {
 		e := &events[i]
 		if e.Position != events[0].Position+uint64(i) {
@@ -285,6 +294,11 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 			continue
 		}
 		fl.ends = fl.ends[1:]
+		start := fl.starts[0]
+		fl.starts = fl.starts[1:]
+		if r.p.cfg.OnPublished != nil {
+			r.p.cfg.OnPublished(int(pos-start.first+1), time.Since(start.at))
+		}
 		r.acked = pos
 		r.drifting = false
 		r.p.markProgress()

@@ -92,6 +92,10 @@ type Config struct {
 	// AfterAck, when set, is called once a batch is fully acknowledged and
 	// before its checkpoint is written. Tests use it as a fault point.
 	AfterAck func(last uint64)
+	// OnPublished, when set, is told of every fully acknowledged batch:
+	// its events, and the time from sending its first message to the
+	// acknowledgement of its last (the node's metrics). It must not block.
+	OnPublished func(events int, took time.Duration)
 
 	// CheckpointBeforeAck breaks the publisher on purpose: each batch's
 	// checkpoint is written before the batch is published, so before any

@@ -62,8 +62,14 @@ type Health struct {
 	OK bool `json:"ok"`
 	// Kind names it: the backend (sqlite, postgres) or the NATS mode.
 	Kind string `json:"kind,omitempty"`
-	// Error is why it did not answer.
+	// Error is why it did not answer, or what it fails to do: the store
+	// may answer reads while its writes fail (a full disk, a read-only
+	// file system), and then says which writes fail, since when, and the
+	// last error.
 	Error string `json:"error,omitempty"`
+	// Since is when the failure began, as far as the node has seen it
+	// (absent when OK, or when only this measurement saw it).
+	Since time.Time `json:"since,omitzero"`
 }
 
 // BoundaryStatus is one boundary's relay state.
@@ -141,12 +147,12 @@ type Readiness struct {
 	Reasons []string `json:"reasons,omitempty"`
 }
 
-// Ready judges a status: the store and NATS answered and no publisher has
-// been stalled for longer than threshold.
+// Ready judges a status: the store answered and takes writes, NATS
+// answered, and no publisher has been stalled for longer than threshold.
 func Ready(st Status, threshold time.Duration, now time.Time) Readiness {
 	var reasons []string
 	if !st.Store.OK {
-		reasons = append(reasons, "store unreachable: "+st.Store.Error)
+		reasons = append(reasons, "store failing: "+st.Store.Error)
 	}
 	if !st.NATS.OK {
 		reasons = append(reasons, "NATS unreachable: "+st.NATS.Error)

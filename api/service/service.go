@@ -47,6 +47,14 @@ type Config struct {
 	// Metadata is shown by `nats micro info` (for example the node id).
 	Metadata map[string]string
 	Logger   *slog.Logger
+	// Refused, when set, is told of an append or read request (op
+	// "append" or "read"; read-latest is a read) that the service refused
+	// before handing it to the backend: a body that does not decode, a bad
+	// subject or limit, a read past the head. The backend counts the
+	// requests it gets; together they count every request (the node's
+	// metrics). boundary is the subject's last token, whatever it is. It
+	// must not block.
+	Refused func(op, boundary string, err error)
 }
 
 // Service is the API service. Start and Stop are safe to call twice,
@@ -351,19 +359,34 @@ func boundaryOf(req micro.Request) (string, error) {
 	return name, nil
 }
 
-func (s *Service) append(ctx context.Context, req micro.Request) (any, error) {
-	b, err := boundaryOf(req)
-	if err != nil {
-		return nil, err
+// refused tells Config.Refused of a request refused before the backend.
+func (s *Service) refused(op string, req micro.Request, err error) {
+	if s.cfg.Refused != nil {
+		subj := req.Subject()
+		s.cfg.Refused(op, subj[strings.LastIndexByte(subj, '.')+1:], err)
 	}
-	var r api.AppendRequest
-	if err := decode(req.Data(), &r, "the append request", `events (id, type, data, metadata, tags) and condition (query, after)`, rawEvents); err != nil {
-		return nil, err
-	}
-	return s.be.Append(ctx, b, r.Events, r.Condition)
 }
 
-func (s *Service) read(ctx context.Context, req micro.Request) (any, error) {
+func (s *Service) append(ctx context.Context, req micro.Request) (any, error) {
+	b, err := boundaryOf(req)
+	if err == nil {
+		var r api.AppendRequest
+		err = decode(req.Data(), &r, "the append request", `events (id, type, data, metadata, tags) and condition (query, after)`, rawEvents)
+		if err == nil {
+			return s.be.Append(ctx, b, r.Events, r.Condition)
+		}
+	}
+	s.refused("append", req, err)
+	return nil, err
+}
+
+func (s *Service) read(ctx context.Context, req micro.Request) (res any, err error) {
+	reached := false
+	defer func() {
+		if err != nil && !reached {
+			s.refused("read", req, err)
+		}
+	}()
 	b, err := boundaryOf(req)
 	if err != nil {
 		return nil, err
@@ -393,6 +416,7 @@ func (s *Service) read(ctx context.Context, req micro.Request) (any, error) {
 		return nil, fmt.Errorf("%w: after: %d is past the head %d of boundary %q; a reader cannot be ahead of the log "+
 			"(a saved position of another store or epoch?)", event.ErrInvalid, r.After, bd.Head, b)
 	}
+	reached = true
 	epoch, events, err := s.be.Read(ctx, b, r.After, limit, r.Query)
 	if err != nil {
 		return nil, fmt.Errorf("read boundary %q after %d: %w", b, r.After, err)
@@ -436,15 +460,18 @@ func encodeRead(epoch string, head uint64, events []event.Event, maxBytes int) (
 
 func (s *Service) latest(ctx context.Context, req micro.Request) (any, error) {
 	b, err := boundaryOf(req)
-	if err != nil {
-		return nil, err
-	}
 	var r api.LatestRequest
-	if err := decode(req.Data(), &r, "the read-latest request", "query", checkAll); err != nil {
-		return nil, err
+	if err == nil {
+		err = decode(req.Data(), &r, "the read-latest request", "query", checkAll)
 	}
-	if err := event.ValidateQuery(r.Query); err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+	if err == nil {
+		if qerr := event.ValidateQuery(r.Query); qerr != nil {
+			err = fmt.Errorf("query: %w", qerr)
+		}
+	}
+	if err != nil {
+		s.refused("read", req, err)
+		return nil, err
 	}
 	l, err := s.be.ReadLatest(ctx, b, r.Query)
 	if err != nil {

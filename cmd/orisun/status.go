@@ -252,7 +252,7 @@ func unsettledReason(st orisun.Status, err error) string {
 		parts = append(parts, "the last attempt to read the status failed: "+err.Error())
 	}
 	if !st.Store.OK {
-		parts = append(parts, "store unreachable: "+st.Store.Error)
+		parts = append(parts, "store failing: "+st.Store.Error)
 	}
 	if !st.NATS.OK {
 		parts = append(parts, "NATS unreachable: "+st.NATS.Error)
@@ -337,5 +337,5 @@ func healthText(h status.Health) string {
 	if h.OK {
 		return h.Kind + " ok"
 	}
-	return h.Kind + " DOWN: " + h.Error
+	return h.Kind + " FAILING: " + h.Error
 }

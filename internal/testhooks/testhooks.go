@@ -40,6 +40,12 @@ type Hooks struct {
 	// after the store was read and before the boundary's stream is (to
 	// have an append published in between, say).
 	BeforeStreamMeasured func(boundary string)
+	// InstrumentationOff runs the node without its counters, histograms
+	// and store watch (internal/metrics, the node's storewatch.go), as
+	// before they existed: /metrics has the gauges only, and a store whose
+	// writes fail is not reported unless its reads fail. For measuring
+	// what the instrumentation costs only (BenchmarkAPIMetrics).
+	InstrumentationOff bool
 }
 
 // NATSPermissionsOff is a func(*natsembed.Config) that sets a server

@@ -6,9 +6,11 @@
 //
 //	/status   the document, as JSON
 //	/healthz  200 while the process serves HTTP: liveness only
-//	/readyz   200 when the store and NATS answer and no publisher has been
-//	          stalled longer than the stall threshold; 503 with the reasons
-//	/metrics  the same facts as Prometheus metrics
+//	/readyz   200 when the store and NATS answer, the store takes the
+//	          node's work, and no publisher has been stalled longer than
+//	          the stall threshold; 503 with the reasons
+//	/metrics  the same facts as Prometheus metrics, and the node's
+//	          counters and histograms (Options.Collectors)
 //
 // Every figure is measured when it is asked for: concurrent requests share
 // one measurement in progress, but none gets a cached one, so a scrape

@@ -30,6 +30,13 @@ type Options struct {
 	// the measurement report it, not hang the request).
 	Timeout time.Duration
 	Logger  *slog.Logger
+	// Collectors are served on /metrics beside the status's gauges (the
+	// node's counters and histograms).
+	Collectors []prometheus.Collector
+	// BoundaryLabel is the boundary label of a boundary's gauges: its
+	// name, or another value shared by the boundaries beyond the node's
+	// cap, whose gauges are then summed (see Metrics). Nil: the name.
+	BoundaryLabel func(boundary string) string
 }
 
 // Server is the HTTP listener of a node. Its goroutines (the listener's,
@@ -76,8 +83,9 @@ func NewServer(src status.Source, opts Options) *Server {
 	s.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&collector{measure: s.measureShared},
+		&collector{measure: s.measureShared, label: opts.BoundaryLabel},
 	)
+	s.reg.MustRegister(opts.Collectors...)
 	return s
 }
 

@@ -40,6 +40,7 @@ var allDescs = []*prometheus.Desc{descInfo, descStoreUp, descNATSUp, descSettled
 // collector measures the status on every scrape.
 type collector struct {
 	measure func(context.Context) (status.Status, error)
+	label   func(string) string
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -55,21 +56,34 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- gauge(descScrapeErr, 0)
-	for _, m := range Metrics(st) {
+	for _, m := range Metrics(st, c.label) {
 		ch <- m
 	}
 }
 
-// Metrics turns a status into its Prometheus metrics.
-func Metrics(st status.Status) []prometheus.Metric {
+// Metrics turns a status into its Prometheus metrics. label gives a
+// boundary's label (nil: its name); the boundaries whose label is not
+// their name share one set of series under that label, summed (see
+// others).
+func Metrics(st status.Status, label func(string) string) []prometheus.Metric {
 	ms := []prometheus.Metric{
 		gauge(descInfo, 1, st.NodeID, st.Version),
 		gauge(descStoreUp, b2f(st.Store.OK), st.Store.Kind),
 		gauge(descNATSUp, b2f(st.NATS.OK)),
 		gauge(descSettled, b2f(st.Settled)),
 	}
+	var rest *others
 	for _, b := range st.Boundaries {
 		n := b.Name
+		if label != nil {
+			if l := label(n); l != n {
+				if rest == nil {
+					rest = &others{label: l, measured: true, states: map[status.State]int{}}
+				}
+				rest.add(b, st.LeaseHolder)
+				continue
+			}
+		}
 		ms = append(ms, gauge(descMeasured, b2f(b.Error == "" && b.StreamError == ""), n))
 		for _, s := range status.States {
 			ms = append(ms, gauge(descState, b2f(b.State == s), n, string(s)))
@@ -101,6 +115,76 @@ func Metrics(st status.Status) []prometheus.Metric {
 				gauge(descBytes, float64(b.StreamBytes), n),
 			)
 		}
+	}
+	if rest != nil {
+		ms = append(ms, rest.metrics()...)
+	}
+	return ms
+}
+
+// others sums the gauges of the boundaries beyond the node's cap of
+// boundary labels into one set of series, so that a node with a thousand
+// boundaries exports a bounded number of them and the usual alerts still
+// fire: the publisher states count boundaries (a stalled one among them
+// shows as orisun_publisher_state{state="stalled"} >= 1), lag_events and
+// the stream's messages and bytes are sums, lag_seconds is the largest,
+// lease_held counts the leases this node holds, measured is 1 only when
+// every one was measured. Positions, terms and the stream's sequences of
+// different boundaries mean nothing summed, and are left out.
+type others struct {
+	label                   string
+	n                       int
+	measured                bool
+	states                  map[status.State]int
+	catchingUp, live, falls int64
+	lagEvents, msgs, bytes  uint64
+	lagSeconds              float64
+	held                    int
+	storeMeasured, streamOK bool
+}
+
+func (o *others) add(b status.BoundaryStatus, holder string) {
+	o.n++
+	o.measured = o.measured && b.Error == "" && b.StreamError == ""
+	o.states[b.State]++
+	o.catchingUp += b.SubsCatchingUp
+	o.live += b.SubsLive
+	o.falls += b.SubsFallBacks
+	if b.Error == "" {
+		o.storeMeasured = true
+		o.lagEvents += b.LagEvents
+		o.lagSeconds = max(o.lagSeconds, b.LagSeconds)
+		if b.LeaseHolder != "" && b.LeaseHolder == holder {
+			o.held++
+		}
+	}
+	if b.StreamError == "" {
+		o.streamOK = true
+		o.msgs += b.StreamMsgs
+		o.bytes += b.StreamBytes
+	}
+}
+
+func (o *others) metrics() []prometheus.Metric {
+	l := o.label
+	ms := []prometheus.Metric{gauge(descMeasured, b2f(o.measured), l)}
+	for _, s := range status.States {
+		ms = append(ms, gauge(descState, float64(o.states[s]), l, string(s)))
+	}
+	ms = append(ms,
+		gauge(descSubs, float64(o.catchingUp), l, "catching_up"),
+		gauge(descSubs, float64(o.live), l, "live"),
+		prometheus.MustNewConstMetric(descFallBacks, prometheus.CounterValue, float64(o.falls), l),
+	)
+	if o.storeMeasured {
+		ms = append(ms,
+			gauge(descLagEvents, float64(o.lagEvents), l),
+			gauge(descLagSecs, o.lagSeconds, l),
+			gauge(descHeld, float64(o.held), l),
+		)
+	}
+	if o.streamOK {
+		ms = append(ms, gauge(descMsgs, float64(o.msgs), l), gauge(descBytes, float64(o.bytes), l))
 	}
 	return ms
 }
