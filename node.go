@@ -134,6 +134,14 @@ type Node struct {
 	// liveNodes the last count (0: unknown).
 	registry  nodeRegistry
 	liveNodes atomic.Int64
+	// countNow asks placement for a count at once (recount); counted is
+	// closed when the round that begins next has counted (nil while
+	// placement does not run), under countMu. stopPlacement ends
+	// placement and waits for it (nil when it was not started).
+	countNow      chan struct{}
+	countMu       sync.Mutex
+	counted       chan struct{}
+	stopPlacement func()
 
 	// createMu makes the memory check of a new boundary and its creation
 	// one step (memory.go): two boundaries created at once cannot both
@@ -209,7 +217,8 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	// own (its instance token): two processes given the same node id (or a
 	// restarted one and the zombie of the old) must never share a (holder,
 	// term), and placement's heartbeats find such twins by it.
-	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}}
+	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler),
+		runners: map[string]*boundaryRunner{}, countNow: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(n)
 	}
@@ -280,7 +289,13 @@ func (n *Node) start(ctx context.Context) error {
 		n.life.Go(func() { n.watch.watch(n.runCtx, p, n.cfg.PollInterval) })
 	}
 	if n.registry != nil {
-		n.life.Go(func() { n.placement(n.runCtx, n.registry) })
+		// A clean stop ends placement before the leases are released
+		// (leave).
+		stop, done := make(chan struct{}), make(chan struct{})
+		n.stopPlacement = sync.OnceFunc(func() { close(stop); <-done })
+		if !n.life.Go(func() { defer close(done); n.placement(n.runCtx, stop, n.registry) }) {
+			close(done)
+		}
 	}
 	// The API comes last: every request it serves finds the node ready.
 	if err := n.startAPI(); err != nil {
@@ -629,7 +644,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 	r.lease = &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease"),
 		Gone: n.gone, Released: r.released, Boundary: name, Lead: r.lead, Standby: r.standby}
 	if n.cfg.Placement() {
-		r.lease.Yield, r.lease.StepDown = n.yield, n.takeStepDown
+		r.lease.Yield, r.lease.StepDown, r.lease.Recount = n.yield, n.takeStepDown, n.recount
 		// A leader whose publisher cannot publish (its NATS connection
 		// is broken, the store fails for it alone, a stream it may not
 		// write) would keep renewing the lease and keep the boundary
@@ -920,6 +935,10 @@ func (n *Node) teardown() error {
 			errs = append(errs, err)
 		}
 	}
+	// Out of placement before the leases are released: a standby woken
+	// by a release then counts this node no more, and takes the lease at
+	// once instead of yielding it to a node that is leaving.
+	n.leave()
 	if n.cancel != nil {
 		n.cancel()
 	}
@@ -928,9 +947,6 @@ func (n *Node) teardown() error {
 	}
 	n.life.Wait()
 	n.subs.Wait()
-	// The leases are released (the publishers stopped): now this node
-	// stops being counted for placement.
-	n.removeNode()
 	if n.http != nil {
 		if err := n.http.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop status listener: %w", err))

@@ -19,9 +19,10 @@ import (
 // (lease.Runner.Yield); a node above it gives up one lease per round
 // (lease.Runner.StepDown), which a node below its share takes. When a node
 // leaves, the others count one node fewer, their share grows and they take
-// its boundaries: at once when it stopped cleanly (it deletes its row),
-// after a TTL when it died, lost its store or its NATS connection (it stops
-// beating). Nodes
+// its boundaries: at once when it stopped cleanly (it deletes its row
+// before it releases its leases, and a standby woken by a release counts
+// again before it decides), after a TTL when it died, lost its store or
+// its NATS connection (it stops beating). Nodes
 // are counted in the store, not over NATS: a node whose store is down
 // cannot hold a lease, so it must not be counted as taking a share.
 //
@@ -39,14 +40,36 @@ type nodeRegistry interface {
 }
 
 // placement writes this node's heartbeat and recomputes the fair share
-// until ctx ends.
-func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
+// every third of a lease TTL, and at once when a lease runner asks
+// (recount), until ctx ends or stop is closed. A heartbeat in flight is
+// not cut short by stop: one that the database finished after this node's
+// row was removed (leave) would write the row again. Only a round of the
+// ticker lets a lease step down: a node above its share gives up one
+// lease per round, however often it counts.
+func (n *Node) placement(ctx context.Context, stop <-chan struct{}, reg nodeRegistry) {
 	log := n.log.With("component", "placement")
 	tick := time.NewTicker(max(n.cfg.LeaseTTL/3, 50*time.Millisecond))
 	defer tick.Stop()
+	n.countMu.Lock()
+	n.counted = make(chan struct{})
+	n.countMu.Unlock()
+	defer func() {
+		// Whoever waits for a count waits no more.
+		n.countMu.Lock()
+		close(n.counted)
+		n.counted = nil
+		n.countMu.Unlock()
+	}()
 	failing := false
+	ticked := true // the first round is a round of its own
 	var twins twinWatch
 	for {
+		// A recount that asked before this point is answered by this
+		// round (see recount).
+		n.countMu.Lock()
+		counted := n.counted
+		n.counted = make(chan struct{})
+		n.countMu.Unlock()
 		var nodes int
 		var twin string
 		var err error
@@ -86,18 +109,60 @@ func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
 			n.fair.Store(0)
 		} else {
 			n.fair.Store(int64((boundaries + nodes - 1) / nodes))
-			n.stepDown.Store(true)
+			if ticked {
+				n.stepDown.Store(true)
+			}
 		}
+		close(counted)
 		select {
 		case <-ctx.Done():
 			return
+		case <-stop:
+			return
 		case <-tick.C:
+			ticked = true
+		case <-n.countNow:
+			ticked = false
 		}
 	}
 }
 
-// removeNode deletes this node's heartbeat on a clean stop, so the others
-// stop counting it at once.
+// recount is the lease runners' Recount (lease.Runner): it asks placement
+// for a count begun after this call and waits for it, for ctx's end or for
+// placement's. A standby woken by a released lease counts again before it
+// asks whether to yield: a node that stops cleanly removed its heartbeat
+// before it released its leases (leave), so the count has one node fewer,
+// the share has grown, and the standby takes the lease at once instead of
+// a round later. Wake-ups at once share one count.
+func (n *Node) recount(ctx context.Context) {
+	n.countMu.Lock()
+	counted := n.counted
+	n.countMu.Unlock()
+	if counted == nil {
+		return // placement does not run (yet, or any more)
+	}
+	select {
+	case n.countNow <- struct{}{}:
+	default: // a count is asked for already
+	}
+	select {
+	case <-counted:
+	case <-ctx.Done():
+	}
+}
+
+// leave takes this node out of placement on a clean stop, before its
+// leases are released: placement stops (no heartbeat writes the row again)
+// and the row is deleted, so the others stop counting this node at once and
+// take its boundaries as the releases wake them (recount).
+func (n *Node) leave() {
+	if n.stopPlacement != nil {
+		n.stopPlacement()
+	}
+	n.removeNode()
+}
+
+// removeNode deletes this node's heartbeat row.
 func (n *Node) removeNode() {
 	if n.registry == nil {
 		return
