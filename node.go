@@ -368,19 +368,31 @@ func (n *Node) openData(ctx context.Context) error {
 // another directory is another node, even with the same node id: it never
 // takes a live holder's lease early. With PostgreSQL on a system without
 // directory locks the node runs without one, and a restart waits for the
-// TTL.
+// TTL. So it does with PostgreSQL and an external NATS (ORISUN_NATS_URL)
+// where the lock file cannot be written (a read-only directory, as in a
+// stateless container with ORISUN_NODE_ID set): nothing else of the node
+// lives there, and such a node ran before the lock existed. Another
+// process holding the lock is refused whatever the backend.
 func (n *Node) lockData() error {
 	l, err := datadir.Acquire(n.cfg.DataDir)
-	if errors.Is(err, datadir.ErrUnsupported) && n.cfg.Backend == "postgres" {
+	if err == nil {
+		if err = l.Claim(n.holder); err != nil {
+			_ = l.Release()
+		}
+	}
+	var held *datadir.LockedError
+	switch {
+	case err == nil:
+	case errors.Is(err, datadir.ErrUnsupported) && n.cfg.Backend == "postgres":
 		n.log.Warn("the data directory cannot be locked on this system: a restarted node waits ORISUN_LEASE_TTL for its own leases",
 			"data_dir", n.cfg.DataDir, "err", err)
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
-	}
-	if err := l.Claim(n.holder); err != nil {
-		_ = l.Release()
+	case !n.cfg.needsDataDir() && !errors.As(err, &held):
+		n.log.Warn("the data directory cannot be locked (ORISUN_DATA_DIR is not writable?): this node runs without its lock, "+
+			"so after a crash its next process waits ORISUN_LEASE_TTL for this one's leases instead of taking them at once; "+
+			"make ORISUN_DATA_DIR writable to have them taken at once", "data_dir", n.cfg.DataDir, "err", err)
+		return nil
+	default:
 		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
 	}
 	n.dirLock, n.gone = l, l.Gone()
