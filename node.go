@@ -102,8 +102,11 @@ type Node struct {
 	// dirLock is the data directory's lock (nil where it cannot be taken
 	// with PostgreSQL, see lockData), held from start to the end of
 	// teardown; gone are the holder names of the directory's earlier
-	// processes, whose leases this node takes at once (docs/design.md §9).
+	// processes, whose leases this node takes at once (docs/design.md §9),
+	// less those placement found alive (goneHolders), under goneMu: the
+	// slice is replaced, never changed in place.
 	dirLock *datadir.Lock
+	goneMu  sync.Mutex
 	gone    []string
 	store   backend.Store
 	// rawStore is the store as the backend opened it (store is it wrapped:
@@ -654,7 +657,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
 	r.lease = &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease"),
-		Gone: n.gone, Released: r.released, Boundary: name, Lead: r.lead, Standby: r.standby}
+		Gone: n.goneHolders, Released: r.released, Boundary: name, Lead: r.lead, Standby: r.standby}
 	if n.cfg.Placement() {
 		r.lease.Yield, r.lease.StepDown, r.lease.Recount = n.yield, n.takeStepDown, n.recount
 		// A leader whose publisher cannot publish (its NATS connection

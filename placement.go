@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/orisun-io/orisun/internal/datadir"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -35,7 +38,9 @@ import (
 // nodes (PostgreSQL, backend/postgres/nodes.go).
 type nodeRegistry interface {
 	// Heartbeat also names twin: another live process with this node id.
-	Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, twin string, err error)
+	// And alive: those of gone that beat after this process's first
+	// heartbeat (backend/postgres, Store.Heartbeat).
+	Heartbeat(ctx context.Context, holder, nodeID string, gone []string, ttl time.Duration) (live int, twin string, alive []string, err error)
 	RemoveNode(ctx context.Context, holder string) error
 }
 
@@ -75,10 +80,12 @@ func (n *Node) placement(ctx context.Context, stop <-chan struct{}, reg nodeRegi
 		var err error
 		if n.nc.IsConnected() {
 			hctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
-			nodes, twin, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.cfg.LeaseTTL)
+			var alive []string
+			nodes, twin, alive, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.goneHolders(), n.cfg.LeaseTTL)
 			cancel()
 			if err == nil {
 				n.watchTwin(&twins, twin)
+				n.withdrawGone(alive)
 			}
 		} else {
 			// A node that cannot reach NATS cannot publish: it stops
@@ -224,7 +231,7 @@ func (n *Node) watchTwin(w *twinWatch, twin string) {
 		msg = fmt.Sprintf("node id %q is also used by another live process (lease holder %s) on this database: its data directory "+
 			"was most likely copied from this node's, node id file %s included; in an embedded NATS cluster the two servers share "+
 			"a name, so their routes are refused and their JetStream peers collide. Stop the copy, delete the node-id file in its "+
-			"data directory (a new id is generated at its next start), or give each node a distinct ORISUN_NODE_ID",
+			"data directory (a new id is generated at its next start) and its LOCK file, or give each node a distinct ORISUN_NODE_ID",
 			n.cfg.NodeID, twin, n.idFile)
 	} else {
 		msg = fmt.Sprintf("node id %q is also used by another live process (lease holder %s) on this database: ORISUN_NODE_ID "+
@@ -238,5 +245,45 @@ func (n *Node) watchTwin(w *twinWatch, twin string) {
 	if !w.reported[twin] {
 		w.reported[twin] = true
 		n.log.Error(msg, "node_id", n.cfg.NodeID, "node_id_file", n.idFile, "twin", twin)
+	}
+}
+
+// goneHolders is the lease runners' Gone (lease.Runner): the holders of the
+// data directory's earlier processes, whose leases this node takes at
+// once, less those found alive (withdrawGone).
+func (n *Node) goneHolders() []string {
+	n.goneMu.Lock()
+	defer n.goneMu.Unlock()
+	return n.gone
+}
+
+// withdrawGone stops taking the leases of the earlier holders found alive
+// early. A holder the data directory's lock file names held the lock
+// before this process, so it has ended, unless the lock file was copied
+// with the directory from a node that still runs: a cloned volume keeps
+// the file's inode number, so the lock file cannot tell (internal/datadir).
+// That holder's heartbeat, written after this process's first one (which
+// came after it took the lock), proves it alive: from then on its leases
+// are left to expire, as any live node's are. Those this node took at its
+// start are not handed back; the term fences the original's writes (I6).
+func (n *Node) withdrawGone(alive []string) {
+	if len(alive) == 0 {
+		return
+	}
+	n.goneMu.Lock()
+	var withdrawn []string
+	n.gone = slices.DeleteFunc(slices.Clone(n.gone), func(h string) bool {
+		if slices.Contains(alive, h) {
+			withdrawn = append(withdrawn, h)
+			return true
+		}
+		return false
+	})
+	n.goneMu.Unlock()
+	for _, h := range withdrawn {
+		n.log.Warn("an earlier holder named in the data directory's lock file is alive: it wrote a heartbeat after this process "+
+			"locked the directory, so the directory was copied with its lock file from a node that still runs (a cloned volume "+
+			"keeps inode numbers); its leases are no longer taken early. Delete LOCK and node-id in a copied data directory",
+			"holder", h, "lock_file", filepath.Join(n.cfg.DataDir, datadir.LockFile))
 	}
 }

@@ -59,11 +59,13 @@ type Runner struct {
 	TTL    time.Duration
 	Logger *slog.Logger
 
-	// Gone names holders known to have ended: the earlier processes of
-	// the data directory this node has locked (docs/design.md §9). A lease
-	// one of them still holds is taken at once, with the next term,
-	// instead of after its expiry, and the log says so.
-	Gone []string
+	// Gone, when set, names holders known to have ended: the earlier
+	// processes of the data directory this node has locked
+	// (docs/design.md §9). A lease one of them still holds is taken at
+	// once, with the next term, instead of after its expiry, and the log
+	// says so. It is asked before each acquisition, so a name found to be
+	// alive after all (a cloned volume's lock file) can be withdrawn.
+	Gone func() []string
 	// Released, when set, is a hint that the lease may have been released
 	// (backend.ReleaseNotifier): a standby tries to acquire at once
 	// instead of at its next retry, TTL/3 later. A clean stop of the
@@ -215,8 +217,12 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 			continue
 		}
 		yielded = 0
+		var gone []string
+		if r.Gone != nil {
+			gone = r.Gone()
+		}
 		acquired := time.Now()
-		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, r.Gone, r.TTL)
+		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, gone, r.TTL)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -497,7 +497,7 @@ func TestGoneHolderTakenAtOnce_I6(t *testing.T) {
 	var l leaders
 	ttl := 300 * time.Millisecond // retries every 100ms
 	var asks atomic.Int64
-	stopTwin := run(t, &lease.Runner{Store: s, Holder: "n1#twin", Gone: []string{"n1#other"}, TTL: ttl}, l.lead("n1#twin"),
+	stopTwin := run(t, &lease.Runner{Store: s, Holder: "n1#twin", Gone: func() []string { return []string{"n1#other"} }, TTL: ttl}, l.lead("n1#twin"),
 		func(h backend.Lease, err error) {
 			if errors.Is(err, event.ErrLeaseHeld) && h.Holder == "n1#dead" {
 				asks.Add(1)
@@ -510,7 +510,7 @@ func TestGoneHolderTakenAtOnce_I6(t *testing.T) {
 	}
 
 	logs := &logBuffer{}
-	r := &lease.Runner{Store: s, Holder: "n1#new", Gone: []string{"n1#older", "n1#dead"}, TTL: time.Minute,
+	r := &lease.Runner{Store: s, Holder: "n1#new", Gone: func() []string { return []string{"n1#older", "n1#dead"} }, TTL: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	start := time.Now()
 	stop := run(t, r, l.lead("n1#new"), nil)
