@@ -95,6 +95,7 @@ func (n *Node) placement(ctx context.Context, stop <-chan struct{}, reg nodeRegi
 		}
 		switch {
 		case ctx.Err() != nil:
+			close(counted) // no count, but nobody waits for one
 			return
 		case err != nil:
 			// Without a count, no yielding and no stepping down: this
