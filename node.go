@@ -102,8 +102,11 @@ type Node struct {
 	// dirLock is the data directory's lock (nil where it cannot be taken
 	// with PostgreSQL, see lockData), held from start to the end of
 	// teardown; gone are the holder names of the directory's earlier
-	// processes, whose leases this node takes at once (docs/design.md §9).
+	// processes, whose leases this node takes at once (docs/design.md §9),
+	// less those placement found alive (goneHolders), under goneMu: the
+	// slice is replaced, never changed in place.
 	dirLock *datadir.Lock
+	goneMu  sync.Mutex
 	gone    []string
 	store   backend.Store
 	// rawStore is the store as the backend opened it (store is it wrapped:
@@ -134,6 +137,14 @@ type Node struct {
 	// liveNodes the last count (0: unknown).
 	registry  nodeRegistry
 	liveNodes atomic.Int64
+	// countNow asks placement for a count at once (recount); counted is
+	// closed when the round that begins next has counted (nil while
+	// placement does not run), under countMu. stopPlacement ends
+	// placement and waits for it (nil when it was not started).
+	countNow      chan struct{}
+	countMu       sync.Mutex
+	counted       chan struct{}
+	stopPlacement func()
 
 	// createMu makes the memory check of a new boundary and its creation
 	// one step (memory.go): two boundaries created at once cannot both
@@ -209,7 +220,8 @@ func New(cfg Config, opts ...Option) (*Node, error) {
 	// own (its instance token): two processes given the same node id (or a
 	// restarted one and the zombie of the old) must never share a (holder,
 	// term), and placement's heartbeats find such twins by it.
-	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler), runners: map[string]*boundaryRunner{}}
+	n := &Node{holder: cfg.NodeID + "#" + event.NewID()[28:], cfg: cfg, idFile: idFile, log: slog.New(slog.DiscardHandler),
+		runners: map[string]*boundaryRunner{}, countNow: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(n)
 	}
@@ -280,7 +292,13 @@ func (n *Node) start(ctx context.Context) error {
 		n.life.Go(func() { n.watch.watch(n.runCtx, p, n.cfg.PollInterval) })
 	}
 	if n.registry != nil {
-		n.life.Go(func() { n.placement(n.runCtx, n.registry) })
+		// A clean stop ends placement before the leases are released
+		// (leave).
+		stop, done := make(chan struct{}), make(chan struct{})
+		n.stopPlacement = sync.OnceFunc(func() { close(stop); <-done })
+		if !n.life.Go(func() { defer close(done); n.placement(n.runCtx, stop, n.registry) }) {
+			close(done)
+		}
 	}
 	// The API comes last: every request it serves finds the node ready.
 	if err := n.startAPI(); err != nil {
@@ -353,19 +371,31 @@ func (n *Node) openData(ctx context.Context) error {
 // another directory is another node, even with the same node id: it never
 // takes a live holder's lease early. With PostgreSQL on a system without
 // directory locks the node runs without one, and a restart waits for the
-// TTL.
+// TTL. So it does with PostgreSQL and an external NATS (ORISUN_NATS_URL)
+// where the lock file cannot be written (a read-only directory, as in a
+// stateless container with ORISUN_NODE_ID set): nothing else of the node
+// lives there, and such a node ran before the lock existed. Another
+// process holding the lock is refused whatever the backend.
 func (n *Node) lockData() error {
 	l, err := datadir.Acquire(n.cfg.DataDir)
-	if errors.Is(err, datadir.ErrUnsupported) && n.cfg.Backend == "postgres" {
+	if err == nil {
+		if err = l.Claim(n.holder); err != nil {
+			_ = l.Release()
+		}
+	}
+	var held *datadir.LockedError
+	switch {
+	case err == nil:
+	case errors.Is(err, datadir.ErrUnsupported) && n.cfg.Backend == "postgres":
 		n.log.Warn("the data directory cannot be locked on this system: a restarted node waits ORISUN_LEASE_TTL for its own leases",
 			"data_dir", n.cfg.DataDir, "err", err)
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
-	}
-	if err := l.Claim(n.holder); err != nil {
-		_ = l.Release()
+	case !n.cfg.needsDataDir() && !errors.As(err, &held):
+		n.log.Warn("the data directory cannot be locked (ORISUN_DATA_DIR is not writable?): this node runs without its lock, "+
+			"so after a crash its next process waits ORISUN_LEASE_TTL for this one's leases instead of taking them at once; "+
+			"make ORISUN_DATA_DIR writable to have them taken at once", "data_dir", n.cfg.DataDir, "err", err)
+		return nil
+	default:
 		return fmt.Errorf("orisun: ORISUN_DATA_DIR: %w", err)
 	}
 	n.dirLock, n.gone = l, l.Gone()
@@ -627,9 +657,9 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})
 	r.lease = &lease.Runner{Store: n.store, Holder: n.holder, TTL: n.cfg.LeaseTTL, Logger: n.log.With("component", "lease"),
-		Gone: n.gone, Released: r.released, Boundary: name, Lead: r.lead, Standby: r.standby}
+		Gone: n.goneHolders, Released: r.released, Boundary: name, Lead: r.lead, Standby: r.standby}
 	if n.cfg.Placement() {
-		r.lease.Yield, r.lease.StepDown = n.yield, n.takeStepDown
+		r.lease.Yield, r.lease.StepDown, r.lease.Recount = n.yield, n.takeStepDown, n.recount
 		// A leader whose publisher cannot publish (its NATS connection
 		// is broken, the store fails for it alone, a stream it may not
 		// write) would keep renewing the lease and keep the boundary
@@ -920,6 +950,10 @@ func (n *Node) teardown() error {
 			errs = append(errs, err)
 		}
 	}
+	// Out of placement before the leases are released: a standby woken
+	// by a release then counts this node no more, and takes the lease at
+	// once instead of yielding it to a node that is leaving.
+	n.leave()
 	if n.cancel != nil {
 		n.cancel()
 	}
@@ -928,9 +962,6 @@ func (n *Node) teardown() error {
 	}
 	n.life.Wait()
 	n.subs.Wait()
-	// The leases are released (the publishers stopped): now this node
-	// stops being counted for placement.
-	n.removeNode()
 	if n.http != nil {
 		if err := n.http.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop status listener: %w", err))

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/orisun-io/orisun/internal/datadir"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -19,9 +22,10 @@ import (
 // (lease.Runner.Yield); a node above it gives up one lease per round
 // (lease.Runner.StepDown), which a node below its share takes. When a node
 // leaves, the others count one node fewer, their share grows and they take
-// its boundaries: at once when it stopped cleanly (it deletes its row),
-// after a TTL when it died, lost its store or its NATS connection (it stops
-// beating). Nodes
+// its boundaries: at once when it stopped cleanly (it deletes its row
+// before it releases its leases, and a standby woken by a release counts
+// again before it decides), after a TTL when it died, lost its store or
+// its NATS connection (it stops beating). Nodes
 // are counted in the store, not over NATS: a node whose store is down
 // cannot hold a lease, so it must not be counted as taking a share.
 //
@@ -34,28 +38,54 @@ import (
 // nodes (PostgreSQL, backend/postgres/nodes.go).
 type nodeRegistry interface {
 	// Heartbeat also names twin: another live process with this node id.
-	Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, twin string, err error)
+	// And alive: those of gone that beat after this process's first
+	// heartbeat (backend/postgres, Store.Heartbeat).
+	Heartbeat(ctx context.Context, holder, nodeID string, gone []string, ttl time.Duration) (live int, twin string, alive []string, err error)
 	RemoveNode(ctx context.Context, holder string) error
 }
 
 // placement writes this node's heartbeat and recomputes the fair share
-// until ctx ends.
-func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
+// every third of a lease TTL, and at once when a lease runner asks
+// (recount), until ctx ends or stop is closed. A heartbeat in flight is
+// not cut short by stop: one that the database finished after this node's
+// row was removed (leave) would write the row again. Only a round of the
+// ticker lets a lease step down: a node above its share gives up one
+// lease per round, however often it counts.
+func (n *Node) placement(ctx context.Context, stop <-chan struct{}, reg nodeRegistry) {
 	log := n.log.With("component", "placement")
 	tick := time.NewTicker(max(n.cfg.LeaseTTL/3, 50*time.Millisecond))
 	defer tick.Stop()
+	n.countMu.Lock()
+	n.counted = make(chan struct{})
+	n.countMu.Unlock()
+	defer func() {
+		// Whoever waits for a count waits no more.
+		n.countMu.Lock()
+		close(n.counted)
+		n.counted = nil
+		n.countMu.Unlock()
+	}()
 	failing := false
+	ticked := true // the first round is a round of its own
 	var twins twinWatch
 	for {
+		// A recount that asked before this point is answered by this
+		// round (see recount).
+		n.countMu.Lock()
+		counted := n.counted
+		n.counted = make(chan struct{})
+		n.countMu.Unlock()
 		var nodes int
 		var twin string
 		var err error
 		if n.nc.IsConnected() {
 			hctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
-			nodes, twin, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.cfg.LeaseTTL)
+			var alive []string
+			nodes, twin, alive, err = reg.Heartbeat(hctx, n.holder, n.cfg.NodeID, n.goneHolders(), n.cfg.LeaseTTL)
 			cancel()
 			if err == nil {
 				n.watchTwin(&twins, twin)
+				n.withdrawGone(alive)
 			}
 		} else {
 			// A node that cannot reach NATS cannot publish: it stops
@@ -65,6 +95,7 @@ func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
 		}
 		switch {
 		case ctx.Err() != nil:
+			close(counted) // no count, but nobody waits for one
 			return
 		case err != nil:
 			// Without a count, no yielding and no stepping down: this
@@ -86,18 +117,60 @@ func (n *Node) placement(ctx context.Context, reg nodeRegistry) {
 			n.fair.Store(0)
 		} else {
 			n.fair.Store(int64((boundaries + nodes - 1) / nodes))
-			n.stepDown.Store(true)
+			if ticked {
+				n.stepDown.Store(true)
+			}
 		}
+		close(counted)
 		select {
 		case <-ctx.Done():
 			return
+		case <-stop:
+			return
 		case <-tick.C:
+			ticked = true
+		case <-n.countNow:
+			ticked = false
 		}
 	}
 }
 
-// removeNode deletes this node's heartbeat on a clean stop, so the others
-// stop counting it at once.
+// recount is the lease runners' Recount (lease.Runner): it asks placement
+// for a count begun after this call and waits for it, for ctx's end or for
+// placement's. A standby woken by a released lease counts again before it
+// asks whether to yield: a node that stops cleanly removed its heartbeat
+// before it released its leases (leave), so the count has one node fewer,
+// the share has grown, and the standby takes the lease at once instead of
+// a round later. Wake-ups at once share one count.
+func (n *Node) recount(ctx context.Context) {
+	n.countMu.Lock()
+	counted := n.counted
+	n.countMu.Unlock()
+	if counted == nil {
+		return // placement does not run (yet, or any more)
+	}
+	select {
+	case n.countNow <- struct{}{}:
+	default: // a count is asked for already
+	}
+	select {
+	case <-counted:
+	case <-ctx.Done():
+	}
+}
+
+// leave takes this node out of placement on a clean stop, before its
+// leases are released: placement stops (no heartbeat writes the row again)
+// and the row is deleted, so the others stop counting this node at once and
+// take its boundaries as the releases wake them (recount).
+func (n *Node) leave() {
+	if n.stopPlacement != nil {
+		n.stopPlacement()
+	}
+	n.removeNode()
+}
+
+// removeNode deletes this node's heartbeat row.
 func (n *Node) removeNode() {
 	if n.registry == nil {
 		return
@@ -159,7 +232,7 @@ func (n *Node) watchTwin(w *twinWatch, twin string) {
 		msg = fmt.Sprintf("node id %q is also used by another live process (lease holder %s) on this database: its data directory "+
 			"was most likely copied from this node's, node id file %s included; in an embedded NATS cluster the two servers share "+
 			"a name, so their routes are refused and their JetStream peers collide. Stop the copy, delete the node-id file in its "+
-			"data directory (a new id is generated at its next start), or give each node a distinct ORISUN_NODE_ID",
+			"data directory (a new id is generated at its next start) and its LOCK file, or give each node a distinct ORISUN_NODE_ID",
 			n.cfg.NodeID, twin, n.idFile)
 	} else {
 		msg = fmt.Sprintf("node id %q is also used by another live process (lease holder %s) on this database: ORISUN_NODE_ID "+
@@ -173,5 +246,45 @@ func (n *Node) watchTwin(w *twinWatch, twin string) {
 	if !w.reported[twin] {
 		w.reported[twin] = true
 		n.log.Error(msg, "node_id", n.cfg.NodeID, "node_id_file", n.idFile, "twin", twin)
+	}
+}
+
+// goneHolders is the lease runners' Gone (lease.Runner): the holders of the
+// data directory's earlier processes, whose leases this node takes at
+// once, less those found alive (withdrawGone).
+func (n *Node) goneHolders() []string {
+	n.goneMu.Lock()
+	defer n.goneMu.Unlock()
+	return n.gone
+}
+
+// withdrawGone stops taking the leases of the earlier holders found alive
+// early. A holder the data directory's lock file names held the lock
+// before this process, so it has ended, unless the lock file was copied
+// with the directory from a node that still runs: a cloned volume keeps
+// the file's inode number, so the lock file cannot tell (internal/datadir).
+// That holder's heartbeat, written after this process's first one (which
+// came after it took the lock), proves it alive: from then on its leases
+// are left to expire, as any live node's are. Those this node took at its
+// start are not handed back; the term fences the original's writes (I6).
+func (n *Node) withdrawGone(alive []string) {
+	if len(alive) == 0 {
+		return
+	}
+	n.goneMu.Lock()
+	var withdrawn []string
+	n.gone = slices.DeleteFunc(slices.Clone(n.gone), func(h string) bool {
+		if slices.Contains(alive, h) {
+			withdrawn = append(withdrawn, h)
+			return true
+		}
+		return false
+	})
+	n.goneMu.Unlock()
+	for _, h := range withdrawn {
+		n.log.Warn("an earlier holder named in the data directory's lock file is alive: it wrote a heartbeat after this process "+
+			"locked the directory, so the directory was copied with its lock file from a node that still runs (a cloned volume "+
+			"keeps inode numbers); its leases are no longer taken early. Delete LOCK and node-id in a copied data directory",
+			"holder", h, "lock_file", filepath.Join(n.cfg.DataDir, datadir.LockFile))
 	}
 }

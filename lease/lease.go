@@ -26,7 +26,10 @@
 //
 // Two things spare a standby its wait. A node stopping cleanly releases its
 // leases, and the store announces each release (PostgreSQL NOTIFY), which
-// wakes the standbys (Runner.Released) to acquire at once. A node restarted
+// wakes the standbys (Runner.Released) to acquire at once; with placement a
+// woken standby first counts the nodes again (Runner.Recount), and since
+// the stopping node left the count before it released, it finds its share
+// grown and does not yield the lease. A node restarted
 // after a crash knows its previous process's holder name from its data
 // directory's lock file (Runner.Gone): the lock it now holds proves that
 // process has ended, so it takes that process's unexpired leases at once,
@@ -56,11 +59,13 @@ type Runner struct {
 	TTL    time.Duration
 	Logger *slog.Logger
 
-	// Gone names holders known to have ended: the earlier processes of
-	// the data directory this node has locked (docs/design.md §9). A lease
-	// one of them still holds is taken at once, with the next term,
-	// instead of after its expiry, and the log says so.
-	Gone []string
+	// Gone, when set, names holders known to have ended: the earlier
+	// processes of the data directory this node has locked
+	// (docs/design.md §9). A lease one of them still holds is taken at
+	// once, with the next term, instead of after its expiry, and the log
+	// says so. It is asked before each acquisition, so a name found to be
+	// alive after all (a cloned volume's lock file) can be withdrawn.
+	Gone func() []string
 	// Released, when set, is a hint that the lease may have been released
 	// (backend.ReleaseNotifier): a standby tries to acquire at once
 	// instead of at its next retry, TTL/3 later. A clean stop of the
@@ -78,6 +83,14 @@ type Runner struct {
 	// two yielded attempts in a row the next one acquires anyway, so a
 	// wrong count cannot leave a boundary without a publisher for long.
 	Yield func() bool
+	// Recount, when set, is called after a release wake-up (Released),
+	// before Yield is asked again: placement counts the live nodes anew
+	// and returns once it has. A node that stops cleanly removes itself
+	// from the count before it releases its leases, so the count a
+	// woken standby then sees has grown its share, and it takes the lease
+	// at once instead of yielding it for another retry to a node that is
+	// leaving. Yielding waits end on a release wake-up too.
+	Recount func(ctx context.Context)
 	// StepDown, when set, is asked after each renewal: true means this
 	// node leads more than its share and gives this lease up (the leader
 	// work stops, the lease is released, another node takes it).
@@ -174,7 +187,12 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 	failing := false // log a failing acquisition once, not every retry
 	yielded := 0
 	steppedDown := 0 // step-downs in a row, for the hold-off
+	woken := false   // the last wait ended with a release wake-up
 	for ctx.Err() == nil {
+		if woken && r.Recount != nil {
+			r.Recount(ctx)
+		}
+		woken = false
 		if r.Yield != nil && yielded < 2 && r.Yield() {
 			yielded++
 			if standby != nil {
@@ -192,14 +210,19 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 					standby(cur, ErrYielded)
 				}
 			}
-			if !serviceutil.Sleep(ctx, retry) {
+			var ok bool
+			if woken, ok = r.wait(ctx, retry, true); !ok {
 				return
 			}
 			continue
 		}
 		yielded = 0
+		var gone []string
+		if r.Gone != nil {
+			gone = r.Gone()
+		}
 		acquired := time.Now()
-		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, r.Gone, r.TTL)
+		l, err := r.Store.AcquireLease(ctx, boundary, r.Holder, gone, r.TTL)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -212,7 +235,8 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 				log.Warn("lease acquisition failing; retrying", "err", err)
 			}
 			failing = !held
-			if !r.wait(ctx, retry, held) {
+			var ok bool
+			if woken, ok = r.wait(ctx, retry, held); !ok {
 				return
 			}
 			continue
@@ -241,22 +265,23 @@ func (r *Runner) Run(ctx context.Context, boundary string, lead func(ctx context
 	}
 }
 
-// wait waits retry before the next attempt, or less when held (another
-// holder has the lease) and Released says it was released. It reports
-// false when ctx ended.
-func (r *Runner) wait(ctx context.Context, retry time.Duration, held bool) bool {
-	if !held || r.Released == nil {
-		return serviceutil.Sleep(ctx, retry)
+// wait waits retry before the next attempt, or less when wakeable (another
+// holder has the lease, or this node yielded it) and Released says a lease
+// was released: then woken is true. ok is false when ctx ended.
+func (r *Runner) wait(ctx context.Context, retry time.Duration, wakeable bool) (woken, ok bool) {
+	if !wakeable || r.Released == nil {
+		return false, serviceutil.Sleep(ctx, retry)
 	}
 	t := time.NewTimer(retry)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-t.C:
+		return false, true
 	case <-r.Released:
+		return true, true
 	}
-	return true
 }
 
 // holdOff keeps this node out of the race after it stepped down, until

@@ -497,7 +497,7 @@ func TestGoneHolderTakenAtOnce_I6(t *testing.T) {
 	var l leaders
 	ttl := 300 * time.Millisecond // retries every 100ms
 	var asks atomic.Int64
-	stopTwin := run(t, &lease.Runner{Store: s, Holder: "n1#twin", Gone: []string{"n1#other"}, TTL: ttl}, l.lead("n1#twin"),
+	stopTwin := run(t, &lease.Runner{Store: s, Holder: "n1#twin", Gone: func() []string { return []string{"n1#other"} }, TTL: ttl}, l.lead("n1#twin"),
 		func(h backend.Lease, err error) {
 			if errors.Is(err, event.ErrLeaseHeld) && h.Holder == "n1#dead" {
 				asks.Add(1)
@@ -510,7 +510,7 @@ func TestGoneHolderTakenAtOnce_I6(t *testing.T) {
 	}
 
 	logs := &logBuffer{}
-	r := &lease.Runner{Store: s, Holder: "n1#new", Gone: []string{"n1#older", "n1#dead"}, TTL: time.Minute,
+	r := &lease.Runner{Store: s, Holder: "n1#new", Gone: func() []string { return []string{"n1#older", "n1#dead"} }, TTL: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	start := time.Now()
 	stop := run(t, r, l.lead("n1#new"), nil)
@@ -559,4 +559,70 @@ func TestReleasedWakesStandby(t *testing.T) {
 	t.Logf("b led %s after a's stop began (%s after it returned); its retry period is %s",
 		time.Since(start).Round(time.Millisecond), took.Round(time.Millisecond), ttl/3)
 	stopB()
+}
+
+// TestReleaseWakesYieldingStandby: a standby at its placement share
+// (Yield true) that yields the lease is woken by a release too, and counts
+// the nodes again (Recount) before it asks Yield once more. When the count
+// has grown its share (the releasing node left placement before it
+// released), it takes the lease at once, not at its next attempt a third
+// of a TTL later (20 s here): issue 17's clean stop with placement on.
+// When its share is the same (a node above its share gave the lease up for
+// a node below it), it goes on yielding. Never two leaders (I6).
+func TestReleaseWakesYieldingStandby(t *testing.T) {
+	for _, grown := range []bool{true, false} {
+		t.Run(fmt.Sprintf("share grown %v", grown), func(t *testing.T) {
+			s := setup(t)
+			wake := make(chan struct{}, 1)
+			s.OnLeaseReleased(func(string) {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			})
+			var l leaders
+			ttl := time.Minute
+			stopA := run(t, &lease.Runner{Store: s, Holder: "a", TTL: ttl}, l.lead("a"), nil)
+			testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
+			var atShare atomic.Bool
+			atShare.Store(true)
+			var recounts, yields atomic.Int64
+			b := &lease.Runner{Store: s, Holder: "b", TTL: ttl, Released: wake,
+				Yield: func() bool { yields.Add(1); return atShare.Load() },
+				Recount: func(context.Context) {
+					recounts.Add(1)
+					if grown {
+						atShare.Store(false)
+					}
+				}}
+			var standing atomic.Bool
+			stopB := run(t, b, l.lead("b"), func(h backend.Lease, err error) {
+				standing.Store(errors.Is(err, event.ErrLeaseHeld))
+			})
+			testutil.Eventually(t, "b to yield to a", 5*time.Second, 5*time.Millisecond, standing.Load)
+			if n := yields.Load(); n != 1 {
+				t.Fatalf("b asked Yield %d times before a's release, want 1 (it waits a third of a TTL after each)", n)
+			}
+			start := time.Now()
+			stopA()
+			if grown {
+				took := testutil.Eventually(t, "b to lead", 5*time.Second, 2*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "b" })
+				t.Logf("b, yielding, led %s after a's stop began (%s after it returned); its retry period is %s",
+					time.Since(start).Round(time.Millisecond), took.Round(time.Millisecond), ttl/3)
+			} else {
+				testutil.Eventually(t, "b to count again", 5*time.Second, 2*time.Millisecond, func() bool { return yields.Load() == 2 })
+				time.Sleep(200 * time.Millisecond)
+				if c, _, _ := l.get(); c != "" {
+					t.Fatalf("%s leads; b at its share should have yielded the released lease again", c)
+				}
+			}
+			if n := recounts.Load(); n != 1 {
+				t.Fatalf("b counted again %d times, want once, after the release", n)
+			}
+			stopB()
+			if _, terms, overlap := l.get(); overlap {
+				t.Fatalf("two leaders at once (terms %v)", terms)
+			}
+		})
+	}
 }

@@ -20,24 +20,32 @@ const pruneAfter = 100
 // part), so twin names the holder of another live process that uses the
 // same node id: one that has beaten within ttl and after this process's
 // first heartbeat ("" when none). A node's previous process, dead, stopped
-// beating before this one began and is never named. It also deletes the
-// rows of nodes silent for a hundred TTLs (nodes that died without removing
-// theirs). Placement calls it every third of the lease TTL.
-func (s *Store) Heartbeat(ctx context.Context, holder, nodeID string, ttl time.Duration) (live int, twin string, err error) {
+// beating before this one began and is never named. alive names those of
+// gone (holders the caller believes ended: the earlier processes its data
+// directory's lock file names) that have beaten after this process's
+// first heartbeat, which came after it took the lock: they still run, so
+// the lock file was copied with the directory (a cloned volume keeps its
+// inode numbers, docs/design.md §9). It also deletes the rows of nodes
+// silent for a hundred TTLs (nodes that died without removing theirs).
+// Placement calls it every third of the lease TTL.
+func (s *Store) Heartbeat(ctx context.Context, holder, nodeID string, gone []string, ttl time.Duration) (live int, twin string, alive []string, err error) {
 	op := fmt.Sprintf("heartbeat of node %q", holder)
 	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
-		return 0, "", fmt.Errorf("postgres: %s: %w", op, err)
+		return 0, "", nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	if s.isClosed() {
-		return 0, "", errClosed(op)
+		return 0, "", nil, errClosed(op)
 	}
-	if err := s.pool.QueryRow(ctx, sqlHeartbeat, holder, nodeID, ttl.Microseconds()).Scan(&live, &twin); err != nil {
-		return 0, "", s.translate(op, err)
+	if gone == nil {
+		gone = []string{}
+	}
+	if err := s.pool.QueryRow(ctx, sqlHeartbeat, holder, nodeID, ttl.Microseconds(), gone).Scan(&live, &twin, &alive); err != nil {
+		return 0, "", nil, s.translate(op, err)
 	}
 	if _, err := s.pool.Exec(ctx, sqlPruneNodes, (pruneAfter * ttl).Microseconds()); err != nil {
-		return 0, "", s.translate("prune silent nodes", err)
+		return 0, "", nil, s.translate("prune silent nodes", err)
 	}
-	return live, twin, nil
+	return live, twin, alive, nil
 }
 
 // RemoveNode deletes holder's heartbeat row: a node stopping cleanly stops

@@ -19,7 +19,7 @@ func TestHeartbeats(t *testing.T) {
 	ttl := time.Minute
 	beat := func(holder string) int {
 		t.Helper()
-		n, _, err := s.Heartbeat(ctx, holder, "node-"+holder, ttl)
+		n, _, _, err := s.Heartbeat(ctx, holder, "node-"+holder, nil, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestHeartbeats(t *testing.T) {
 	if n := beat("a#1"); n != 1 {
 		t.Fatalf("after b removed itself a counts %d, want 1", n)
 	}
-	if _, _, err := s.Heartbeat(ctx, "", "node", ttl); err == nil {
+	if _, _, _, err := s.Heartbeat(ctx, "", "node", nil, ttl); err == nil {
 		t.Fatal("a heartbeat without a holder was accepted")
 	}
 }
@@ -81,7 +81,7 @@ func TestHeartbeatFindsTwins(t *testing.T) {
 	ttl := time.Minute
 	beat := func(holder, nodeID string) string {
 		t.Helper()
-		_, twin, err := s.Heartbeat(ctx, holder, nodeID, ttl)
+		_, twin, _, err := s.Heartbeat(ctx, holder, nodeID, nil, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,5 +114,52 @@ func TestHeartbeatFindsTwins(t *testing.T) {
 	}
 	if twin := beat("n1#new", "n1"); twin != "" {
 		t.Fatalf("a twin silent for two TTLs is still reported: %q", twin)
+	}
+}
+
+// TestHeartbeatFindsLiveGoneHolders: a node names the holders its data
+// directory's lock file says have ended (gone); the heartbeat names those
+// of them that beat after this process's first heartbeat, which followed
+// its lock. The row of the directory's previous process, which died before
+// the lock was taken, is never named; the holder of a live original whose
+// directory was cloned with its lock file is, from its first heartbeat
+// after the copy's, whatever its node id.
+func TestHeartbeatFindsLiveGoneHolders(t *testing.T) {
+	s := setup(t, Config{URL: pgtest.URL(t)})
+	ctx := context.Background()
+	ttl := time.Minute
+	beat := func(holder string, gone ...string) []string {
+		t.Helper()
+		_, _, alive, err := s.Heartbeat(ctx, holder, "n1", gone, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return alive
+	}
+	// The previous process beat, then died; the restarted one names it.
+	beat("n1#dead")
+	for i := range 2 {
+		if alive := beat("n1#new", "n1#dead", "n1#never-beat"); len(alive) != 0 {
+			t.Fatalf("heartbeat %d of a restarted node names %v alive; its predecessor is dead", i+1, alive)
+		}
+	}
+	// A live original, and a copy of its directory that names it as gone:
+	// the original's heartbeat before the copy's first is no proof of life
+	// (a process that died just before the copy's lock beat then too); its
+	// next one is.
+	beat("n1#orig")
+	if alive := beat("n1#copy", "n1#orig", "n1#dead"); len(alive) != 0 {
+		t.Fatalf("the copy's first heartbeat names %v alive, before the original beat again", alive)
+	}
+	beat("n1#orig")
+	if alive := beat("n1#copy", "n1#orig", "n1#dead"); len(alive) != 1 || alive[0] != "n1#orig" {
+		t.Fatalf("the copy's heartbeat after the original's names %v alive, want [n1#orig]", alive)
+	}
+	// Another node id is named too: the rule is the holder's, not the id's.
+	if _, _, _, err := s.Heartbeat(ctx, "n2#other", "n2", nil, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if alive := beat("n1#copy", "n2#other"); len(alive) != 1 || alive[0] != "n2#other" {
+		t.Fatalf("a holder of another node id that beat after the copy's first heartbeat: named %v, want [n2#other]", alive)
 	}
 }

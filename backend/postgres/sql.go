@@ -248,6 +248,11 @@ SELECT count(*) FROM (SELECT pg_notify('` + leaseChannel + `', boundary) FROM r)
 	// another process with this node id ($2) that has beaten within the TTL
 	// and after this process's row was created: a live twin (a copied
 	// data directory), not the row of this node's previous, dead process.
+	// And it names those of the holders $4 (the earlier processes of this
+	// node's data directory, by its lock file) that have beaten after this
+	// process's row was created, hence after it took the lock: alive, so
+	// not earlier processes at all (a cloned volume), whatever the file
+	// says.
 	sqlHeartbeat = `WITH beat AS (
     INSERT INTO orisun_nodes (holder, node_id, heartbeat_at) VALUES ($1, $2, clock_timestamp())
     ON CONFLICT (holder) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
@@ -257,7 +262,9 @@ SELECT (SELECT count(*) + 1 FROM orisun_nodes
         WHERE holder <> $1 AND heartbeat_at > clock_timestamp() - $3::bigint * interval '1 microsecond'),
        (SELECT coalesce(min(o.holder), '') FROM orisun_nodes o, beat
         WHERE o.node_id = $2 AND o.holder <> $1 AND o.heartbeat_at > beat.started_at
-          AND o.heartbeat_at > clock_timestamp() - $3::bigint * interval '1 microsecond')`
+          AND o.heartbeat_at > clock_timestamp() - $3::bigint * interval '1 microsecond'),
+       (SELECT coalesce(array_agg(o.holder ORDER BY o.holder), '{}') FROM orisun_nodes o, beat
+        WHERE o.holder = ANY($4::text[]) AND o.holder <> $1 AND o.heartbeat_at > beat.started_at)`
 	// sqlPruneNodes deletes rows of nodes silent for far longer than a
 	// TTL (nodes that died). SKIP LOCKED: two nodes pruning at once never
 	// wait for, nor deadlock on, each other.

@@ -27,8 +27,10 @@
 // that last wrote it: a file found under another inode was copied (a copied
 // or restored directory, perhaps beside the live original), and its names
 // are not trusted: two live copies must never take each other's leases.
-// A copy that keeps inode numbers (a cloned disk image) is not told apart;
-// the lease's term still fences whatever such a twin writes (I6).
+// A copy that keeps inode numbers (a cloned disk image) is not told apart
+// here; the lease's term still fences whatever such a twin writes (I6),
+// and with placement on a node withdraws a name whose holder writes a
+// heartbeat after its own first one (the root package's placement.go).
 //
 // The file is rewritten in place, never replaced: the lock belongs to the
 // file's inode, and a new file under the same name would let a second
