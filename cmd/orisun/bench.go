@@ -23,6 +23,10 @@ import (
 // in-process node on a fresh store, with the reference limits of the
 // machine measured in the same run (docs/performance.md).
 func benchCmd(args []string, stdout, stderr io.Writer) int {
+	// The api workload's client process: this binary again, hidden.
+	if len(args) > 0 && args[0] == bench.ClientArg {
+		return bench.ClientMain(args[1:], os.Stdin, stdout, stderr)
+	}
 	cfg := bench.Defaults()
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -35,6 +39,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		cpuprofile string
 		logLevel   string
 		saved      string
+		msgID      = true
 	)
 	fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "store: sqlite or postgres")
 	// No default from ORISUN_PG_URL: that is the node's own store, maybe a
@@ -55,7 +60,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.ScaleRate, "scale-rate", cfg.ScaleRate, "events/s of each busy boundary")
 	fs.DurationVar(&cfg.ScaleIdle, "scale-idle", cfg.ScaleIdle, "idle window of the scale workload")
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", cfg.StreamMaxBytes, "byte limit of every event stream (JetStream reserves it in memory per stream)")
-	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the api workload: the node's process)")
+	fs.StringVar(&cfg.ClientCPUProfile, "client-cpuprofile", "", "write a CPU profile of the api workload's client process to this file")
+	fs.BoolVar(&msgID, "msg-id", msgID, "give every message Nats-Msg-Id, the node's default; --msg-id=false measures without it (ORISUN_NATS_DISABLE_MSG_ID=true)")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
 	if code, ok := parseNone(fs, args, stderr); !ok {
@@ -64,7 +71,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	if saved != "" {
 		return printSaved(saved, stdout, stderr)
 	}
-	cfg.Rates, cfg.Callers = rates, callers
+	cfg.Rates, cfg.Callers, cfg.DisableMsgID = rates, callers, !msgID
 	if only != "" {
 		cfg.Only = strings.Split(only, ",")
 	}
