@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -512,6 +513,7 @@ type meter struct {
 	start  time.Time
 	cpu    time.Duration
 	peak   atomic.Int64
+	heap   atomic.Int64 // the largest live heap seen
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -525,6 +527,7 @@ func startMeter() *meter {
 	m := &meter{start: time.Now(), stop: make(chan struct{})}
 	m.cpu, _ = cpuTime()
 	m.peak.Store(rss())
+	m.heap.Store(heapLive())
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -535,9 +538,7 @@ func startMeter() *meter {
 			case <-m.stop:
 				return
 			case <-t.C:
-				if v := rss(); v > m.peak.Load() {
-					m.peak.Store(v)
-				}
+				m.sample()
 			}
 		}
 	}()
@@ -550,10 +551,32 @@ func (m *meter) finish() {
 		m.cpuEnd, m.maxrss = cpuTime()
 		close(m.stop)
 		m.wg.Wait()
-		if v := rss(); v > m.peak.Load() {
-			m.peak.Store(v)
-		}
+		m.sample()
 	})
+}
+
+// sample notes the resident set and the live heap if either is the
+// largest yet.
+func (m *meter) sample() {
+	if v := rss(); v > m.peak.Load() {
+		m.peak.Store(v)
+	}
+	if v := heapLive(); v > m.heap.Load() {
+		m.heap.Store(v)
+	}
+}
+
+// heapLive is the Go heap that the last garbage collection found live
+// (runtime/metrics /gc/heap/live:bytes): in a node it holds the memory
+// streams' messages too, and the collector lets the heap grow to about
+// twice it (GOGC=100) before the next collection.
+func heapLive() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
 }
 
 // row finishes the meter and returns a row of events over the wall time.
@@ -562,7 +585,7 @@ func (m *meter) row(workload, name string, events int64, eventBytes int) Row {
 	secs := m.end.Sub(m.start).Seconds()
 	cpu := (m.cpuEnd - m.cpu).Seconds()
 	row := Row{Workload: workload, Name: name, Events: events, Seconds: secs,
-		CPUSeconds: cpu, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6}
+		CPUSeconds: cpu, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6, HeapLiveMB: float64(m.heap.Load()) / 1e6}
 	if secs > 0 {
 		row.EventsPerSec = float64(events) / secs
 		row.MBPerSec = float64(events) * float64(eventBytes) / 1e6 / secs

@@ -366,8 +366,8 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 	// Every row reports the process's memory, and every row that used a
 	// NATS server the bytes its streams hold.
 	for _, row := range append(append([]Row{}, rep.Limits...), rep.Rows...) {
-		if !(row.RSSMB > 0) {
-			t.Errorf("%s %q: RSS %v MB", row.Workload, row.Name, row.RSSMB)
+		if !(row.RSSMB > 0) || !(row.HeapLiveMB > 0) {
+			t.Errorf("%s %q: RSS %v MB, live heap %v MB", row.Workload, row.Name, row.RSSMB, row.HeapLiveMB)
 		}
 		onServer := row.Workload != "backlog" && row.Name != "raw_insert" && row.Name != "raw_read"
 		if onServer && row.StreamBytes <= 0 {

@@ -88,6 +88,10 @@ type Row struct {
 	// rows the process is the node's alone: the client is another one.
 	RSSMB    float64 `json:"rss_mb"`
 	MaxRSSMB float64 `json:"max_rss_mb"`
+	// HeapLiveMB is the largest live Go heap of the process over the row
+	// (what the garbage collector last found reachable; the memory
+	// streams' messages are part of it).
+	HeapLiveMB float64 `json:"heap_live_mb"`
 	// StreamBytes is what the JetStream streams of the row's server hold
 	// at the row's end (the account's memory and file storage, as
 	// JetStream counts it): RSSMB − StreamBytes/10^6 is the memory the
@@ -171,7 +175,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Settings.Events, r.Settings.EventBytes, r.Settings.AppendDuration, r.Settings.LatencyDuration,
 		r.Settings.PublishBatch, r.Settings.PublishWindow, r.Settings.StreamMaxBytes, msgID)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tcores\tRSS MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
+	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tcores\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
 	write := func(title string, rows []Row) {
 		fmt.Fprintf(tw, "%s\n", title)
 		fmt.Fprint(tw, head)
@@ -180,10 +184,10 @@ func (r *Report) WriteText(w io.Writer) error {
 				x.Name += " (target not reached)"
 			}
 			streams := float64(x.StreamBytes) / 1e6
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%.0f\t%.0f\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
 				x.Workload, x.Name, x.Events, x.Seconds, num(x.EventsPerSec, 0), num(x.MBPerSec, 1),
 				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.CPUPerSec, x.RSSMB,
-				streams, x.RSSMB-streams, x.Limit, ratio(x.Ratio))
+				num(x.HeapLiveMB, 0), streams, x.RSSMB-streams, x.Limit, ratio(x.Ratio))
 		}
 		fmt.Fprintln(tw)
 	}
