@@ -339,7 +339,15 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 	stop := r.watchdog(lctx, cancel, "raw e2e", loop.checkpoint.Load)
 	defer stop()
 	loopErr := make(chan error, 1)
+	loopDone := make(chan struct{})
+	// Registered after closeRaw, so it runs before it: the loop has left
+	// its connections before they close.
+	defer func() {
+		cancel(nil)
+		<-loopDone
+	}()
 	go func() {
+		defer close(loopDone)
 		for {
 			if err := loop.drain(lctx); err != nil {
 				loopErr <- err
