@@ -277,9 +277,9 @@ const rawE2EChannel = "orisun_bench_raw_e2e"
 // rawE2E is the latency rows' limit at one rate, for the latency
 // duration: every millisecond a multi-row INSERT of the events due (the
 // boundary's head moved in the same statement, as any correct append
-// must), a notification (PostgreSQL NOTIFY in the same transaction;
-// SQLite has none, and the loop polls every millisecond), the raw loop
-// woken by it, and a plain ordered consumer on the stream. Each event's
+// must), a notification (PostgreSQL NOTIFY in the same transaction, those
+// that arrive while the loop works making one wake-up; SQLite has none,
+// and the loop polls every millisecond), the raw loop woken by it, and a plain ordered consumer on the stream. Each event's
 // latency runs from its scheduled time (start + k/rate), as in the
 // latency rows.
 func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck *rawCheckpoints, rate int) error {
@@ -404,7 +404,7 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 	res := &pacedResult{lat: lat, appended: int64(total), received: received.Load(), sending: sending}
 	row.TargetRate = rate
 	res.fill(&row)
-	wake := "NOTIFY in the insert's transaction, the loop waiting on LISTEN"
+	wake := "NOTIFY in the insert's transaction, the loop woken through LISTEN (notifications arriving while it works make one wake-up)"
 	if r.cfg.Backend == "sqlite" {
 		wake = "no notification on SQLite: the loop reads again every millisecond"
 	}
@@ -461,9 +461,39 @@ FROM h, unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS u(id, data, ord)`, bou
 			b.Queue(`SELECT pg_notify($1, $2)`, rawE2EChannel, boundary)
 			return prod.SendBatch(ctx, &b).Close()
 		}
+		// The listener turns notifications into wake-ups, at most one
+		// pending: the loop reads everything committed when it wakes, so a
+		// notification that arrived meanwhile has nothing more to say (a
+		// loop that read once per notification fell behind for good
+		// once a read took longer than the millisecond between them).
+		wake := make(chan struct{}, 1)
+		lctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if _, err := listen.WaitForNotification(lctx); err != nil {
+					return
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		closeConns := closeAll
+		closeAll = func() {
+			stop()
+			<-done
+			closeConns()
+		}
 		wait = func(ctx context.Context) error {
-			_, err := listen.WaitForNotification(ctx)
-			return err
+			select {
+			case <-wake:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		return insert, wait, closeAll, nil
 	}
