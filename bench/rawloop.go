@@ -75,7 +75,7 @@ func (s *rawServer) stop() {
 	s.ns.Stop()
 }
 
-// createStream creates the boundary's stream on the raw server, as the
+// createRawStream creates the boundary's stream on the raw server, as the
 // node would: the layout of package stream, the bench's stream limits.
 func (r *runner) createRawStream(ctx context.Context, raw *rawServer, boundary, epoch string) (func(), error) {
 	scfg := stream.Config(boundary, epoch, stream.Limits{MaxBytes: r.cfg.StreamMaxBytes,
