@@ -9,11 +9,15 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
@@ -21,7 +25,7 @@ import (
 )
 
 // Workloads are the names --only takes, in the order a run does them.
-var Workloads = []string{"relay", "catchup", "append", "latency", "scale"}
+var Workloads = []string{"relay", "catchup", "append", "api", "latency", "scale"}
 
 // Config of a run. Zero values take the defaults of the command.
 type Config struct {
@@ -60,6 +64,19 @@ type Config struct {
 	// room for a few dozen boundaries only; the bench's default fits the
 	// scale workload's 1,000.
 	StreamMaxBytes int64
+	// DisableMsgID leaves Nats-Msg-Id out of the node's messages
+	// (ORISUN_NATS_DISABLE_MSG_ID) and out of the raw loops' (raw_relay,
+	// raw_e2e, raw_publish), to measure what the header and JetStream's
+	// de-duplication window cost.
+	DisableMsgID bool
+	// ClientCommand is the command line of the api workload's client
+	// process, which runs ClientMain. Empty: this executable with
+	// arguments "bench api-client" (the orisun binary's hidden
+	// sub-command).
+	ClientCommand []string
+	// ClientCPUProfile, when set, is where the api workload's client
+	// process writes a CPU profile of its whole life.
+	ClientCPUProfile string
 	// Only limits the run to these workloads (names of Workloads); empty
 	// runs all.
 	Only []string
@@ -168,6 +185,10 @@ type runner struct {
 	lim    event.Limits
 	data   []byte // one event's data
 	logger *slog.Logger
+	// nc and js are a connection to the node's server, for the stream
+	// bytes of each row.
+	nc *nats.Conn
+	js jetstream.JetStream
 }
 
 // Run runs the workloads and returns the report. The error is non-nil when
@@ -196,7 +217,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		LoadStart: loadAvg(),
 		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
 			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, Callers: cfg.Callers, Workloads: cfg.Only,
-			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes},
+			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes,
+			MsgID: !cfg.DisableMsgID},
 	}
 	if len(r.rep.Settings.Workloads) == 0 {
 		r.rep.Settings.Workloads = Workloads
@@ -236,31 +258,25 @@ func (r *runner) run(ctx context.Context) (err error) {
 		}
 	}()
 	backlog := r.cfg.wants("relay") || r.cfg.wants("catchup")
-	// Phase 1, before the node runs: the backlog goes into the store
-	// directly, so that no publisher runs while it is written; then the
-	// raw read and raw insert limits, on a quiet store.
-	if backlog {
-		if err := r.fillBacklog(ctx); err != nil {
-			return err
-		}
-		if err := r.rawRead(ctx); err != nil {
-			return err
-		}
-	}
-	if r.cfg.wants("append") {
-		if err := r.rawInsert(ctx); err != nil {
-			return err
-		}
-	}
-	// Phase 2: the node starts, and its publisher finds the backlog.
-	if err := r.startNode(ctx, backlog); err != nil {
+	// Phase 1, before the node runs: the backlog and the limits.
+	if err := r.limits(ctx, backlog); err != nil {
 		return err
 	}
-	defer func() {
-		if serr := r.node.Stop(); serr != nil && err == nil {
-			err = fmt.Errorf("bench: stop node: %w", serr)
-		}
-	}()
+	// Phase 2: the node starts, and its publisher finds the backlog.
+	err = r.startNode(ctx, backlog)
+	if r.node != nil {
+		defer func() {
+			if r.nc != nil {
+				r.nc.Close()
+			}
+			if serr := r.node.Stop(); serr != nil && err == nil {
+				err = fmt.Errorf("bench: stop node: %w", serr)
+			}
+		}()
+	}
+	if err != nil {
+		return err
+	}
 	if backlog && r.cfg.wants("relay") {
 		if err := r.rawPublish(ctx); err != nil {
 			return err
@@ -280,6 +296,11 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if r.cfg.wants("api") {
+		if err := r.api(ctx); err != nil {
+			return err
+		}
+	}
 	if r.cfg.wants("latency") {
 		for _, rate := range r.cfg.Rates {
 			if err := r.latency(ctx, rate); err != nil {
@@ -290,6 +311,69 @@ func (r *runner) run(ctx context.Context) (err error) {
 	if r.cfg.wants("scale") {
 		if err := r.scale(ctx); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// limits is phase 1, on the store opened directly, so that no publisher
+// runs: the backlog, written through the store; then the limits: raw read
+// and raw insert on a quiet store, and the raw loops (raw_relay, raw_e2e)
+// on a NATS server of their own. The store is open before any limit is
+// measured, so its migrations are applied and its tables exist for the
+// copies the raw insert makes (a run of --only append used to fail
+// there).
+func (r *runner) limits(ctx context.Context, backlog bool) (err error) {
+	s, err := r.openStore(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: open store: %w", err)
+	}
+	defer func() {
+		if cerr := s.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench: close store: %w", cerr)
+		}
+	}()
+	if backlog {
+		if err := r.fillBacklog(ctx, s); err != nil {
+			return err
+		}
+		if err := r.rawRead(ctx); err != nil {
+			return err
+		}
+	}
+	if r.cfg.wants("append") || r.cfg.wants("api") {
+		if err := r.rawInsert(ctx); err != nil {
+			return err
+		}
+	}
+	relay, e2e := backlog && r.cfg.wants("relay"), r.cfg.wants("latency")
+	if !relay && !e2e {
+		return nil
+	}
+	raw, err := r.startRawServer()
+	if err != nil {
+		return err
+	}
+	defer raw.stop()
+	ck, err := r.openRawWriter(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := ck.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("bench: raw loops: %w", cerr)
+		}
+	}()
+	if relay {
+		if err := r.rawRelay(ctx, s, raw, ck); err != nil {
+			return err
+		}
+	}
+	if e2e {
+		for _, rate := range r.cfg.Rates {
+			if err := r.rawE2E(ctx, s, raw, ck, rate); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -355,6 +439,7 @@ func (r *runner) startNode(ctx context.Context, backlog bool) error {
 		NodeID:     "bench",
 
 		EventStreamMaxBytes: r.cfg.StreamMaxBytes,
+		DisableMsgID:        r.cfg.DisableMsgID,
 	}
 	n, err := orisun.New(cfg, orisun.WithLogger(r.logger))
 	if err != nil {
@@ -370,6 +455,13 @@ func (r *runner) startNode(ctx context.Context, backlog bool) error {
 		return fmt.Errorf("bench: start node: %w", err)
 	}
 	r.node = n
+	// Stopped by run, as the node is.
+	if r.nc, err = n.ConnectNATS("orisun-bench-meter"); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
 	if !backlog || !r.cfg.wants("relay") {
 		return nil
 	}
@@ -381,6 +473,8 @@ func (r *runner) startNode(ctx context.Context, backlog bool) error {
 	}
 	// The events counted are those the stream holds, not those asked for.
 	row := m.row("relay", "backlog to JetStream", int64(published), r.cfg.EventBytes)
+	row.StreamBytes = streamBytes(ctx, r.js)
+	row.against(r.rep.Limit("raw_relay"))
 	row.Note = "from Node.Start (NATS start, lease, stream creation included) to the checkpoint at the last position"
 	r.rep.Rows = append(r.rep.Rows, row)
 	return nil
@@ -419,6 +513,7 @@ type meter struct {
 	start  time.Time
 	cpu    time.Duration
 	peak   atomic.Int64
+	heap   atomic.Int64 // the largest live heap seen
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -432,6 +527,7 @@ func startMeter() *meter {
 	m := &meter{start: time.Now(), stop: make(chan struct{})}
 	m.cpu, _ = cpuTime()
 	m.peak.Store(rss())
+	m.heap.Store(heapLive())
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -442,9 +538,7 @@ func startMeter() *meter {
 			case <-m.stop:
 				return
 			case <-t.C:
-				if v := rss(); v > m.peak.Load() {
-					m.peak.Store(v)
-				}
+				m.sample()
 			}
 		}
 	}()
@@ -457,10 +551,32 @@ func (m *meter) finish() {
 		m.cpuEnd, m.maxrss = cpuTime()
 		close(m.stop)
 		m.wg.Wait()
-		if v := rss(); v > m.peak.Load() {
-			m.peak.Store(v)
-		}
+		m.sample()
 	})
+}
+
+// sample notes the resident set and the live heap if either is the
+// largest yet.
+func (m *meter) sample() {
+	if v := rss(); v > m.peak.Load() {
+		m.peak.Store(v)
+	}
+	if v := heapLive(); v > m.heap.Load() {
+		m.heap.Store(v)
+	}
+}
+
+// heapLive is the Go heap that the last garbage collection found live
+// (runtime/metrics /gc/heap/live:bytes): in a node it holds the memory
+// streams' messages too, and the collector lets the heap grow to about
+// twice it (GOGC=100) before the next collection.
+func heapLive() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
 }
 
 // row finishes the meter and returns a row of events over the wall time.
@@ -469,7 +585,7 @@ func (m *meter) row(workload, name string, events int64, eventBytes int) Row {
 	secs := m.end.Sub(m.start).Seconds()
 	cpu := (m.cpuEnd - m.cpu).Seconds()
 	row := Row{Workload: workload, Name: name, Events: events, Seconds: secs,
-		CPUSeconds: cpu, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6}
+		CPUSeconds: cpu, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6, HeapLiveMB: float64(m.heap.Load()) / 1e6}
 	if secs > 0 {
 		row.EventsPerSec = float64(events) / secs
 		row.MBPerSec = float64(events) * float64(eventBytes) / 1e6 / secs
@@ -486,6 +602,14 @@ func (row *Row) against(limit *Row) {
 	row.Limit = limit.Name
 	row.LimitPerSec = limit.EventsPerSec
 	row.Ratio = row.EventsPerSec / limit.EventsPerSec
+}
+
+// also adds the row's ratio to one more limit.
+func (row *Row) also(limit *Row) {
+	if limit == nil || limit.EventsPerSec <= 0 {
+		return
+	}
+	row.Also = append(row.Also, LimitRatio{Limit: limit.Name, LimitPerSec: limit.EventsPerSec, Ratio: row.EventsPerSec / limit.EventsPerSec})
 }
 
 // eventData returns a JSON object of exactly n bytes.

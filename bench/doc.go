@@ -16,7 +16,17 @@
 //     page) over the backlog, the limit of catch-up and one limit of relay;
 //   - raw publish: pipelined asynchronous JetStream publishes of the same
 //     messages (subject, headers, body) into a fresh memory stream on the
-//     node's own embedded server, the other limit of relay.
+//     node's own embedded server, the other limit of relay;
+//   - raw relay: the simplest correct relay loop (a page from the store's
+//     own page query, PublishMsgAsync of each event, every acknowledgement
+//     awaited, the checkpoint moved), the relay's limit;
+//   - raw e2e: a multi-row insert every millisecond, a notification (a
+//     poll on SQLite), that loop and an ordered consumer, at each latency
+//     rate, the latency rows' limit.
+//
+// The api workload drives the node as applications do: the Go client, in
+// a process of its own (ClientMain, the orisun binary's hidden `bench
+// api-client`), over loopback TCP, as the application principal.
 //
 // Each orisun figure is reported with its ratio to its limit. The report
 // is text for people and JSON for tools (Report). The figures are

@@ -48,6 +48,9 @@ type Settings struct {
 	PublishWindow   int           `json:"publish_window"`
 	PublishBatch    int           `json:"publish_batch"`
 	StreamMaxBytes  int64         `json:"stream_max_bytes"`
+	// MsgID is whether messages carry Nats-Msg-Id (the node's
+	// ORISUN_NATS_DISABLE_MSG_ID negated; the raw loops follow it).
+	MsgID bool `json:"msg_id"`
 }
 
 // Row is one measured figure.
@@ -81,15 +84,45 @@ type Row struct {
 	CPUSeconds float64 `json:"cpu_s"`
 	CPUPerSec  float64 `json:"cpu_per_s"`
 	// RSSMB is the largest resident set sampled during the workload,
-	// MaxRSSMB the process's peak so far (getrusage maxrss).
+	// MaxRSSMB the process's peak so far (getrusage maxrss). In the api
+	// rows the process is the node's alone: the client is another one.
 	RSSMB    float64 `json:"rss_mb"`
 	MaxRSSMB float64 `json:"max_rss_mb"`
+	// HeapLiveMB is the largest live Go heap of the process over the row
+	// (what the garbage collector last found reachable; the memory
+	// streams' messages are part of it).
+	HeapLiveMB float64 `json:"heap_live_mb"`
+	// StreamBytes is what the JetStream streams of the row's server hold
+	// at the row's end (the account's memory and file storage, as
+	// JetStream counts it): RSSMB − StreamBytes/10^6 is the memory the
+	// process holds beyond its streams' messages. 0 where the row uses no
+	// server (raw_insert, raw_read, the backlog).
+	StreamBytes int64 `json:"stream_bytes"`
+	// ClientCPUSeconds and ClientRSSMB are the client process's CPU and
+	// largest sampled resident set (api rows).
+	ClientCPUSeconds float64 `json:"client_cpu_s,omitempty"`
+	ClientRSSMB      float64 `json:"client_rss_mb,omitempty"`
 	// Limit names the reference this figure is compared with and Ratio is
 	// EventsPerSec divided by the limit's events/s.
 	Limit       string  `json:"limit,omitempty"`
 	LimitPerSec float64 `json:"limit_events_per_s,omitempty"`
 	Ratio       float64 `json:"ratio,omitempty"`
-	Note        string  `json:"note,omitempty"`
+	// Also are the row's ratios to further limits (the relay: raw_publish
+	// and raw_read besides raw_relay).
+	Also []LimitRatio `json:"also,omitempty"`
+	// P99Ratio and P999Ratio compare a latency row with its limit
+	// (raw_e2e at the same rate): the row's p99 over the limit's p99, and
+	// likewise p99.9. Above 1 is slower than the limit.
+	P99Ratio  float64 `json:"p99_ratio,omitempty"`
+	P999Ratio float64 `json:"p999_ratio,omitempty"`
+	Note      string  `json:"note,omitempty"`
+}
+
+// LimitRatio is a row's ratio to one more limit.
+type LimitRatio struct {
+	Limit       string  `json:"limit"`
+	LimitPerSec float64 `json:"limit_events_per_s"`
+	Ratio       float64 `json:"ratio"`
 }
 
 // Check is one consistency check.
@@ -134,11 +167,15 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "load average at start %.2f %.2f %.2f, at end %.2f %.2f %.2f (a shared machine: compare ratios within this run)\n",
 			r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], at(r.LoadEnd, 0), at(r.LoadEnd, 1), at(r.LoadEnd, 2))
 	}
-	fmt.Fprintf(&b, "backlog %d events of %d bytes; appends %s per row; latency %s per rate; publish batch %d, window %d; stream max bytes %d\n\n",
+	msgID := "on"
+	if !r.Settings.MsgID {
+		msgID = "off"
+	}
+	fmt.Fprintf(&b, "backlog %d events of %d bytes; appends %s per row; latency %s per rate; publish batch %d, window %d; stream max bytes %d; Nats-Msg-Id %s\n\n",
 		r.Settings.Events, r.Settings.EventBytes, r.Settings.AppendDuration, r.Settings.LatencyDuration,
-		r.Settings.PublishBatch, r.Settings.PublishWindow, r.Settings.StreamMaxBytes)
+		r.Settings.PublishBatch, r.Settings.PublishWindow, r.Settings.StreamMaxBytes, msgID)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tcores\tRSS MB\tlimit\tratio\t\n"
+	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tcores\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
 	write := func(title string, rows []Row) {
 		fmt.Fprintf(tw, "%s\n", title)
 		fmt.Fprint(tw, head)
@@ -146,10 +183,11 @@ func (r *Report) WriteText(w io.Writer) error {
 			if x.TargetNotReached {
 				x.Name += " (target not reached)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%s\t%s\t\n",
+			streams := float64(x.StreamBytes) / 1e6
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
 				x.Workload, x.Name, x.Events, x.Seconds, num(x.EventsPerSec, 0), num(x.MBPerSec, 1),
 				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.CPUPerSec, x.RSSMB,
-				x.Limit, ratio(x.Ratio))
+				num(x.HeapLiveMB, 0), streams, x.RSSMB-streams, x.Limit, ratio(x.Ratio))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -163,6 +201,16 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, x := range r.Rows {
 		if x.AppendP50Ms > 0 {
 			fmt.Fprintf(&b, "%s %s: the Append call alone took p50 %.2f ms, p99 %.2f ms\n", x.Workload, x.Name, x.AppendP50Ms, x.AppendP99Ms)
+		}
+		for _, a := range x.Also {
+			fmt.Fprintf(&b, "%s %s: also %s of %s (%.0f events/s)\n", x.Workload, x.Name, ratio(a.Ratio), a.Limit, a.LimitPerSec)
+		}
+		if x.P99Ratio > 0 {
+			fmt.Fprintf(&b, "%s %s: p99 %.2f × and p99.9 %.2f × those of %s\n", x.Workload, x.Name, x.P99Ratio, x.P999Ratio, x.Limit)
+		}
+		if x.ClientCPUSeconds > 0 {
+			fmt.Fprintf(&b, "%s %s: the client process used %.2f CPU s, RSS %.0f MB (the row's cpu and RSS are the node's process)\n",
+				x.Workload, x.Name, x.ClientCPUSeconds, x.ClientRSSMB)
 		}
 	}
 	notes := false

@@ -82,12 +82,7 @@ func (r *runner) openStore(ctx context.Context) (backend.Store, error) {
 
 // fillBacklog appends the backlog through the store in batches of 1,000
 // (from two appenders, so the store always has the next batch waiting).
-func (r *runner) fillBacklog(ctx context.Context) error {
-	s, err := r.openStore(ctx)
-	if err != nil {
-		return fmt.Errorf("bench: open store: %w", err)
-	}
-	defer s.Close()
+func (r *runner) fillBacklog(ctx context.Context, s backend.Store) error {
 	if _, _, err := s.CreateBoundary(ctx, relayBoundary); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -296,9 +291,8 @@ FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS u(id, data, ord)`, first,
 		note = fmt.Sprintf("%d-row INSERT … SELECT FROM unnest(…) statements in autocommit from %d connections into CREATE TABLE … (LIKE orisun_events INCLUDING ALL)", perStmt, conns)
 	} else {
 		r.progress("limit: raw multi-row INSERTs into a copy of the events table, %d rows each, %s", perStmt, r.cfg.AppendDuration)
-		// The store's own writer settings: the first to open the directory
-		// when no backlog was written (--only append) creates the
-		// database, and it must be the database a node would create.
+		// The store's own writer settings (the store, open meanwhile, has
+		// created the database and its writer is idle).
 		db, err := sql.Open("sqlite", sqlite.WriterDSN(filepath.Join(r.dir, sqlite.DBFile), "FULL"))
 		if err != nil {
 			return fmt.Errorf("bench: raw insert: %w", err)

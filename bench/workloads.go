@@ -102,18 +102,17 @@ func (r *runner) rawPublish(ctx context.Context) error {
 		}
 	}
 	row := m.row("limit", "raw_publish", int64(n), r.cfg.EventBytes)
+	row.StreamBytes = streamBytes(ctx, js)
 	row.Note = fmt.Sprintf("PublishMsgAsync of the same subject, headers (Nats-Msg-Id %v, expected last sequence) and %d-byte body, window %d, into a fresh memory stream on the node's server",
 		msgID, len(body), window)
 	r.rep.Limits = append(r.rep.Limits, row)
 	r.rep.check("raw publish acknowledged = backlog", int64(n), acked)
-	// The relay's figure is compared with the slower of its two limits.
+	// The relay's figure is compared with raw_relay (set with the row),
+	// and also with the limits of its two halves.
 	for i := range r.rep.Rows {
 		if r.rep.Rows[i].Workload == "relay" {
-			lim := r.rep.Limit("raw_read")
-			if pub := r.rep.Limit("raw_publish"); lim == nil || pub != nil && pub.EventsPerSec < lim.EventsPerSec {
-				lim = pub
-			}
-			r.rep.Rows[i].against(lim)
+			r.rep.Rows[i].also(r.rep.Limit("raw_publish"))
+			r.rep.Rows[i].also(r.rep.Limit("raw_read"))
 		}
 	}
 	return r.checkPublished(ctx, relayBoundary, int64(r.cfg.Events), "relay")
@@ -171,6 +170,7 @@ func (r *runner) catchup(ctx context.Context) error {
 		return order
 	}
 	row := m.row("catchup", "subscriber from 0", int64(got.Load()), r.cfg.EventBytes)
+	row.StreamBytes = streamBytes(ctx, r.js)
 	row.against(r.rep.Limit("raw_read"))
 	r.rep.Rows = append(r.rep.Rows, row)
 	r.rep.check("catch-up: events received = events appended", int64(n), int64(got.Load()))
@@ -219,6 +219,7 @@ func (r *runner) appends(ctx context.Context) error {
 			return err
 		}
 		row := m.row("append", s.name, n.Load(), r.cfg.EventBytes)
+		row.StreamBytes = streamBytes(ctx, r.js)
 		row.against(r.rep.Limit("raw_insert"))
 		r.rep.Rows = append(r.rep.Rows, row)
 		// The relay of these events is not part of the next row.
@@ -246,11 +247,24 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 		return err
 	}
 	row := m.row("latency", fmt.Sprintf("%d events/s", rate), res.appended, r.cfg.EventBytes)
+	row.StreamBytes = streamBytes(ctx, r.js)
 	row.TargetRate = rate
 	res.fill(&row)
+	compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
 	r.rep.Rows = append(r.rep.Rows, row)
 	r.rep.check(fmt.Sprintf("latency %d/s: events received = events appended", rate), res.appended, res.received)
 	return nil
+}
+
+// compareE2E compares a latency row with raw_e2e at its rate (nil: not
+// measured).
+func compareE2E(row *Row, lim *Row) {
+	if lim == nil || lim.P99Ms <= 0 || lim.P999Ms <= 0 {
+		return
+	}
+	row.Limit = lim.Name
+	row.P99Ratio = row.P99Ms / lim.P99Ms
+	row.P999Ratio = row.P999Ms / lim.P999Ms
 }
 
 // pacedResult is what paced measured.
@@ -296,12 +310,33 @@ func (p *pacedResult) fill(row *Row) {
 	}
 }
 
-// paced drives each boundary at rate events/s for d, one event per Append
-// call, with a live subscriber per boundary, and returns the latencies
-// from each event's scheduled time (start + k/rate) to its delivery: an
-// append that waits for a free caller counts its wait, as a client's
-// would. The Append calls alone are timed too (calls).
+// eventAPI is what the paced rows drive: the node in process, or the Go
+// client in the api workload's client process.
+type eventAPI interface {
+	Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error)
+	Subscribe(ctx context.Context, boundary string, after uint64, h event.Handler, opts event.SubscribeOptions) error
+	// Head is the boundary's head.
+	Head(ctx context.Context, boundary string) (uint64, error)
+}
+
+// nodeAPI is the node in process as an eventAPI.
+type nodeAPI struct{ *orisun.Node }
+
+func (n nodeAPI) Head(ctx context.Context, boundary string) (uint64, error) {
+	b, err := n.Boundary(ctx, boundary)
+	return b.Head, err
+}
+
 func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d time.Duration) (*pacedResult, error) {
+	return paced(ctx, nodeAPI{r.node}, r.data, boundaries, rate, d)
+}
+
+// paced drives each boundary at rate events/s for d, one event of data per
+// Append call, with a live subscriber per boundary, and returns the
+// latencies from each event's scheduled time (start + k/rate) to its
+// delivery: an append that waits for a free caller counts its wait, as a
+// client's would. The Append calls alone are timed too (calls).
+func paced(ctx context.Context, api eventAPI, data []byte, boundaries []string, rate int, d time.Duration) (*pacedResult, error) {
 	res := &pacedResult{}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -321,7 +356,7 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 		live := make(chan struct{})
 		var liveOnce sync.Once
 		go func() {
-			s.err <- r.node.Subscribe(sctx, b, 0, func(_ context.Context, e orisun.Event) error {
+			s.err <- api.Subscribe(sctx, b, 0, func(_ context.Context, e event.Event) error {
 				if t0, ok := s.sent.LoadAndDelete(e.ID); ok {
 					s.lat = append(s.lat, time.Since(t0.(time.Time)))
 				}
@@ -329,7 +364,7 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 					s.doneOnce.Do(func() { close(s.done) })
 				}
 				return nil
-			}, orisun.SubscribeOptions{
+			}, event.SubscribeOptions{
 				OnCaughtUp: func(uint64) { liveOnce.Do(func() { close(live) }) },
 				OnFellBehind: func(_ uint64, reason string) {
 					res.fallBacks.Add(1)
@@ -359,7 +394,7 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				in := []event.Input{{Type: "bench.event", Data: r.data, Tags: []string{"bench"}}}
+				in := []event.Input{{Type: "bench.event", Data: data, Tags: []string{"bench"}}}
 				var calls []time.Duration
 				defer func() {
 					callsMu.Lock()
@@ -370,7 +405,7 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 					in[0].ID = event.NewID()
 					s.sent.Store(in[0].ID, due)
 					t0 := time.Now()
-					_, err := r.node.Append(ctx, b, in, nil)
+					_, err := api.Append(ctx, b, in, nil)
 					calls = append(calls, time.Since(t0))
 					if err != nil {
 						s.sent.Delete(in[0].ID)
@@ -415,12 +450,12 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 	res.appended = appended.Load()
 	for i, b := range boundaries {
 		s := subs[i]
-		bd, err := r.node.Boundary(ctx, b)
+		head, err := api.Head(ctx, b)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		s.head.Store(bd.Head)
-		if uint64(s.received.Load()) >= bd.Head {
+		s.head.Store(head)
+		if uint64(s.received.Load()) >= head {
 			s.doneOnce.Do(func() { close(s.done) })
 		}
 		select {
@@ -428,7 +463,7 @@ func (r *runner) paced(ctx context.Context, boundaries []string, rate int, d tim
 		case err := <-s.err:
 			return nil, fmt.Errorf("bench: subscription to %s ended: %w", b, err)
 		case <-time.After(5 * time.Minute):
-			return nil, fmt.Errorf("bench: %s: %d of %d events delivered after 5 minutes", b, s.received.Load(), bd.Head)
+			return nil, fmt.Errorf("bench: %s: %d of %d events delivered after 5 minutes", b, s.received.Load(), head)
 		}
 	}
 	cancel()
@@ -488,6 +523,7 @@ func (r *runner) scale(ctx context.Context) error {
 		time.Sleep(time.Second)
 	}
 	row := m.row("scale", fmt.Sprintf("create %d boundaries until all lead", n), 0, 0)
+	row.StreamBytes = streamBytes(ctx, r.js)
 	row.Note = fmt.Sprintf("one Node.Status call over all boundaries took %.0f ms", statusTime.Seconds()*1000)
 	r.rep.Rows = append(r.rep.Rows, row)
 	r.progress("scale: idle for %s", r.cfg.ScaleIdle)
@@ -503,6 +539,7 @@ func (r *runner) scale(ctx context.Context) error {
 		return ctx.Err()
 	}
 	row = m.row("scale", fmt.Sprintf("idle, %d boundaries", n), 0, 0)
+	row.StreamBytes = streamBytes(ctx, r.js)
 	row.Note = "cores = CPU seconds per wall second of the whole process while every boundary is idle; RSS includes every earlier workload's streams"
 	r.rep.Rows = append(r.rep.Rows, row)
 	if r.cfg.ScaleBusy == 0 {
@@ -516,6 +553,7 @@ func (r *runner) scale(ctx context.Context) error {
 		return err
 	}
 	row = m.row("scale", fmt.Sprintf("%d busy of %d, %d events/s each", len(busy), n, r.cfg.ScaleRate), res.appended, r.cfg.EventBytes)
+	row.StreamBytes = streamBytes(ctx, r.js)
 	row.TargetRate = r.cfg.ScaleRate * len(busy)
 	res.fill(&row)
 	r.rep.Rows = append(r.rep.Rows, row)

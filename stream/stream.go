@@ -11,7 +11,6 @@ package stream
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -181,8 +180,7 @@ func appendBody(b []byte, e *event.Event, ts string) []byte {
 // escaping.
 func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !plainJSON(s[i]) {
 			q, _ := json.Marshal(s)
 			return append(b, q...)
 		}
@@ -192,39 +190,68 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// plainJSON is true of a byte that encoding/json writes as it is inside a
+// string.
+func plainJSON(c byte) bool {
+	return c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+}
+
 // EncodedSize returns an upper bound of the size of the message the input
 // becomes once stored: headers and body, with the widest position and time,
 // and the headers the publisher adds. Appends compare it with the NATS max
 // payload so that an event too large to publish can never be stored.
+//
+// It runs for every appended event, so it counts rather than builds: the
+// size is that of the message Message would build for the input stored
+// at position 2^64−1 with a nine-digit fraction of a second, Nats-Msg-Id
+// included, plus the expected-last-sequence header (TestEncodedSizeCounts
+// holds it to that message's size; building it was a fifth of
+// event.Prepare, docs/performance.md).
 func EncodedSize(boundary string, in *event.Input) int {
-	e := event.Event{
-		ID:       in.ID,
-		Boundary: boundary,
-		Epoch:    "00000000-0000-0000-0000-000000000000",
-		Position: math.MaxUint64,
-		Type:     in.Type,
-		Time:     time.Date(2006, 1, 2, 15, 4, 5, 999999999, time.UTC),
-		Tags:     in.Tags,
-		Data:     in.Data,
-		Metadata: in.Metadata,
-	}
-	if e.Tags == nil {
-		e.Tags = []string{}
-	}
-	m, err := Message(&e, true)
-	if err != nil {
-		return math.MaxInt
-	}
-	size := len(m.Data) + len(m.Subject)
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			size += len(k) + len(v) + 4
+	const (
+		epoch    = len("00000000-0000-0000-0000-000000000000")
+		position = len("18446744073709551615")           // math.MaxUint64
+		ts       = len("2006-01-02T15:04:05.999999999Z") // RFC 3339 with nanoseconds, UTC
+	)
+	id, typ := jsonStringLen(in.ID), jsonStringLen(in.Type)
+	size := len(`{"id":`) + id + len(`,"boundary":`) + jsonStringLen(boundary) + len(`,"epoch":`) + epoch + 2 +
+		len(`,"position":`) + position + len(`,"type":`) + typ + len(`,"time":"`) + ts + len(`","tags":[`) +
+		len(`],"data":`) + jsonValueLen(in.Data) + len(`,"metadata":`) + jsonValueLen(in.Metadata) + len(`}`)
+	for i, t := range in.Tags {
+		if i > 0 {
+			size++
 		}
+		size += jsonStringLen(t)
 	}
+	size += len(SubjectPrefix) + 1 + len(boundary) + 1 + len(in.Type) // Subject(boundary, in.Type)
+	// Each header is "Key: value\r\n" (len(k)+len(v)+4, as NATS counts
+	// it): the five of Message and Nats-Msg-Id.
+	size += len(HeaderEventID) + len(in.ID) + 4 + len(HeaderPosition) + position + 4 + len(HeaderEpoch) + epoch + 4 +
+		len(HeaderType) + len(in.Type) + 4 + len(HeaderTime) + ts + 4 + len(nats.MsgIdHdr) + len(in.ID) + 4
 	// NATS/1.0 line, the expected-last-sequence header the publisher adds
 	// (a uint64), and the header block's terminator.
 	size += len("NATS/1.0\r\n") + len(jetstream.ExpectedLastSeqHeader) + 20 + 4 + 2
 	return size
+}
+
+// jsonStringLen is the length of appendJSONString's encoding of s.
+func jsonStringLen(s string) int {
+	for i := 0; i < len(s); i++ {
+		if !plainJSON(s[i]) {
+			q, _ := json.Marshal(s)
+			return len(q)
+		}
+	}
+	return len(s) + 2
+}
+
+// jsonValueLen is the length of a data or metadata value in the body
+// (appendBody writes null for none).
+func jsonValueLen(v json.RawMessage) int {
+	if len(v) == 0 {
+		return len("null")
+	}
+	return len(v)
 }
 
 // Decode reads an event from a stream message. It returns the position and

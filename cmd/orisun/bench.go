@@ -35,6 +35,7 @@ func benchCommand() *cobra.Command {
 		cpuprofile string
 		logLevel   string
 		saved      string
+		msgID      = true
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -50,7 +51,7 @@ minutes; Ctrl-C stops it and cleans up.`,
   orisun bench --only relay --events 200000 --cpuprofile relay.prof --json > relay.json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cfg, benchOptions{asJSON, quiet, rates, callers, only, cpuprofile, logLevel, saved},
+			return runBench(cfg, benchOptions{asJSON, quiet, rates, callers, only, cpuprofile, logLevel, saved, msgID},
 				cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -74,10 +75,30 @@ minutes; Ctrl-C stops it and cleans up.`,
 	fs.IntVar(&cfg.ScaleRate, "scale-rate", cfg.ScaleRate, "events/s of each busy boundary")
 	fs.DurationVar(&cfg.ScaleIdle, "scale-idle", cfg.ScaleIdle, "idle window of the scale workload")
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", cfg.StreamMaxBytes, "byte limit of every event stream (JetStream reserves it in memory per stream)")
-	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the api workload: the node's process)")
+	fs.StringVar(&cfg.ClientCPUProfile, "client-cpuprofile", "", "write a CPU profile of the api workload's client process to this file")
+	fs.BoolVar(&msgID, "msg-id", msgID, "give every message Nats-Msg-Id, the node's default; --msg-id=false measures without it (ORISUN_NATS_DISABLE_MSG_ID=true)")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
+	c.AddCommand(benchClientCommand())
 	return c
+}
+
+// benchClientCommand is the api workload's client process: this binary
+// again, started by orisun bench itself, hidden from help.
+func benchClientCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                bench.ClientArg,
+		Short:              "the api workload's client process (started by orisun bench)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := bench.ClientMain(args, os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+				return exit(code, fmt.Errorf("bench %s failed", bench.ClientArg))
+			}
+			return nil
+		},
+	}
 }
 
 // benchOptions are the flags of orisun bench that are not bench.Config's.
@@ -86,6 +107,7 @@ type benchOptions struct {
 	rates, callers   intList
 	only, cpuprofile string
 	logLevel, saved  string
+	msgID            bool
 }
 
 func runBench(cfg bench.Config, o benchOptions, stdout, stderr io.Writer) error {
@@ -93,7 +115,7 @@ func runBench(cfg bench.Config, o benchOptions, stdout, stderr io.Writer) error 
 	if o.saved != "" {
 		return printSaved(o.saved, stdout)
 	}
-	cfg.Rates, cfg.Callers = rates, callers
+	cfg.Rates, cfg.Callers, cfg.DisableMsgID = rates, callers, !o.msgID
 	if only != "" {
 		cfg.Only = strings.Split(only, ",")
 	}

@@ -10,11 +10,20 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/bench"
 	"github.com/orisun-io/orisun/internal/testcert"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
+// TestMain runs the tests, or, when `orisun bench`'s api workload
+// re-executes this test binary as its client process ("bench api-client"),
+// the command as the orisun binary would.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == bench.ClientArg {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	testutil.Main(m)
+}
 
 func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("ORISUN_BOUNDARIES", "orders,payments")

@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orisun-io/orisun/client"
+	"github.com/orisun-io/orisun/event"
+)
+
+// The api workload: appends through the NATS API with the Go client, as
+// an application makes them, from a process of its own (ClientMain) over
+// loopback TCP, with no credentials (the application principal). The
+// bench's process is then the node's alone, and its CPU and memory
+// columns are the node's.
+
+// ClientArg is the argument after "bench" that makes the orisun binary
+// the api workload's client process (ClientMain). It is the bench's own
+// plumbing, not a command for people.
+const ClientArg = "api-client"
+
+// apiBatch and apiBatchCallers are the api workload's batch row: 100
+// events per Append from 8 callers.
+const (
+	apiBatch        = 100
+	apiBatchCallers = 8
+)
+
+// clientHello is the first line the bench sends its client process.
+type clientHello struct {
+	URL        string `json:"url"`
+	EventBytes int    `json:"event_bytes"`
+	// CPUProfile, when set, is where the process writes a CPU profile of
+	// its whole life.
+	CPUProfile string `json:"cpu_profile,omitempty"`
+}
+
+// clientTask is one row for the client process: callers each append
+// batch events per call to boundary until duration has passed; or, with a
+// rate, the paced row of the latency workload (one event per call at that
+// rate, a live subscriber).
+type clientTask struct {
+	Boundary string        `json:"boundary"`
+	Callers  int           `json:"callers,omitempty"`
+	Batch    int           `json:"batch,omitempty"`
+	Rate     int           `json:"rate,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// clientResult is the client process's answer to a task.
+type clientResult struct {
+	// Events appended (acknowledged), over Seconds of calls.
+	Events  int64   `json:"events"`
+	Calls   int64   `json:"calls"`
+	Seconds float64 `json:"seconds"`
+	// The client process's CPU over the task and its largest sampled RSS.
+	CPUSeconds float64 `json:"cpu_s"`
+	RSSMB      float64 `json:"rss_mb"`
+	// Latencies of the Append calls, in milliseconds.
+	CallP50Ms  float64 `json:"call_p50_ms"`
+	CallP99Ms  float64 `json:"call_p99_ms"`
+	CallP999Ms float64 `json:"call_p999_ms"`
+	// Received and Row are a paced task's: the events its subscriber
+	// received, and the row's latencies and rate (pacedResult.fill).
+	Received int64 `json:"received,omitempty"`
+	Row      *Row  `json:"row,omitempty"`
+	// Err is the first failed call, if any; the task then stopped.
+	Err string `json:"err,omitempty"`
+}
+
+// clientAPI is the Go client as the paced rows' eventAPI.
+type clientAPI struct{ *client.Client }
+
+func (c clientAPI) Head(ctx context.Context, boundary string) (uint64, error) {
+	l, err := c.ReadLatest(ctx, boundary, nil)
+	return l.Head, err
+}
+
+// runClientPaced runs a paced task in the client process.
+func runClientPaced(c *client.Client, task clientTask, data []byte) clientResult {
+	m := startMeter()
+	res, err := paced(context.Background(), clientAPI{c}, data, []string{task.Boundary}, task.Rate, task.Duration)
+	if err != nil {
+		return clientResult{Err: err.Error()}
+	}
+	row := m.row("", "", res.appended, len(data))
+	out := Row{TargetRate: task.Rate}
+	res.fill(&out)
+	return clientResult{Events: res.appended, Calls: int64(len(res.calls)), Seconds: res.sending.Seconds(), CPUSeconds: row.CPUSeconds,
+		RSSMB: row.RSSMB, Received: res.received, Row: &out}
+}
+
+// ClientMain is the api workload's client process: it reads a hello and
+// then tasks, one JSON value each, from stdin, and writes a result for
+// each task to stdout, until stdin ends. The orisun binary runs it as
+// `orisun bench api-client`; the bench's tests run their own binary.
+func ClientMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "orisun bench %s: unexpected arguments %q: it takes its work on stdin, from orisun bench\n", ClientArg, args)
+		return 2
+	}
+	dec := json.NewDecoder(bufio.NewReader(stdin))
+	var hello clientHello
+	if err := dec.Decode(&hello); err != nil {
+		fmt.Fprintf(stderr, "orisun bench %s: read the hello: %v (this command is run by orisun bench's api workload)\n", ClientArg, err)
+		return 2
+	}
+	if hello.CPUProfile != "" {
+		f, err := os.Create(hello.CPUProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "orisun bench %s: cpu profile: %v\n", ClientArg, err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "orisun bench %s: cpu profile: %v\n", ClientArg, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// No credentials: the application principal of a node without
+	// ORISUN_NATS_USER or ORISUN_NATS_TOKEN.
+	c, err := client.Connect(hello.URL, client.Name("orisun-bench-api"))
+	if err != nil {
+		fmt.Fprintf(stderr, "orisun bench %s: %v\n", ClientArg, err)
+		return 1
+	}
+	defer c.Close()
+	data := eventData(hello.EventBytes)
+	enc := json.NewEncoder(stdout)
+	for {
+		var task clientTask
+		err := dec.Decode(&task)
+		if errors.Is(err, io.EOF) {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "orisun bench %s: read a task: %v\n", ClientArg, err)
+			return 2
+		}
+		run := runClientTask
+		if task.Rate > 0 {
+			run = runClientPaced
+		}
+		if err := enc.Encode(run(c, task, data)); err != nil {
+			fmt.Fprintf(stderr, "orisun bench %s: %v\n", ClientArg, err)
+			return 1
+		}
+	}
+}
+
+// runClientTask runs one append row in the client process.
+func runClientTask(c *client.Client, task clientTask, data []byte) clientResult {
+	ctx := context.Background()
+	var (
+		events, calls atomic.Int64
+		wg            sync.WaitGroup
+		errOnce       sync.Once
+		firstErr      string
+	)
+	lat := make([][]time.Duration, task.Callers)
+	tags := []string{"bench"}
+	m := startMeter()
+	deadline := time.Now().Add(task.Duration)
+	for i := range task.Callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := make([]event.Input, task.Batch)
+			for time.Now().Before(deadline) {
+				for j := range in {
+					in[j] = event.Input{ID: event.NewID(), Type: "bench.event", Data: data, Tags: tags}
+				}
+				t0 := time.Now()
+				_, err := c.Append(ctx, task.Boundary, in, nil)
+				lat[i] = append(lat[i], time.Since(t0))
+				calls.Add(1)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err.Error() })
+					return
+				}
+				events.Add(int64(task.Batch))
+			}
+		}()
+	}
+	wg.Wait()
+	row := m.row("", "", events.Load(), len(data))
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return clientResult{Events: events.Load(), Calls: calls.Load(), Seconds: row.Seconds, CPUSeconds: row.CPUSeconds, RSSMB: row.RSSMB,
+		CallP50Ms: percentile(all, 0.50), CallP99Ms: percentile(all, 0.99), CallP999Ms: percentile(all, 0.999), Err: firstErr}
+}
+
+// clientProc is the running client process, seen from the bench.
+type clientProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	enc    *json.Encoder
+	dec    *json.Decoder
+	stderr *tailBuffer
+}
+
+// startClient starts the client process and sends it the hello.
+func (r *runner) startClient(ctx context.Context) (*clientProc, error) {
+	argv := r.cfg.ClientCommand
+	if len(argv) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bench: api: the client process is this executable: %w", err)
+		}
+		argv = []string{exe, "bench", ClientArg}
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = 10 * time.Second
+	p := &clientProc{cmd: cmd, stderr: &tailBuffer{max: 16 << 10}}
+	cmd.Stderr = p.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("bench: api: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("bench: api: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: api: start the client process %q: %w", argv, err)
+	}
+	p.stdin, p.enc, p.dec = stdin, json.NewEncoder(stdin), json.NewDecoder(stdout)
+	hello := clientHello{URL: r.node.NATSURL(), EventBytes: r.cfg.EventBytes, CPUProfile: r.cfg.ClientCPUProfile}
+	if err := p.enc.Encode(hello); err != nil {
+		_ = p.close()
+		return nil, fmt.Errorf("bench: api: the client process: %w", err)
+	}
+	return p, nil
+}
+
+// do runs one task in the client process.
+func (p *clientProc) do(task clientTask) (clientResult, error) {
+	var res clientResult
+	if err := p.enc.Encode(task); err != nil {
+		return res, fmt.Errorf("bench: api: send a task to the client process: %w (its stderr: %s)", err, p.stderr)
+	}
+	if err := p.dec.Decode(&res); err != nil {
+		return res, fmt.Errorf("bench: api: the client process's result: %w (its stderr: %s)", err, p.stderr)
+	}
+	if res.Err != "" {
+		return res, fmt.Errorf("bench: api: an append failed in the client process: %s", res.Err)
+	}
+	return res, nil
+}
+
+// close ends the client process (stdin's end is its signal) and waits for
+// it.
+func (p *clientProc) close() error {
+	_ = p.stdin.Close()
+	if err := p.cmd.Wait(); err != nil {
+		return fmt.Errorf("bench: api: the client process: %w (its stderr: %s)", err, p.stderr)
+	}
+	return nil
+}
+
+// api runs the api rows: single events from each caller count, then
+// batches of 100 from 8 callers, each on a fresh boundary for the append
+// duration, in one client process.
+func (r *runner) api(ctx context.Context) (err error) {
+	p, err := r.startClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := p.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	type shape struct {
+		name           string
+		callers, batch int
+	}
+	var shapes []shape
+	for _, c := range r.cfg.Callers {
+		shapes = append(shapes, shape{fmt.Sprintf("1 event per call, %d callers", c), c, 1})
+	}
+	shapes = append(shapes, shape{fmt.Sprintf("batches of %d, %d callers", apiBatch, apiBatchCallers), apiBatchCallers, apiBatch})
+	for i, s := range shapes {
+		boundary := fmt.Sprintf("bench_api_%d", i)
+		if _, err := r.node.CreateBoundary(ctx, boundary); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		r.progress("api: %s through the Go client in another process, for %s", s.name, r.cfg.AppendDuration)
+		m := startMeter()
+		res, err := p.do(clientTask{Boundary: boundary, Callers: s.callers, Batch: s.batch, Duration: r.cfg.AppendDuration})
+		if err != nil {
+			return err
+		}
+		row := m.row("api", s.name, res.Events, r.cfg.EventBytes)
+		row.StreamBytes = streamBytes(ctx, r.js)
+		// The rate is the client's: its events over its calls' wall time.
+		row.Seconds = res.Seconds
+		if res.Seconds > 0 {
+			row.EventsPerSec = float64(res.Events) / res.Seconds
+			row.MBPerSec = row.EventsPerSec * float64(r.cfg.EventBytes) / 1e6
+		}
+		row.AppendP50Ms, row.AppendP99Ms = res.CallP50Ms, res.CallP99Ms
+		row.ClientCPUSeconds, row.ClientRSSMB = res.CPUSeconds, res.RSSMB
+		row.Note = fmt.Sprintf("%d calls, p99.9 %.2f ms per call; cpu s, cores and RSS are the node's process, the client's are beside them",
+			res.Calls, res.CallP999Ms)
+		row.against(r.rep.Limit("raw_insert"))
+		r.rep.Rows = append(r.rep.Rows, row)
+		if _, err := r.waitPublished(ctx, boundary, uint64(res.Events), 10*time.Minute); err != nil {
+			return err
+		}
+		if err := r.checkPublished(ctx, boundary, res.Events, "api "+s.name); err != nil {
+			return err
+		}
+	}
+	if !r.cfg.wants("latency") {
+		return nil
+	}
+	for _, rate := range r.cfg.Rates {
+		if err := r.apiLatency(ctx, p, rate); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apiLatency is the latency row at rate through the API: the client
+// process appends one event per call at the rate and subscribes with the
+// Go client's Subscribe, on a fresh boundary.
+func (r *runner) apiLatency(ctx context.Context, p *clientProc, rate int) error {
+	boundary := fmt.Sprintf("bench_api_latency_%d", rate)
+	if _, err := r.node.CreateBoundary(ctx, boundary); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	r.progress("api: %d events/s to a live subscriber through the Go client in another process, for %s", rate, r.cfg.LatencyDuration)
+	m := startMeter()
+	res, err := p.do(clientTask{Boundary: boundary, Rate: rate, Duration: r.cfg.LatencyDuration})
+	if err != nil {
+		return err
+	}
+	row := m.row("api", fmt.Sprintf("append → live subscriber, %d events/s", rate), res.Events, r.cfg.EventBytes)
+	row.StreamBytes = streamBytes(ctx, r.js)
+	if res.Row != nil {
+		c := res.Row
+		row.TargetRate, row.TargetNotReached, row.Note = c.TargetRate, c.TargetNotReached, c.Note
+		row.EventsPerSec, row.MBPerSec = c.EventsPerSec, 0
+		row.P50Ms, row.P99Ms, row.P999Ms, row.AppendP50Ms, row.AppendP99Ms = c.P50Ms, c.P99Ms, c.P999Ms, c.AppendP50Ms, c.AppendP99Ms
+	}
+	row.ClientCPUSeconds, row.ClientRSSMB = res.CPUSeconds, res.RSSMB
+	compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
+	r.rep.Rows = append(r.rep.Rows, row)
+	r.rep.check(fmt.Sprintf("api latency %d/s: events received = events appended", rate), res.Events, res.Received)
+	if _, err := r.waitPublished(ctx, boundary, uint64(res.Events), 10*time.Minute); err != nil {
+		return err
+	}
+	return r.checkPublished(ctx, boundary, res.Events, fmt.Sprintf("api latency %d/s", rate))
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.b) == 0 {
+		return "(empty)"
+	}
+	return string(bytes.TrimSpace(t.b))
+}
