@@ -18,6 +18,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
@@ -342,6 +343,49 @@ func TestBoundaryMemoryBudget_S13(t *testing.T) {
 				t.Fatalf("the start's error does not name ORISUN_BOUNDARIES: %v", err)
 			}
 		})
+	}
+}
+
+// TestBoundaryMemoryBudgetEmbeddedCluster_S13: in an embedded cluster whose
+// streams have a replica on every server (three nodes, three replicas, as
+// docker-compose.yml runs it) every server holds every stream, so the
+// memory check runs there as on a single server: a boundary whose stream
+// would not fit a node's budget is refused at creation, through the API
+// and Node.CreateBoundary on any node, instead of accepted with streams
+// that fill every node. Before, a cluster was never checked.
+func TestBoundaryMemoryBudgetEmbeddedCluster_S13(t *testing.T) {
+	const perStream, budget = 4 << 20, 10 << 20 // room for two streams
+	url := pgtest.URL(t)
+	ports, routes := clusterPorts(t, 3)
+	var nodes []*orisun.Node
+	for i, p := range ports {
+		nodes = append(nodes, clusterNode(t, url, fmt.Sprintf("node-%d", i+1), p, routes, func(c *orisun.Config) {
+			c.EventStreamMaxBytes, c.NATSMaxMemory = perStream, budget
+		}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leaderOf(t, nodes, "default", 60*time.Second)
+	if _, err := nodes[0].CreateBoundary(ctx, "second"); err != nil {
+		t.Fatalf("the second stream fits: %v", err)
+	}
+	// Its stream on every server before the next creation, wherever that
+	// is checked: a boundary another node created is counted once the
+	// node adopts it or its stream exists.
+	leaderOf(t, nodes, "second", 60*time.Second)
+	c, err := client.Connect(nodes[1].NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.CreateBoundary(ctx, "third")
+	checkBudgetError(t, err, "third", budget, perStream)
+	_, err = nodes[2].CreateBoundary(ctx, "fourth")
+	checkBudgetError(t, err, "fourth", budget, perStream)
+	for _, b := range []string{"third", "fourth"} {
+		if _, err := nodes[0].Boundary(ctx, b); !errors.Is(err, event.ErrNotFound) {
+			t.Fatalf("boundary %s after the refusal: %v, want not found", b, err)
+		}
 	}
 }
 

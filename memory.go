@@ -51,10 +51,14 @@ type memoryBudget struct {
 // the boundary not yet in the store. Streams without a byte limit
 // (ORISUN_NATS_EVENT_STREAM_MAX_BYTES=-1) reserve nothing, and where the
 // budget cannot be read (an external NATS whose account has no memory
-// limit, whose servers' budgets a client cannot see; an embedded cluster,
-// whose streams spread over servers this node does not see) nothing is
-// checked: JetStream refuses the stream when the publisher creates it, and
-// the publisher is paused with that reason.
+// limit, whose servers' budgets a client cannot see; an embedded cluster
+// whose streams have fewer replicas than it has servers, so that they
+// spread over servers this node does not see) nothing is checked:
+// JetStream refuses the stream when the publisher creates it, and the
+// publisher is paused with that reason. An embedded cluster whose streams
+// have a replica on every server (ORISUN_NATS_STREAM_REPLICAS equal to its
+// size, as docker-compose.yml runs it) is checked as a single server is:
+// each server holds every stream.
 func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name string) error {
 	if n.cfg.EventStreamMaxBytes <= 0 {
 		return nil
@@ -105,8 +109,15 @@ func raiseWhat(of string) string {
 // memoryBudget reads the budget and what is reserved of it; ok is false
 // where it cannot be known (see checkStreamMemory).
 func (n *Node) memoryBudget(ctx context.Context, store backend.Store) (memoryBudget, bool, error) {
-	if n.cfg.NATSClusterName != "" {
-		return memoryBudget{}, false, nil
+	if n.ns != nil && n.cfg.NATSClusterName != "" {
+		// Each server reserves the max bytes of every stream it holds a
+		// replica of, and Memory counts every stream of the cluster once:
+		// exact when every server holds every stream. Until the cluster
+		// has a leader this server may not know every stream yet.
+		size, led, err := n.ns.JetStreamClusterSize()
+		if err != nil || !led || size != max(n.cfg.StreamReplicas, 1) {
+			return memoryBudget{}, false, err
+		}
 	}
 	if n.ns != nil {
 		// The embedded server counts its streams and their reservations
