@@ -188,7 +188,7 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 				t.Fatal("no fall-back named the refused consumer: the subscription was not refused one, and the test shows nothing")
 			}
 			mu.Unlock()
-			if !strings.Contains(logs.String(), "JetStream refuses the subscription a consumer") {
+			if !strings.Contains(logs.String(), "has no consumer slot free for the subscription") {
 				t.Fatalf("the client's log does not say the consumer was refused:\n%s", logs.String())
 			}
 
