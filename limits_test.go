@@ -2,6 +2,7 @@ package orisun_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
@@ -385,6 +388,62 @@ func TestBoundaryMemoryBudgetEmbeddedCluster_S13(t *testing.T) {
 	for _, b := range []string{"third", "fourth"} {
 		if _, err := nodes[0].Boundary(ctx, b); !errors.Is(err, event.ErrNotFound) {
 			t.Fatalf("boundary %s after the refusal: %v, want not found", b, err)
+		}
+	}
+}
+
+// TestJetStreamReplyCannotCreateBoundary_S13: NATS does not check the
+// reply subject a client names (docs/security.md, "A known gap"), so an
+// application that may not create boundaries (credentials configured, the
+// creation the admin's) can have JetStream answer a request of its own on
+// orisun.api.boundaries.create. A consumer creation's answer carries a
+// top-level "name" the application chooses. The API must not take it for
+// a creation: it refuses a body with any key but the request's own
+// (DisallowUnknownFields), and every JetStream answer has others ("type",
+// "stream_name", "config", …). The control: the consumer exists (the
+// request ran) and the create endpoint counted one more request (the
+// answer reached the API).
+func TestJetStreamReplyCannotCreateBoundary_S13(t *testing.T) {
+	mode := limitsModes[1]
+	n := setup(t, "", mode.cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := stream.Name("default")
+	js := attacker(t, n)
+	testutil.Eventually(t, "the stream", 30*time.Second, 20*time.Millisecond, func() bool {
+		_, err := js.Stream(ctx, name)
+		return err == nil
+	})
+	app := dialApp(t, n, mode.app)
+	requests := func() int {
+		m, err := app.RequestWithContext(ctx, "$SRV.STATS."+api.ServiceName, nil)
+		if err != nil {
+			t.Fatalf("service stats: %v", err)
+		}
+		var stats micro.Stats
+		if err := json.Unmarshal(m.Data, &stats); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range stats.Endpoints {
+			if e.Subject == api.SubjectCreateBoundary {
+				return e.NumRequests
+			}
+		}
+		t.Fatalf("no endpoint %s in the service's stats: %s", api.SubjectCreateBoundary, m.Data)
+		return 0
+	}
+	before := requests()
+	body := fmt.Sprintf(`{"stream_name":%q,"config":{"name":"evil","durable_name":"evil","ack_policy":"none","deliver_policy":"all"}}`, name)
+	if err := app.PublishRequest("$JS.API.CONSUMER.CREATE."+name+".evil", api.SubjectCreateBoundary, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the consumer evil, and its answer at the create endpoint", 10*time.Second, 20*time.Millisecond, func() bool {
+		_, err := js.Consumer(ctx, name, "evil")
+		return err == nil && requests() > before
+	})
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if b, err := n.Boundary(ctx, "evil"); !errors.Is(err, event.ErrNotFound) {
+			t.Fatalf("JetStream's answer created boundary %+v (%v)", b, err)
 		}
 	}
 }
