@@ -461,7 +461,8 @@ func checkBudgetError(t *testing.T, err error, b string, budget, perStream int64
 		fmt.Sprintf("budget of %d MiB (%d bytes) (ORISUN_NATS_MAX_MEMORY)", budget>>20, budget),
 		"existing streams and",
 		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES",
-		"raise ORISUN_NATS_MAX_MEMORY",
+		"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES to at most ",
+		"or raise ORISUN_NATS_MAX_MEMORY to at least ",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("the refusal of %s does not say %q: %v", b, want, err)

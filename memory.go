@@ -90,9 +90,27 @@ func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name 
 	return fmt.Errorf("%w: boundary %q refused: its stream would reserve %s of JetStream memory (ORISUN_NATS_EVENT_STREAM_MAX_BYTES), "+
 		"but of the budget of %s (%s) %s is reserved by the %d existing streams and %s is promised "+
 		"to the accepted boundaries whose streams are not created yet (%d), leaving %s; "+
-		"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or raise %s",
+		"%s, or raise %s to at least %s",
 		event.ErrTooLarge, name, bytesText(b.perStream), bytesText(b.budget), b.of, bytesText(b.reserved), b.streams,
-		bytesText(promised), b.waiting, bytesText(free), raiseWhat(b.of))
+		bytesText(promised), b.waiting, bytesText(free), n.lowerStreams(b), raiseWhat(b.of), bytesText(b.reserved+promised+b.perStream))
+}
+
+// lowerStreams says how far ORISUN_NATS_EVENT_STREAM_MAX_BYTES must come
+// down for every boundary's stream, the new one's included, to fit the
+// budget beside what other streams reserve (orisun's existing ones taking
+// the new limit when their publishers put it back or create them again):
+// what a node too small for the default stream (less than about 683 MiB
+// of memory, or of GOMEMLIMIT, at zero configuration) must set.
+func (n *Node) lowerStreams(b memoryBudget) string {
+	const what = "lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES"
+	perReplica := max(b.perStream/max(n.cfg.EventStreamMaxBytes, 1), 1)
+	others := max(b.reserved-int64(b.streams)*b.perStream, 0)
+	fit := (b.budget - others) / int64(b.streams+b.waiting+1) / perReplica
+	if fit < 1<<20 {
+		return what
+	}
+	fit -= fit % (1 << 20) // whole MiB
+	return fmt.Sprintf("%s to at most %s (every boundary's stream then fits)", what, bytesText(fit))
 }
 
 // budgetTimeout bounds the reads of the memory check.
