@@ -3,7 +3,9 @@ package orisun_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -205,7 +207,7 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 	if err != nil || s.CachedInfo().State.LastSeq != 15 {
 		t.Fatalf("the stream after the attempts: %v", err)
 	}
-	if strings.Contains(logs.String(), "lets a client without credentials") ||
+	if strings.Contains(logs.String(), "lets such a client") ||
 		!strings.Contains(logs.String(), "refuses clients without credentials") {
 		t.Fatalf("the start check of the recipe's server:\n%s", logs.String())
 	}
@@ -225,20 +227,47 @@ func TestExternalNATSStartCheck_S13(t *testing.T) {
 	}, orisun.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	var warning string
 	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, "level=WARN") && strings.Contains(l, "lets a client without credentials") {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "lets such a client") {
 			warning = l
 		}
 	}
 	if warning == "" {
 		t.Fatalf("no warning about the open server:\n%s", logs.String())
 	}
-	for _, open := range []string{"publish into orisun.events.>", "subscribe to orisun.api.>", "subscribe to $SRV.>",
-		"stream delete", "stream purge", "_ORISUN_INBOX.>", "create boundaries", "docs/security.md"} {
+	for _, open := range []string{"in the account of clients without credentials", "publish into orisun.events.>",
+		"subscribe to orisun.api.>", "subscribe to $SRV.>", "stream delete", "stream purge", "_ORISUN_INBOX.>",
+		"create boundaries", "docs/security.md"} {
 		if !strings.Contains(warning, open) {
 			t.Errorf("the warning does not name %q: %s", open, warning)
 		}
 	}
 	t.Log(warning)
+}
+
+// TestExternalNATSStartCheckURLCredentials_S13: orisun's user and password
+// given in ORISUN_NATS_URL (nats://orisun:…@host) instead of
+// ORISUN_NATS_USER. The start check connects without them: the server of
+// docs/security.md's recipe refuses clients without credentials, and the
+// check says so. Before, it logged in as orisun with the URL's password,
+// every probe passed, it warned that any client could do everything, and
+// it logged the password with the URL; so did "orisun started".
+func TestExternalNATSStartCheckURLCredentials_S13(t *testing.T) {
+	ns := recipeNATS(t)
+	logs := &syncBuffer{}
+	port := ns.Addr().(*net.TCPAddr).Port
+	setup(t, "", func(c *orisun.Config) {
+		c.NATSURL = fmt.Sprintf("nats://orisun:orisun-pass@127.0.0.1:%d", port)
+	}, orisun.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	out := logs.String()
+	if strings.Contains(out, "orisun-pass") {
+		t.Fatalf("the log holds the password of ORISUN_NATS_URL:\n%s", out)
+	}
+	if strings.Contains(out, "lets such a client") || !strings.Contains(out, "refuses clients without credentials") {
+		t.Fatalf("the start check did not probe without the URL's credentials:\n%s", out)
+	}
+	if want := fmt.Sprintf("nats_url=nats://127.0.0.1:%d", port); !strings.Contains(out, want) {
+		t.Fatalf("the log does not name the server without its credentials (%s):\n%s", want, out)
+	}
 }
 
 // TestBoundaryMemoryBudgetOfAccount_S13: on an external NATS whose

@@ -2,6 +2,7 @@ package orisun_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,11 +14,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/stream"
@@ -187,7 +191,7 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 				t.Fatal("no fall-back named the refused consumer: the subscription was not refused one, and the test shows nothing")
 			}
 			mu.Unlock()
-			if !strings.Contains(logs.String(), "JetStream refuses the subscription a consumer") {
+			if !strings.Contains(logs.String(), "has no consumer slot free for the subscription") {
 				t.Fatalf("the client's log does not say the consumer was refused:\n%s", logs.String())
 			}
 
@@ -345,6 +349,105 @@ func TestBoundaryMemoryBudget_S13(t *testing.T) {
 	}
 }
 
+// TestBoundaryMemoryBudgetEmbeddedCluster_S13: in an embedded cluster whose
+// streams have a replica on every server (three nodes, three replicas, as
+// docker-compose.yml runs it) every server holds every stream, so the
+// memory check runs there as on a single server: a boundary whose stream
+// would not fit a node's budget is refused at creation, through the API
+// and Node.CreateBoundary on any node, instead of accepted with streams
+// that fill every node. Before, a cluster was never checked.
+func TestBoundaryMemoryBudgetEmbeddedCluster_S13(t *testing.T) {
+	const perStream, budget = 4 << 20, 10 << 20 // room for two streams
+	url := pgtest.URL(t)
+	ports, routes := clusterPorts(t, 3)
+	var nodes []*orisun.Node
+	for i, p := range ports {
+		nodes = append(nodes, clusterNode(t, url, fmt.Sprintf("node-%d", i+1), p, routes, func(c *orisun.Config) {
+			c.EventStreamMaxBytes, c.NATSMaxMemory = perStream, budget
+		}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leaderOf(t, nodes, "default", 60*time.Second)
+	if _, err := nodes[0].CreateBoundary(ctx, "second"); err != nil {
+		t.Fatalf("the second stream fits: %v", err)
+	}
+	// Its stream on every server before the next creation, wherever that
+	// is checked: a boundary another node created is counted once the
+	// node adopts it or its stream exists.
+	leaderOf(t, nodes, "second", 60*time.Second)
+	c, err := client.Connect(nodes[1].NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.CreateBoundary(ctx, "third")
+	checkBudgetError(t, err, "third", budget, perStream)
+	_, err = nodes[2].CreateBoundary(ctx, "fourth")
+	checkBudgetError(t, err, "fourth", budget, perStream)
+	for _, b := range []string{"third", "fourth"} {
+		if _, err := nodes[0].Boundary(ctx, b); !errors.Is(err, event.ErrNotFound) {
+			t.Fatalf("boundary %s after the refusal: %v, want not found", b, err)
+		}
+	}
+}
+
+// TestJetStreamReplyCannotCreateBoundary_S13: NATS does not check the
+// reply subject a client names (docs/security.md, "A known gap"), so an
+// application that may not create boundaries (credentials configured, the
+// creation the admin's) can have JetStream answer a request of its own on
+// orisun.api.boundaries.create. A consumer creation's answer carries a
+// top-level "name" the application chooses. The API must not take it for
+// a creation: it refuses a body with any key but the request's own
+// (DisallowUnknownFields), and every JetStream answer has others ("type",
+// "stream_name", "config", …). The control: the consumer exists (the
+// request ran) and the create endpoint counted one more request (the
+// answer reached the API).
+func TestJetStreamReplyCannotCreateBoundary_S13(t *testing.T) {
+	mode := limitsModes[1]
+	n := setup(t, "", mode.cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := stream.Name("default")
+	js := attacker(t, n)
+	testutil.Eventually(t, "the stream", 30*time.Second, 20*time.Millisecond, func() bool {
+		_, err := js.Stream(ctx, name)
+		return err == nil
+	})
+	app := dialApp(t, n, mode.app)
+	requests := func() int {
+		m, err := app.RequestWithContext(ctx, "$SRV.STATS."+api.ServiceName, nil)
+		if err != nil {
+			t.Fatalf("service stats: %v", err)
+		}
+		var stats micro.Stats
+		if err := json.Unmarshal(m.Data, &stats); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range stats.Endpoints {
+			if e.Subject == api.SubjectCreateBoundary {
+				return e.NumRequests
+			}
+		}
+		t.Fatalf("no endpoint %s in the service's stats: %s", api.SubjectCreateBoundary, m.Data)
+		return 0
+	}
+	before := requests()
+	body := fmt.Sprintf(`{"stream_name":%q,"config":{"name":"evil","durable_name":"evil","ack_policy":"none","deliver_policy":"all"}}`, name)
+	if err := app.PublishRequest("$JS.API.CONSUMER.CREATE."+name+".evil", api.SubjectCreateBoundary, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the consumer evil, and its answer at the create endpoint", 10*time.Second, 20*time.Millisecond, func() bool {
+		_, err := js.Consumer(ctx, name, "evil")
+		return err == nil && requests() > before
+	})
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if b, err := n.Boundary(ctx, "evil"); !errors.Is(err, event.ErrNotFound) {
+			t.Fatalf("JetStream's answer created boundary %+v (%v)", b, err)
+		}
+	}
+}
+
 // checkBudgetError asserts that err refuses boundary b for the memory
 // budget and names it, what is reserved, and what to change.
 func checkBudgetError(t *testing.T, err error, b string, budget, perStream int64) {
@@ -358,7 +461,8 @@ func checkBudgetError(t *testing.T, err error, b string, budget, perStream int64
 		fmt.Sprintf("budget of %d MiB (%d bytes) (ORISUN_NATS_MAX_MEMORY)", budget>>20, budget),
 		"existing streams and",
 		"ORISUN_NATS_EVENT_STREAM_MAX_BYTES",
-		"raise ORISUN_NATS_MAX_MEMORY",
+		"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES to at most ",
+		"or raise ORISUN_NATS_MAX_MEMORY to at least ",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("the refusal of %s does not say %q: %v", b, want, err)

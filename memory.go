@@ -51,10 +51,14 @@ type memoryBudget struct {
 // the boundary not yet in the store. Streams without a byte limit
 // (ORISUN_NATS_EVENT_STREAM_MAX_BYTES=-1) reserve nothing, and where the
 // budget cannot be read (an external NATS whose account has no memory
-// limit, whose servers' budgets a client cannot see; an embedded cluster,
-// whose streams spread over servers this node does not see) nothing is
-// checked: JetStream refuses the stream when the publisher creates it, and
-// the publisher is paused with that reason.
+// limit, whose servers' budgets a client cannot see; an embedded cluster
+// whose streams have fewer replicas than it has servers, so that they
+// spread over servers this node does not see) nothing is checked:
+// JetStream refuses the stream when the publisher creates it, and the
+// publisher is paused with that reason. An embedded cluster whose streams
+// have a replica on every server (ORISUN_NATS_STREAM_REPLICAS equal to its
+// size, as docker-compose.yml runs it) is checked as a single server is:
+// each server holds every stream.
 func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name string) error {
 	if n.cfg.EventStreamMaxBytes <= 0 {
 		return nil
@@ -86,9 +90,27 @@ func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name 
 	return fmt.Errorf("%w: boundary %q refused: its stream would reserve %s of JetStream memory (ORISUN_NATS_EVENT_STREAM_MAX_BYTES), "+
 		"but of the budget of %s (%s) %s is reserved by the %d existing streams and %s is promised "+
 		"to the accepted boundaries whose streams are not created yet (%d), leaving %s; "+
-		"lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES or raise %s",
+		"%s, or raise %s to at least %s",
 		event.ErrTooLarge, name, bytesText(b.perStream), bytesText(b.budget), b.of, bytesText(b.reserved), b.streams,
-		bytesText(promised), b.waiting, bytesText(free), raiseWhat(b.of))
+		bytesText(promised), b.waiting, bytesText(free), n.lowerStreams(b), raiseWhat(b.of), bytesText(b.reserved+promised+b.perStream))
+}
+
+// lowerStreams says how far ORISUN_NATS_EVENT_STREAM_MAX_BYTES must come
+// down for every boundary's stream, the new one's included, to fit the
+// budget beside what other streams reserve (orisun's existing ones taking
+// the new limit when their publishers put it back or create them again):
+// what a node too small for the default stream (less than about 683 MiB
+// of memory, or of GOMEMLIMIT, at zero configuration) must set.
+func (n *Node) lowerStreams(b memoryBudget) string {
+	const what = "lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES"
+	perReplica := max(b.perStream/max(n.cfg.EventStreamMaxBytes, 1), 1)
+	others := max(b.reserved-int64(b.streams)*b.perStream, 0)
+	fit := (b.budget - others) / int64(b.streams+b.waiting+1) / perReplica
+	if fit < 1<<20 {
+		return what
+	}
+	fit -= fit % (1 << 20) // whole MiB
+	return fmt.Sprintf("%s to at most %s (every boundary's stream then fits)", what, bytesText(fit))
 }
 
 // budgetTimeout bounds the reads of the memory check.
@@ -105,8 +127,15 @@ func raiseWhat(of string) string {
 // memoryBudget reads the budget and what is reserved of it; ok is false
 // where it cannot be known (see checkStreamMemory).
 func (n *Node) memoryBudget(ctx context.Context, store backend.Store) (memoryBudget, bool, error) {
-	if n.cfg.NATSClusterName != "" {
-		return memoryBudget{}, false, nil
+	if n.ns != nil && n.cfg.NATSClusterName != "" {
+		// Each server reserves the max bytes of every stream it holds a
+		// replica of, and Memory counts every stream of the cluster once:
+		// exact when every server holds every stream. Until the cluster
+		// has a leader this server may not know every stream yet.
+		size, led, err := n.ns.JetStreamClusterSize()
+		if err != nil || !led || size != max(n.cfg.StreamReplicas, 1) {
+			return memoryBudget{}, false, err
+		}
 	}
 	if n.ns != nil {
 		// The embedded server counts its streams and their reservations

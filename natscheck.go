@@ -6,10 +6,13 @@ package orisun
 // application (it has no application credentials). What it can do honestly
 // is try, as a client without credentials, the operations only orisun may
 // do, where trying harms nothing, and warn about each that the server lets
-// through.
+// through. Such a client is in the account the server gives clients
+// without credentials (no_auth_user's), which may be orisun's or one of
+// its own: the warning says what is open in that account.
 
 import (
 	"errors"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
@@ -50,21 +53,44 @@ var natsProbes = []natsProbe{
 // or that such clients are refused; what authenticated applications may do
 // is the deployment's and cannot be seen from here, which it says too.
 func (n *Node) checkExternalNATS() {
-	open, err := probeAnonymous(n.cfg.NATSURL, n.cfg.NATSTLSCA)
+	// Without the URL's user and password (nats://user:pw@host), which
+	// nats.Connect would log in with: the probe would pass as orisun, and
+	// the log would carry the password.
+	url := withoutUserinfo(n.cfg.NATSURL)
+	open, err := probeAnonymous(url, n.cfg.NATSTLSCA)
 	const recipe = "configure the server's permissions as docs/security.md, \"An existing NATS\", shows"
 	switch {
 	case err != nil && errors.Is(err, nats.ErrAuthorization):
 		n.log.Info("the external NATS refuses clients without credentials; what the applications' users may do is the "+
-			"deployment's, which orisun cannot see: "+recipe, "nats_url", n.cfg.NATSURL)
+			"deployment's, which orisun cannot see: "+recipe, "nats_url", url)
 	case err != nil:
-		n.log.Info("could not check the external NATS as a client without credentials", "nats_url", n.cfg.NATSURL, "err", err)
+		n.log.Info("could not check the external NATS as a client without credentials", "nats_url", url, "err", err)
 	case len(open) > 0:
-		n.log.Warn("the external NATS lets a client without credentials "+strings.Join(open, "; ")+": "+recipe,
-			"nats_url", n.cfg.NATSURL)
+		n.log.Warn("in the account of clients without credentials, the external NATS lets such a client "+
+			strings.Join(open, "; ")+" (this reaches orisun only if that account is orisun's; no_auth_user of an account "+
+			"of its own keeps them apart): "+recipe, "nats_url", url)
 	default:
 		n.log.Info("the external NATS accepts clients without credentials but refused each of orisun's own operations "+
-			"tried as one", "nats_url", n.cfg.NATSURL)
+			"tried as one", "nats_url", url)
 	}
+}
+
+// withoutUserinfo is the comma-separated NATS URLs without their user
+// information (user and password, or a token). One that does not parse is
+// replaced by a placeholder: it may hold a password, and nothing connects
+// to it anyway.
+func withoutUserinfo(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := neturl.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "(a URL that does not parse)"
+			continue
+		}
+		u.User = nil
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // probe sends natsProbes and waits for the server to have read them.

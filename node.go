@@ -305,7 +305,7 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.log.Info("orisun started", "node_id", n.cfg.NodeID, "lease_holder", n.holder, "data_dir", n.cfg.DataDir,
-		"nats_url", n.natsURL, "shared_nats", n.cfg.SharedNATS(), "boundaries", names)
+		"nats_url", withoutUserinfo(n.natsURL), "shared_nats", n.cfg.SharedNATS(), "boundaries", names)
 	return nil
 }
 
@@ -502,7 +502,7 @@ func (n *Node) startNATS() error {
 		n.connect = func(name string) (*nats.Conn, error) {
 			nc, err := nats.Connect(n.cfg.NATSURL, append([]nats.Option{nats.Name(name)}, opts...)...)
 			if err != nil {
-				return nil, fmt.Errorf("connect %s to the external NATS %s: %w", name, n.cfg.NATSURL, err)
+				return nil, fmt.Errorf("connect %s to the external NATS %s: %w", name, withoutUserinfo(n.cfg.NATSURL), err)
 			}
 			return nc, nil
 		}

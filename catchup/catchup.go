@@ -110,7 +110,8 @@ type sub struct {
 	h        event.Handler
 	log      *slog.Logger
 	// refused is whether JetStream refused the last live consumer (it is
-	// logged once).
+	// logged once, and the pause before the next try grows whatever the
+	// store delivers meanwhile).
 	refused bool
 }
 
@@ -119,19 +120,26 @@ func (s *sub) run(ctx context.Context) error {
 		return err
 	}
 	// pause grows while the stream keeps failing and the store has nothing
-	// new, so a stream that cannot serve is not hammered; any delivery from
-	// the store resets it.
+	// new, so a stream that cannot serve is not hammered; a delivery from
+	// the store resets it (the stream fell behind, the store caught up:
+	// live again at once), unless JetStream refused the consumer. A
+	// refusal (every consumer slot taken) lasts whatever the appends do,
+	// and each try costs a stream info, a consumer creation and a
+	// fall-back: the pause grows, and the store is read every
+	// RetryInterval meanwhile so that the events keep coming.
 	pause := time.Duration(0)
 	for {
 		before := s.next
 		if err := s.catchUp(ctx); err != nil {
 			return err
 		}
-		if s.next != before {
+		if s.next != before && !s.refused {
 			pause = 0
 		}
-		if pause > 0 && !serviceutil.Sleep(ctx, pause) {
-			return ctx.Err()
+		if pause > 0 {
+			if err := s.wait(ctx, pause); err != nil {
+				return err
+			}
 		}
 		live, err := s.canGoLive(ctx)
 		if err != nil {
@@ -154,6 +162,29 @@ func (s *sub) run(ctx context.Context) error {
 		s.log.Debug("subscription fell behind", "next", s.next, "reason", reason)
 		if s.opts.OnFellBehind != nil {
 			s.opts.OnFellBehind(s.next, reason)
+		}
+	}
+}
+
+// wait waits d before the next live try; after a refused consumer it reads
+// the store every RetryInterval meanwhile.
+func (s *sub) wait(ctx context.Context, d time.Duration) error {
+	if !s.refused {
+		if !serviceutil.Sleep(ctx, d) {
+			return ctx.Err()
+		}
+		return nil
+	}
+	for end := time.Now().Add(d); ; {
+		left := time.Until(end)
+		if left <= 0 {
+			return nil
+		}
+		if !serviceutil.Sleep(ctx, min(left, s.cfg.RetryInterval)) {
+			return ctx.Err()
+		}
+		if err := s.catchUp(ctx); err != nil {
+			return err
 		}
 	}
 }
@@ -366,6 +397,25 @@ func (s *sub) deleteConsumer(ctx context.Context, cons jetstream.Consumer) {
 	_ = s.cfg.JS.DeleteConsumer(dctx, stream.Name(s.boundary), cons.CachedInfo().Name)
 }
 
+// logRefusal says, by its cause, why JetStream refused the live consumer.
+func (s *sub) logRefusal(err error) {
+	switch {
+	case errors.Is(err, jetstream.ErrMaximumConsumersLimit):
+		// One application can take every slot (docs/security.md,
+		// "Limits").
+		s.log.Warn("the boundary's stream has no consumer slot free for the subscription (its consumers, or the account's, "+
+			"are at JetStream's limit): reading the store meanwhile; nats consumer ls shows who holds them",
+			"stream", stream.Name(s.boundary), "err", err)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		// Deleted after canGoLive saw it: the publisher creates it
+		// again.
+		s.log.Info("the boundary's stream is gone: reading the store until it is back", "stream", stream.Name(s.boundary))
+	default:
+		s.log.Warn("JetStream refused the subscription's consumer: reading the store meanwhile",
+			"stream", stream.Name(s.boundary), "err", err)
+	}
+}
+
 // live consumes the stream from next. It returns the reason it went back
 // to the store, or an error that ends the subscription.
 func (s *sub) live(ctx context.Context) (string, error) {
@@ -375,13 +425,14 @@ func (s *sub) live(ctx context.Context) (string, error) {
 			return "", ctx.Err()
 		}
 		var refused *jetstream.APIError
-		if errors.As(err, &refused) && !s.refused {
-			// JetStream refuses the consumer (the stream's consumers are
-			// at their limit, which one application can reach): the
-			// subscription reads the store and tries again, and says so
-			// once until a consumer is made.
+		if errors.As(err, &refused) {
+			// JetStream refuses the consumer: the subscription reads the
+			// store and tries again, and says why once until a consumer
+			// is made.
+			if !s.refused {
+				s.logRefusal(err)
+			}
 			s.refused = true
-			s.log.Warn("JetStream refuses the subscription a consumer: reading the store meanwhile", "err", err)
 		}
 		return "live consumer not created: " + err.Error(), nil
 	}

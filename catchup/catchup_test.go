@@ -1,10 +1,14 @@
 package catchup_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,6 +136,13 @@ func (r *relay) subscribe() *subscription {
 // subscribeWith is subscribe with a function the handler calls first.
 func (r *relay) subscribeWith(before func(event.Event)) *subscription {
 	r.t.Helper()
+	return r.subscribeOpts(before, event.SubscribeOptions{}, nil)
+}
+
+// subscribeOpts is subscribeWith with the subscription's options and
+// logger (nil: none).
+func (r *relay) subscribeOpts(before func(event.Event), opts event.SubscribeOptions, log *slog.Logger) *subscription {
+	r.t.Helper()
 	nc, err := nats.Connect(r.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		r.t.Fatal(err)
@@ -144,7 +155,8 @@ func (r *relay) subscribeWith(before func(event.Event)) *subscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &subscription{done: make(chan error, 1), cancel: cancel}
 	go func() {
-		s.done <- catchup.Subscribe(ctx, catchup.Config{Store: r.store, JS: js, RetryInterval: 50 * time.Millisecond, PageSize: r.pageSize},
+		s.done <- catchup.Subscribe(ctx, catchup.Config{Store: r.store, JS: js, RetryInterval: 50 * time.Millisecond, PageSize: r.pageSize,
+			Logger: log},
 			"default", 0, func(_ context.Context, e event.Event) error {
 				if before != nil {
 					before(e)
@@ -153,7 +165,7 @@ func (r *relay) subscribeWith(before func(event.Event)) *subscription {
 				s.positions = append(s.positions, e.Position)
 				s.mu.Unlock()
 				return nil
-			}, event.SubscribeOptions{})
+			}, opts)
 	}()
 	r.t.Cleanup(func() { s.stop(r.t) })
 	return s
@@ -295,11 +307,12 @@ func TestSlowSubscriberCatchesUpFromStoreAfterEviction(t *testing.T) {
 	r.pageSize = 2
 	r.append(1, true)
 	gate := make(chan struct{})
-	s := r.subscribeWith(func(e event.Event) {
+	reasons := &reasonLog{}
+	s := r.subscribeOpts(func(e event.Event) {
 		if e.Position == 2 {
 			<-gate
 		}
-	})
+	}, event.SubscribeOptions{OnFellBehind: reasons.add}, nil)
 	s.waitFor(t, 1)
 	r.append(10, true) // positions 2–11; the stream keeps 8–11
 	info, err := r.js.Stream(ctx, stream.Name("default"))
@@ -311,9 +324,136 @@ func TestSlowSubscriberCatchesUpFromStoreAfterEviction(t *testing.T) {
 	}
 	close(gate)
 	s.waitFor(t, 11)
+	// The subscription was live when the stream evicted under it: it
+	// met the gap there, rather than reading everything from the store.
+	if !slices.ContainsFunc(reasons.all(), func(r string) bool { return strings.HasPrefix(r, "gap:") }) {
+		t.Fatalf("the subscription fell behind for %q, want a gap of the live stream", reasons.all())
+	}
 	r.append(3, true) // delivered live
 	s.waitFor(t, 14)
 	s.stop(t)
+}
+
+// reasonLog records the reasons a subscription fell behind (OnFellBehind).
+type reasonLog struct {
+	mu      sync.Mutex
+	reasons []string
+}
+
+func (l *reasonLog) add(_ uint64, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reasons = append(l.reasons, reason)
+}
+
+func (l *reasonLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reasons)
+}
+
+// count is how many reasons contain what.
+func (l *reasonLog) count(what string) int {
+	n := 0
+	for _, r := range l.all() {
+		if strings.Contains(r, what) {
+			n++
+		}
+	}
+	return n
+}
+
+// A subscription whose live consumer JetStream refuses (the stream's
+// consumer slots taken) while appends go on reads the store and tries the
+// consumer again after a growing pause, appends or not: each try costs a
+// stream info and a consumer creation, and counts a fall-back. Before, any
+// event the store delivered reset the pause, so with ~125 appends/s it
+// tried 29 times in 3 s. Meanwhile the store is read every retry interval,
+// so the events still arrive, and the warning names the cause.
+func TestRefusedConsumerRetriedWithGrowingPause(t *testing.T) {
+	r := newRelay(t)
+	ctx := context.Background()
+	if err := r.js.DeleteStream(ctx, stream.Name("default")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.Config("default", r.epoch, stream.Limits{}, 1)
+	cfg.MaxConsumers = 1
+	if _, err := r.js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Another's consumer takes the only slot.
+	if _, err := r.js.CreateConsumer(ctx, stream.Name("default"), jetstream.ConsumerConfig{Durable: "hog"}); err != nil {
+		t.Fatal(err)
+	}
+	r.append(1, true)
+	reasons := &reasonLog{}
+	logs := &syncBuffer{}
+	var mu sync.Mutex
+	appendedAt := map[uint64]time.Time{}
+	var slowest time.Duration // from an append to the event's delivery
+	s := r.subscribeOpts(func(e event.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if at, ok := appendedAt[e.Position]; ok {
+			slowest = max(slowest, time.Since(at))
+		}
+	}, event.SubscribeOptions{OnFellBehind: reasons.add}, slog.New(slog.NewTextHandler(logs, nil)))
+	s.waitFor(t, 1)
+
+	const window = 3 * time.Second
+	appended := 1
+	for start := time.Now(); time.Since(start) < window; {
+		mu.Lock()
+		appended++
+		appendedAt[uint64(appended)] = time.Now()
+		mu.Unlock()
+		r.append(1, true)
+		time.Sleep(8 * time.Millisecond) // ~125 appends/s with the append's own time
+	}
+	refused := reasons.count("live consumer not created")
+	// Pauses of 50 ms (the retry interval), 100, 200, … ms: about seven
+	// tries in 3 s; a few more leave room for a loaded machine, and none
+	// for a pause reset by every delivery.
+	t.Logf("%d appends, %d refused consumer creations in %s", appended, refused, window)
+	if refused == 0 {
+		t.Fatalf("no refused consumer creation: the slot was not taken? reasons %q", reasons.all())
+	}
+	if refused > 10 {
+		t.Fatalf("%d refused consumer creations in %s: the pause did not grow while the store delivered", refused, window)
+	}
+	// The store is read every retry interval (50 ms) meanwhile: the
+	// events keep arriving, not one pause (up to 5 s) late.
+	s.waitFor(t, appended)
+	mu.Lock()
+	worst := slowest
+	mu.Unlock()
+	t.Logf("slowest delivery after its append: %s", worst)
+	if worst >= time.Second {
+		t.Fatalf("an event reached the handler %s after its append: the store was not read during the pause", worst)
+	}
+	if out := logs.String(); strings.Count(out, "no consumer slot") != 1 || !strings.Contains(out, "level=WARN") {
+		t.Fatalf("the log does not name the full consumer table once as a warning:\n%s", out)
+	}
+	s.stop(t)
+}
+
+// syncBuffer is a log destination tests read while the subscription
+// writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // A subscription that resumes in an epoch the boundary no longer has (it

@@ -344,7 +344,10 @@ func (s *Server) Peers() []string {
 // memory streams may reserve), how much of it the streams have reserved and
 // how many streams there are, the last two read together: JetStream
 // refuses a stream whose max bytes do not fit the difference ("insufficient
-// memory resources").
+// memory resources"). In a cluster the last two are the cluster's (every
+// stream's max bytes once, whatever its replicas), which is what each
+// server holds when every stream has a replica on every server
+// (JetStreamClusterSize equal to the replicas).
 func (s *Server) Memory() (budget, reserved int64, streams int, err error) {
 	s.mu.Lock()
 	ns := s.ns
@@ -359,6 +362,31 @@ func (s *Server) Memory() (budget, reserved int64, streams int, err error) {
 	// Every client of this server is in its global account.
 	u := ns.GlobalAccount().JetStreamUsage()
 	return cfg.MaxMemory, int64(u.ReservedMemory), u.Streams, nil
+}
+
+// JetStreamClusterSize is the size of the JetStream cluster this server is
+// in (the servers of its meta group, configured or since joined) and
+// whether the group knows its leader, which means this server applied the
+// cluster's stream assignments that Memory counts; 0 when the server is
+// not clustered.
+func (s *Server) JetStreamClusterSize() (size int, led bool, err error) {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns == nil {
+		return 0, false, errors.New("natsembed: server not started")
+	}
+	if !ns.JetStreamIsClustered() {
+		return 0, false, nil
+	}
+	jsz, err := ns.Jsz(&server.JSzOptions{})
+	if err != nil {
+		return 0, false, fmt.Errorf("natsembed: JetStream cluster: %w", err)
+	}
+	if jsz.Meta == nil {
+		return 0, false, nil
+	}
+	return jsz.Meta.Size, jsz.Meta.Leader != "", nil
 }
 
 // MonitorURL is the base URL of the server's monitoring endpoint

@@ -146,7 +146,7 @@ func ConfigDrift(have, want *jetstream.StreamConfig) []Drift {
 		add("subject_delete_marker_ttl", have.SubjectDeleteMarkerTTL.String(), want.SubjectDeleteMarkerTTL.String(), false)
 	}
 	if have.ConsumerLimits != want.ConsumerLimits {
-		add("consumer_limits", fmt.Sprintf("%+v", have.ConsumerLimits), fmt.Sprintf("%+v", want.ConsumerLimits), false)
+		add(consumerLimits, fmt.Sprintf("%+v", have.ConsumerLimits), fmt.Sprintf("%+v", want.ConsumerLimits), false)
 	}
 	if have.Description != want.Description {
 		add("description", strconv.Quote(have.Description), strconv.Quote(want.Description), false)
@@ -171,15 +171,35 @@ func DescribeDrift(name string, ds []Drift) string {
 	return "stream " + name + ": " + strings.Join(parts, ", ")
 }
 
+// consumerLimits is the field of the consumer limits' drift, put back on
+// their own (see Restored).
+const consumerLimits = "consumer_limits"
+
+// splitConsumerLimits takes the consumer limits' drift out of ds.
+func splitConsumerLimits(ds []Drift) (rest []Drift, limits *Drift) {
+	for i := range ds {
+		if ds[i].Field == consumerLimits {
+			limits = &ds[i]
+			continue
+		}
+		rest = append(rest, ds[i])
+	}
+	return rest, limits
+}
+
 // mustRecreate reports whether one of ds cannot be undone in place.
 func mustRecreate(ds []Drift) bool {
 	return slices.ContainsFunc(ds, func(d Drift) bool { return d.Recreate })
 }
 
-// Restored is have with every setting ConfigDrift compares taken from want:
-// the configuration that puts an existing stream back (UpdateStream). What
-// orisun leaves alone (replicas, placement, the first sequence, the
-// server's metadata) stays as the stream has it.
+// Restored is have with every setting ConfigDrift compares taken from want,
+// but the consumer limits: the configuration that puts an existing stream
+// back (UpdateStream). What orisun leaves alone (replicas, placement, the
+// first sequence, the server's metadata) stays as the stream has it. The
+// consumer limits are put back on their own (with have's consumer limits
+// changed to want's), since JetStream refuses them while a consumer of the
+// stream asks for more than they allow (a stream of an earlier orisun had
+// none), and that refusal must not keep the rest from being put back.
 func Restored(have, want *jetstream.StreamConfig) jetstream.StreamConfig {
 	upd := *have
 	upd.Description = want.Description
@@ -194,7 +214,7 @@ func Restored(have, want *jetstream.StreamConfig) jetstream.StreamConfig {
 	upd.AllowDirect, upd.MirrorDirect = want.AllowDirect, want.MirrorDirect
 	upd.AllowAtomicPublish, upd.AllowBatchPublish = want.AllowAtomicPublish, want.AllowBatchPublish
 	upd.Sources, upd.SubjectTransform, upd.RePublish = want.Sources, want.SubjectTransform, want.RePublish
-	upd.Compression, upd.SubjectDeleteMarkerTTL, upd.ConsumerLimits = want.Compression, want.SubjectDeleteMarkerTTL, want.ConsumerLimits
+	upd.Compression, upd.SubjectDeleteMarkerTTL = want.Compression, want.SubjectDeleteMarkerTTL
 	md := make(map[string]string, len(want.Metadata))
 	for k, v := range have.Metadata {
 		if strings.HasPrefix(k, "_nats.") {

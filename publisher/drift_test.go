@@ -1,10 +1,13 @@
 package publisher_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,7 +114,15 @@ func TestConfigDriftFoundAndPutBack(t *testing.T) {
 			if drift[i].Recreate != tc.recreate {
 				t.Fatalf("%s: recreate %v, want %v", tc.field, drift[i].Recreate, tc.recreate)
 			}
-			s, err = e.js.UpdateStream(ctx, publisher.Restored(&have, &want))
+			restored := publisher.Restored(&have, &want)
+			if tc.field == "consumer_limits" {
+				// Put back on their own (see publisher.Restored).
+				if restored.ConsumerLimits == want.ConsumerLimits {
+					t.Fatal("Restored puts the consumer limits back with the rest")
+				}
+				restored.ConsumerLimits = want.ConsumerLimits
+			}
+			s, err = e.js.UpdateStream(ctx, restored)
 			if tc.recreate {
 				// JetStream refuses the update, or takes it and keeps the
 				// setting.
@@ -240,6 +251,105 @@ func TestRefusedPutBackWaits(t *testing.T) {
 		return in == "4s"
 	})
 	t.Logf("waits seen: %v", waits)
+}
+
+// TestConsumerLimitsPutBackOnTheirOwn: an upgrade. A stream an earlier
+// orisun created has no consumer limits, someone lowered its max_msgs to
+// 10, and an application's durable consumer on it asks to be kept two
+// hours unused. JetStream refuses the limits while that consumer exists
+// ("change to limits violates consumers", err_code 10069). The rest of the
+// configuration is put back all the same (before, one update carried
+// everything and was refused for good, max_msgs included), the warning
+// names the consumer, what frees it and the wait; once it is gone the
+// limits are set, logged at info level as the upgrade it is, not warned
+// about as someone's change.
+func TestConsumerLimitsPutBackOnTheirOwn(t *testing.T) {
+	e := setup(t)
+	e.append(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := e.store.Boundary(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := stream.Config("b", b.Epoch, stream.Limits{}, 1)
+	old.ConsumerLimits = jetstream.StreamConsumerLimits{}
+	old.MaxMsgs = 10
+	s, err := e.js.CreateStream(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.CreateConsumer(ctx, old.Name, jetstream.ConsumerConfig{Durable: "longer", InactiveThreshold: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	p := publisher.New(publisher.Config{
+		Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
+		PollInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	run(t, p, e.lease(t))
+	var info *jetstream.StreamInfo
+	var warning string
+	testutil.Eventually(t, "max_msgs put back, the consumer limits refused and named", 20*time.Second, 10*time.Millisecond, func() bool {
+		if info, err = s.Info(ctx); err != nil {
+			t.Fatal(err)
+		}
+		warning = p.Status().Warning
+		return info.Config.MaxMsgs == -1 && info.State.LastSeq == 3 && strings.Contains(warning, "consumer_limits")
+	})
+	if info.Config.ConsumerLimits != (jetstream.StreamConsumerLimits{}) {
+		t.Fatalf("consumer limits %+v set while a consumer asks for longer", info.Config.ConsumerLimits)
+	}
+	for _, want := range []string{"violates consumers: longer", "ask to be kept unused longer than 1h0m0s", "the next put-back is in"} {
+		if !strings.Contains(warning, want) {
+			t.Fatalf("the warning does not say %q: %s", want, warning)
+		}
+	}
+	if strings.Contains(warning, "max_msgs") {
+		t.Fatalf("the warning names max_msgs, which was put back: %s", warning)
+	}
+	t.Logf("warning: %s", warning)
+
+	if err := e.js.DeleteConsumer(ctx, old.Name, "longer"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the consumer limits set once the consumer is gone", 30*time.Second, 20*time.Millisecond, func() bool {
+		if info, err = s.Info(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return info.Config.ConsumerLimits.InactiveThreshold == stream.ConsumerInactiveMax && p.Status().Warning == ""
+	})
+	var setInfo bool
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "put back") && strings.Contains(l, "consumer_limits") && strings.Contains(l, "level=WARN") {
+			t.Errorf("the upgrade's consumer limits are warned about as someone's change: %s", l)
+		}
+		if strings.Contains(l, "level=INFO") && strings.Contains(l, "consumer limits set") {
+			setInfo = true
+		}
+	}
+	if !setInfo {
+		t.Errorf("no info line says the consumer limits were set:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a log destination tests read while the publisher writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // checkedEvery20ms runs a publisher that checks its stream every 20 ms,

@@ -292,6 +292,9 @@ type run struct {
 	// setting is not put back (JetStream refused, or the put-back waits).
 	checked                  time.Time
 	drifting, putBackRefused bool
+	// limitsHold is the wait of the consumer limits' put-back, which
+	// runs apart (putBackConsumerLimits).
+	limitsHold limitsHold
 	// putBacks are the times of this run's put-backs within putBackWindow;
 	// the next waits until putBackAt (for putBackWhy), after a wait of
 	// putBackWait (see putBackHeld).

@@ -515,6 +515,9 @@ func (r *run) verifyByGet(ctx context.Context, s jetstream.Stream, cp, last uint
 // the stream from the checkpoint. The put-back goes through the fence, as
 // a delete does; an error is the fence's (the lease could not be renewed).
 //
+// The consumer limits are put back on their own (putBackConsumerLimits),
+// after the rest.
+//
 // A refused replica count is different: it is a configuration change that
 // may pass (a cluster still forming, a peer down), tried again at
 // configRetry, waiting longer each time (up to a minute); force (the sync)
@@ -525,10 +528,11 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 	have := info.Config
 	r.want = want
 	drift := ConfigDrift(&have, &want)
-	what := DescribeDrift(name, drift)
 	if mustRecreate(drift) {
-		return what, nil
+		return DescribeDrift(name, drift), nil
 	}
+	drift, limits := splitConsumerLimits(drift)
+	what := DescribeDrift(name, drift)
 	var warnings []string
 	r.putBackRefused = false
 	switch held := r.putBackHeld(force); {
@@ -548,14 +552,14 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		cancel()
 		if err != nil {
 			r.putBackRefused = true
-			why := "JetStream refused to put it back: " + err.Error()
+			r.holdPutBack("JetStream refused to put it back: " + err.Error())
+			w := what + "; " + r.putBackHeld(false)
 			if force {
-				// The sync runs again with the stall's retries.
-				warnings = append(warnings, what+"; "+why+"; trying again every poll interval while the publisher is stalled")
-				break
+				// A sync puts it back whatever the wait; one runs every
+				// poll interval while the drift stalls the publisher.
+				w += ", or at the next sync (every poll interval while the publisher is stalled)"
 			}
-			r.holdPutBack(why)
-			warnings = append(warnings, what+"; "+r.putBackHeld(false))
+			warnings = append(warnings, w)
 			break
 		}
 		have = si.CachedInfo().Config
@@ -567,6 +571,15 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 			p.log.Warn("stream configuration was not orisun's: put back, and it keeps drifting", "stream", name, "drift", w)
 		} else {
 			p.log.Warn("stream configuration was not orisun's: put back", "stream", name, "drift", what)
+		}
+	}
+	if limits != nil {
+		var w string
+		if have, w, err = r.putBackConsumerLimits(ctx, have, want, *limits); err != nil {
+			return "", err
+		}
+		if w != "" {
+			warnings = append(warnings, w)
 		}
 	}
 	// Replicas of an existing stream can change (JetStream adds or removes
@@ -618,6 +631,78 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		p.log.Warn("stream configuration not applied", "stream", name, "warning", w)
 	}
 	return "", nil
+}
+
+// putBackConsumerLimits puts the stream's consumer limits
+// (stream.ConsumerInactiveMax) back on their own, returning the stream's
+// configuration after it and a warning when they are not put back.
+// JetStream refuses them while a consumer of the stream asks to be kept
+// unused longer ("change to limits violates consumers: <names>"), which
+// does not stop the publisher, nor the rest of the configuration from
+// being put back. A stream without them was created by an earlier orisun:
+// setting them is the upgrade, logged at info level; other limits are
+// someone's change, warned about as any drift. A refusal waits before the
+// next try, longer each time (up to putBackMaxWait), and so does a
+// put-back after another within the run (something keeps changing them).
+// Fenced like any put-back.
+func (r *run) putBackConsumerLimits(ctx context.Context, have, want jetstream.StreamConfig, d Drift) (jetstream.StreamConfig, string, error) {
+	p := r.p
+	name := want.Name
+	what := DescribeDrift(name, []Drift{d})
+	if held := r.limitsHold.held(); held != "" {
+		return have, what + "; " + held, nil
+	}
+	fctx, cancel, err := r.fence(ctx, "put back the consumer limits of stream "+name)
+	if err != nil {
+		return have, "", err
+	}
+	upd := have
+	upd.ConsumerLimits = want.ConsumerLimits
+	uctx, cancelUpdate := context.WithTimeout(fctx, jsTimeout)
+	si, err := p.cfg.JS.UpdateStream(uctx, upd)
+	cancelUpdate()
+	cancel()
+	if err != nil {
+		why := "JetStream refused to set them: " + err.Error()
+		if strings.Contains(err.Error(), "violates consumers") {
+			why += fmt.Sprintf(" (those consumers ask to be kept unused longer than %s; the limits are set once they are gone "+
+				"or ask for less, and consumers created meanwhile are not held to them)", want.ConsumerLimits.InactiveThreshold)
+		}
+		r.limitsHold.hold(why)
+		return have, what + "; " + r.limitsHold.held(), nil
+	}
+	r.limitsHold.hold("put back once in this run, and changed again (something keeps changing them?)")
+	if have.ConsumerLimits == (jetstream.StreamConsumerLimits{}) {
+		p.log.Info("stream consumer limits set: the stream was created without them (by an earlier orisun)",
+			"stream", name, "inactive_threshold", want.ConsumerLimits.InactiveThreshold)
+	} else {
+		p.log.Warn("stream configuration was not orisun's: put back", "stream", name, "drift", what)
+	}
+	return si.CachedInfo().Config, "", nil
+}
+
+// limitsHold is when the consumer limits may be put back next, and why
+// they wait (see putBackConsumerLimits).
+type limitsHold struct {
+	at   time.Time
+	wait time.Duration
+	why  string
+}
+
+// held says why and for how long the next put-back waits, or "".
+func (h *limitsHold) held() string {
+	if !time.Now().Before(h.at) {
+		return ""
+	}
+	in := (time.Until(h.at) + time.Second - 1).Truncate(time.Second)
+	return fmt.Sprintf("%s; the next put-back is in %s", h.why, in)
+}
+
+// hold makes the next put-back wait longer than the last.
+func (h *limitsHold) hold(why string) {
+	h.wait = min(max(2*h.wait, time.Second), putBackMaxWait)
+	h.at = time.Now().Add(h.wait)
+	h.why = why
 }
 
 // scheduleConfigRetry sets when a refused replica count is tried again:

@@ -115,8 +115,9 @@ const nodeMemoryOverhead = 256 << 20
 // sets exists in the configuration and the configuration of each node is
 // valid; the published ports are the ports the nodes listen on, bound to
 // loopback; no password is written in the file; one service builds the
-// image the others run; every node's memory limit holds its boundaries'
-// streams at their byte limit; the nodes form one cluster (each is in the
+// image the others run; every node's JetStream memory budget is set, holds
+// its boundaries' streams at their byte limit and fits its memory limit
+// with the process (memoryProblem); the nodes form one cluster (each is in the
 // route list, with the cluster port, node ids unique, enough nodes for the
 // replicas) on the compose file's PostgreSQL; the status listener is
 // reachable from outside the container; and the health checks run the
@@ -201,7 +202,7 @@ func TestComposeFileMatchesConfig(t *testing.T) {
 					t.Errorf("%s: the %s port %s is not published (ports %v)", name, what, port, svc.Ports)
 				}
 			}
-			if p := memoryProblem(svc, cfg); p != "" {
+			if p := memoryProblem(svc, cfg, len(nodes)); p != "" {
 				t.Errorf("%s: %s", name, p)
 			}
 			if !reflect.DeepEqual(svc.Healthcheck.Test, []string{"CMD", "/usr/local/bin/orisun", "healthcheck"}) {
@@ -232,11 +233,17 @@ func TestComposeFileMatchesConfig(t *testing.T) {
 	}
 }
 
-// memoryProblem says why a node's memory limit does not hold its streams
-// ("" when it does). The streams live in memory on every node that holds a
+// memoryProblem says why a node's memory does not hold its streams (""
+// when it does). The streams live in memory on every node that holds a
 // replica (with replicas on every node, all of them), each up to its byte
-// limit.
-func memoryProblem(svc composeService, cfg orisun.Config) string {
+// limit, which JetStream reserves out of its budget, ORISUN_NATS_MAX_MEMORY.
+// Unset, that budget is 75% of the host's memory, not of the container's
+// limit, and the node accepts boundaries whose streams the container
+// cannot hold: the budget must be set, below the limit with room for the
+// process, and hold the configured boundaries. The node checks a new
+// boundary against the budget only where every node holds every stream
+// (replicas equal to the nodes; memory.go), so that must hold too.
+func memoryProblem(svc composeService, cfg orisun.Config, nodes int) string {
 	limit, err := memoryBytes(svc.Deploy.Resources.Limits.Memory)
 	streams := int64(len(cfg.Boundaries)) * cfg.EventStreamMaxBytes
 	switch {
@@ -244,9 +251,18 @@ func memoryProblem(svc composeService, cfg orisun.Config) string {
 		return fmt.Sprintf("memory limit: %v", err)
 	case cfg.EventStreamMaxBytes <= 0:
 		return fmt.Sprintf("the streams have no byte limit (ORISUN_NATS_EVENT_STREAM_MAX_BYTES %d): no memory limit holds them", cfg.EventStreamMaxBytes)
-	case limit < streams+nodeMemoryOverhead:
-		return fmt.Sprintf("memory limit %s holds less than %d boundaries × ORISUN_NATS_EVENT_STREAM_MAX_BYTES %d + %d MiB for the process",
-			svc.Deploy.Resources.Limits.Memory, len(cfg.Boundaries), cfg.EventStreamMaxBytes, nodeMemoryOverhead>>20)
+	case cfg.NATSMaxMemory <= 0:
+		return "ORISUN_NATS_MAX_MEMORY is not set: JetStream's budget would be 75% of the host's memory, not of the container's " +
+			"limit, and boundaries beyond the limit would be accepted"
+	case limit < cfg.NATSMaxMemory+nodeMemoryOverhead:
+		return fmt.Sprintf("memory limit %s holds less than ORISUN_NATS_MAX_MEMORY %d + %d MiB for the process",
+			svc.Deploy.Resources.Limits.Memory, cfg.NATSMaxMemory, nodeMemoryOverhead>>20)
+	case cfg.NATSMaxMemory < streams:
+		return fmt.Sprintf("ORISUN_NATS_MAX_MEMORY %d holds less than %d boundaries × ORISUN_NATS_EVENT_STREAM_MAX_BYTES %d",
+			cfg.NATSMaxMemory, len(cfg.Boundaries), cfg.EventStreamMaxBytes)
+	case cfg.StreamReplicas != nodes:
+		return fmt.Sprintf("ORISUN_NATS_STREAM_REPLICAS %d with %d nodes: a node checks a new boundary against its memory "+
+			"budget only when every node holds every stream", cfg.StreamReplicas, nodes)
 	}
 	return ""
 }
@@ -396,33 +412,48 @@ func TestComposeFileSafeToCopy(t *testing.T) {
 }
 
 // TestComposeMemoryCheck: the memory check refuses a limit that does not
-// hold the streams (a copy of a node with 512 MiB and the default stream
-// limit of 512 MiB), no limit, and streams without a byte limit, and
-// accepts the file's node.
+// hold the budget and the process (a copy of a node with 512 MiB), a
+// budget left unset (75% of the host's memory) or one that does not hold
+// the configured boundaries, no limit, streams without a byte limit, and
+// fewer replicas than nodes (no budget check at creation), and accepts the
+// file's node.
 func TestComposeMemoryCheck(t *testing.T) {
 	doc := readCompose(t, composeText(t))
 	svc := doc.Services["orisun1"]
 	file := orisun.Defaults()
-	file.EventStreamMaxBytes = 128 << 20
-	if p := memoryProblem(svc, file); p != "" {
+	file.EventStreamMaxBytes, file.NATSMaxMemory, file.StreamReplicas = 128<<20, 704<<20, 3
+	if p := memoryProblem(svc, file, 3); p != "" {
 		t.Fatalf("the file's node: %s", p)
+	}
+	if env := svc.env(); env["ORISUN_NATS_MAX_MEMORY"] != strconv.FormatInt(file.NATSMaxMemory, 10) ||
+		env["ORISUN_NATS_EVENT_STREAM_MAX_BYTES"] != strconv.FormatInt(file.EventStreamMaxBytes, 10) {
+		t.Fatalf("docker-compose.yml's budget and stream limit are %q and %q; update this test's copy",
+			env["ORISUN_NATS_MAX_MEMORY"], env["ORISUN_NATS_EVENT_STREAM_MAX_BYTES"])
 	}
 	small := svc
 	small.Deploy.Resources.Limits.Memory = "512M"
 	none := svc
 	none.Deploy.Resources.Limits.Memory = ""
-	unlimited := orisun.Defaults()
+	unlimited := file
 	unlimited.EventStreamMaxBytes = -1
+	unset := file
+	unset.NATSMaxMemory = 0
+	crowded := file
+	crowded.Boundaries = []string{"a", "b", "c", "d", "e", "f"}
 	for _, c := range []struct {
-		svc  composeService
-		cfg  orisun.Config
-		want string
+		svc   composeService
+		cfg   orisun.Config
+		nodes int
+		want  string
 	}{
-		{small, orisun.Defaults(), "memory limit 512M holds less than 1 boundaries × ORISUN_NATS_EVENT_STREAM_MAX_BYTES 536870912"},
-		{none, file, "none set"},
-		{svc, unlimited, "the streams have no byte limit"},
+		{small, file, 3, "memory limit 512M holds less than ORISUN_NATS_MAX_MEMORY 738197504 + 256 MiB"},
+		{none, file, 3, "none set"},
+		{svc, unlimited, 3, "the streams have no byte limit"},
+		{svc, unset, 3, "ORISUN_NATS_MAX_MEMORY is not set"},
+		{svc, crowded, 3, "ORISUN_NATS_MAX_MEMORY 738197504 holds less than 6 boundaries"},
+		{svc, file, 5, "ORISUN_NATS_STREAM_REPLICAS 3 with 5 nodes"},
 	} {
-		if p := memoryProblem(c.svc, c.cfg); !strings.Contains(p, c.want) {
+		if p := memoryProblem(c.svc, c.cfg, c.nodes); !strings.Contains(p, c.want) {
 			t.Errorf("memoryProblem: %q, want %q", p, c.want)
 		}
 	}

@@ -307,6 +307,28 @@ func TestConfigParseErrors(t *testing.T) {
 	}
 }
 
+// TestStartTooSmallForTheDefaultStream: at zero configuration on a host
+// with less memory than the default stream needs (here GOMEMLIMIT=600MiB:
+// JetStream's budget is 75% of it, 450 MiB, below the default stream's 512
+// MiB), the node does not start with the default boundary refused and
+// nothing more to go on: the error names the budget and says what to set,
+// with the values that fit (issue 16's memory check; before it the node
+// started with the boundary paused).
+func TestStartTooSmallForTheDefaultStream(t *testing.T) {
+	p := start(t, t.TempDir(), "GOMEMLIMIT=600MiB")
+	line := p.WaitLine(t, "start failed", lineWait)
+	if code := p.Wait().ExitCode(); code != exitFailure {
+		t.Errorf("exit %d, want %d", code, exitFailure)
+	}
+	for _, want := range []string{`boundary \"default\" refused`, "budget of 450 MiB (471859200 bytes)",
+		"75% of the host's memory or of GOMEMLIMIT", "lower ORISUN_NATS_EVENT_STREAM_MAX_BYTES to at most 450 MiB",
+		"raise ORISUN_NATS_MAX_MEMORY to at least 512 MiB"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("start failed with %q; want %q", line, want)
+		}
+	}
+}
+
 // TestStartErrorsNameTheVariable: a NATS port in use, a status listener's
 // port in use and a data directory that cannot be made are named by their
 // variable, once (issue 18: the
