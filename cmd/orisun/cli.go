@@ -217,6 +217,23 @@ twice; give --id (a UUID) to make a retry idempotent.
 			if af.typ != "" && af.data == "" {
 				return usageErr(`--data is required with --type (a JSON value, e.g. --data '{"order":42}')`)
 			}
+			if af.typ == "" {
+				// Without --type the events come from stdin: an event's
+				// flags would be ignored, and the command would wait on a
+				// terminal for lines nobody meant to type.
+				var given []string
+				for _, f := range []string{"data", "metadata", "tags", "id"} {
+					if cmd.Flags().Changed(f) {
+						given = append(given, "--"+f)
+					}
+				}
+				if len(given) > 0 {
+					return usageErr("%s without --type: give --type for one event, or leave them out to read JSON lines from stdin", strings.Join(given, ", "))
+				}
+				if interactive(stdin) {
+					fmt.Fprintln(cmd.ErrOrStderr(), `orisun append: reading events from stdin, one JSON object per line ({"type":…,"data":…}); end with Ctrl-D`)
+				}
+			}
 			evs, err := af.events()
 			if err != nil {
 				return exit(exitUsage, err)
@@ -278,6 +295,22 @@ func (af *appendFlags) events() ([]event.Input, error) {
 		e.Tags = strings.Split(af.tags, ",")
 	}
 	return []event.Input{e}, nil
+}
+
+// interactive reports whether r is a terminal: a character device other
+// than /dev/null. (Without a dependency for isatty: a false positive, such
+// as stdin from /dev/zero, only prints the note.)
+func interactive(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(fi, null)
 }
 
 // condition is the append's condition; nil without --if-none-after.

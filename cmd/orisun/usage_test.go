@@ -94,6 +94,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--wait-settled", "soon"}, []string{`unexpected argument "soon"`}},
 		{[]string{"tail", "default", "--new", "--after", "3"}, []string{"--new and --after exclude each other"}},
 		{[]string{"read", "default", "--creds", "/nonexistent/user.creds"}, []string{"--creds: stat /nonexistent/user.creds"}},
+		// Review of issue 18: an event's flags without --type were ignored
+		// and the command waited on stdin.
+		{[]string{"append", "default", "--data", "1"}, []string{"--data without --type: give --type for one event, or leave them out"}},
+		{[]string{"append", "default", "--tags", "a", "--id", "x"}, []string{"--tags, --id without --type"}},
 	} {
 		code, _, errs := cliRun(t, c.args...)
 		if code != exitUsage {
