@@ -248,7 +248,7 @@ twice; give --id (a UUID) to make a retry idempotent.
 			defer s.close()
 			res, err := s.c.Append(s.ctx, args[0], evs, af.condition())
 			if err != nil {
-				return fail(err, args[0])
+				return s.fail(err, args[0])
 			}
 			if cf.json {
 				writeJSON(s.w, res)
@@ -364,7 +364,7 @@ func readCommand() *cobra.Command {
 			defer s.close()
 			res, err := s.c.Read(s.ctx, args[0], after, limit, qf.query())
 			if err != nil {
-				return fail(err, args[0])
+				return s.fail(err, args[0])
 			}
 			for i := range res.Events {
 				printEvent(s.w, &res.Events[i], cf.json)
@@ -402,7 +402,7 @@ with --if-none-after HEAD and the same query to act on what was seen.
 			defer s.close()
 			l, err := s.c.ReadLatest(s.ctx, args[0], qf.query())
 			if err != nil {
-				return fail(err, args[0])
+				return s.fail(err, args[0])
 			}
 			if cf.json {
 				writeJSON(s.w, l)
@@ -457,7 +457,7 @@ events appended from now on.
 			if isNew {
 				l, err := s.c.ReadLatest(s.ctx, args[0], nil)
 				if err != nil {
-					return fail(err, args[0])
+					return s.fail(err, args[0])
 				}
 				after = l.Head
 			}
@@ -471,7 +471,7 @@ events appended from now on.
 			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 				return nil
 			}
-			return fail(err, args[0])
+			return s.fail(err, args[0])
 		},
 	}
 	fs := c.Flags()
@@ -513,16 +513,16 @@ func boundariesCommand() *cobra.Command {
 			if create != "" {
 				b, err := s.c.CreateBoundary(s.ctx, create)
 				if errors.Is(err, nats.ErrPermissionViolation) {
-					return exit(exitFailure, fmt.Errorf("%w\ncreating a boundary needs the admin's credentials: set "+
-						"ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has "+
-						"them, or pass the admin's --user and --password (or --token)", err))
+					return exit(exitFailure, fmt.Errorf("the NATS server refused to create boundary %q (%v): creating a boundary needs the admin's "+
+						"credentials; set ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has "+
+						"them, or pass the admin's --user and --password (or --token)", create, nats.ErrPermissionViolation))
 				}
 				if err != nil {
-					return fail(err, create)
+					return s.fail(err, create)
 				}
 				bs = []event.Boundary{b}
 			} else if bs, err = s.c.Boundaries(s.ctx); err != nil {
-				return fail(err, "")
+				return s.fail(err, "")
 			}
 			for _, b := range bs {
 				if cf.json {
@@ -546,6 +546,7 @@ type session struct {
 	ctx context.Context
 	c   *client.Client
 	w   *bufio.Writer
+	url string
 }
 
 // open connects as the flags say: a usage error for bad credential flags,
@@ -558,18 +559,35 @@ func (cf *clientFlags) open(name string, stdout io.Writer) (*session, error) {
 	url := cf.url()
 	c, err := client.Connect(url, append(copts, client.Name(name), client.Timeout(cf.timeout))...)
 	if err != nil {
-		return nil, connectError(err)
+		return nil, connectError(url, err)
 	}
-	return &session{ctx: context.Background(), c: c, w: bufio.NewWriter(stdout)}, nil
+	return &session{ctx: context.Background(), c: c, w: bufio.NewWriter(stdout), url: url}, nil
 }
 
-// connectError is a failed connect: refused credentials are a failure
-// with the ways to log in; anything else means the node is unavailable.
-func connectError(err error) error {
-	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
-		return exit(exitFailure, fmt.Errorf("%w\nlog in with --user and --password, --token or --creds (or ORISUN_NATS_USER and ORISUN_NATS_PASSWORD, ORISUN_NATS_TOKEN, NATS_CREDS)", err))
+// The hints of a failed command, each said after "; " on the error's line.
+const (
+	hintServer = "is orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL"
+	hintLogin  = "log in with --user and --password, --token or --creds (or ORISUN_NATS_USER and ORISUN_NATS_PASSWORD, ORISUN_NATS_TOKEN, NATS_CREDS)"
+)
+
+// connectError is a failed connect to url, in one line: refused
+// credentials are a failure with the ways to log in; anything else means
+// the node is unavailable. The client's own context ("orisun client:
+// connect to …") is left out: the line names the URL.
+func connectError(url string, err error) error {
+	return exit(connectProblem(url, err))
+}
+
+// connectProblem is connectError's exit status and message.
+func connectProblem(url string, err error) (int, error) {
+	cause := err
+	if u := errors.Unwrap(err); u != nil {
+		cause = u
 	}
-	return exit(exitUnavailable, fmt.Errorf("%w\nis orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", err))
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return exitFailure, fmt.Errorf("%s refused the login: %v; %s", url, cause, hintLogin)
+	}
+	return exitUnavailable, fmt.Errorf("cannot connect to %s: %v; %s", url, cause, hintServer)
 }
 
 // close writes out what is buffered and closes the connection.
@@ -643,13 +661,17 @@ func writeJSON(w io.Writer, v any) {
 }
 
 // fail turns a failed request into the exit status of its code and one
-// message: the API's code and message ("conflict: …"), without the
-// client's wrapping, and what to do where that is clear. boundary is the
-// one the command named ("" for none).
-func fail(err error, boundary string) error {
+// line: the API's code and message ("conflict: …"), without the client's
+// wrapping, and what to do, after "; ", where that is clear. boundary is
+// the one the command named ("" for none).
+func (s *session) fail(err error, boundary string) error {
+	if err == nil {
+		return nil
+	}
 	code := api.CodeOf(err)
 	var apiErr *api.Error
-	if errors.As(err, &apiErr) {
+	answered := errors.As(err, &apiErr)
+	if answered {
 		err = apiErr
 	}
 	switch code {
@@ -659,11 +681,29 @@ func fail(err error, boundary string) error {
 		return exit(exitInvalid, err)
 	case api.CodeNotFound:
 		if boundary != "" && strings.Contains(err.Error(), "does not exist") {
-			err = fmt.Errorf("%w\ncreate it with: orisun boundaries --create %s", err, boundary)
+			// The node's "create it first" becomes how.
+			err = fmt.Errorf("%s; create it with orisun boundaries --create %s (with access control on, as the NATS admin: "+
+				"ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD, or ORISUN_NATS_ADMIN_TOKEN)",
+				strings.TrimSuffix(err.Error(), "; create it first"), boundary)
 		}
 		return exit(exitNotFound, err)
 	case api.CodeUnavailable:
-		return exit(exitUnavailable, fmt.Errorf("%w\nis orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", err))
+		switch {
+		case answered:
+			// The node answered: it is there, but cannot serve now.
+			return exit(exitUnavailable, fmt.Errorf("%w; orisun status says what fails on the node", err))
+		case errors.Is(err, nats.ErrNoResponders):
+			return exit(exitUnavailable, fmt.Errorf("no orisun node answers on %s: its NATS server is there, but nothing serves orisun's API; "+
+				"is orisun running, and is this its NATS? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", s.url))
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			return exit(exitUnavailable, fmt.Errorf("no answer from %s within the timeout (--timeout); send the request again", s.url))
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return exit(exitUnavailable, fmt.Errorf("the connection to %s closed; %s", s.url, hintServer))
+		}
+		return exit(exitUnavailable, fmt.Errorf("%s: %w; %s", s.url, err, hintServer))
+	}
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return exit(exitFailure, fmt.Errorf("%w; the server's credentials for this user do not allow it (docs/security.md)", err))
 	}
 	return exit(exitFailure, err)
 }

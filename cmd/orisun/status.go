@@ -128,7 +128,9 @@ func newStatusReader(server, addr string, creds *credFlags) (*statusReader, erro
 		}
 		c, err := client.Connect(server, append(copts, client.Name("orisun-status"), client.Timeout(requestTimeout))...)
 		if err != nil {
-			return nil, exit(exitUnreadable, err)
+			// Any failure to connect leaves the status unread (exit 3).
+			_, msg := connectProblem(server, err)
+			return nil, exit(exitUnreadable, msg)
 		}
 		return &statusReader{c: c}, nil
 	}
