@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
@@ -227,12 +226,22 @@ func TestEnvCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("orisun env: %d %q", code, errs)
 	}
-	for _, v := range orisun.Variables() {
+	for _, v := range variables() {
 		if !strings.Contains(out, "\n"+v.Name+"="+v.Default+"\n") {
 			t.Errorf("orisun env lacks the line %s=%s", v.Name, v.Default)
 		}
+		if v.Default == "" && v.DefaultText != "none" && !strings.Contains(out, "\n"+v.Name+"=\n    (default: "+strings.Fields(v.DefaultText)[0]) {
+			t.Errorf("orisun env does not say %s's default in words (%q)", v.Name, v.DefaultText)
+		}
 		if words := strings.Fields(v.Meaning); len(words) > 3 && !strings.Contains(out, strings.Join(words[:3], " ")) {
 			t.Errorf("orisun env lacks the meaning of %s (%q…)", v.Name, strings.Join(words[:3], " "))
+		}
+	}
+	// The review of issue 18: these said "(no default)".
+	for _, want := range []string{"\nORISUN_NATS_DISABLE_MSG_ID=false\n", "\nORISUN_NATS_MAX_MEMORY=\n    (default: JetStream's: 75% of the host's memory)",
+		"\nORISUN_NODE_ID=\n    (default: host name + random suffix"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("orisun env lacks %q", want)
 		}
 	}
 	if !strings.Contains(out, "Set here: debug") || strings.Contains(out, "hunter2") || !strings.Contains(out, "Set here: (not shown)") {
@@ -286,15 +295,19 @@ func TestConfigParseErrors(t *testing.T) {
 	t.Setenv("ORISUN_POLL_INTERVAL", "soon")
 	t.Setenv("ORISUN_NATS_DISABLE_MSG_ID", "maybe")
 	t.Setenv("ORISUN_PUBLISH_BATCH", "0")
+	t.Setenv("ORISUN_NATS_MAX_MEMORY", "1GB")
 	_, err := loadConfig()
 	if err == nil {
 		t.Fatal("loadConfig accepted the bad values")
 	}
 	for _, want := range []string{
-		`ORISUN_NATS_PORT: "abc" is not a whole number; set a whole number, or unset it for the default, 4222`,
-		`ORISUN_POLL_INTERVAL: "soon" is not a duration; set a number with a unit such as 500ms, 30s, 5m or 1h, or unset it for the default, 1s`,
-		`ORISUN_NATS_DISABLE_MSG_ID: "maybe" is not true or false; set true or false, or unset it for the default, false`,
+		`ORISUN_NATS_PORT: "abc" is not a whole number; set a whole number, or unset it for the default (4222)`,
+		`ORISUN_POLL_INTERVAL: "soon" is not a duration; set a number with a unit such as 500ms, 30s, 5m or 1h, or unset it for the default (1s)`,
+		`ORISUN_NATS_DISABLE_MSG_ID: "maybe" is not true or false; set true or false, or unset it for the default (false)`,
 		`ORISUN_PUBLISH_BATCH: 0 is outside 1–100000`,
+		// The review of issue 18: the default was said to be 0.
+		`ORISUN_NATS_MAX_MEMORY: "1GB" is not a whole number of bytes; set a whole number of bytes (no unit: 1073741824 for 1 GiB), ` +
+			`or unset it for the default (JetStream's: 75% of the host's memory)`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error lacks %q:\n%v", want, err)
@@ -305,7 +318,7 @@ func TestConfigParseErrors(t *testing.T) {
 	}
 	// As serve says it: each problem on a line of its own, exit 2.
 	code, _, errs := cliRun(t, "serve")
-	if code != exitUsage || !strings.HasPrefix(errs, "orisun: ORISUN_NATS_PORT: ") || strings.Count(errs, "\norisun: ORISUN_") != 3 ||
+	if code != exitUsage || !strings.HasPrefix(errs, "orisun: ORISUN_NATS_PORT: ") || strings.Count(errs, "\norisun: ORISUN_") != 4 ||
 		!strings.Contains(errs, "orisun env lists every variable") {
 		t.Fatalf("orisun serve: exit %d, %q", code, errs)
 	}
