@@ -79,6 +79,9 @@ type credFlags struct {
 	user, password, token  string
 	creds                  string
 	tlsCA, tlsCert, tlsKey string
+	// userVar and passwordVar name where the user and the password came
+	// from, for the messages: the flags, or the variables fromEnv read.
+	userVar, passwordVar string
 }
 
 // addCredFlags adds --user, --password, --token, --creds and the TLS flags.
@@ -114,6 +117,7 @@ func addCredFlags(fs *pflag.FlagSet, c *credFlags) {
 // With asAdmin set (boundaries --create), ORISUN_NATS_ADMIN_USER and
 // _PASSWORD or ORISUN_NATS_ADMIN_TOKEN come first.
 func (c *credFlags) fromEnv() {
+	c.userVar, c.passwordVar = "--user", "--password"
 	for _, f := range []string{"user", "password", "token", "creds"} {
 		if c.fs != nil && c.fs.Changed(f) {
 			return
@@ -121,10 +125,12 @@ func (c *credFlags) fromEnv() {
 	}
 	c.user, c.password, c.token = os.Getenv("ORISUN_NATS_USER"), os.Getenv("ORISUN_NATS_PASSWORD"), os.Getenv("ORISUN_NATS_TOKEN")
 	c.creds = os.Getenv("NATS_CREDS")
+	c.userVar, c.passwordVar = "ORISUN_NATS_USER", "ORISUN_NATS_PASSWORD"
 	// Boundary creation is the admin's (docs/security.md): the admin's
 	// credentials win when they are set.
 	if user, token := os.Getenv("ORISUN_NATS_ADMIN_USER"), os.Getenv("ORISUN_NATS_ADMIN_TOKEN"); c.asAdmin && (user != "" || token != "") {
 		c.user, c.password, c.token, c.creds = user, os.Getenv("ORISUN_NATS_ADMIN_PASSWORD"), token, ""
+		c.userVar, c.passwordVar = "ORISUN_NATS_ADMIN_USER", "ORISUN_NATS_ADMIN_PASSWORD"
 	}
 }
 
@@ -138,8 +144,11 @@ func (c *credFlags) options() ([]client.Option, error) {
 		return nil, errors.New("--creds and --user/--token exclude each other (NATS_CREDS and ORISUN_NATS_USER/ORISUN_NATS_TOKEN too); log in one way")
 	case c.token != "" && c.user != "":
 		return nil, errors.New("--token and --user exclude each other")
+	case c.user != "" && c.password == "" && c.userVar == "--user":
+		return nil, errors.New("--user needs --password")
 	case c.user != "" && c.password == "":
-		return nil, errors.New("--user needs --password (or ORISUN_NATS_PASSWORD)")
+		// From the environment: name the variables that were read.
+		return nil, fmt.Errorf("%s is set but %s is not: set it too, or pass --user and --password", c.userVar, c.passwordVar)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
@@ -180,10 +189,15 @@ func oneBoundary(c *cobra.Command, args []string) error {
 	return nil
 }
 
-const clientNote = `
-The node is -s/--server, else $ORISUN_URL, else $NATS_URL, else ` + "nats://127.0.0.1:4222" + `.
+// serverNote ends the help of every client command; eventsNote that of
+// the commands that print events.
+const (
+	serverNote = `
+The node is -s/--server, else $ORISUN_URL, else $NATS_URL, else ` + "nats://127.0.0.1:4222" + `.`
+	eventsNote = `
 Events print one per line as "position type id time data"; --json prints
 the event JSON instead.`
+)
 
 // appendCommand is `orisun append <boundary>`: one event from the flags,
 // or JSON lines from stdin, optionally under a condition.
@@ -204,7 +218,7 @@ after position N: take N from the head orisun latest printed.
 
 Without --id the id is generated, so running the command twice appends
 twice; give --id (a UUID) to make a retry idempotent.
-` + clientNote,
+` + serverNote,
 		Example: `  orisun append default --type order.placed --data '{"order":42}' --tags order:42
   echo '{"type":"order.paid","data":{"order":42}}' | orisun append default
   orisun append default --type order.cancelled --data '{"order":42}' --if-none-after 17 --query-tags order:42`,
@@ -279,7 +293,7 @@ func (af *appendFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&af.tags, "tags", "", "comma-separated tags")
 	fs.StringVar(&af.id, "id", "", "event id (a UUID; default: generated, so a retry of this command appends again)")
 	fs.Uint64Var(&af.ifNoneAfter, "if-none-after", 0, "append only if no event matching --query-types/--query-tags is after this position (the head that orisun latest printed)")
-	af.query.add(fs, "of the condition")
+	af.query.add(fs, "of the condition's query")
 }
 
 // events is the event of the flags, or without --type the events of stdin.
@@ -351,7 +365,9 @@ func readCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "read <boundary>",
 		Short: "print a page of a boundary's events",
-		Long:  "Prints the events of a boundary after a position, at most --limit of them.\n" + clientNote,
+		Long: `Prints the events of a boundary after a position, at most --limit of them:
+every event, or with --query-types/--query-tags the ones that match.
+` + serverNote + eventsNote,
 		Example: `  orisun read default --after 0 --limit 10
   orisun read default --json
   orisun read default --query-tags order:42`,
@@ -374,7 +390,7 @@ func readCommand() *cobra.Command {
 	}
 	c.Flags().Uint64Var(&after, "after", 0, "read the events after this position")
 	c.Flags().IntVar(&limit, "limit", readLimitDefault, fmt.Sprintf("most events to read (1–%d)", api.MaxReadLimit))
-	qf.add(c.Flags(), "to read (default: every event)")
+	qf.add(c.Flags(), "of the query")
 	addClientFlags(c, &cf)
 	return c
 }
@@ -389,9 +405,10 @@ func latestCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "latest <boundary>",
 		Short: "print the head and the latest matching event: a decision's context",
-		Long: `Prints the boundary's head and its latest event matching the query: append
-with --if-none-after HEAD and the same query to act on what was seen.
-` + clientNote,
+		Long: `Prints the boundary's head and its latest event matching the query
+(--query-types/--query-tags; without them, the latest event): append with
+--if-none-after HEAD and the same query to act on what was seen.
+` + serverNote + eventsNote,
 		Example: `  orisun latest default --query-tags order:42`,
 		Args:    oneBoundary,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -417,7 +434,7 @@ with --if-none-after HEAD and the same query to act on what was seen.
 			return nil
 		},
 	}
-	qf.add(c.Flags(), "to match (default: every event)")
+	qf.add(c.Flags(), "of the query")
 	addClientFlags(c, &cf)
 	return c
 }
@@ -437,7 +454,7 @@ func tailCommand() *cobra.Command {
 --after), then follows it: each event appended later is printed as it comes,
 in order and once, until SIGINT (Ctrl-C) or SIGTERM. --new follows only the
 events appended from now on.
-` + clientNote,
+` + serverNote + eventsNote,
 		Example: `  orisun tail default                # every event, then follow
   orisun tail default --after 17     # from position 18 on
   orisun tail default --new --json   # only new events, as JSON`,
@@ -498,7 +515,7 @@ func boundariesCommand() *cobra.Command {
 		Short: "list the boundaries, or create one",
 		Long: `Lists the boundaries: name, head and epoch. --create NAME creates one
 (names match ^[a-z][a-z0-9_]{0,62}$); creating one that exists is no error.
-` + clientNote,
+` + serverNote,
 		Example: `  orisun boundaries
   orisun boundaries --create orders`,
 		Args: noArgs,
@@ -601,8 +618,8 @@ type queryFlags struct{ types, tags string }
 
 // add adds the flags; what says what the query selects.
 func (q *queryFlags) add(fs *pflag.FlagSet, what string) {
-	fs.StringVar(&q.types, "query-types", "", "comma-separated event types "+what+" (any of them)")
-	fs.StringVar(&q.tags, "query-tags", "", "comma-separated tags "+what+" (all of them)")
+	fs.StringVar(&q.types, "query-types", "", "comma-separated event types "+what+": an event of any of them matches")
+	fs.StringVar(&q.tags, "query-tags", "", "comma-separated tags "+what+": an event with all of them matches")
 }
 
 // query is the one-item query of the flags; nil when both are empty.

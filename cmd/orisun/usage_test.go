@@ -97,6 +97,11 @@ func TestUsageErrors(t *testing.T) {
 		// and the command waited on stdin.
 		{[]string{"append", "default", "--data", "1"}, []string{"--data without --type: give --type for one event, or leave them out"}},
 		{[]string{"append", "default", "--tags", "a", "--id", "x"}, []string{"--tags, --id without --type"}},
+		// Review of issue 18: a timeout without its unit was refused as a
+		// stray argument, and help of an unknown topic exited 0.
+		{[]string{"status", "--wait-settled", "5"}, []string{`"5" has no unit: give one, e.g. 5s or 5m`}},
+		{[]string{"help", "bogus"}, []string{`unknown help topic "bogus"`}},
+		{[]string{"help", "raed"}, []string{`unknown help topic "raed"; did you mean read?`}},
 	} {
 		code, _, errs := cliRun(t, c.args...)
 		if code != exitUsage {
@@ -126,10 +131,93 @@ func TestNormalizeArgs(t *testing.T) {
 		"read default -server nats://x":   "read default --server nats://x",
 		"read default -limit=3 -s u -h":   "read default --limit=3 -s u -h",
 		"read default -nosuch":            "read default -nosuch",
+		"status --wait-settled 5":         "status --wait-settled=5",
+		// A flag's value stays as it is, though it reads as a flag
+		// (review of issue 18: "--tags -new" became "--tags --new").
+		"append default --tags -new --type a": "append default --tags -new --type a",
+		"append default -tags -new":           "append default --tags -new",
+		"read default -s -server":             "read default -s -server",
+		"read default --server=-x -limit 3":   "read default --server=-x --limit 3",
+		"tail default --new -json":            "tail default --new --json",
 	} {
-		if got := strings.Join(normalizeArgs(strings.Fields(in), longFlags(newRoot(io.Discard, io.Discard))), " "); got != want {
+		if got := strings.Join(normalizeArgs(strings.Fields(in), flagNames(newRoot(io.Discard, io.Discard))), " "); got != want {
 			t.Errorf("normalizeArgs(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestEmptyHTTPAddrIsOff: ORISUN_HTTP_ADDR set to nothing turns the
+// listener off for serve, and status and healthcheck say so rather than
+// asking the default address (review of issue 18).
+func TestEmptyHTTPAddrIsOff(t *testing.T) {
+	t.Setenv("ORISUN_HTTP_ADDR", "")
+	code, _, errs := cliRun(t, "status")
+	if code != exitUsage || !strings.Contains(errs, "the status listener is off (the address is empty, as ORISUN_HTTP_ADDR= sets it)") {
+		t.Errorf("status with ORISUN_HTTP_ADDR empty: exit %d, %q; want 2 and that the listener is off", code, errs)
+	}
+	code, _, errs = cliRun(t, "healthcheck")
+	if code != exitFailure || !strings.Contains(errs, "the status listener is off (the address is empty") {
+		t.Errorf("healthcheck with ORISUN_HTTP_ADDR empty: exit %d, %q; want 1 and that the listener is off", code, errs)
+	}
+	t.Setenv("ORISUN_HTTP_ADDR", "OFF")
+	if code, _, errs = cliRun(t, "status"); code != exitUsage || !strings.Contains(errs, "(ORISUN_HTTP_ADDR=OFF)") {
+		t.Errorf("status with ORISUN_HTTP_ADDR=OFF: exit %d, %q", code, errs)
+	}
+}
+
+// TestCredentialVariablesNamed: a user from the environment without its
+// password names the variables that were read, the admin's for boundary
+// creation (review of issue 18: it named ORISUN_NATS_PASSWORD).
+func TestCredentialVariablesNamed(t *testing.T) {
+	for _, v := range []string{"ORISUN_NATS_USER", "ORISUN_NATS_PASSWORD", "ORISUN_NATS_TOKEN", "NATS_CREDS", "ORISUN_NATS_ADMIN_TOKEN", "ORISUN_NATS_ADMIN_PASSWORD"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("ORISUN_NATS_ADMIN_USER", "admin")
+	code, _, errs := cliRun(t, "boundaries", "--create", "x", "-s", "nats://127.0.0.1:1")
+	if code != exitUsage || !strings.Contains(errs, "ORISUN_NATS_ADMIN_USER is set but ORISUN_NATS_ADMIN_PASSWORD is not") {
+		t.Errorf("create with the admin's user only: exit %d, %q; want 2 naming the admin's variables", code, errs)
+	}
+	t.Setenv("ORISUN_NATS_USER", "app")
+	code, _, errs = cliRun(t, "read", "default", "-s", "nats://127.0.0.1:1")
+	if code != exitUsage || !strings.Contains(errs, "ORISUN_NATS_USER is set but ORISUN_NATS_PASSWORD is not") {
+		t.Errorf("read with ORISUN_NATS_USER only: exit %d, %q; want 2 naming the variables", code, errs)
+	}
+	code, _, errs = cliRun(t, "read", "default", "-s", "nats://127.0.0.1:1", "--user", "u")
+	if code != exitUsage || !strings.Contains(errs, "--user needs --password\n") {
+		t.Errorf("read --user without --password: exit %d, %q", code, errs)
+	}
+}
+
+// TestHelpText: each command's help is its own (review of issue 18): status
+// lists its flags in their order, not sorted; boundaries does not say how
+// events print; the query flags say what they match once; cobra's
+// commands speak as the others do.
+func TestHelpText(t *testing.T) {
+	_, help, _ := cliRun(t, "status", "--help")
+	_, help, _ = strings.Cut(help, "\nFlags:\n")
+	last := -1
+	for _, f := range []string{"--http", "--server", "--json", "--wait-settled", "--user", "--tls-key"} {
+		i := strings.Index(help, f+" ")
+		if i < last {
+			t.Errorf("orisun status --help lists %s out of order:\n%s", f, help)
+		}
+		last = i
+	}
+	if _, help, _ = cliRun(t, "boundaries", "--help"); strings.Contains(help, "Events print") {
+		t.Errorf("orisun boundaries --help says how events print:\n%s", help)
+	}
+	if _, help, _ = cliRun(t, "read", "--help"); strings.Contains(help, "(default: every event) (") || !strings.Contains(help, "Events print") {
+		t.Errorf("orisun read --help:\n%s", help)
+	}
+	_, help, _ = cliRun(t, "help")
+	for _, line := range strings.Split(help, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(line, "  ") && !strings.HasPrefix(f[0], "-") &&
+			f[1] != strings.ToLower(f[1][:1])+f[1][1:] {
+			t.Errorf("orisun help: %q is not said in lower case as the others", line)
+		}
+	}
+	if _, help, _ = cliRun(t, "completion", "--help"); strings.Contains(help, "\n  bash        Generate") {
+		t.Errorf("orisun completion --help:\n%s", help)
 	}
 }
 
