@@ -165,12 +165,17 @@ func TestValidateMessages(t *testing.T) {
 		// The store.
 		{"sqlite cluster name", sqlite(func(c *Config) { c.NATSClusterName = "c" }), []string{
 			`ORISUN_NATS_CLUSTER_NAME: "c": a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node (one process owns the data directory). Leave ORISUN_NATS_CLUSTER_NAME empty, or move the store to PostgreSQL`}},
+		// One message per variable on SQLite, none that offers a way SQLite
+		// refuses (the review of issue 18: replicas 2 got two that
+		// contradicted each other).
 		{"sqlite cluster routes", sqlite(func(c *Config) { c.NATSClusterRoutes = []string{"nats-route://n2:6222"} }), []string{
-			`ORISUN_NATS_CLUSTER_ROUTES: a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node`,
-			`ORISUN_NATS_CLUSTER_ROUTES: is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers`}},
+			`ORISUN_NATS_CLUSTER_ROUTES: a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node`}},
+		{"sqlite cluster port", sqlite(func(c *Config) { c.NATSClusterPort = 7000 }), []string{
+			`ORISUN_NATS_CLUSTER_PORT: is set, but SQLite stays single-node: there is no NATS cluster to join; unset it, or move the store to PostgreSQL`}},
 		{"sqlite replicas", sqlite(func(c *Config) { c.StreamReplicas = 3 }), []string{
-			`ORISUN_NATS_STREAM_REPLICAS: 3: replicated streams are for a cluster of orisun nodes on PostgreSQL; SQLite stays single-node`,
-			`ORISUN_NATS_STREAM_REPLICAS: 3: only 1 is possible with a single embedded server; set ORISUN_NATS_CLUSTER_NAME (embedded cluster) or ORISUN_NATS_URL (an existing NATS cluster)`}},
+			`ORISUN_NATS_STREAM_REPLICAS: 3: SQLite stays single-node, so its streams have one replica; unset it (or set 1), or move the store to PostgreSQL for a cluster of orisun nodes, whose streams may have 3 or 5`}},
+		{"sqlite replicas 2", sqlite(func(c *Config) { c.StreamReplicas = 2 }), []string{
+			`ORISUN_NATS_STREAM_REPLICAS: 2: SQLite stays single-node, so its streams have one replica; unset it (or set 1), or move the store to PostgreSQL for a cluster of orisun nodes, whose streams may have 3 or 5`}},
 		{"postgres without URL", postgres(func(c *Config) { c.PGURL = "" }), []string{
 			`ORISUN_PG_URL: is required with ORISUN_BACKEND=postgres (e.g. postgres://user:pass@host:5432/db)`}},
 		{"postgres bad URL", postgres(func(c *Config) { c.PGURL = "postgres://u:secret@db:notaport/x" }), []string{
@@ -182,7 +187,7 @@ func TestValidateMessages(t *testing.T) {
 		{"backend", sqlite(func(c *Config) { c.Backend = "oracle" }), []string{`ORISUN_BACKEND: "oracle" is not a backend; use sqlite or postgres`}},
 		{"no boundaries", sqlite(func(c *Config) { c.Boundaries = []string{} }), []string{`ORISUN_BOUNDARIES: at least one boundary is required`}},
 		{"bad boundary", sqlite(func(c *Config) { c.Boundaries = []string{"ok", "Bad"} }), []string{
-			`ORISUN_BOUNDARIES: invalid: boundary name "Bad": byte 0 ('B') is not allowed; a name must match ^[a-z][a-z0-9_]{0,62}$`}},
+			`ORISUN_BOUNDARIES: boundary name "Bad": byte 0 ('B') is not allowed; a name must match ^[a-z][a-z0-9_]{0,62}$`}},
 		{"sqlite synchronous", sqlite(func(c *Config) { c.SQLiteSynchronous = "SOMETIMES" }), []string{
 			`ORISUN_SQLITE_SYNCHRONOUS: "SOMETIMES" is not one of OFF, NORMAL, FULL, EXTRA`}},
 
@@ -245,7 +250,7 @@ func TestValidateMessages(t *testing.T) {
 			`ORISUN_NATS_CREDS: cannot be combined with ORISUN_NATS_USER or ORISUN_NATS_TOKEN; use one way to log in`}},
 		{"creds unreadable", sqlite(func(c *Config) { c.NATSURL, c.NATSCreds = "nats://n1:4222", missing }), []string{
 			`ORISUN_NATS_CREDS: cannot read ` + missing + `: open ` + missing + `: no such file or directory`}},
-		{"cluster variables without a name", sqlite(func(c *Config) {
+		{"cluster variables without a name", postgres(func(c *Config) {
 			c.NATSClusterHost, c.NATSClusterPort = "0.0.0.0", 7222
 			c.NATSClusterUser, c.NATSClusterPassword = "u", "p"
 			c.NATSClusterTLSCert, c.NATSClusterTLSKey, c.NATSClusterTLSCA = "c", "k", "ca"

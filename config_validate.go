@@ -92,8 +92,11 @@ func (c Config) validateStore(p *problems) {
 		if len(c.NATSClusterRoutes) > 0 {
 			p.add("NATS_CLUSTER_ROUTES", "a NATS cluster of orisun nodes needs ORISUN_BACKEND=postgres; SQLite stays single-node")
 		}
-		if c.StreamReplicas > 1 {
-			p.add("NATS_STREAM_REPLICAS", "%d: replicated streams are for a cluster of orisun nodes on PostgreSQL; SQLite stays single-node", c.StreamReplicas)
+		// One message per variable: validateNATS leaves the replicas and
+		// the cluster's variables of a SQLite node to these.
+		if c.StreamReplicas != 1 {
+			p.add("NATS_STREAM_REPLICAS", "%d: SQLite stays single-node, so its streams have one replica; unset it (or set 1), "+
+				"or move the store to PostgreSQL for a cluster of orisun nodes, whose streams may have 3 or 5", c.StreamReplicas)
 		}
 	case "postgres":
 		if c.PGURL == "" {
@@ -110,7 +113,8 @@ func (c Config) validateStore(p *problems) {
 	}
 	for _, b := range c.Boundaries {
 		if err := event.ValidateBoundaryName(b); err != nil {
-			p.add("BOUNDARIES", "%v", err)
+			// The API's "invalid: " is no word of a configuration error.
+			p.add("BOUNDARIES", "%s", strings.TrimPrefix(err.Error(), event.ErrInvalid.Error()+": "))
 		}
 	}
 	switch strings.ToUpper(c.SQLiteSynchronous) {
@@ -156,6 +160,8 @@ func (c Config) validateNATS(p *problems) {
 		c.validateNATSCluster(p)
 	}
 	switch {
+	case c.Backend == "sqlite":
+		// validateStore said what SQLite allows.
 	case c.StreamReplicas != 1 && c.StreamReplicas != 3 && c.StreamReplicas != 5:
 		p.add("NATS_STREAM_REPLICAS", "%d is not 1, 3 or 5", c.StreamReplicas)
 	case c.StreamReplicas > 1 && !c.SharedNATS():
@@ -304,8 +310,16 @@ func (c Config) refuseClusterWithoutName(p *problems) {
 	if c.NATSClusterHost != "" && c.NATSClusterHost != NATSClusterHostDefault {
 		host = c.NATSClusterHost
 	}
+	why := "is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers"
+	routes := strings.Join(c.NATSClusterRoutes, ",")
+	if c.Backend == "sqlite" {
+		// Naming the cluster is no way out on SQLite, and validateStore
+		// has refused the routes.
+		why = "is set, but SQLite stays single-node: there is no NATS cluster to join; unset it, or move the store to PostgreSQL"
+		routes = ""
+	}
 	for _, v := range []struct{ name, value string }{
-		{"NATS_CLUSTER_ROUTES", strings.Join(c.NATSClusterRoutes, ",")},
+		{"NATS_CLUSTER_ROUTES", routes},
 		{"NATS_CLUSTER_HOST", host},
 		{"NATS_CLUSTER_PORT", port},
 		{"NATS_CLUSTER_USER", c.NATSClusterUser},
@@ -315,7 +329,7 @@ func (c Config) refuseClusterWithoutName(p *problems) {
 		{"NATS_CLUSTER_TLS_CA", c.NATSClusterTLSCA},
 	} {
 		if v.value != "" {
-			p.add(v.name, "is set but ORISUN_NATS_CLUSTER_NAME is not: name the cluster to join the embedded servers")
+			p.add(v.name, "%s", why)
 		}
 	}
 }

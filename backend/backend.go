@@ -207,3 +207,12 @@ type StateReader interface {
 func ClampPosition(p uint64) int64 {
 	return int64(min(p, math.MaxInt64))
 }
+
+// StoreDetail is a database's own words about an error, kept as text (no
+// driver type crosses the seam). A backend wraps them in it where it
+// translates the error, so that what a client is told can leave them out
+// (package api/service): they may name the database's host, user, files,
+// tables or constraints. The node's log has them.
+type StoreDetail struct{ Text string }
+
+func (e *StoreDetail) Error() string { return e.Text }

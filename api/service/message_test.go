@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -15,7 +16,9 @@ import (
 // fields it names, once, without its code's word again, the operation it
 // asked for or the store behind the node (issue 18: "conflict: append to
 // "default": sqlite: append to "default": conflict: …" reached clients).
-// The errors are built as the node and the backends build them.
+// An unavailable request is told in fixed words, by kind, and the
+// database's own words (a host, a user, a file, a constraint) never reach
+// a client. The errors are built as the node and the backends build them.
 func TestClientMessage(t *testing.T) {
 	const id = "0190b0a0-0000-7000-8000-00000000000a"
 	_, badType := event.Prepare("default", []event.Input{{Type: "bad type", Data: []byte("1")}}, event.Limits{})
@@ -49,10 +52,45 @@ func TestClientMessage(t *testing.T) {
 			"epoch changed: the boundary's epoch is a, not b"},
 		{"a timeout in the store",
 			fmt.Errorf("postgres: append to %q: %w", "default", context.DeadlineExceeded),
-			"the node did not finish the request in time"},
+			msgDeadline},
+		{"a request not answered within the request timeout",
+			fmt.Errorf("%w: not answered within %s: %w", errDeadline, "5s", errors.New("postgres: read: slow")),
+			msgDeadline},
 		{"an internal error says nothing of the store",
 			errors.New("postgres: append to \"default\": the append wrote nothing"),
 			"internal error; the orisun node's log has the detail"},
+		// Review of issue 18: the unavailable path passed on whatever
+		// followed "unavailable: ", the driver's words with the database's
+		// host, user and name.
+		{"PostgreSQL that does not answer",
+			fmt.Errorf("append to %q: %w", "default", fmt.Errorf("postgres: %s: %w: %w", `append to "default"`, event.ErrUnavailable,
+				&backend.StoreDetail{Text: "failed to connect to user=orisun database=orisun_prod: 10.1.2.3:5432 (db.internal): dial error: connect: connection refused"})),
+			msgUnavailable},
+		{"PostgreSQL that refuses writes",
+			fmt.Errorf("postgres: %s: %w: %w", "append", event.ErrUnavailable,
+				&backend.StoreDetail{Text: `could not extend file "base/16384/16385": No space left on device (SQLSTATE 53100)`}),
+			msgUnavailable},
+		{"SQLite's disk full, with the data directory",
+			fmt.Errorf("append to %q: %w", "default", fmt.Errorf("sqlite: %s: %w: %w", "append: commit", event.ErrUnavailable,
+				&backend.StoreDetail{Text: "database or disk is full (13) /var/lib/orisun/orisun.db"})),
+			msgUnavailable},
+		{"an unavailable store in its own words",
+			fmt.Errorf("postgres: %s: %w: the group transaction did not finish in %s", "append", event.ErrUnavailable, "10s"),
+			msgUnavailable},
+		{"a node not started",
+			fmt.Errorf("orisun: node not started (or still starting): %w", event.ErrUnavailable),
+			msgUnavailable},
+		{"a closed store", fmt.Errorf("sqlite: %s: %w: the store is closed", "read", event.ErrClosed), msgStopping},
+		{"a stopping service", errStopping(), msgStopping},
+		{"a cancelled request", fmt.Errorf("postgres: read: %w", context.Canceled), msgStopping},
+		{"a constraint in PostgreSQL's words",
+			fmt.Errorf("append to %q: %w", "default", fmt.Errorf("postgres: %s: %w: %w", "append", event.ErrConflict,
+				&backend.StoreDetail{Text: `duplicate key value violates unique constraint "orisun_events_pkey" (SQLSTATE 23505) on orisun_events_pkey`})),
+			"the store refused the request (conflict); the node's log has the store's words"},
+		{"a value PostgreSQL refuses",
+			fmt.Errorf("postgres: %s: %w: %w", "append", event.ErrInvalid,
+				&backend.StoreDetail{Text: `value too long for type character varying(200) (SQLSTATE 22001)`}),
+			"the store refused the request (invalid); the node's log has the store's words"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code := api.CodeOf(c.err)
@@ -60,7 +98,8 @@ func TestClientMessage(t *testing.T) {
 			if !strings.HasPrefix(got, c.want) {
 				t.Errorf("clientMessage(%q) = %q, want it to begin %q", c.err, got, c.want)
 			}
-			for _, leak := range []string{"sqlite", "postgres", "append to"} {
+			for _, leak := range []string{"sqlite", "postgres", "append to", "10.1.2.3", "orisun_prod", "db.internal",
+				"/var/lib", "base/16384", "SQLSTATE", "orisun_events", "character varying", "(13)", "10s"} {
 				if strings.Contains(got, leak) {
 					t.Errorf("clientMessage(%q) = %q names %q", c.err, got, leak)
 				}

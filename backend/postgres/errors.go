@@ -10,14 +10,16 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
 // translate turns a database error into an error of the core: a sentinel of
 // package event, wrapped with op (the shape of river's riverpgxv5
-// interpretError). The driver's error survives only as text, so no caller
-// can depend on pgx types (the store seam, package backend).
+// interpretError). The driver's error survives only as text, a
+// backend.StoreDetail, so no caller can depend on pgx types (the store
+// seam, package backend) and no client is told the database's words.
 func translate(op string, err error) error {
 	if err == nil {
 		return nil
@@ -28,14 +30,14 @@ func translate(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if sentinel := sentinelOf(pgErr.Code); sentinel != nil {
-			return fmt.Errorf("postgres: %s: %w: %s", op, sentinel, describe(pgErr))
+			return fmt.Errorf("postgres: %s: %w: %w", op, sentinel, &backend.StoreDetail{Text: describe(pgErr)})
 		}
 		// A bug, a missing migration, a corrupted database: internal, not
 		// retryable.
 		return fmt.Errorf("postgres: %s: %s", op, describe(pgErr))
 	}
 	if unreachable(err) {
-		return fmt.Errorf("postgres: %s: %w: %v", op, event.ErrUnavailable, err)
+		return fmt.Errorf("postgres: %s: %w: %w", op, event.ErrUnavailable, &backend.StoreDetail{Text: err.Error()})
 	}
 	return fmt.Errorf("postgres: %s: %v", op, err)
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -652,6 +653,16 @@ VALUES ('b', 1, $1, 't', now(), '{}', '{}'), ('b', 2, $1, 't', now(), '{}', '{}'
 		if strings.Contains(fmt.Sprintf("%T", e), "pgconn") || strings.Contains(fmt.Sprintf("%T", e), "pgx") {
 			t.Fatalf("translated error still wraps %T", e)
 		}
+	}
+	// The database's words are marked, so that no client is told them
+	// (package api/service); the error's text keeps them for the log.
+	var sd *backend.StoreDetail
+	if !errors.As(terr, &sd) || !strings.Contains(sd.Text, uniqueIDKey) {
+		t.Fatalf("translate(unique violation) = %v: the database's words are not a backend.StoreDetail", terr)
+	}
+	if unreachable := translate("connect", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}); !errors.Is(unreachable, event.ErrUnavailable) ||
+		!errors.As(unreachable, &sd) || !strings.Contains(sd.Text, "connection refused") {
+		t.Fatalf("translate(connection refused) = %v: want ErrUnavailable with the driver's words a backend.StoreDetail", unreachable)
 	}
 	for code, want := range map[string]error{
 		"40001": event.ErrUnavailable, "40P01": event.ErrUnavailable, "57P01": event.ErrUnavailable,

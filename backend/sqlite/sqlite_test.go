@@ -340,6 +340,12 @@ func TestErrorTranslation(t *testing.T) {
 			t.Fatalf("translated error still wraps %T", e)
 		}
 	}
+	// The database's words are marked, so that no client is told them
+	// (package api/service); the error's text keeps them for the log.
+	var sd *backend.StoreDetail
+	if !errors.As(terr, &sd) || !strings.Contains(sd.Text, "UNIQUE") {
+		t.Fatalf("translate(constraint) = %v: the database's words are not a backend.StoreDetail", terr)
+	}
 	// A busy database: another connection holds the write lock.
 	other, err := sql.Open("sqlite", dsn(filepath.Join(s.cfg.Dir, DBFile), url.Values{"_pragma": {"busy_timeout(1)"}}))
 	if err != nil {

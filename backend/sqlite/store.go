@@ -392,7 +392,8 @@ func (s *Store) notify(boundaries []string) {
 
 // translate turns a database error into an error of the core: a sentinel of
 // package event, wrapped with op. The driver's error survives only as text,
-// so no caller can depend on sqlite types (the store seam, package backend).
+// a backend.StoreDetail, so no caller can depend on sqlite types (the store
+// seam, package backend) and no client is told the database's words.
 func (s *Store) translate(op string, err error) error {
 	if err != nil && s.closed() && !sqlstore.IsDomain(err) {
 		return errClosed(op)
@@ -418,9 +419,9 @@ func translate(op string, err error) error {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
 		sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_INTERRUPT,
 		sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOLFS:
-		return fmt.Errorf("sqlite: %s: %w: %v", op, event.ErrUnavailable, se)
+		return fmt.Errorf("sqlite: %s: %w: %w", op, event.ErrUnavailable, &backend.StoreDetail{Text: se.Error()})
 	case sqlite3.SQLITE_CONSTRAINT:
-		return fmt.Errorf("sqlite: %s: %w: %v", op, event.ErrConflict, se)
+		return fmt.Errorf("sqlite: %s: %w: %w", op, event.ErrConflict, &backend.StoreDetail{Text: se.Error()})
 	}
 	// CORRUPT, ERROR, MISUSE, …: an internal error, not retryable.
 	return fmt.Errorf("sqlite: %s: %v", op, se)

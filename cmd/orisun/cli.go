@@ -79,6 +79,9 @@ type credFlags struct {
 	user, password, token  string
 	creds                  string
 	tlsCA, tlsCert, tlsKey string
+	// userVar and passwordVar name where the user and the password came
+	// from, for the messages: the flags, or the variables fromEnv read.
+	userVar, passwordVar string
 }
 
 // addCredFlags adds --user, --password, --token, --creds and the TLS flags.
@@ -114,6 +117,7 @@ func addCredFlags(fs *pflag.FlagSet, c *credFlags) {
 // With asAdmin set (boundaries --create), ORISUN_NATS_ADMIN_USER and
 // _PASSWORD or ORISUN_NATS_ADMIN_TOKEN come first.
 func (c *credFlags) fromEnv() {
+	c.userVar, c.passwordVar = "--user", "--password"
 	for _, f := range []string{"user", "password", "token", "creds"} {
 		if c.fs != nil && c.fs.Changed(f) {
 			return
@@ -121,10 +125,12 @@ func (c *credFlags) fromEnv() {
 	}
 	c.user, c.password, c.token = os.Getenv("ORISUN_NATS_USER"), os.Getenv("ORISUN_NATS_PASSWORD"), os.Getenv("ORISUN_NATS_TOKEN")
 	c.creds = os.Getenv("NATS_CREDS")
+	c.userVar, c.passwordVar = "ORISUN_NATS_USER", "ORISUN_NATS_PASSWORD"
 	// Boundary creation is the admin's (docs/security.md): the admin's
 	// credentials win when they are set.
 	if user, token := os.Getenv("ORISUN_NATS_ADMIN_USER"), os.Getenv("ORISUN_NATS_ADMIN_TOKEN"); c.asAdmin && (user != "" || token != "") {
 		c.user, c.password, c.token, c.creds = user, os.Getenv("ORISUN_NATS_ADMIN_PASSWORD"), token, ""
+		c.userVar, c.passwordVar = "ORISUN_NATS_ADMIN_USER", "ORISUN_NATS_ADMIN_PASSWORD"
 	}
 }
 
@@ -138,8 +144,11 @@ func (c *credFlags) options() ([]client.Option, error) {
 		return nil, errors.New("--creds and --user/--token exclude each other (NATS_CREDS and ORISUN_NATS_USER/ORISUN_NATS_TOKEN too); log in one way")
 	case c.token != "" && c.user != "":
 		return nil, errors.New("--token and --user exclude each other")
+	case c.user != "" && c.password == "" && c.userVar == "--user":
+		return nil, errors.New("--user needs --password")
 	case c.user != "" && c.password == "":
-		return nil, errors.New("--user needs --password (or ORISUN_NATS_PASSWORD)")
+		// From the environment: name the variables that were read.
+		return nil, fmt.Errorf("%s is set but %s is not: set it too, or pass --user and --password", c.userVar, c.passwordVar)
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
@@ -180,10 +189,15 @@ func oneBoundary(c *cobra.Command, args []string) error {
 	return nil
 }
 
-const clientNote = `
-The node is -s/--server, else $ORISUN_URL, else $NATS_URL, else ` + "nats://127.0.0.1:4222" + `.
+// serverNote ends the help of every client command; eventsNote that of
+// the commands that print events.
+const (
+	serverNote = `
+The node is -s/--server, else $ORISUN_URL, else $NATS_URL, else ` + "nats://127.0.0.1:4222" + `.`
+	eventsNote = `
 Events print one per line as "position type id time data"; --json prints
 the event JSON instead.`
+)
 
 // appendCommand is `orisun append <boundary>`: one event from the flags,
 // or JSON lines from stdin, optionally under a condition.
@@ -204,7 +218,7 @@ after position N: take N from the head orisun latest printed.
 
 Without --id the id is generated, so running the command twice appends
 twice; give --id (a UUID) to make a retry idempotent.
-` + clientNote,
+` + serverNote,
 		Example: `  orisun append default --type order.placed --data '{"order":42}' --tags order:42
   echo '{"type":"order.paid","data":{"order":42}}' | orisun append default
   orisun append default --type order.cancelled --data '{"order":42}' --if-none-after 17 --query-tags order:42`,
@@ -216,6 +230,23 @@ twice; give --id (a UUID) to make a retry idempotent.
 			}
 			if af.typ != "" && af.data == "" {
 				return usageErr(`--data is required with --type (a JSON value, e.g. --data '{"order":42}')`)
+			}
+			if af.typ == "" {
+				// Without --type the events come from stdin: an event's
+				// flags would be ignored, and the command would wait on a
+				// terminal for lines nobody meant to type.
+				var given []string
+				for _, f := range []string{"data", "metadata", "tags", "id"} {
+					if cmd.Flags().Changed(f) {
+						given = append(given, "--"+f)
+					}
+				}
+				if len(given) > 0 {
+					return usageErr("%s without --type: give --type for one event, or leave them out to read JSON lines from stdin", strings.Join(given, ", "))
+				}
+				if interactive(stdin) {
+					fmt.Fprintln(cmd.ErrOrStderr(), `orisun append: reading events from stdin, one JSON object per line ({"type":…,"data":…}); end with Ctrl-D`)
+				}
 			}
 			evs, err := af.events()
 			if err != nil {
@@ -231,7 +262,7 @@ twice; give --id (a UUID) to make a retry idempotent.
 			defer s.close()
 			res, err := s.c.Append(s.ctx, args[0], evs, af.condition())
 			if err != nil {
-				return fail(err, args[0])
+				return s.fail(err, args[0])
 			}
 			if cf.json {
 				writeJSON(s.w, res)
@@ -262,7 +293,7 @@ func (af *appendFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&af.tags, "tags", "", "comma-separated tags")
 	fs.StringVar(&af.id, "id", "", "event id (a UUID; default: generated, so a retry of this command appends again)")
 	fs.Uint64Var(&af.ifNoneAfter, "if-none-after", 0, "append only if no event matching --query-types/--query-tags is after this position (the head that orisun latest printed)")
-	af.query.add(fs, "of the condition")
+	af.query.add(fs, "of the condition's query")
 }
 
 // events is the event of the flags, or without --type the events of stdin.
@@ -278,6 +309,22 @@ func (af *appendFlags) events() ([]event.Input, error) {
 		e.Tags = strings.Split(af.tags, ",")
 	}
 	return []event.Input{e}, nil
+}
+
+// interactive reports whether r is a terminal: a character device other
+// than /dev/null. (Without a dependency for isatty: a false positive, such
+// as stdin from /dev/zero, only prints the note.)
+func interactive(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(fi, null)
 }
 
 // condition is the append's condition; nil without --if-none-after.
@@ -318,7 +365,9 @@ func readCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "read <boundary>",
 		Short: "print a page of a boundary's events",
-		Long:  "Prints the events of a boundary after a position, at most --limit of them.\n" + clientNote,
+		Long: `Prints the events of a boundary after a position, at most --limit of them:
+every event, or with --query-types/--query-tags the ones that match.
+` + serverNote + eventsNote,
 		Example: `  orisun read default --after 0 --limit 10
   orisun read default --json
   orisun read default --query-tags order:42`,
@@ -331,7 +380,7 @@ func readCommand() *cobra.Command {
 			defer s.close()
 			res, err := s.c.Read(s.ctx, args[0], after, limit, qf.query())
 			if err != nil {
-				return fail(err, args[0])
+				return s.fail(err, args[0])
 			}
 			for i := range res.Events {
 				printEvent(s.w, &res.Events[i], cf.json)
@@ -341,7 +390,7 @@ func readCommand() *cobra.Command {
 	}
 	c.Flags().Uint64Var(&after, "after", 0, "read the events after this position")
 	c.Flags().IntVar(&limit, "limit", readLimitDefault, fmt.Sprintf("most events to read (1–%d)", api.MaxReadLimit))
-	qf.add(c.Flags(), "to read (default: every event)")
+	qf.add(c.Flags(), "of the query")
 	addClientFlags(c, &cf)
 	return c
 }
@@ -356,9 +405,10 @@ func latestCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "latest <boundary>",
 		Short: "print the head and the latest matching event: a decision's context",
-		Long: `Prints the boundary's head and its latest event matching the query: append
-with --if-none-after HEAD and the same query to act on what was seen.
-` + clientNote,
+		Long: `Prints the boundary's head and its latest event matching the query
+(--query-types/--query-tags; without them, the latest event): append with
+--if-none-after HEAD and the same query to act on what was seen.
+` + serverNote + eventsNote,
 		Example: `  orisun latest default --query-tags order:42`,
 		Args:    oneBoundary,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -369,7 +419,7 @@ with --if-none-after HEAD and the same query to act on what was seen.
 			defer s.close()
 			l, err := s.c.ReadLatest(s.ctx, args[0], qf.query())
 			if err != nil {
-				return fail(err, args[0])
+				return s.fail(err, args[0])
 			}
 			if cf.json {
 				writeJSON(s.w, l)
@@ -384,7 +434,7 @@ with --if-none-after HEAD and the same query to act on what was seen.
 			return nil
 		},
 	}
-	qf.add(c.Flags(), "to match (default: every event)")
+	qf.add(c.Flags(), "of the query")
 	addClientFlags(c, &cf)
 	return c
 }
@@ -404,7 +454,7 @@ func tailCommand() *cobra.Command {
 --after), then follows it: each event appended later is printed as it comes,
 in order and once, until SIGINT (Ctrl-C) or SIGTERM. --new follows only the
 events appended from now on.
-` + clientNote,
+` + serverNote + eventsNote,
 		Example: `  orisun tail default                # every event, then follow
   orisun tail default --after 17     # from position 18 on
   orisun tail default --new --json   # only new events, as JSON`,
@@ -424,7 +474,7 @@ events appended from now on.
 			if isNew {
 				l, err := s.c.ReadLatest(s.ctx, args[0], nil)
 				if err != nil {
-					return fail(err, args[0])
+					return s.fail(err, args[0])
 				}
 				after = l.Head
 			}
@@ -438,7 +488,7 @@ events appended from now on.
 			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 				return nil
 			}
-			return fail(err, args[0])
+			return s.fail(err, args[0])
 		},
 	}
 	fs := c.Flags()
@@ -465,7 +515,7 @@ func boundariesCommand() *cobra.Command {
 		Short: "list the boundaries, or create one",
 		Long: `Lists the boundaries: name, head and epoch. --create NAME creates one
 (names match ^[a-z][a-z0-9_]{0,62}$); creating one that exists is no error.
-` + clientNote,
+` + serverNote,
 		Example: `  orisun boundaries
   orisun boundaries --create orders`,
 		Args: noArgs,
@@ -480,16 +530,16 @@ func boundariesCommand() *cobra.Command {
 			if create != "" {
 				b, err := s.c.CreateBoundary(s.ctx, create)
 				if errors.Is(err, nats.ErrPermissionViolation) {
-					return exit(exitFailure, fmt.Errorf("%w\ncreating a boundary needs the admin's credentials: set "+
-						"ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has "+
-						"them, or pass the admin's --user and --password (or --token)", err))
+					return exit(exitFailure, fmt.Errorf("the NATS server refused to create boundary %q (%v): creating a boundary needs the admin's "+
+						"credentials; set ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has "+
+						"them, or pass the admin's --user and --password (or --token)", create, nats.ErrPermissionViolation))
 				}
 				if err != nil {
-					return fail(err, create)
+					return s.fail(err, create)
 				}
 				bs = []event.Boundary{b}
 			} else if bs, err = s.c.Boundaries(s.ctx); err != nil {
-				return fail(err, "")
+				return s.fail(err, "")
 			}
 			for _, b := range bs {
 				if cf.json {
@@ -513,6 +563,7 @@ type session struct {
 	ctx context.Context
 	c   *client.Client
 	w   *bufio.Writer
+	url string
 }
 
 // open connects as the flags say: a usage error for bad credential flags,
@@ -525,18 +576,35 @@ func (cf *clientFlags) open(name string, stdout io.Writer) (*session, error) {
 	url := cf.url()
 	c, err := client.Connect(url, append(copts, client.Name(name), client.Timeout(cf.timeout))...)
 	if err != nil {
-		return nil, connectError(err)
+		return nil, connectError(url, err)
 	}
-	return &session{ctx: context.Background(), c: c, w: bufio.NewWriter(stdout)}, nil
+	return &session{ctx: context.Background(), c: c, w: bufio.NewWriter(stdout), url: url}, nil
 }
 
-// connectError is a failed connect: refused credentials are a failure
-// with the ways to log in; anything else means the node is unavailable.
-func connectError(err error) error {
-	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
-		return exit(exitFailure, fmt.Errorf("%w\nlog in with --user and --password, --token or --creds (or ORISUN_NATS_USER and ORISUN_NATS_PASSWORD, ORISUN_NATS_TOKEN, NATS_CREDS)", err))
+// The hints of a failed command, each said after "; " on the error's line.
+const (
+	hintServer = "is orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL"
+	hintLogin  = "log in with --user and --password, --token or --creds (or ORISUN_NATS_USER and ORISUN_NATS_PASSWORD, ORISUN_NATS_TOKEN, NATS_CREDS)"
+)
+
+// connectError is a failed connect to url, in one line: refused
+// credentials are a failure with the ways to log in; anything else means
+// the node is unavailable. The client's own context ("orisun client:
+// connect to …") is left out: the line names the URL.
+func connectError(url string, err error) error {
+	return exit(connectProblem(url, err))
+}
+
+// connectProblem is connectError's exit status and message.
+func connectProblem(url string, err error) (int, error) {
+	cause := err
+	if u := errors.Unwrap(err); u != nil {
+		cause = u
 	}
-	return exit(exitUnavailable, fmt.Errorf("%w\nis orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", err))
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return exitFailure, fmt.Errorf("%s refused the login: %v; %s", url, cause, hintLogin)
+	}
+	return exitUnavailable, fmt.Errorf("cannot connect to %s: %v; %s", url, cause, hintServer)
 }
 
 // close writes out what is buffered and closes the connection.
@@ -550,8 +618,8 @@ type queryFlags struct{ types, tags string }
 
 // add adds the flags; what says what the query selects.
 func (q *queryFlags) add(fs *pflag.FlagSet, what string) {
-	fs.StringVar(&q.types, "query-types", "", "comma-separated event types "+what+" (any of them)")
-	fs.StringVar(&q.tags, "query-tags", "", "comma-separated tags "+what+" (all of them)")
+	fs.StringVar(&q.types, "query-types", "", "comma-separated event types "+what+": an event of any of them matches")
+	fs.StringVar(&q.tags, "query-tags", "", "comma-separated tags "+what+": an event with all of them matches")
 }
 
 // query is the one-item query of the flags; nil when both are empty.
@@ -610,13 +678,17 @@ func writeJSON(w io.Writer, v any) {
 }
 
 // fail turns a failed request into the exit status of its code and one
-// message: the API's code and message ("conflict: …"), without the
-// client's wrapping, and what to do where that is clear. boundary is the
-// one the command named ("" for none).
-func fail(err error, boundary string) error {
+// line: the API's code and message ("conflict: …"), without the client's
+// wrapping, and what to do, after "; ", where that is clear. boundary is
+// the one the command named ("" for none).
+func (s *session) fail(err error, boundary string) error {
+	if err == nil {
+		return nil
+	}
 	code := api.CodeOf(err)
 	var apiErr *api.Error
-	if errors.As(err, &apiErr) {
+	answered := errors.As(err, &apiErr)
+	if answered {
 		err = apiErr
 	}
 	switch code {
@@ -626,11 +698,29 @@ func fail(err error, boundary string) error {
 		return exit(exitInvalid, err)
 	case api.CodeNotFound:
 		if boundary != "" && strings.Contains(err.Error(), "does not exist") {
-			err = fmt.Errorf("%w\ncreate it with: orisun boundaries --create %s", err, boundary)
+			// The node's "create it first" becomes how.
+			err = fmt.Errorf("%s; create it with orisun boundaries --create %s (with access control on, as the NATS admin: "+
+				"ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD, or ORISUN_NATS_ADMIN_TOKEN)",
+				strings.TrimSuffix(err.Error(), "; create it first"), boundary)
 		}
 		return exit(exitNotFound, err)
 	case api.CodeUnavailable:
-		return exit(exitUnavailable, fmt.Errorf("%w\nis orisun running there? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", err))
+		switch {
+		case answered:
+			// The node answered: it is there, but cannot serve now.
+			return exit(exitUnavailable, fmt.Errorf("%w; orisun status says what fails on the node", err))
+		case errors.Is(err, nats.ErrNoResponders):
+			return exit(exitUnavailable, fmt.Errorf("no orisun node answers on %s: its NATS server is there, but nothing serves orisun's API; "+
+				"is orisun running, and is this its NATS? set -s/--server, ORISUN_URL or NATS_URL to its NATS URL", s.url))
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			return exit(exitUnavailable, fmt.Errorf("no answer from %s within the timeout (--timeout); send the request again", s.url))
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return exit(exitUnavailable, fmt.Errorf("the connection to %s closed; %s", s.url, hintServer))
+		}
+		return exit(exitUnavailable, fmt.Errorf("%s: %w; %s", s.url, err, hintServer))
+	}
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return exit(exitFailure, fmt.Errorf("%w; the server's credentials for this user do not allow it (docs/security.md)", err))
 	}
 	return exit(exitFailure, err)
 }

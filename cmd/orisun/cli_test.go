@@ -2,7 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -11,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
@@ -145,8 +152,9 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 	}
 	code, _, errs = cli(t, "", "append", "nosuch", "--type", "a", "--data", "1")
 	if code != exitNotFound || !strings.Contains(errs, `not_found: boundary "nosuch" does not exist`) ||
-		!strings.Contains(errs, "orisun boundaries --create nosuch") || strings.Contains(errs, "sqlite") {
-		t.Fatalf("append to nosuch: %d %q", code, errs)
+		!strings.Contains(errs, "; create it with orisun boundaries --create nosuch") || !strings.Contains(errs, "as the NATS admin") ||
+		strings.Contains(errs, "sqlite") || strings.Count(errs, "\n") != 1 {
+		t.Fatalf("append to nosuch: %d %q; want one line with the way to create it", code, errs)
 	}
 	code, _, errs = cli(t, "", "append", "default", "--type", "a", "--data", "not json")
 	if code != 2 || !strings.Contains(errs, "not valid JSON") {
@@ -165,8 +173,63 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 		t.Fatalf("read without boundary: %d %q", code, errs)
 	}
 	code, _, errs = cli(t, "", "read", "default", "--server", "nats://127.0.0.1:1")
-	if code != exitUnavailable || !strings.Contains(errs, "connect") || !strings.Contains(errs, "is orisun running there?") {
-		t.Fatalf("read from nowhere: %d %q", code, errs)
+	if code != exitUnavailable || !strings.HasPrefix(errs, "orisun read: cannot connect to nats://127.0.0.1:1: nats: ") ||
+		!strings.Contains(errs, "; is orisun running there?") || strings.Contains(errs, "orisun client") || strings.Count(errs, "\n") != 1 {
+		t.Fatalf("read from nowhere: %d %q; want one line, one prefix, the URL and the way out", code, errs)
+	}
+}
+
+// TestCLIFailureLines: each failure of a request is one line with its
+// hint after "; " (review of issue 18: hints went on a second line, and a
+// node that answered "unavailable" was asked whether orisun runs there):
+// a node that answered unavailable points at orisun status, a NATS server
+// without orisun says so, a timeout names --timeout.
+func TestCLIFailureLines(t *testing.T) {
+	s := &session{url: "nats://db:4222"}
+	for _, c := range []struct {
+		name      string
+		err       error
+		code      int
+		want, not string
+	}{
+		{"the node answered unavailable", &api.Error{Code: api.CodeUnavailable, Message: "the orisun node is stopping; send the request again"},
+			exitUnavailable, "unavailable: the orisun node is stopping; send the request again; orisun status says what fails on the node", "running there"},
+		{"no orisun on that NATS", fmt.Errorf("orisun.api.read.default: no orisun service answers (is the relay running?): %w: %w", event.ErrUnavailable, nats.ErrNoResponders),
+			exitUnavailable, "no orisun node answers on nats://db:4222: its NATS server is there, but nothing serves orisun's API", "orisun.api"},
+		{"no answer in time", fmt.Errorf("orisun.api.read.default: %w: %w", event.ErrUnavailable, context.DeadlineExceeded),
+			exitUnavailable, "no answer from nats://db:4222 within the timeout (--timeout)", "orisun.api"},
+		{"not found", &api.Error{Code: api.CodeNotFound, Message: `boundary "b" does not exist; create it first`},
+			exitNotFound, `not_found: boundary "b" does not exist; create it with orisun boundaries --create b (with access control on, as the NATS admin`, "first"},
+		{"a conflict", &api.Error{Code: api.CodeConflict, Message: "events[0].id x is already stored"}, exitConflict, "conflict: events[0].id x", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var ce *cmdError
+			if !errors.As(s.fail(c.err, "b"), &ce) || ce.code != c.code || ce.err == nil {
+				t.Fatalf("fail(%v) = %v, want exit %d", c.err, ce, c.code)
+			}
+			msg := ce.err.Error()
+			if !strings.HasPrefix(msg, c.want) || strings.Contains(msg, "\n") || (c.not != "" && strings.Contains(msg, c.not)) {
+				t.Errorf("fail(%v) says %q; want one line beginning %q, without %q", c.err, msg, c.want, c.not)
+			}
+		})
+	}
+}
+
+// TestCLINoOrisunOnThatNATS: a NATS server without orisun is told apart
+// from no server at all: a NATS server answers, nothing serves the API.
+func TestCLINoOrisunOnThatNATS(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	code, _, errs := cli(t, "", "read", "default", "-s", ns.ClientURL(), "--timeout", "5s")
+	if code != exitUnavailable || !strings.Contains(errs, "no orisun node answers on "+ns.ClientURL()) || strings.Count(errs, "\n") != 1 {
+		t.Fatalf("read from a NATS without orisun: %d %q; want exit 3 and one line saying no orisun node answers", code, errs)
 	}
 }
 
@@ -291,7 +354,7 @@ func TestCLIBoundaryCreationIsTheAdmins(t *testing.T) {
 	t.Setenv("ORISUN_NATS_ADMIN_PASSWORD", "")
 	began := time.Now()
 	code, _, errs := cli(t, "", "boundaries", "--create", "refused", "--timeout", "20s")
-	if code != 1 || !strings.Contains(errs, "permissions violation") || !strings.Contains(errs, "ORISUN_NATS_ADMIN_USER") {
+	if code != 1 || !strings.Contains(errs, "permissions violation") || !strings.Contains(errs, "ORISUN_NATS_ADMIN_USER") || strings.Count(errs, "\n") != 1 {
 		t.Fatalf("create with the application's credentials: exit %d, %q", code, errs)
 	}
 	if took := time.Since(began); took > 10*time.Second {

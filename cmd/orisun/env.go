@@ -23,9 +23,9 @@ import (
 // what is allowed and the fix.
 func parseEnv(cfg *orisun.Config) error {
 	v := reflect.ValueOf(cfg).Elem()
-	secret := map[string]bool{}
-	for _, vr := range orisun.Variables() {
-		secret[vr.Name] = vr.Secret
+	vars := map[string]variable{}
+	for _, vr := range variables() {
+		vars[vr.Name] = vr
 	}
 	var problems []error
 	for i := range v.NumField() {
@@ -44,7 +44,7 @@ func parseEnv(cfg *orisun.Config) error {
 		one := reflect.New(reflect.StructOf([]reflect.StructField{{Name: f.Name, Type: f.Type, Tag: f.Tag}}))
 		one.Elem().Field(0).Set(v.Field(i))
 		if err := envconfig.Process("ORISUN", one.Interface()); err != nil {
-			problems = append(problems, parseProblem(name, raw, f.Type, secret[name]))
+			problems = append(problems, parseProblem(vars[name], raw, f.Type))
 			continue
 		}
 		v.Field(i).Set(one.Elem().Field(0))
@@ -52,18 +52,13 @@ func parseEnv(cfg *orisun.Config) error {
 	return errors.Join(problems...)
 }
 
-// parseProblem says what is wrong with a value that is not of its field's
-// kind.
-func parseProblem(name, raw string, typ reflect.Type, secret bool) error {
+// parseProblem says what is wrong with a value of v that is not of its
+// field's kind, and the default it runs with when unset (README.md's words
+// where the default is no value, such as JetStream's share of memory).
+func parseProblem(v variable, raw string, typ reflect.Type) error {
 	value := fmt.Sprintf("%q", raw)
-	if secret {
+	if v.Secret {
 		value = "the value (not repeated: it may hold a password)"
-	}
-	defText := fmt.Sprint(reflect.Zero(typ).Interface())
-	for _, vr := range orisun.Variables() {
-		if vr.Name == name && vr.Default != "" {
-			defText = vr.Default
-		}
 	}
 	var kind, example string
 	switch {
@@ -71,12 +66,19 @@ func parseProblem(name, raw string, typ reflect.Type, secret bool) error {
 		kind, example = "a duration", "a number with a unit such as 500ms, 30s, 5m or 1h"
 	case typ.Kind() == reflect.Bool:
 		kind, example = "true or false", "true or false"
+	case typ.Kind() >= reflect.Int && typ.Kind() <= reflect.Int64 && isBytes(v.Name):
+		kind, example = "a whole number of bytes", "a whole number of bytes (no unit: 1073741824 for 1 GiB)"
 	case typ.Kind() >= reflect.Int && typ.Kind() <= reflect.Int64:
 		kind, example = "a whole number", "a whole number"
 	default:
 		kind, example = "a value of type "+typ.String(), "one"
 	}
-	return fmt.Errorf("%s: %s is not %s; set %s, or unset it for the default, %s", name, value, kind, example, defText)
+	return fmt.Errorf("%s: %s is not %s; set %s, or unset it for the default (%s)", v.Name, value, kind, example, v.defaultWords())
+}
+
+// isBytes reports whether the variable name is a size in bytes.
+func isBytes(name string) bool {
+	return strings.HasSuffix(name, "_BYTES") || strings.HasSuffix(name, "_MEMORY") || strings.HasSuffix(name, "_PAYLOAD")
 }
 
 // knownPrefixes are the ORISUN_* variables that are not Config's and not
@@ -108,7 +110,7 @@ func (u unknown) message() string {
 // variables set.
 func unknownVariables(environ []string) []unknown {
 	known := slices.Clone(clientVariables)
-	for _, v := range orisun.Variables() {
+	for _, v := range variables() {
 		known = append(known, v.Name)
 	}
 	var out []unknown
@@ -156,10 +158,15 @@ func printEnv(w io.Writer, environ []string) {
 		}
 	}
 	fmt.Fprintln(w, "# The variables of orisun serve: NAME=default, then its meaning. Every one is optional.")
-	for _, v := range orisun.Variables() {
+	for _, v := range variables() {
 		fmt.Fprintf(w, "\n%s=%s\n", v.Name, v.Default)
-		if v.Default == "" {
+		switch {
+		case v.Default != "":
+		case v.DefaultText == "none":
 			fmt.Fprintln(w, "    (no default)")
+		default:
+			// A default that is no value: README.md's words for it.
+			wrap(w, "(default: "+v.DefaultText+")", "    ", 80)
 		}
 		wrap(w, v.Meaning, "    ", 80)
 		if val, ok := set[v.Name]; ok {

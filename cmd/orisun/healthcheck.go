@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,7 +32,7 @@ shell, wget or curl.`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("http") {
-				addr = envOr("ORISUN_HTTP_ADDR", orisun.HTTPAddrDefault)
+				addr = httpAddrFromEnv()
 			}
 			return healthcheck(addr, timeout, cmd.OutOrStdout())
 		},
@@ -44,8 +43,8 @@ shell, wget or curl.`,
 }
 
 func healthcheck(addr string, timeout time.Duration, stdout io.Writer) error {
-	if strings.EqualFold(addr, "off") {
-		return exit(exitFailure, errors.New("the status listener is off (ORISUN_HTTP_ADDR=off)"))
+	if listenerOff(addr) {
+		return exit(exitFailure, fmt.Errorf("the status listener is off (%s): there is no /readyz to ask", offText(addr)))
 	}
 	url := strings.TrimSuffix(statusURL(addr), "/status") + "/readyz"
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -90,7 +91,7 @@ func usageErr(format string, args ...any) error {
 // run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
-	root.SetArgs(normalizeArgs(args, longFlags(root)))
+	root.SetArgs(normalizeArgs(args, flagNames(root)))
 	c, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
@@ -118,25 +119,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // optionalValue are the flags whose value may be left out; given as the
 // next argument ("--wait-settled 2m") it is theirs when it reads as one,
-// since pflag takes a value of such a flag only after "=".
+// since pflag takes a value of such a flag only after "=". A bare number
+// ("--wait-settled 5") is theirs too, so that the flag says it lacks a
+// unit rather than the command refusing an argument "5".
 var optionalValue = map[string]func(string) bool{
-	"--wait-settled": func(s string) bool { return (&waitFlag{}).Set(s) == nil },
+	"--wait-settled": func(s string) bool {
+		_, err := strconv.ParseFloat(s, 64)
+		return err == nil || (&waitFlag{}).Set(s) == nil
+	},
 }
 
 // normalizeArgs joins an optional value given as the next argument to its
 // flag ("--wait-settled 2m" becomes "--wait-settled=2m"), and gives a long
 // flag written with one dash, as Go's flag package took it ("-server"),
-// its two dashes: pflag would read it as -s with the value "erver". long
-// are the long flags' names. Nothing after "--" is touched.
-func normalizeArgs(args []string, long map[string]bool) []string {
+// its two dashes: pflag would read it as -s with the value "erver". The
+// value of a flag that takes one is left as it is ("--tags -new" stays:
+// -new is the tags, not a flag). flags are the flags' names, long and
+// short, each with whether it takes a value. Nothing after "--" is
+// touched.
+func normalizeArgs(args []string, flags map[string]bool) []string {
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
 			return append(out, args[i:]...)
 		}
-		if name, _, _ := strings.Cut(strings.TrimPrefix(a, "-"), "="); len(name) > 1 && a[0] == '-' &&
-			!strings.HasPrefix(a, "--") && long[name] {
+		name, _, withValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if _, known := flags[name]; known && len(name) > 1 && a[0] == '-' && !strings.HasPrefix(a, "--") {
 			a = "-" + a
 		}
 		if ok := optionalValue[a]; ok != nil && i+1 < len(args) && ok(args[i+1]) {
@@ -145,16 +154,28 @@ func normalizeArgs(args []string, long map[string]bool) []string {
 			continue
 		}
 		out = append(out, a)
+		// "--name" or "-n" without "=": the next argument is its value.
+		long := strings.HasPrefix(a, "--")
+		if strings.HasPrefix(a, "-") && !withValue && i+1 < len(args) && flags[name] && (long || len(name) == 1) {
+			out = append(out, args[i+1])
+			i++
+		}
 	}
 	return out
 }
 
-// longFlags are the names of every command's long flags.
-func longFlags(root *cobra.Command) map[string]bool {
-	names := map[string]bool{"help": true, "version": true}
+// flagNames are the names of every command's flags, long and short, each
+// with whether it takes a value (a bool or an optional value does not).
+func flagNames(root *cobra.Command) map[string]bool {
+	names := map[string]bool{"help": false, "h": false, "version": false, "v": false}
 	var visit func(c *cobra.Command)
 	visit = func(c *cobra.Command) {
-		c.Flags().VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			names[f.Name] = f.NoOptDefVal == ""
+			if f.Shorthand != "" {
+				names[f.Shorthand] = f.NoOptDefVal == ""
+			}
+		})
 		for _, sub := range c.Commands() {
 			visit(sub)
 		}
@@ -195,6 +216,37 @@ default ` + defaultURL + `.
 	root.AddCommand(serveCommand(), versionCommand(), envCommand(),
 		appendCommand(), readCommand(), latestCommand(), tailCommand(), boundariesCommand(),
 		statusCommand(), healthcheckCommand(), benchCommand())
+	// cobra's help and completion commands, made now to say them in the
+	// voice of the others (lower case) and to make an unknown help topic
+	// a usage error: cobra prints the root's usage and exits 0.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Short = "print the help of a command"
+			show := c.Run
+			c.Run = nil
+			c.RunE = func(c *cobra.Command, args []string) error {
+				if found, _, err := c.Root().Find(args); found == nil || err != nil {
+					msg := fmt.Sprintf("unknown help topic %q", strings.Join(args, " "))
+					if len(args) > 0 {
+						if s := c.Root().SuggestionsFor(args[0]); len(s) > 0 {
+							msg += "; did you mean " + strings.Join(s, " or ") + "?"
+						}
+					}
+					return usageErr("%s (orisun help lists the commands)", msg)
+				}
+				show(c, args)
+				return nil
+			}
+		case "completion":
+			c.Short = "print the shell completion script for bash, zsh, fish or powershell"
+			for _, sub := range c.Commands() {
+				sub.Short = strings.ToLower(sub.Short[:1]) + sub.Short[1:]
+			}
+		}
+	}
 	return root
 }
 

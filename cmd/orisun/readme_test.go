@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
@@ -243,7 +242,7 @@ func splitAssignments(cmd string) (assigns []string, rest string) {
 }
 
 func isVariable(name string) bool {
-	for _, v := range orisun.Variables() {
+	for _, v := range variables() {
 		if v.Name == name {
 			return true
 		}

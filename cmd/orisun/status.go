@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,6 +41,9 @@ func (w *waitFlag) Set(s string) error {
 	case "false":
 		w.on = false
 		return nil
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return fmt.Errorf("%q has no unit: give one, e.g. %ss or %sm", s, s, s)
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
@@ -86,7 +90,7 @@ Exit status: 0 when the status was read (with --wait-settled: once settled);
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("http") {
-				addr = envOr("ORISUN_HTTP_ADDR", orisun.HTTPAddrDefault)
+				addr = httpAddrFromEnv()
 			}
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			r, err := newStatusReader(server, addr, &creds)
@@ -101,12 +105,13 @@ Exit status: 0 when the status was read (with --wait-settled: once settled);
 		},
 	}
 	fs := c.Flags()
+	fs.SortFlags = false // the command's own flags first, as added
 	fs.StringVar(&addr, "http", "", "address of the node's status listener (default: $ORISUN_HTTP_ADDR, else "+orisun.HTTPAddrDefault+")")
 	fs.StringVarP(&server, "server", "s", "", "read the status over NATS from this URL instead (the orisun.api.status endpoint)")
 	fs.BoolVar(&asJSON, "json", false, "print the status document as JSON")
-	addCredFlags(fs, &creds)
 	fs.Var(wait, "wait-settled", "wait until every boundary's published position equals its head, at most this long")
 	fs.Lookup("wait-settled").NoOptDefVal = "1m"
+	addCredFlags(fs, &creds)
 	return c
 }
 
@@ -128,12 +133,14 @@ func newStatusReader(server, addr string, creds *credFlags) (*statusReader, erro
 		}
 		c, err := client.Connect(server, append(copts, client.Name("orisun-status"), client.Timeout(requestTimeout))...)
 		if err != nil {
-			return nil, exit(exitUnreadable, err)
+			// Any failure to connect leaves the status unread (exit 3).
+			_, msg := connectProblem(server, err)
+			return nil, exit(exitUnreadable, msg)
 		}
 		return &statusReader{c: c}, nil
 	}
-	if strings.EqualFold(addr, "off") || addr == "" {
-		return nil, usageErr("the status listener is off (ORISUN_HTTP_ADDR=off); give --http host:port, or -s/--server to read the status over NATS")
+	if listenerOff(addr) {
+		return nil, usageErr("the status listener is off (%s); give --http host:port, or -s/--server to read the status over NATS", offText(addr))
 	}
 	return &statusReader{hc: &http.Client{}, url: statusURL(addr)}, nil
 }
@@ -202,11 +209,26 @@ func (r *statusReader) waitSettled(timeout time.Duration, asJSON bool, stdout, s
 	}
 }
 
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
+// httpAddrFromEnv is the status listener's address as orisun serve reads
+// it: ORISUN_HTTP_ADDR when set, empty too (no listener), else the
+// default.
+func httpAddrFromEnv() string {
+	if v, ok := os.LookupEnv("ORISUN_HTTP_ADDR"); ok {
 		return v
 	}
-	return def
+	return orisun.HTTPAddrDefault
+}
+
+// listenerOff reports whether addr turns the status listener off, as
+// orisun serve reads it (orisun.Config.HTTPEnabled).
+func listenerOff(addr string) bool { return addr == "" || strings.EqualFold(addr, "off") }
+
+// offText says how addr turned the listener off.
+func offText(addr string) string {
+	if addr == "" {
+		return "the address is empty, as ORISUN_HTTP_ADDR= sets it"
+	}
+	return "ORISUN_HTTP_ADDR=" + addr
 }
 
 // statusURL turns host:port (or a URL) into the /status URL.

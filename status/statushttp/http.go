@@ -116,7 +116,8 @@ func (s *Server) Start() error {
 func (s *Server) listen(context.Context) error {
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
-		return fmt.Errorf("status HTTP listener on %s (ORISUN_HTTP_ADDR): %w", s.opts.Addr, err)
+		return fmt.Errorf("status HTTP listener on %s (ORISUN_HTTP_ADDR): %w; stop what listens there, or set ORISUN_HTTP_ADDR "+
+			"to a free address (host:port; port 0: a random one) or to off for no listener", s.opts.Addr, err)
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	s.mu.Lock()
