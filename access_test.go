@@ -16,6 +16,7 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testcert"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -94,16 +95,13 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 		}
 	}
 
-	errOpt, vio := violations()
+	errOpt, vio := natstest.Violations()
 	app, err := nats.Connect(n.NATSURL(), append(append(append([]nats.Option{}, base...), creds...), errOpt)...)
 	if err != nil {
 		t.Fatalf("application client: %v", err)
 	}
 	t.Cleanup(app.Close)
-	js, err := jetstream.New(app)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, app)
 	before := readStream(t, ctx, js, 20)
 
 	// refused runs a write attempt and waits for the server's permission

@@ -17,6 +17,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testhooks"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -43,10 +44,7 @@ func attacker(t *testing.T, n *orisun.Node) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	return js
 }
 
@@ -189,12 +187,7 @@ func TestStreamSubjectsChangedPutBack_I5_I7(t *testing.T) {
 	if b := st.Boundaries[0]; b.Warning != "" || b.Head != head || b.StreamLast != head {
 		t.Fatalf("after the repair: warning %q, head %d, stream last %d; want none, %d, %d", b.Warning, b.Head, b.StreamLast, head, head)
 	}
-	waitDelivered(t, r, head, 30*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	checkAgainstStore(t, n, "default", 0, r)
-	checkStream(t, n, "default")
+	deliveredAsStored(t, n, r, head, stop)
 }
 
 // TestPublishMeetingChangedSubjectsNamesIt_I7: a publish that finds no
@@ -217,12 +210,7 @@ func TestPublishMeetingChangedSubjectsNamesIt_I7(t *testing.T) {
 		"publish position 6: nats: no response from stream: stream ORISUN_default: subjects changed to [orisun.attack.default.>] "+
 			"(want [orisun.events.default.>]); putting it back")
 	waitStream(t, js, "default", "subjects put back", time.Minute, orisunSubjects)
-	waitDelivered(t, r, head, 30*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	checkAgainstStore(t, n, "default", 0, r)
-	checkStream(t, n, "default")
+	deliveredAsStored(t, n, r, head, stop)
 }
 
 // eventuallyLogged waits until one line of the log holds every part.
@@ -275,12 +263,7 @@ func TestStreamLimitsChangedRestored_I5(t *testing.T) {
 	waitSettled(t, n, 30*time.Second)
 	r := newRecorder(0)
 	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{})
-	waitDelivered(t, r, head, 30*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	checkAgainstStore(t, n, "default", 0, r)
-	checkStream(t, n, "default")
+	deliveredAsStored(t, n, r, head, stop)
 }
 
 // TestStreamReplacedIsRecreatedFromCheckpoint_I2_I5: a stream someone
@@ -581,4 +564,17 @@ func TestStatusUnderAppendsNamesNoForeignMessage_I7(t *testing.T) {
 			t.Fatalf("status read %d settled with stream_last %d beyond the head %d it read", i, b.StreamLast, b.Head)
 		}
 	}
+}
+
+// deliveredAsStored waits until the subscription recorded by r (from 0,
+// ended by stop) delivered head events, ends it, and checks what it
+// delivered against the store and the stream against the store (I2, I5).
+func deliveredAsStored(t *testing.T, n *orisun.Node, r *recorder, head uint64, stop func() error) {
+	t.Helper()
+	waitDelivered(t, r, head, 30*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkAgainstStore(t, n, "default", 0, r)
+	checkStream(t, n, "default")
 }

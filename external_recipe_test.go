@@ -16,11 +16,11 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -163,7 +163,7 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 	}
 
 	// What only orisun may do.
-	errOpt, vio := violations()
+	errOpt, vio := natstest.Violations()
 	hostile, err := nats.Connect(ns.ClientURL(), nats.UserInfo("app", "app-pass"), errOpt)
 	if err != nil {
 		t.Fatal(err)
@@ -199,10 +199,7 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 		t.Fatalf("the admin's boundary: %v", err)
 	}
 	// The stream is orisun's as before: the forged publish left nothing.
-	js, err := jetstream.New(hostile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, hostile)
 	s, err := js.Stream(ctx, stream.Name("default"))
 	if err != nil || s.CachedInfo().State.LastSeq != 15 {
 		t.Fatalf("the stream after the attempts: %v", err)

@@ -57,15 +57,37 @@ func leaderAndStandby(t *testing.T, ttl time.Duration) (store *postgres.Store, a
 // appender appends 10-event batches through its own store connection until
 // halted, and records every acknowledged position and id.
 type appender struct {
-	store  *postgres.Store
+	store *postgres.Store
+	acks
+	halt func()
+}
+
+// acks records the position and id of every acknowledged event and counts
+// the failed appends, from any goroutine.
+type acks struct {
 	mu     sync.Mutex
 	acked  map[uint64]string
 	failed int
-	halt   func()
+}
+
+// record notes an append of in that returned res, err.
+func (a *acks) record(res event.AppendResult, in []event.Input, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.acked == nil {
+		a.acked = map[uint64]string{}
+	}
+	if err != nil {
+		a.failed++
+		return
+	}
+	for j := range in {
+		a.acked[res.First+uint64(j)] = in[j].ID
+	}
 }
 
 func startAppender(t *testing.T, store *postgres.Store) *appender {
-	a := &appender{store: store, acked: map[uint64]string{}}
+	a := &appender{store: store}
 	i := 0
 	a.halt = testutil.Every(t, 5*time.Millisecond, func(context.Context) {
 		in := make([]event.Input, 10)
@@ -80,15 +102,7 @@ func startAppender(t *testing.T, store *postgres.Store) *appender {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		res, err := store.Append(ctx, "default", prepared, nil)
 		cancel()
-		a.mu.Lock()
-		if err != nil {
-			a.failed++
-		} else {
-			for j := range prepared {
-				a.acked[res.First+uint64(j)] = prepared[j].ID
-			}
-		}
-		a.mu.Unlock()
+		a.record(res, prepared, err)
 	})
 	return a
 }

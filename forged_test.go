@@ -19,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -77,14 +78,21 @@ type forgeryOutcome struct {
 	diffs []string
 }
 
-// forgedEventAttack runs the forged-event attack against a node with the
-// default configuration, its permission model on or off.
-func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
+// attackedNode starts a node with the default configuration, its
+// permission model on or (the negative control) off.
+func attackedNode(t *testing.T, permissionsOn bool) *orisun.Node {
+	t.Helper()
 	var opts []orisun.Option
 	if !permissionsOn {
 		opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{PermissionsOff: true}))
 	}
-	n := setup(t, "", nil, opts...)
+	return setup(t, "", nil, opts...)
+}
+
+// forgedEventAttack runs the forged-event attack against a node with the
+// default configuration, its permission model on or off.
+func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
+	n := attackedNode(t, permissionsOn)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if _, err := n.Append(ctx, "default", events(3, "real", 32), nil); err != nil {
@@ -126,7 +134,7 @@ func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
 	}
 
 	// The attacker: a plain NATS client without credentials, over TCP.
-	errOpt, vio := violations()
+	errOpt, vio := natstest.Violations()
 	attacker, err := nats.Connect(n.NATSURL(), nats.Name("forger"), errOpt)
 	if err != nil {
 		t.Fatal(err)
@@ -300,11 +308,7 @@ type impostorOutcome struct {
 }
 
 func impostorAttack(t *testing.T, permissionsOn bool) impostorOutcome {
-	var opts []orisun.Option
-	if !permissionsOn {
-		opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{PermissionsOff: true}))
-	}
-	n := setup(t, "", nil, opts...)
+	n := attackedNode(t, permissionsOn)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bs, err := n.Boundaries(ctx)
@@ -313,7 +317,7 @@ func impostorAttack(t *testing.T, permissionsOn bool) impostorOutcome {
 	}
 	epoch := bs[0].Epoch
 
-	errOpt, vio := violations()
+	errOpt, vio := natstest.Violations()
 	impostor, err := nats.Connect(n.NATSURL(), nats.Name("impostor"), errOpt)
 	if err != nil {
 		t.Fatal(err)
@@ -422,10 +426,7 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	m := nats.NewMsg(stream.Subject("default", "real"))
 	m.Header.Set(stream.HeaderPosition, "4")
 	m.Header.Set(stream.HeaderEpoch, epoch)

@@ -24,6 +24,7 @@ import (
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -211,29 +212,11 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 	}
 }
 
-// violations is a connection option that collects the connection's
-// permissions violations, and the channel they arrive on.
-func violations() (nats.Option, <-chan error) {
-	ch := make(chan error, 64)
-	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			select {
-			case ch <- err:
-			default:
-			}
-		}
-	}), ch
-}
-
 // dialApp connects to the node's NATS server as an application, with
 // creds (nil: none), and fails the test if it cannot.
 func dialApp(t *testing.T, n *orisun.Node, creds []nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(n.NATSURL(), creds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, n.NATSURL(), creds...)
 	return nc
 }
 
@@ -264,7 +247,7 @@ func TestBoundaryMemoryBudget_S13(t *testing.T) {
 			creator := mode.admin
 			if mode.app != nil {
 				// The application may not create boundaries.
-				errOpt, vio := violations()
+				errOpt, vio := natstest.Violations()
 				nc, err := nats.Connect(n.NATSURL(), append(mode.app, errOpt)...)
 				if err != nil {
 					t.Fatal(err)

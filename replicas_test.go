@@ -1,12 +1,10 @@
 package orisun_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -156,22 +154,7 @@ func TestStreamReplicasUpdated(t *testing.T) {
 }
 
 // syncBuffer is a log destination tests can read while the node writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.LogBuffer
 
 // TestStreamReplicasRefusedIsReported: when JetStream refuses the configured
 // replica count for an existing stream (a single server takes one replica

@@ -101,14 +101,12 @@ func natsConn(t *testing.T, port int) *nats.Conn {
 // of one node, with ids of its own, and records every acknowledged
 // position and id.
 type burst struct {
-	mu     sync.Mutex
-	acked  map[uint64]string
-	failed int
-	halt   func()
+	acks
+	halt func()
 }
 
 func startBurst(t *testing.T, c *client.Client) *burst {
-	b := &burst{acked: map[uint64]string{}}
+	b := &burst{}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -121,15 +119,7 @@ func startBurst(t *testing.T, c *client.Client) *burst {
 				actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 				res, err := c.Append(actx, "default", in, nil)
 				acancel()
-				b.mu.Lock()
-				if err != nil {
-					b.failed++
-				} else {
-					for j := range in {
-						b.acked[res.First+uint64(j)] = in[j].ID
-					}
-				}
-				b.mu.Unlock()
+				b.record(res, in, err)
 			}
 		})
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -309,10 +310,7 @@ func fillMemory(t testing.TB, n *orisun.Node) {
 func jsOf(t testing.TB, n *orisun.Node) jetstream.JetStream {
 	t.Helper()
 	nc := connect(t, n)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	return js
 }
 
@@ -607,11 +605,7 @@ func TestStatusMetricsMatchJSON_I7(t *testing.T) {
 // connect opens a NATS connection to the node's server, closed at the end.
 func connect(t testing.TB, n *orisun.Node) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, n.NATSURL())
 	return nc
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // maxPayload is small so that the too-large and page-truncation cases need
@@ -38,11 +39,7 @@ func setup(t *testing.T) (*orisun.Node, *nats.Conn) {
 			t.Error(err)
 		}
 	})
-	nc, err := nats.Connect(n.NATSURL(), nats.Name("api-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, n.NATSURL(), nats.Name("api-test"))
 	return n, nc
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // TestProtocolRecipe_I5 follows docs/protocol.md §3 with a plain NATS
@@ -60,10 +61,7 @@ func TestProtocolRecipe_I5(t *testing.T) {
 	if next != 501 {
 		t.Fatalf("caught up to %d", next-1)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// 2. Can the stream continue at next? (Wait for the publisher.)

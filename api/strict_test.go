@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // TestDuplicateKeysRefused: a request with a key given twice anywhere in
@@ -116,10 +115,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	if !strings.Contains(string(raw.Data), stored) {
 		t.Fatalf("read reply %s does not hold %s", raw.Data, stored)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	var body []byte
 	testutil.Eventually(t, "position 2 in the stream", 10*time.Second, 20*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -1,7 +1,6 @@
 package catchup_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -439,22 +438,7 @@ func TestRefusedConsumerRetriedWithGrowingPause(t *testing.T) {
 
 // syncBuffer is a log destination tests read while the subscription
 // writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.LogBuffer
 
 // A subscription that resumes in an epoch the boundary no longer has (it
 // was reset or restored) ends with event.ErrEpochChanged instead of

@@ -16,6 +16,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -322,10 +323,7 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	// check removes it within a poll interval): the intruder takes the
 	// boundary's subjects for a stream of its own, which orisun's cannot
 	// take back while it exists.
-	ijs, err := jetstream.New(intruder)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ijs := natstest.JetStream(t, intruder)
 	s, err := ijs.Stream(ctx, stream.Name("default"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package lease_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -463,22 +462,7 @@ func TestSharedStallKeepsALeader_I4(t *testing.T) {
 }
 
 // logBuffer is a slog destination safe for concurrent writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = testutil.LogBuffer
 
 // TestGoneHolderTakenAtOnce_I6: a runner that knows the lease's holder to
 // have ended (Runner.Gone: an earlier process of its data directory) takes
@@ -531,23 +515,31 @@ func TestGoneHolderTakenAtOnce_I6(t *testing.T) {
 	stop()
 }
 
-// TestReleasedWakesStandby: a standby whose Released channel hears of the
-// release (as the node wires it to the store's OnLeaseReleased) takes the
-// lease at once when the leader stops cleanly, not at its next retry a
-// third of a TTL later (20 s here).
-func TestReleasedWakesStandby(t *testing.T) {
-	s := setup(t)
-	wake := make(chan struct{}, 1)
+// aLeadsWithReleaseWake starts runner "a" (TTL a minute) and waits for it
+// to lead; wake hears of every release of the store, as the node wires a
+// runner's Released to the store's OnLeaseReleased.
+func aLeadsWithReleaseWake(t *testing.T) (s *sqlite.Store, wake chan struct{}, l *leaders, ttl time.Duration, stopA func()) {
+	t.Helper()
+	s = setup(t)
+	wake = make(chan struct{}, 1)
 	s.OnLeaseReleased(func(string) {
 		select {
 		case wake <- struct{}{}:
 		default:
 		}
 	})
-	var l leaders
-	ttl := time.Minute
-	stopA := run(t, &lease.Runner{Store: s, Holder: "a", TTL: ttl}, l.lead("a"), nil)
+	l, ttl = &leaders{}, time.Minute
+	stopA = run(t, &lease.Runner{Store: s, Holder: "a", TTL: ttl}, l.lead("a"), nil)
 	testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
+	return s, wake, l, ttl, stopA
+}
+
+// TestReleasedWakesStandby: a standby whose Released channel hears of the
+// release (as the node wires it to the store's OnLeaseReleased) takes the
+// lease at once when the leader stops cleanly, not at its next retry a
+// third of a TTL later (20 s here).
+func TestReleasedWakesStandby(t *testing.T) {
+	s, wake, l, ttl, stopA := aLeadsWithReleaseWake(t)
 	var standing atomic.Bool
 	stopB := run(t, &lease.Runner{Store: s, Holder: "b", TTL: ttl, Released: wake}, l.lead("b"), func(h backend.Lease, err error) {
 		standing.Store(errors.Is(err, event.ErrLeaseHeld))
@@ -572,18 +564,7 @@ func TestReleasedWakesStandby(t *testing.T) {
 func TestReleaseWakesYieldingStandby(t *testing.T) {
 	for _, grown := range []bool{true, false} {
 		t.Run(fmt.Sprintf("share grown %v", grown), func(t *testing.T) {
-			s := setup(t)
-			wake := make(chan struct{}, 1)
-			s.OnLeaseReleased(func(string) {
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			})
-			var l leaders
-			ttl := time.Minute
-			stopA := run(t, &lease.Runner{Store: s, Holder: "a", TTL: ttl}, l.lead("a"), nil)
-			testutil.Eventually(t, "a to lead", 5*time.Second, 5*time.Millisecond, func() bool { c, _, _ := l.get(); return c == "a" })
+			s, wake, l, ttl, stopA := aLeadsWithReleaseWake(t)
 			var atShare atomic.Bool
 			atShare.Store(true)
 			var recounts, yields atomic.Int64

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orisun-io/orisun/internal/testcert"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -30,35 +31,6 @@ func startServer(t *testing.T, cfg natsembed.Config) *natsembed.Server {
 	}
 	t.Cleanup(s.Stop)
 	return s
-}
-
-// violations collects the connection's asynchronous permission errors.
-func violations() (nats.Option, <-chan error) {
-	ch := make(chan error, 64)
-	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			select {
-			case ch <- err:
-			default:
-			}
-		}
-	}), ch
-}
-
-// waitViolation waits for a permissions violation naming subject.
-func waitViolation(t *testing.T, ch <-chan error, op, subject string) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case err := <-ch:
-			if strings.Contains(err.Error(), `"`+subject+`"`) && strings.Contains(err.Error(), op) {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no permissions violation for %s %q", op, subject)
-		}
-	}
 }
 
 // TestAuthRefusesStrangers_S13: with a user and password, a client without
@@ -182,7 +154,7 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 		t.Fatal(err)
 	}
 
-	errOpt, vio := violations()
+	errOpt, vio := natstest.Violations()
 	apiVio := make(chan error, 16)
 	app, err := nats.Connect(s.ClientURL(), append(creds, errOpt)...)
 	if err != nil {
@@ -223,7 +195,7 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 		if err := app.Publish(subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
-		waitViolation(t, vio, "Publish", subject)
+		natstest.WaitViolation(t, vio, "Publish", subject)
 	}
 
 	// Nobody but orisun answers the API or discovery, alone or in the
@@ -251,7 +223,7 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitViolation(t, vio, "Subscription", sub.subject)
+		natstest.WaitViolation(t, vio, "Subscription", sub.subject)
 	}
 
 	// The API's connection answers on the caller's reply subject, but not
@@ -270,7 +242,7 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 		if err := api.Publish(subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
-		waitViolation(t, apiVio, "Publish", subject)
+		natstest.WaitViolation(t, apiVio, "Publish", subject)
 	}
 }
 
@@ -294,10 +266,7 @@ func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
 	t.Cleanup(in.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, err := jetstream.New(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, in)
 	for _, b := range []string{"a", "b"} {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORISUN_" + b, Subjects: []string{"orisun.events." + b + ".>"},
 			Storage: jetstream.MemoryStorage}); err != nil {
@@ -309,10 +278,7 @@ func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(app.Close)
-	ajs, err := jetstream.New(app)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ajs := natstest.JetStream(t, app)
 	// The application may create it: consumer creation cannot look into
 	// the request's deliver subject.
 	if _, err := ajs.CreateOrUpdateConsumer(ctx, "ORISUN_a", jetstream.ConsumerConfig{Name: "relay",
@@ -469,7 +435,7 @@ func TestBoundaryCreationIsTheAdmins_S13(t *testing.T) {
 				t.Fatal(err)
 			}
 			request := func(creds []nats.Option, subject string) (*nats.Conn, <-chan error, error) {
-				errOpt, vio := violations()
+				errOpt, vio := natstest.Violations()
 				nc, err := nats.Connect(s.ClientURL(), append(append([]nats.Option{}, creds...), errOpt, nats.MaxReconnects(0))...)
 				if err != nil {
 					t.Fatalf("connect: %v", err)
@@ -488,7 +454,7 @@ func TestBoundaryCreationIsTheAdmins_S13(t *testing.T) {
 				if err == nil {
 					t.Fatal("a client that may not create boundaries was answered")
 				}
-				waitViolation(t, vio, "Publish", create)
+				natstest.WaitViolation(t, vio, "Publish", create)
 				if _, _, err := request(creds, "orisun.api.boundaries"); err != nil {
 					t.Errorf("the same client listing the boundaries: %v", err)
 				}

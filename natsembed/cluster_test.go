@@ -11,6 +11,7 @@ import (
 
 	"github.com/orisun-io/orisun/internal/testcert"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -50,10 +51,7 @@ func TestClusterRouteAuthAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

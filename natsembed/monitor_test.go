@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -53,10 +54,7 @@ func TestMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORISUN_x", Subjects: []string{"orisun.events.x.>"},

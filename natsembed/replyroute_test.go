@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -27,10 +27,7 @@ func TestReplyAimedAtJetStreamAPIActsOnNothing_S13(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer orisun.Close()
-	js, err := jetstream.New(orisun)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, orisun)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	name := stream.Name("default")

@@ -1,13 +1,11 @@
 package publisher_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -335,22 +333,7 @@ func TestConsumerLimitsPutBackOnTheirOwn(t *testing.T) {
 }
 
 // syncBuffer is a log destination tests read while the publisher writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.LogBuffer
 
 // checkedEvery20ms runs a publisher that checks its stream every 20 ms,
 // and returns it with its stream once it published 3 events.

@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
@@ -58,10 +59,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	if _, _, err := store.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
@@ -1012,11 +1010,7 @@ func TestVerifyNeedsNoConsumerSlot_I2_I4(t *testing.T) {
 // without credentials (the application principal).
 func connectApp(t *testing.T, ns *natsembed.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, ns.ClientURL())
 	return nc
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -172,10 +173,7 @@ func streamLeaderOf(t *testing.T, url string, opts []nats.Option) string {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := natstest.JetStream(t, nc)
 	s, err := js.Stream(contextFor(t, 10*time.Second), stream.Name("default"))
 	if err != nil {
 		t.Fatal(err)
@@ -531,14 +529,7 @@ func TestExternalNATSClusterLeaderSIGKILL(t *testing.T) {
 // with the test.
 func jsConnect(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := natstest.Connect(t, url, opts...)
+	js := natstest.JetStream(t, nc)
 	return js
 }

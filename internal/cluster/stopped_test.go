@@ -18,6 +18,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -59,11 +60,7 @@ type tapRefusal struct {
 
 func startWireTap(t *testing.T, url string) *wireTap {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.UserInfo(natsAppUser, natsAppPassword), nats.Name("wire-tap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, url, nats.UserInfo(natsAppUser, natsAppPassword), nats.Name("wire-tap"))
 	w := &wireTap{pubs: map[string]tapPub{}}
 	if _, err := nc.Subscribe(stream.Subjects("default"), func(m *nats.Msg) {
 		w.mu.Lock()

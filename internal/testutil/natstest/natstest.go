@@ -1,0 +1,73 @@
+// Package natstest is the NATS part of orisun's test scaffolding: a
+// connection closed with the test, a JetStream context, the permissions
+// violations a connection is told of. It is apart from package testutil,
+// which needs nothing but the standard library. It is orisun's machinery,
+// not for import by applications (being internal, it cannot be): its API
+// may change without notice.
+package natstest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Connect connects to url with opts and closes the connection when the
+// test ends; it fails the test if it cannot connect.
+func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream returns the JetStream context of nc, failing the test if it
+// cannot be made.
+func JetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Violations is a connection option that collects the connection's
+// permissions violations (the server tells of them asynchronously), and
+// the channel they arrive on.
+func Violations() (nats.Option, <-chan error) {
+	ch := make(chan error, 64)
+	return nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			select {
+			case ch <- err:
+			default:
+			}
+		}
+	}), ch
+}
+
+// WaitViolation waits up to 10 s for a permissions violation of op
+// ("Publish", "Subscription") naming subject, from a channel of
+// Violations, and fails the test if none comes.
+func WaitViolation(t testing.TB, ch <-chan error, op, subject string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case err := <-ch:
+			if strings.Contains(err.Error(), `"`+subject+`"`) && strings.Contains(err.Error(), op) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no permissions violation for %s %q", op, subject)
+		}
+	}
+}
