@@ -1127,7 +1127,13 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 	if err := event.ValidateQuery(q); err != nil {
 		return "", nil, err
 	}
-	return store.Read(ctx, boundary, after, limit, q)
+	epoch, events, err = store.Read(ctx, boundary, after, limit, q)
+	if err != nil {
+		// The store hands the good events before a bad row to the
+		// publisher; a caller gets the error alone.
+		return "", nil, err
+	}
+	return epoch, events, nil
 }
 
 // ReadLatest returns the last event of the boundary matching q (nil: any
