@@ -20,6 +20,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
@@ -93,11 +94,12 @@ func freeBytes(t *testing.T, dir string) int64 {
 }
 
 // TestStoreWriteOutageSQLite_I7: the SQLite data directory on a small
-// tmpfs is filled until appends fail, as a full disk does. While they
-// fail, /status says store.ok false with the error and since when and is
-// not settled, /readyz answers 503, the log says so once per kind of work
-// that fails (however many appends fail), and the counters count every
-// failed append. Once space is freed, with no append sent, all of it
+// tmpfs is filled until appends fail, as a full disk does, with appends
+// sent through the NATS API as a client sends them. While they fail,
+// /status says store.ok false with the error and since when and is not
+// settled, /readyz answers 503, the log says so once per kind of work that
+// fails (however many appends fail: no WARN or ERROR line per request),
+// and the counters count every failed append. Once space is freed, with no append sent, all of it
 // returns to normal by itself (the node's write probe), and appends and
 // publishing go on (I7: the status says what was measured, and a store
 // that cannot write is not "ok").
@@ -117,11 +119,16 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if err := os.WriteFile(filler, make([]byte, max(freeBytes(t, dir)-3<<19, 0)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	c, err := client.Connect(n.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
 	batch := events(4, "fill", 16<<10)
 	var ok, failed int
 	var lastErr error
 	for i := 0; i < 2000 && failed < 40; i++ {
-		_, err := n.Append(ctx, "default", batch, nil)
+		_, err := c.Append(ctx, "default", batch, nil)
 		switch {
 		case err == nil:
 			ok++
@@ -155,6 +162,13 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	wantMetric(t, body, "orisun_settled", "", 0)
 	if got := logs.count(`level=ERROR msg="store failing: appends fail`); got != 1 {
 		t.Fatalf("%d failed appends logged %d times, want once:\n%s", failed, got, logs)
+	}
+	if got := logs.count(`level=(WARN|ERROR) msg="api request failed`); got != 0 {
+		t.Fatalf("%d failed API appends logged %d WARN or ERROR lines of their own, want none (the store watch logs the outage once):\n%s",
+			failed, got, logs)
+	}
+	if got := logs.count(`level=(WARN|ERROR) `); got > 10 {
+		t.Fatalf("%d failed API appends gave %d WARN or ERROR lines, want a few (once per change of state):\n%s", failed, got, logs)
 	}
 
 	// The probe (every poll interval, while something fails) speaks for
