@@ -18,6 +18,7 @@ import (
 
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -222,7 +223,10 @@ func (s *Service) handle(h func(context.Context, micro.Request) (any, error), re
 			r.error(fmt.Errorf("internal error while handling %s", r.subject))
 		}
 	}()
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+	// The service's own deadline (serviceutil.WithTimeout): a store that
+	// does not answer within it failed, as opposed to a caller in process
+	// that chose a deadline of its own.
+	ctx, cancel := serviceutil.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	res, err := h(ctx, req)
 	if err != nil {
