@@ -5,17 +5,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,39 +59,6 @@ func capture() (*slog.Logger, *logBuffer) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})), lb
 }
 
-// mountTmpfs mounts a tmpfs of size on a new directory until the test
-// ends. A machine that cannot mount skips the test, except under CI
-// (CI=true), where it fails: a write-outage test that silently does not
-// run checks nothing.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0755", "tmpfs", dir).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("cannot mount a tmpfs of %s on %s (%v: %s): this test fills a small file system, which needs "+
-			"root (CAP_SYS_ADMIN)", size, dir, err, strings.TrimSpace(string(out)))
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// freeBytes is what the file system of dir has free.
-func freeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &fs); err != nil {
-		t.Fatal(err)
-	}
-	return int64(fs.Bavail) * int64(fs.Bsize)
-}
-
 // TestStoreWriteOutageSQLite_I7: the SQLite data directory on a small
 // tmpfs is filled until appends fail, as a full disk does, with appends
 // sent through the NATS API as a client sends them. While they fail,
@@ -107,7 +71,7 @@ func freeBytes(t *testing.T, dir string) int64 {
 // that cannot write is not "ok").
 func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	t.Parallel()
-	dir := mountTmpfs(t, "24m")
+	dir := testutil.MountTmpfs(t, "24m", "")
 	logger, logs := capture()
 	n := setup(t, dir, withHTTP, orisun.WithLogger(logger))
 	ctx := context.Background()
@@ -118,7 +82,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 
 	// Leave about 1.5 MB, and fill it with appends.
 	filler := filepath.Join(dir, "filler")
-	if err := os.WriteFile(filler, make([]byte, max(freeBytes(t, dir)-3<<19, 0)), 0o600); err != nil {
+	if err := os.WriteFile(filler, make([]byte, max(testutil.FreeBytes(t, dir)-3<<19, 0)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.Connect(n.NATSURL())
@@ -180,7 +144,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if st := httpStatus(t, n); st.Store.OK || !strings.Contains(st.Store.Error, "appends fail since") {
 		t.Fatalf("the disk is still full, no append tried for 6s: store %+v", st.Store)
 	}
-	t.Logf("free space while full: %d bytes", freeBytes(t, dir))
+	t.Logf("free space while full: %d bytes", testutil.FreeBytes(t, dir))
 
 	// Free the space; send nothing: the probe sees writes work again.
 	freed := time.Now()
