@@ -13,7 +13,9 @@ import (
 // is given. "." (the root package, as in `scripts/test -bench X .`) is a
 // package: taking it for a flag made the script test every package besides.
 // The go command is a stand-in that records its arguments, and
-// ORISUN_TEST_PG_URL is set, so the script starts no server.
+// ORISUN_TEST_PG_URL is set, so the script starts no server;
+// ORISUN_TEST_PROGRESS=0, so that it runs go test itself rather than the
+// progress printer the stand-in does not build.
 func TestScriptPackagePatterns(t *testing.T) {
 	script, err := filepath.Abs("../../scripts/test")
 	if err != nil {
@@ -42,7 +44,7 @@ func TestScriptPackagePatterns(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "args")
 			cmd := exec.Command(script, c.args...)
 			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-				"ORISUN_FAKE_GO_ARGS="+out, EnvURL+"=postgres://unused@127.0.0.1:1/postgres")
+				"ORISUN_FAKE_GO_ARGS="+out, "ORISUN_TEST_PROGRESS=0", EnvURL+"=postgres://unused@127.0.0.1:1/postgres")
 			if b, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("scripts/test %v: %v\n%s", c.args, err, b)
 			}
@@ -67,7 +69,7 @@ func TestScriptPackagePatterns(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "args")
 		cmd := exec.Command(script, "-run", "TestSoak", "-args", "-soak", "1m")
 		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-			"ORISUN_FAKE_GO_ARGS="+out, EnvURL+"=postgres://unused@127.0.0.1:1/postgres")
+			"ORISUN_FAKE_GO_ARGS="+out, "ORISUN_TEST_PROGRESS=0", EnvURL+"=postgres://unused@127.0.0.1:1/postgres")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("scripts/test: %v\n%s", err, b)
 		}
