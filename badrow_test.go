@@ -83,59 +83,69 @@ func badRows(t *testing.T, n *orisun.Node, db *rawDB, logs *logCounter) {
 	}
 	wantSubscriptionEnds(t, "client.Subscribe", func(ctx context.Context, h event.Handler) error {
 		return c.Subscribe(ctx, "default", 0, h, client.SubscribeOptions{})
-	}, 3, "position")
+	}, 3, 2, "position")
 	wantSubscriptionEnds(t, "Node.Subscribe", func(ctx context.Context, h event.Handler) error {
 		return n.Subscribe(ctx, "default", 0, h, orisun.SubscribeOptions{})
-	}, 3, "position")
+	}, 3, 2, "position")
 	db.exec(t, "INSERT INTO "+db.events+" SELECT * FROM saved")
 	if res, err := c.Read(ctx, "default", 0, 100, nil); err != nil || len(res.Events) != 5 {
 		t.Fatalf("read after the row was restored: %d events, %v; want 5", len(res.Events), err)
 	}
 
-	// 2. A bad row not yet published, at position 6 (and a good one at
-	// 7): the publisher stops there, naming it; appends go on.
+	// 2. A bad row in the middle of unpublished events: good rows at 6
+	// and 7, the bad one at 8, a good one at 9, written behind orisun's
+	// back in one transaction, then two appends (10, 11). The publisher
+	// publishes 6 and 7 and stops at 8, naming it; appends go on. A read
+	// that reaches the row fails the same way however often it is sent,
+	// and the node logs it once.
 	column := db.unpublishable(t)
 	if _, err := n.Append(ctx, "default", events(2, "later", 32), nil); err != nil {
 		t.Fatalf("append while a bad row waits to be published: %v", err)
 	}
-	s := waitState(t, n, "default", "stalled", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Head == 9 })
-	for _, want := range []string{`boundary "default"`, "position 6", "column " + column} {
+	s := waitState(t, n, "default", "stalled", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Head == 11 })
+	for _, want := range []string{`boundary "default"`, "position 8", "column " + column} {
 		if !strings.Contains(s.Reason, want) {
 			t.Fatalf("stalled reason %q does not name %s", s.Reason, want)
 		}
 	}
-	if s.Published != 5 {
-		t.Fatalf("published %d with a bad row at 6: the publisher went past it", s.Published)
+	if s.Published != 7 {
+		t.Fatalf("published %d with good rows at 6 and 7 and a bad row at 8: want 7 (everything before the bad row, nothing past it)", s.Published)
 	}
 	t.Logf("stalled reason: %s", s.Reason)
-	_, err = c.Read(ctx, "default", 5, 100, nil)
-	wantBadRow(t, "client.Read over the API", err, 6, column)
+	logged := logs.count("api request failed")
+	for range 20 {
+		_, err = c.Read(ctx, "default", 5, 100, nil)
+		wantBadRow(t, "client.Read over the API", err, 8, column)
+	}
+	if got := logs.count("api request failed") - logged; got != 1 {
+		t.Fatalf("20 reads of one bad row logged \"api request failed\" %d times, want once", got)
+	}
 	st, err := jsOf(t, n).Stream(ctx, stream.Name("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if last := st.CachedInfo().State.LastSeq; last != 5 {
-		t.Fatalf("the stream went past the bad row: last %d", last)
+	if last := st.CachedInfo().State.LastSeq; last != 7 {
+		t.Fatalf("the stream with a bad row at 8: last %d, want 7", last)
 	}
 	if got := logs.count("publisher stalled"); got != 1 {
 		t.Fatalf("\"publisher stalled\" logged %d times, want once", got)
 	}
 	db.repair(t)
-	waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 9 })
+	waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 11 })
 
-	// 3. The last row moved past the head (9 to 10): the publisher stops
+	// 3. The last row moved past the head (11 to 12): the publisher stops
 	// at it, and every append that reaches it is refused, naming it, as
 	// corrupt, not as a conflict.
-	db.exec(t, "UPDATE "+db.events+" SET position = 10 WHERE boundary = 'default' AND position = 9")
+	db.exec(t, "UPDATE "+db.events+" SET position = 12 WHERE boundary = 'default' AND position = 11")
 	s = waitState(t, n, "default", "stalled", 30*time.Second, nil)
-	if !strings.Contains(s.Reason, "position 10") || !strings.Contains(s.Reason, "beyond the boundary's head 9") {
+	if !strings.Contains(s.Reason, "position 12") || !strings.Contains(s.Reason, "beyond the boundary's head 11") {
 		t.Fatalf("stalled reason %q does not name the row beyond the head", s.Reason)
 	}
 	t.Logf("stalled reason: %s", s.Reason)
-	for _, cond := range []*event.Condition{nil, {After: 9}} {
+	for _, cond := range []*event.Condition{nil, {After: 11}} {
 		_, err = c.Append(ctx, "default", events(1, "refused", 32), cond)
-		wantBadRow(t, "client.Append", err, 10, "position")
-		if errors.Is(err, event.ErrConflict) || !strings.Contains(err.Error(), "beyond the boundary's head 9") {
+		wantBadRow(t, "client.Append", err, 12, "position")
+		if errors.Is(err, event.ErrConflict) || !strings.Contains(err.Error(), "beyond the boundary's head 11") {
 			t.Fatalf("client.Append into the row beyond the head: %v; want corrupt saying so, never conflict", err)
 		}
 		t.Logf("client.Append (condition %v) refused: %v", cond, err)
@@ -143,15 +153,47 @@ func badRows(t *testing.T, n *orisun.Node, db *rawDB, logs *logCounter) {
 	if _, err := n.Append(ctx, "default", events(1, "refused", 32), nil); !errors.Is(err, event.ErrCorrupt) {
 		t.Fatalf("Node.Append into the row beyond the head: %v; want event.ErrCorrupt", err)
 	}
-	db.exec(t, "UPDATE "+db.events+" SET position = 9 WHERE boundary = 'default' AND position = 10")
+	db.exec(t, "UPDATE "+db.events+" SET position = 11 WHERE boundary = 'default' AND position = 12")
 	if _, err := c.Append(ctx, "default", events(1, "after", 32), nil); err != nil {
 		t.Fatalf("append after the repair: %v", err)
 	}
-	waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 10 })
+	waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 12 })
 	var got []uint64
-	if err := subscribeUntil(ctx, c, 10, &got); err != nil || len(got) != 10 {
-		t.Fatalf("subscription after the repairs: %v, %v; want positions 1 to 10", got, err)
+	if err := subscribeUntil(ctx, c, 12, &got); err != nil || len(got) != 12 {
+		t.Fatalf("subscription after the repairs: %v, %v; want positions 1 to 12", got, err)
 	}
+
+	// 4. A stray row far beyond the head (1012, head 12), then two
+	// appends (13, 14) before it: the publisher publishes them and stops
+	// at the stray row, named as beyond the head (not as a position 15
+	// missing, which was never written); subscriptions deliver every
+	// event up to the head and end there, naming it.
+	db.exec(t, "INSERT INTO "+db.events+" (boundary, position, id, type, time, tags, data) SELECT boundary, 1012, "+
+		db.newID+", 'raw.stray', time, tags, data FROM "+db.events+" WHERE boundary = 'default' AND position = 12")
+	s = waitState(t, n, "default", "stalled", 30*time.Second, nil)
+	if !strings.Contains(s.Reason, "position 1012") || !strings.Contains(s.Reason, "beyond the boundary's head 12") {
+		t.Fatalf("stalled reason %q does not name the stray row beyond the head", s.Reason)
+	}
+	if _, err := n.Append(ctx, "default", events(2, "before_stray", 32), nil); err != nil {
+		t.Fatalf("append with a stray row far beyond the head: %v", err)
+	}
+	s = waitState(t, n, "default", "stalled", 30*time.Second, func(b orisun.BoundaryStatus) bool {
+		return b.Published == 14 && strings.Contains(b.Reason, "beyond the boundary's head 14")
+	})
+	if !strings.Contains(s.Reason, "position 1012") || strings.Contains(s.Reason, "position 15") {
+		t.Fatalf("stalled reason %q: want the stray row 1012 named beyond the head, no position 15", s.Reason)
+	}
+	t.Logf("stalled reason: %s", s.Reason)
+	_, err = c.Read(ctx, "default", 12, 100, nil)
+	wantBadRow(t, "client.Read over the API", err, 1012, "position")
+	wantSubscriptionEnds(t, "client.Subscribe", func(ctx context.Context, h event.Handler) error {
+		return c.Subscribe(ctx, "default", 0, h, client.SubscribeOptions{})
+	}, 1012, 14, "position")
+	wantSubscriptionEnds(t, "Node.Subscribe", func(ctx context.Context, h event.Handler) error {
+		return n.Subscribe(ctx, "default", 0, h, orisun.SubscribeOptions{})
+	}, 1012, 14, "position")
+	db.exec(t, "DELETE FROM "+db.events+" WHERE boundary = 'default' AND position = 1012")
+	waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 14 })
 }
 
 // wantBadRow wants err to be the corrupt error naming the row of boundary
@@ -174,9 +216,10 @@ func wantBadRow(t *testing.T, what string, err error, pos uint64, column string)
 	}
 }
 
-// wantSubscriptionEnds subscribes from 0 and wants the events before the
-// bad row at pos, then an error naming it, within 10 seconds.
-func wantSubscriptionEnds(t *testing.T, what string, subscribe func(context.Context, event.Handler) error, pos uint64, column string) {
+// wantSubscriptionEnds subscribes from 0 and wants the events 1 to last
+// (every one before the bad row at pos), then an error naming it, within
+// 10 seconds.
+func wantSubscriptionEnds(t *testing.T, what string, subscribe func(context.Context, event.Handler) error, pos, last uint64, column string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -193,7 +236,7 @@ func wantSubscriptionEnds(t *testing.T, what string, subscribe func(context.Cont
 		t.Fatalf("%s from 0 ended with %v; want the *event.CorruptError of position %d, column %s", what, err, pos, column)
 	}
 	want := []uint64{}
-	for p := uint64(1); p < pos; p++ {
+	for p := uint64(1); p <= last; p++ {
 		want = append(want, p)
 	}
 	if !slices.Equal(got, want) {
@@ -224,9 +267,10 @@ func subscribeUntil(ctx context.Context, c *client.Client, last uint64, got *[]u
 type rawDB struct {
 	exec   func(t *testing.T, query string)
 	events string // the events table
-	// unpublishable appends a bad row at position 6 and a good one at 7
-	// (the head) and says which column names the bad one; repair repairs
-	// it.
+	newID  string // an SQL expression of a new event id
+	// unpublishable appends good rows at positions 6 and 7, a bad row at
+	// 8 and a good one at 9 (the head), and says which column names the
+	// bad one; repair repairs it.
 	unpublishable func(t *testing.T) (column string)
 	repair        func(t *testing.T)
 }
@@ -240,18 +284,19 @@ func openRaw(t *testing.T, backend, dir, url string) *rawDB {
 				t.Fatalf("%s: %v", query, err)
 			}
 		}
-		return &rawDB{exec: exec, events: "orisun_events",
-			// A hole: the head moves by two, only the second position
-			// gets a row (json columns refuse text that is not JSON).
+		return &rawDB{exec: exec, events: "orisun_events", newID: "gen_random_uuid()",
+			// A hole: the head moves by four, every position but the
+			// third gets a row (json columns refuse text that is not
+			// JSON).
 			unpublishable: func(t *testing.T) string {
-				exec(t, `WITH h AS (UPDATE orisun_boundaries SET head = head + 2 WHERE name = 'default' RETURNING head)
+				exec(t, `WITH h AS (UPDATE orisun_boundaries SET head = head + 4 WHERE name = 'default' RETURNING head)
 INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
-SELECT 'default', h.head, gen_random_uuid(), 'raw.after_hole', now(), '{}', '{}'::json FROM h`)
+SELECT 'default', h.head - k, gen_random_uuid(), 'raw.around_hole', now(), '{}', '{}'::json FROM h, (VALUES (0), (2), (3)) AS v(k)`)
 				return "position"
 			},
 			repair: func(t *testing.T) {
 				exec(t, `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
-VALUES ('default', 6, gen_random_uuid(), 'raw.fill', now(), '{}', '{}')`)
+VALUES ('default', 8, gen_random_uuid(), 'raw.fill', now(), '{}', '{}')`)
 			},
 		}
 	}
@@ -266,19 +311,23 @@ VALUES ('default', 6, gen_random_uuid(), 'raw.fill', now(), '{}', '{}')`)
 			t.Fatalf("%s: %v", query, err)
 		}
 	}
-	return &rawDB{exec: exec, events: "events",
+	return &rawDB{exec: exec, events: "events", newID: "'" + uuid.NewString() + "'",
 		unpublishable: func(t *testing.T) string {
 			tx, err := db.Begin()
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
+			good := func(back int) string {
+				return fmt.Sprintf(`INSERT INTO events (boundary, position, id, type, time, tags, data)
+SELECT 'default', head - %d, '%s', 'raw.good', 0, '[]', '{}' FROM boundaries WHERE name = 'default'`, back, uuid.NewString())
+			}
 			for _, q := range []string{
-				`UPDATE boundaries SET head = head + 2 WHERE name = 'default'`,
+				`UPDATE boundaries SET head = head + 4 WHERE name = 'default'`,
+				good(3), good(2),
 				`INSERT INTO events (boundary, position, id, type, time, tags, data)
 SELECT 'default', head - 1, '` + uuid.NewString() + `', 'raw.bad', 0, '[]', '{"broken":' FROM boundaries WHERE name = 'default'`,
-				`INSERT INTO events (boundary, position, id, type, time, tags, data)
-SELECT 'default', head, '` + uuid.NewString() + `', 'raw.good', 0, '[]', '{}' FROM boundaries WHERE name = 'default'`,
+				good(0),
 			} {
 				if _, err := tx.Exec(q); err != nil {
 					t.Fatalf("%s: %v", q, err)
@@ -290,7 +339,7 @@ SELECT 'default', head, '` + uuid.NewString() + `', 'raw.good', 0, '[]', '{}' FR
 			return "data"
 		},
 		repair: func(t *testing.T) {
-			exec(t, `UPDATE events SET data = '{"repaired":true}' WHERE boundary = 'default' AND position = 6`)
+			exec(t, `UPDATE events SET data = '{"repaired":true}' WHERE boundary = 'default' AND position = 8`)
 		},
 	}
 }

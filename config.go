@@ -175,8 +175,10 @@ type Config struct {
 	StallThreshold time.Duration `envconfig:"STALL_THRESHOLD"`
 	// MetricsBoundaries is the most boundaries whose metrics carry their
 	// own boundary label; the series of the others are summed under
-	// boundary="_other" (docs/operations.md, "Metrics"). Zero takes the
-	// default; -1 gives no boundary series of its own.
+	// boundary="_other" (docs/operations.md, "Metrics"). -1 gives no
+	// boundary series of its own. Zero in a Config given to New takes the
+	// default (Defaults); Validate refuses it, so that the variable set to
+	// 0 is refused, naming -1, rather than read as the default.
 	MetricsBoundaries int `envconfig:"METRICS_BOUNDARIES"`
 
 	// LogLevel is debug, info, warn or error; LogFormat text or json.

@@ -324,6 +324,9 @@ func TestValidateMessages(t *testing.T) {
 		{"metrics boundaries below", sqlite(func(c *Config) { c.MetricsBoundaries = -2 }), []string{
 			`ORISUN_METRICS_BOUNDARIES: -2 is outside -1–10000 (-1: no boundary has series of its own)`}},
 		{"metrics boundaries none", sqlite(func(c *Config) { c.MetricsBoundaries = -1 }), nil},
+		{"metrics boundaries zero", sqlite(func(c *Config) { c.MetricsBoundaries = 0 }), []string{
+			`ORISUN_METRICS_BOUNDARIES: 0 would give every boundary's series to boundary="_other": write -1 for that ` +
+				`(no boundary has series of its own), 1–10000 for that many, or leave it unset for the default 100`}},
 		{"log level", sqlite(func(c *Config) { c.LogLevel = "loud" }), []string{`ORISUN_LOG_LEVEL: "loud" is not one of debug, info, warn, error`}},
 		{"log format", sqlite(func(c *Config) { c.LogFormat = "xml" }), []string{`ORISUN_LOG_FORMAT: "xml" is not one of text, json`}},
 	} {

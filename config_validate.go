@@ -402,7 +402,14 @@ func (c Config) validateStatus(p *problems) {
 		}
 	}
 	inRange(p, "STALL_THRESHOLD", c.StallThreshold, StallThresholdMin, StallThresholdMax)
-	if c.MetricsBoundaries < MetricsBoundariesMin || c.MetricsBoundaries > MetricsBoundariesMax {
+	switch {
+	case c.MetricsBoundaries == 0:
+		// New takes the default for a zero field; a variable set to 0 must
+		// not turn into 100 boundary labels behind the operator's back.
+		p.add("METRICS_BOUNDARIES", "0 would give every boundary's series to boundary=\"_other\": write -1 for that "+
+			"(no boundary has series of its own), 1–%d for that many, or leave it unset for the default %d",
+			MetricsBoundariesMax, MetricsBoundariesDefault)
+	case c.MetricsBoundaries < MetricsBoundariesMin || c.MetricsBoundaries > MetricsBoundariesMax:
 		p.add("METRICS_BOUNDARIES", "%d is outside %d–%d (-1: no boundary has series of its own)",
 			c.MetricsBoundaries, MetricsBoundariesMin, MetricsBoundariesMax)
 	}

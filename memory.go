@@ -24,6 +24,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -65,7 +66,7 @@ func (n *Node) checkStreamMemory(ctx context.Context, store backend.Store, name 
 	}
 	// Bounded apart from the creation: a JetStream that does not answer
 	// leaves the creation its own time.
-	cctx, cancel := context.WithTimeout(ctx, budgetTimeout)
+	cctx, cancel := serviceutil.WithTimeout(ctx, budgetTimeout)
 	defer cancel()
 	b, ok, err := n.memoryBudget(cctx, store)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/datadir"
 	"github.com/orisun-io/orisun/internal/metrics"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
@@ -762,7 +763,7 @@ func (n *Node) adopt(boundary string) {
 	}
 	// The lookup runs outside the lifecycle's lock: appends and Stop must
 	// not wait behind a slow database.
-	ctx, cancel := context.WithTimeout(runCtx, 10*time.Second)
+	ctx, cancel := serviceutil.WithTimeout(runCtx, 10*time.Second)
 	defer cancel()
 	if _, err := store.Boundary(ctx, boundary); err != nil {
 		if runCtx.Err() == nil {
@@ -825,7 +826,7 @@ func (n *Node) watchHeads(ctx context.Context) { n.everyPoll(ctx, n.readHeads) }
 
 // readHeads is one round of watchHeads; it returns whether the read failed.
 func (n *Node) readHeads(ctx context.Context, failing bool) bool {
-	rctx, cancel := context.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+	rctx, cancel := serviceutil.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
 	heads, err := n.store.Heads(rctx)
 	cancel()
 	switch {
@@ -1158,7 +1159,13 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 	if err := event.ValidateQuery(q); err != nil {
 		return "", nil, err
 	}
-	return store.Read(ctx, boundary, after, limit, q)
+	epoch, events, err = store.Read(ctx, boundary, after, limit, q)
+	if err != nil {
+		// The store hands the good events before a bad row to the
+		// publisher; a caller gets the error alone.
+		return "", nil, err
+	}
+	return epoch, events, nil
 }
 
 // ReadLatest returns the last event of the boundary matching q (nil: any

@@ -13,6 +13,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/metrics"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 )
 
 // The store watch: every store operation of the node goes through a
@@ -95,15 +96,17 @@ func newStoreWatch(log *slog.Logger, m *metrics.Metrics) *storeWatch {
 	return &storeWatch{log: log, m: m}
 }
 
-// storeFault reports whether err is the store's failure, as opposed to an
-// answer (a conflict, a missing boundary, a lease held or lost, a bad row:
-// the store works, the row is wrong, and the boundary's publisher stalls
-// on it, docs/operations.md "A bad row"), a node
-// that is closing, or a caller that gave up (its context cancelled). A
-// deadline that passed is the store's failure: it did not answer in time
-// (a lease renewal, a request's timeout).
-func storeFault(ctx context.Context, err error) bool {
-	if err == nil || errors.Is(ctx.Err(), context.Canceled) {
+// storeFault reports whether err, the outcome of a store operation of a
+// kind (kindNone: the write probe), is the store's failure, as opposed to
+// an answer (a conflict, a missing boundary, a lease held or lost, a bad
+// row: the store works, the row is wrong, and the boundary's publisher
+// stalls on it, docs/operations.md "A bad row"), a node that is closing, or
+// a caller that gave up: its context cancelled, or its own deadline passed
+// (Node.Append with a timeout of the application's, a subscription's
+// short look at the store). A deadline the node set on its own work is the
+// store's failure: it did not answer in time (ownDeadline).
+func storeFault(ctx context.Context, kind int, err error) bool {
+	if err == nil || (ctx.Err() != nil && !ownDeadline(ctx, kind)) {
 		return false
 	}
 	for _, answer := range []error{event.ErrInvalid, event.ErrTooLarge, event.ErrNotFound, event.ErrConflict,
@@ -115,6 +118,19 @@ func storeFault(ctx context.Context, err error) bool {
 	return true
 }
 
+// ownDeadline reports whether ctx, which ended, ended with a deadline the
+// node set on its own work: any deadline of lease writes and checkpoint
+// writes (the lease manager's and the publisher's, never a caller's), and
+// for the kinds a caller's request reaches (reads, appends, boundary
+// creations) those marked by serviceutil.WithTimeout (the API's request
+// timeout, the status listener's measurement, the node's own reads).
+func ownDeadline(ctx context.Context, kind int) bool {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return false
+	}
+	return kind == kindLease || kind == kindCheckpoint || serviceutil.OwnDeadline(ctx)
+}
+
 // done records the outcome of a store operation of a kind (kindNone: count
 // it only).
 func (w *storeWatch) done(ctx context.Context, op metrics.StoreOp, kind int, err error) {
@@ -124,7 +140,7 @@ func (w *storeWatch) done(ctx context.Context, op metrics.StoreOp, kind int, err
 		}
 		return
 	}
-	if !storeFault(ctx, err) {
+	if !storeFault(ctx, kind, err) {
 		return
 	}
 	w.m.StoreError(op)
@@ -253,7 +269,7 @@ func (w *storeWatch) watch(ctx context.Context, p writeProber, interval time.Dur
 			switch {
 			case err == nil:
 				w.probed(start)
-			case storeFault(ctx, err):
+			case storeFault(ctx, kindNone, err):
 				w.m.StoreError(metrics.OpProbeWrite)
 			}
 		}

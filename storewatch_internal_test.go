@@ -3,6 +3,7 @@ package orisun
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/metrics"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 )
 
 type lockedBuffer struct {
@@ -90,5 +92,60 @@ func TestStoreWatchOncePerChange(t *testing.T) {
 	}
 	if n := logs.count("store works again: a write probe succeeded (no checkpoint write tried"); n != 1 {
 		t.Fatalf("the probe's end logged %d times:\n%s", n, logs.b.String())
+	}
+}
+
+// TestStoreWatchDeadlines: a deadline the caller chose is its answer, not
+// the store's failure (an application's Node.Append with a timeout of its
+// own, a subscription's short look at the store); a deadline the node set
+// on its own work is: the API's request timeout and the status listener's
+// measurement (serviceutil.WithTimeout), and any deadline of lease and
+// checkpoint writes, which only the node makes.
+func TestStoreWatchDeadlines(t *testing.T) {
+	expired := func(ctx context.Context, err error) context.Context {
+		t.Helper()
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), err) {
+			t.Fatalf("ctx ended with %v, want %v", ctx.Err(), err)
+		}
+		return ctx
+	}
+	callers, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	callers = expired(callers, context.DeadlineExceeded)
+	own, cancel := serviceutil.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	own = expired(own, context.DeadlineExceeded)
+	// A context derived from the node's (the store's own sub-steps) keeps
+	// the cause.
+	derived, cancel := context.WithCancel(own)
+	defer cancel()
+	timedOut := fmt.Errorf("append: %w: interrupted", event.ErrUnavailable)
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		kind int
+		want bool
+	}{
+		{"a caller's deadline, append", callers, kindAppend, false},
+		{"a caller's deadline, read", callers, kindRead, false},
+		{"a caller's deadline, boundary", callers, kindBoundary, false},
+		{"the node's deadline, append", own, kindAppend, true},
+		{"the node's deadline, read, derived", derived, kindRead, true},
+		{"a lease write's deadline", callers, kindLease, true},
+		{"a checkpoint write's deadline", callers, kindCheckpoint, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logs := &lockedBuffer{}
+			w := newStoreWatch(slog.New(slog.NewTextHandler(logs, nil)), metrics.New(0))
+			w.done(c.ctx, metrics.OpAppend, c.kind, timedOut)
+			ok, _, what, _ := w.health()
+			if ok == c.want {
+				t.Fatalf("store ok %v after %s (%q); want failing: %v", ok, c.name, what, c.want)
+			}
+			if n := logs.count("store failing"); (n == 1) != c.want {
+				t.Fatalf("%q logged %d times; want failing: %v", "store failing", n, c.want)
+			}
+		})
 	}
 }

@@ -3,23 +3,23 @@ package orisun_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
@@ -59,51 +59,19 @@ func capture() (*slog.Logger, *logBuffer) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})), lb
 }
 
-// mountTmpfs mounts a tmpfs of size on a new directory until the test
-// ends. A machine that cannot mount skips the test, except under CI
-// (CI=true), where it fails: a write-outage test that silently does not
-// run checks nothing.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0755", "tmpfs", dir).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("cannot mount a tmpfs of %s on %s (%v: %s): this test fills a small file system, which needs "+
-			"root (CAP_SYS_ADMIN)", size, dir, err, strings.TrimSpace(string(out)))
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// freeBytes is what the file system of dir has free.
-func freeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &fs); err != nil {
-		t.Fatal(err)
-	}
-	return int64(fs.Bavail) * int64(fs.Bsize)
-}
-
 // TestStoreWriteOutageSQLite_I7: the SQLite data directory on a small
-// tmpfs is filled until appends fail, as a full disk does. While they
-// fail, /status says store.ok false with the error and since when and is
-// not settled, /readyz answers 503, the log says so once per kind of work
-// that fails (however many appends fail), and the counters count every
-// failed append. Once space is freed, with no append sent, all of it
+// tmpfs is filled until appends fail, as a full disk does, with appends
+// sent through the NATS API as a client sends them. While they fail,
+// /status says store.ok false with the error and since when and is not
+// settled, /readyz answers 503, the log says so once per kind of work that
+// fails (however many appends fail: no WARN or ERROR line per request),
+// and the counters count every failed append. Once space is freed, with no append sent, all of it
 // returns to normal by itself (the node's write probe), and appends and
 // publishing go on (I7: the status says what was measured, and a store
 // that cannot write is not "ok").
 func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	t.Parallel()
-	dir := mountTmpfs(t, "24m")
+	dir := testutil.MountTmpfs(t, "24m", "")
 	logger, logs := capture()
 	n := setup(t, dir, withHTTP, orisun.WithLogger(logger))
 	ctx := context.Background()
@@ -114,14 +82,19 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 
 	// Leave about 1.5 MB, and fill it with appends.
 	filler := filepath.Join(dir, "filler")
-	if err := os.WriteFile(filler, make([]byte, max(freeBytes(t, dir)-3<<19, 0)), 0o600); err != nil {
+	if err := os.WriteFile(filler, make([]byte, max(testutil.FreeBytes(t, dir)-3<<19, 0)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	c, err := client.Connect(n.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
 	batch := events(4, "fill", 16<<10)
 	var ok, failed int
 	var lastErr error
 	for i := 0; i < 2000 && failed < 40; i++ {
-		_, err := n.Append(ctx, "default", batch, nil)
+		_, err := c.Append(ctx, "default", batch, nil)
 		switch {
 		case err == nil:
 			ok++
@@ -156,6 +129,13 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if got := logs.count(`level=ERROR msg="store failing: appends fail`); got != 1 {
 		t.Fatalf("%d failed appends logged %d times, want once:\n%s", failed, got, logs)
 	}
+	if got := logs.count(`level=(WARN|ERROR) msg="api request failed`); got != 0 {
+		t.Fatalf("%d failed API appends logged %d WARN or ERROR lines of their own, want none (the store watch logs the outage once):\n%s",
+			failed, got, logs)
+	}
+	if got := logs.count(`level=(WARN|ERROR) `); got > 10 {
+		t.Fatalf("%d failed API appends gave %d WARN or ERROR lines, want a few (once per change of state):\n%s", failed, got, logs)
+	}
 
 	// The probe (every poll interval, while something fails) speaks for
 	// appends once none was tried for 5s: while the disk is still full it
@@ -164,7 +144,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if st := httpStatus(t, n); st.Store.OK || !strings.Contains(st.Store.Error, "appends fail since") {
 		t.Fatalf("the disk is still full, no append tried for 6s: store %+v", st.Store)
 	}
-	t.Logf("free space while full: %d bytes", freeBytes(t, dir))
+	t.Logf("free space while full: %d bytes", testutil.FreeBytes(t, dir))
 
 	// Free the space; send nothing: the probe sees writes work again.
 	freed := time.Now()
@@ -334,5 +314,70 @@ func TestStoreOutagePostgres_I7(t *testing.T) {
 	wantMetric(t, body, "orisun_store_failing", `kind="append"`, 0)
 	if v, _ := metric(body, "orisun_store_errors_total", `op="append"`); v < float64(got[api.CodeUnavailable]) {
 		t.Fatalf("orisun_store_errors_total{op=append} = %v, fewer than the %d failed appends", v, got[api.CodeUnavailable])
+	}
+}
+
+// TestCallerDeadlineIsNoStoreFailure: a deadline the caller chose that
+// passes while the store is slow (SQLite's write lock held by another
+// connection for a moment) is the caller's answer, not the store's
+// failure: each append fails with its deadline, but store.ok stays true,
+// /readyz answers 200, no store error is counted and nothing is logged at
+// ERROR (docs/operations.md, "When the store fails"; I7: a failing store
+// is measured, a caller's impatience is not one). Deadlines the node sets
+// itself are (TestStoreWatchDeadlines).
+func TestCallerDeadlineIsNoStoreFailure(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logger, logs := capture()
+	n := setup(t, dir, withHTTP, orisun.WithLogger(logger))
+	ctx := context.Background()
+	if _, err := n.Append(ctx, "default", events(3, "before", 64), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 30*time.Second)
+
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlite.DBFile)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := n.Append(actx, "default", events(1, "impatient", 64), nil)
+		cancel()
+		if err == nil || actx.Err() == nil {
+			t.Fatalf("append %d with the write lock held elsewhere: %v (ctx %v); want it to fail with its deadline", i, err, actx.Err())
+		}
+		if i == 0 {
+			t.Logf("append with a 100 ms deadline, the write lock held elsewhere: %v", err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+
+	st := httpStatus(t, n)
+	if !st.Store.OK || st.Store.Error != "" {
+		t.Fatalf("status after appends that ran out of their callers' deadlines: store %+v", st.Store)
+	}
+	if code, body := httpGet(t, n, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after appends that ran out of their callers' deadlines: %d %s", code, body)
+	}
+	_, body := httpGet(t, n, "/metrics")
+	wantMetric(t, body, "orisun_store_errors_total", `op="append"`, 0)
+	wantMetric(t, body, "orisun_store_failing", `kind="append"`, 0)
+	if got := logs.count(`level=ERROR `); got != 0 {
+		t.Fatalf("appends that ran out of their callers' deadlines logged %d ERROR lines:\n%s", got, logs)
+	}
+	if _, err := n.Append(ctx, "default", events(1, "after", 64), nil); err != nil {
+		t.Fatalf("append once the lock is free: %v", err)
 	}
 }

@@ -60,7 +60,11 @@ type Appender interface {
 type Reader interface {
 	// Read returns up to limit events of the boundary with position > after,
 	// in position order, matching q (nil: all). The epoch is returned with
-	// them, read in the same snapshot.
+	// them, read in the same snapshot. A stored row that does not fit the
+	// log fails the read with event.ErrCorrupt naming it; the events before
+	// it, checked and good, are returned with that error (none when it is
+	// the first), so that the publisher publishes up to it and never past
+	// it (docs/design.md §5, "Bad rows"). With any other error, none.
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 }
 

@@ -211,13 +211,15 @@ func (s *sub) checkStart(ctx context.Context) error {
 func (s *sub) catchUp(ctx context.Context) error {
 	for {
 		events, err := s.read(ctx, s.next-1, s.cfg.PageSize)
+		for i := range events {
+			// With a bad row's error, the good events before it (a
+			// store's read hands them over, backend.Reader).
+			if derr := s.deliver(ctx, &events[i]); derr != nil {
+				return derr
+			}
+		}
 		if err != nil {
 			return s.upToBadRow(ctx, err)
-		}
-		for i := range events {
-			if err := s.deliver(ctx, &events[i]); err != nil {
-				return err
-			}
 		}
 		if len(events) < s.cfg.PageSize {
 			return nil
@@ -230,37 +232,84 @@ func (s *sub) catchUp(ctx context.Context) error {
 // so that the handler has processed everything up to the bad row when the
 // subscription ends with err, which names it. Any other err is returned as
 // it is.
+//
+// A reader that does not hand over the good events with the error (the
+// API's read, for a client) is read again, in pages that stop short of
+// the bad row. A row beyond the head, past a gap, has fewer good events
+// before it than positions: the longest page that reads without the error
+// is searched for, by halves (a dozen reads at most per page, once, as
+// the subscription ends).
 func (s *sub) upToBadRow(ctx context.Context, err error) error {
 	var bad *event.CorruptError
-	if !errors.As(err, &bad) || bad.Position <= s.next || bad.Position-s.next > uint64(s.cfg.PageSize) {
+	if !errors.As(err, &bad) {
 		return err
 	}
-	events, rerr := s.read(ctx, s.next-1, int(bad.Position-s.next))
-	if rerr != nil {
-		return err
-	}
-	for i := range events {
-		if events[i].Position >= bad.Position {
-			break
+	for s.next < bad.Position {
+		events := s.beforeBadRow(ctx, bad.Position)
+		if len(events) == 0 {
+			return err
 		}
-		if derr := s.deliver(ctx, &events[i]); derr != nil {
-			return derr
+		for i := range events {
+			if events[i].Position >= bad.Position {
+				return err
+			}
+			if derr := s.deliver(ctx, &events[i]); derr != nil {
+				return derr
+			}
 		}
 	}
 	return err
+}
+
+// beforeBadRow reads the longest page from next on, of at most PageSize
+// events, that reads without an error (the bad row at pos is after it);
+// none when no page does.
+func (s *sub) beforeBadRow(ctx context.Context, pos uint64) []event.Event {
+	n := int(min(pos-s.next, uint64(s.cfg.PageSize)))
+	events, err := s.read(ctx, s.next-1, n)
+	if err == nil {
+		return events
+	}
+	if !errors.Is(err, event.ErrCorrupt) {
+		return nil
+	}
+	// ok: a page of this many reads; the page of n does not.
+	var good []event.Event
+	for ok, fails := 0, n; fails-ok > 1; {
+		mid := ok + (fails-ok)/2
+		events, err := s.read(ctx, s.next-1, mid)
+		switch {
+		case err == nil:
+			good, ok = events, mid
+		case errors.Is(err, event.ErrCorrupt):
+			fails = mid
+		default:
+			return good
+		}
+	}
+	return good
 }
 
 // read reads a page from the store after position after, retrying failures
 // that may pass, and checks the page's epoch against the subscription's
 // (taking it on the first read when the subscription did not name one). A
 // stored row that does not fit the log (event.ErrCorrupt) is not retried:
-// it ends the subscription, naming the row, until an operator repairs it.
+// it ends the subscription, naming the row, until an operator repairs it;
+// the good events the store read before it are returned with that error.
 func (s *sub) read(ctx context.Context, after uint64, limit int) ([]event.Event, error) {
 	for {
 		epoch, events, err := s.cfg.Store.Read(ctx, s.boundary, after, limit, nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
+			}
+			if errors.Is(err, event.ErrCorrupt) && len(events) > 0 && (s.epoch == "" || epoch == s.epoch) &&
+				events[0].Position == after+1 {
+				// The good events before the bad row, with its error.
+				if s.epoch == "" {
+					s.epoch = epoch
+				}
+				return events, fmt.Errorf("read boundary %q after %d: %w", s.boundary, after, err)
 			}
 			if errors.Is(err, event.ErrNotFound) || errors.Is(err, event.ErrInvalid) || errors.Is(err, event.ErrCorrupt) {
 				return nil, fmt.Errorf("read boundary %q after %d: %w", s.boundary, after, err)

@@ -88,6 +88,15 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 			if ctx.Err() != nil {
 				break
 			}
+			if errors.Is(err, event.ErrCorrupt) && len(events) > 0 {
+				// A bad row: the good events before it are published
+				// and acknowledged first, then the run stops at it (I4:
+				// every committed position before it is published,
+				// none around or past it).
+				if err := r.upToBadRow(actx, fl, epoch, events, next); err != nil {
+					return err
+				}
+			}
 			return fmt.Errorf("read events after %d: %w", next-1, err)
 		}
 		if epoch != r.epoch {
@@ -190,6 +199,22 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 	}
 	// Stopping: finish the batches in flight and checkpoint them.
 	return fl.settle(actx, 0)
+}
+
+// upToBadRow publishes the good events a read returned before a bad row
+// (backend.Reader) and awaits their acknowledgements, so that their
+// checkpoint is written before the run stalls at the row.
+func (r *run) upToBadRow(ctx context.Context, fl *flight, epoch string, events []event.Event, next uint64) error {
+	if epoch != r.epoch {
+		return fmt.Errorf("boundary epoch changed from %s to %s: resyncing the stream", r.epoch, epoch)
+	}
+	if events[0].Position != next {
+		return fmt.Errorf("store returned position %d after %d: a gap in the store", events[0].Position, next-1)
+	}
+	if err := fl.send(ctx, events); err != nil {
+		return err
+	}
+	return fl.settle(ctx, 0)
 }
 
 // readResult is one store read.

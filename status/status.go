@@ -31,8 +31,8 @@ type Status struct {
 	Time time.Time `json:"time"`
 	// Settled is true when every boundary's published position equals its
 	// head, both read during this measurement, no boundary's stream holds a
-	// sequence beyond its head or of another epoch, and nothing failed to
-	// be measured.
+	// sequence beyond its head or of another epoch, nothing failed to be
+	// measured, and no kind of store work is failing (Store.OK).
 	Settled    bool             `json:"settled"`
 	Store      Health           `json:"store"`
 	NATS       Health           `json:"nats"`

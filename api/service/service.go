@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -70,6 +72,7 @@ type Service struct {
 	ctx    context.Context // the requests'; ends after Stop's grace
 	cancel context.CancelFunc
 	sem    chan struct{}
+	bad    *badRowLog
 }
 
 // New returns the service of be on nc, not started. The service owns nc
@@ -84,7 +87,7 @@ func New(nc *nats.Conn, be Backend, cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, be: be, nc: nc, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight)}
+	s := &Service{cfg: cfg, be: be, nc: nc, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), bad: &badRowLog{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -181,7 +184,7 @@ func (s *Service) shutdown() error {
 // would race with it. (So `nats micro stats` counts requests, not errors.)
 func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
-		r := &reply{nc: s.nc, log: s.log, subject: req.Subject(), reply: req.Reply()}
+		r := &reply{nc: s.nc, log: s.log, bad: s.bad, subject: req.Subject(), reply: req.Reply()}
 		if unsafeReply(r.reply) {
 			// A reply subject inside orisun's or JetStream's subjects would
 			// make this service publish there on the caller's behalf (into
@@ -220,7 +223,10 @@ func (s *Service) handle(h func(context.Context, micro.Request) (any, error), re
 			r.error(fmt.Errorf("internal error while handling %s", r.subject))
 		}
 	}()
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RequestTimeout)
+	// The service's own deadline (serviceutil.WithTimeout): a store that
+	// does not answer within it failed, as opposed to a caller in process
+	// that chose a deadline of its own.
+	ctx, cancel := serviceutil.WithTimeout(s.ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	res, err := h(ctx, req)
 	if err != nil {
@@ -259,6 +265,7 @@ func unsafeReply(subject string) bool {
 type reply struct {
 	nc             *nats.Conn
 	log            *slog.Logger
+	bad            *badRowLog
 	subject, reply string
 }
 
@@ -278,11 +285,18 @@ func (r *reply) error(err error) {
 	// The client gets the detail it can act on; the whole error, with the
 	// operation and the store's words, stays in the node's log.
 	msg := clientMessage(err, code)
-	switch code {
-	case api.CodeInternal, api.CodeCorrupt:
-		r.log.Error("api request failed", "subject", r.subject, "err", err)
-	case api.CodeUnavailable:
-		r.log.Warn("api request failed", "subject", r.subject, "code", code, "err", err)
+	var bad *event.CorruptError
+	isBad := code == api.CodeCorrupt && errors.As(err, &bad)
+	// Not once per request what stays the same for many: a store that
+	// fails is logged by the node once per change of state (its store
+	// watch, docs/operations.md "When the store fails"), and a bad row
+	// once, by the first request that meets it ("A bad row"); the
+	// requests themselves at DEBUG. The counters count every one.
+	switch {
+	case code == api.CodeInternal, code == api.CodeCorrupt && (!isBad || r.bad.first(bad)):
+		r.log.Error("api request failed", "subject", r.subject, "code", code, "err", err)
+	case code == api.CodeUnavailable, code == api.CodeCorrupt:
+		r.log.Debug("api request failed", "subject", r.subject, "code", code, "err", err)
 	default:
 		r.log.Debug("api request refused", "subject", r.subject, "code", code, "err", err)
 	}
@@ -292,8 +306,7 @@ func (r *reply) error(err error) {
 		p := ce.Position
 		detail.Position = &p
 	}
-	var bad *event.CorruptError
-	if code == api.CodeCorrupt && errors.As(err, &bad) {
+	if isBad {
 		p := bad.Position
 		detail.Position, detail.Column = &p, bad.Column
 	}
@@ -303,6 +316,39 @@ func (r *reply) error(err error) {
 	m.Header.Set(api.ErrorHeader, strings.NewReplacer("\r", " ", "\n", " ").Replace(msg))
 	m.Header.Set(api.ErrorCodeHeader, strconv.Itoa(api.NumericCode(code)))
 	r.send(m)
+}
+
+// badRowLog remembers the bad rows the service logged (boundary, position
+// and column), so that each is logged at ERROR once, by the first request
+// that meets it: a client that reads or retries into a bad row must not
+// flood the log. It holds at most maxBadRows rows and then starts again,
+// so a row may be logged again after that many others.
+type badRowLog struct {
+	mu   sync.Mutex
+	seen map[badRowKey]struct{}
+}
+
+type badRowKey struct {
+	boundary string
+	position uint64
+	column   string
+}
+
+const maxBadRows = 1024
+
+// first reports whether bad is met for the first time, and remembers it.
+func (l *badRowLog) first(bad *event.CorruptError) bool {
+	k := badRowKey{bad.Boundary, bad.Position, bad.Column}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[k]; ok {
+		return false
+	}
+	if l.seen == nil || len(l.seen) >= maxBadRows {
+		l.seen = make(map[badRowKey]struct{})
+	}
+	l.seen[k] = struct{}{}
+	return true
 }
 
 // decode reads a JSON request body into v. An empty body is {}. Unknown

@@ -57,6 +57,31 @@ func testBadRows(t *testing.T, open func(t *testing.T) backend.Store, ed *Edit) 
 		wantBadLatest(t, s, "b", nil, 10, "position")
 		wantRead(t, s, "b", 6, 3, nil, 7, 9)
 	})
+	t.Run("DeletedUnderQuery", func(t *testing.T) {
+		// The limit docs/operations.md ("A bad row", "What is not seen")
+		// states: what reads only the rows that match does not see a
+		// matching row deleted below the head, while a read without a
+		// query does.
+		t.Parallel()
+		s := setup(t, open, "b")
+		mustAppend(t, s, "b", batch(t, "b", 3, "t.other"), nil)
+		mustAppend(t, s, "b", batch(t, "b", 1, "t.match"), nil) // 4
+		mustAppend(t, s, "b", batch(t, "b", 1, "t.other"), nil) // 5
+		mustAppend(t, s, "b", batch(t, "b", 1, "t.match"), nil) // 6
+		q := &event.Query{Items: []event.QueryItem{{Types: []string{"t.match"}}}}
+		ed.Delete(t, s, "b", 6)
+		wantBadRead(t, s, "b", 0, 100, nil, 6, "position")
+		if _, events, err := s.Read(context.Background(), "b", 0, 100, q); err != nil || !slices.Equal(positions(events), []uint64{4}) {
+			t.Fatalf("Read with a query over a deleted match = %v, %v; the stated limit is [4] without an error", positions(events), err)
+		}
+		ed.Delete(t, s, "b", 4)
+		if l, err := s.Latest(context.Background(), "b", q); err != nil || l.Event != nil || l.Head != 6 {
+			t.Fatalf("Latest with a query over deleted matches = %+v, %v; the stated limit is no match, head 6", l, err)
+		}
+		if _, err := s.Append(context.Background(), "b", batch(t, "b", 1, "t.new"), &event.Condition{Query: *q, After: 3}); err != nil {
+			t.Fatalf("Append whose condition's only matches were deleted: %v; the stated limit is that it passes", err)
+		}
+	})
 	t.Run("MovedPastHead_I1", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "b")
@@ -148,7 +173,9 @@ func wantRead(t *testing.T, s backend.Store, boundary string, after uint64, limi
 	return events
 }
 
-// wantBadRead reads and wants the error naming the bad row.
+// wantBadRead reads and wants the error naming the bad row, with the good
+// events before it (backend.Reader): without a query every position from
+// after+1 up to the row, with one the matching rows among them, in order.
 func wantBadRead(t *testing.T, s backend.Store, boundary string, after uint64, limit int, q *event.Query, pos uint64, column string) {
 	t.Helper()
 	_, events, err := s.Read(context.Background(), boundary, after, limit, q)
@@ -157,6 +184,21 @@ func wantBadRead(t *testing.T, s backend.Store, boundary string, after uint64, l
 			boundary, after, limit, positions(events), pos)
 	}
 	wantCorrupt(t, "Read", err, boundary, pos, column)
+	got := positions(events)
+	want := []uint64{}
+	for p := after + 1; p < pos && len(want) < limit; p++ {
+		want = append(want, p)
+	}
+	if q == nil && !slices.Equal(got, want) {
+		t.Fatalf("Read(%q, after %d, limit %d) failed at %d with positions %v; want the good ones before it, %v",
+			boundary, after, limit, pos, got, want)
+	}
+	for i, p := range got {
+		if p <= after || p >= pos || (i > 0 && p <= got[i-1]) {
+			t.Fatalf("Read(%q, after %d, limit %d, query %v) failed at %d with positions %v; want ascending ones between",
+				boundary, after, limit, q, pos, got)
+		}
+	}
 }
 
 // wantBadLatest reads the latest and wants the error naming the bad row.

@@ -6,19 +6,26 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// sqlProbeWrite takes a transaction id, which makes the commit write (and
-// flush) a WAL record.
-const sqlProbeWrite = `SELECT txid_current()`
+// sqlProbeWrite is the write probe: the scratch table of migration 0003
+// emptied into a new file, a row inserted into it (a new page on the data
+// disk) and deleted. One statement text without arguments: pgx sends it
+// with the simple protocol, one round trip, inside the probe's
+// transaction.
+const sqlProbeWrite = `TRUNCATE orisun_write_probe;
+INSERT INTO orisun_write_probe (at) VALUES (clock_timestamp());
+DELETE FROM orisun_write_probe`
 
 // ProbeWrite checks that the server takes a write now, without changing
-// any table: one READ WRITE transaction, as an append's, that takes a
-// transaction id and commits. A server that is down, refuses connections,
-// is a standby (in recovery) or cannot write its WAL fails it
-// (ErrUnavailable), as it fails appends. A full disk of the data files
-// alone (the WAL elsewhere) is not seen here: appends that fail for it are
-// seen by their own failures. The node runs it while store writes fail, to
-// see them work again without waiting for an append (docs/operations.md,
-// "When the store fails").
+// anything a reader sees: one READ WRITE transaction, as an append's, that
+// empties orisun's scratch table (orisun_write_probe, migration 0003) into
+// a new file, inserts a row, which takes a new page of the data disk,
+// deletes it and commits, writing WAL. A server that is down, refuses
+// connections, is a standby (in recovery), cannot write its WAL or cannot
+// extend a table on its data disk (full, with the WAL elsewhere) fails it
+// (ErrUnavailable), as it fails appends. The node runs it while store
+// writes fail, to see them work again without waiting for an append
+// (docs/operations.md, "When the store fails"). Probes of several nodes
+// at once wait for each other on the table's lock, for a few milliseconds.
 func (s *Store) ProbeWrite(ctx context.Context) error {
 	const op = "probe write"
 	if s.isClosed() {
@@ -29,8 +36,7 @@ func (s *Store) ProbeWrite(ctx context.Context) error {
 		return s.translate(op, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	var xid int64
-	if err := tx.QueryRow(ctx, sqlProbeWrite).Scan(&xid); err != nil {
+	if _, err := tx.Exec(ctx, sqlProbeWrite); err != nil {
 		return s.translate(op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -192,10 +192,11 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	inPositionOrder(events)
 	// The head and the events are of one snapshot: a position missing or
 	// beyond the head is a row changed behind orisun's back, named
-	// instead of served. The json columns refuse text that is not JSON
-	// at every write, so that is not checked again here.
-	if err := sqlstore.CheckPage(boundary, after, uint64(head.Int64), limit, events, sqlstore.MatchesAll(q), false); err != nil {
-		return "", nil, fmt.Errorf("postgres: %s: %w", op, err)
+	// instead of served; the good rows before it are returned with the
+	// error (backend.Reader). The json columns refuse text that is not
+	// JSON at every write, so that is not checked again here.
+	if good, err := sqlstore.CheckPage(boundary, after, uint64(head.Int64), limit, events, sqlstore.MatchesAll(q), false); err != nil {
+		return epoch.String, events[:good], fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	return epoch.String, events, nil
 }

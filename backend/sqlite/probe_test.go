@@ -3,14 +3,13 @@ package sqlite
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestProbeWrite: the write probe succeeds on a store that takes writes
@@ -20,15 +19,7 @@ import (
 // tmpfs of the test's own (root only; under CI=true a machine that cannot
 // mount fails the test rather than skip it).
 func TestProbeWrite(t *testing.T) {
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("cannot mount a tmpfs (%v: %s): this test fills it, which needs root", err, strings.TrimSpace(string(out)))
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
+	dir := testutil.MountTmpfs(t, "16m", "")
 	ctx := context.Background()
 	s, err := Open(ctx, Config{Dir: dir})
 	if err != nil {
@@ -47,21 +38,7 @@ func TestProbeWrite(t *testing.T) {
 
 	// Fill the file system to the last byte.
 	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for chunk := make([]byte, 64<<10); ; {
-		if _, err := f.Write(chunk); err != nil {
-			break
-		}
-	}
-	for chunk := make([]byte, 512); ; {
-		if _, err := f.Write(chunk); err != nil {
-			break
-		}
-	}
-	f.Close()
+	testutil.FillFile(t, filler)
 	err = s.ProbeWrite(ctx)
 	if !errors.Is(err, event.ErrUnavailable) || !strings.Contains(err.Error(), "no space left on device") {
 		t.Fatalf("probe on a full file system: %v", err)

@@ -141,8 +141,16 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	}
 	defer rows.Close()
 	events := make([]event.Event, 0, min(limit, 256))
+	var badTags error
 	for rows.Next() {
 		e, err := scanEvent(rows, boundary, epoch)
+		if errors.As(err, new(*event.CorruptError)) {
+			// Tags that do not decode: the page ends at this row, and
+			// the rows before it are checked as any others.
+			badTags = err
+			events = append(events, e)
+			break
+		}
 		if err != nil {
 			return "", nil, s.translate(op, err)
 		}
@@ -153,9 +161,16 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	}
 	// The head and the events are of one snapshot: a position missing or
 	// beyond the head, or a text that is not JSON, is a row changed
-	// behind orisun's back, named instead of served.
-	if err := sqlstore.CheckPage(boundary, after, uint64(head), limit, events, dense, true); err != nil {
-		return "", nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	// behind orisun's back, named instead of served; the good rows before
+	// it are returned with the error (backend.Reader).
+	good, err := sqlstore.CheckPage(boundary, after, uint64(head), limit, events, dense, true)
+	if badTags != nil && good == len(events) {
+		// Nothing wrong before the row whose tags do not decode (a hole
+		// after it, the page being cut there, is no finding).
+		good, err = len(events)-1, badTags
+	}
+	if err != nil {
+		return epoch, events[:good], fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	return epoch, events, nil
 }
@@ -234,7 +249,9 @@ func scanEvent(row sqlstore.Row, boundary, epoch string) (event.Event, error) {
 	}
 	var err error
 	if e.Tags, err = decodeTags(tags); err != nil {
-		return event.Event{}, &event.CorruptError{Boundary: boundary, Position: e.Position, Column: "tags",
+		// The event is returned with its position, for the read to end
+		// its page there.
+		return e, &event.CorruptError{Boundary: boundary, Position: e.Position, Column: "tags",
 			Reason: "the stored text is not a JSON array of strings; orisun wrote it at append, " +
 				"so it was changed behind orisun's back: restore the row from a backup or repair the text"}
 	}

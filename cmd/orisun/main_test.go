@@ -89,6 +89,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"ORISUN_APPEND_GROUP_DELAY":   "1s",
 		"ORISUN_APPEND_GROUP_MAX":     "0",
 		"ORISUN_LEASE_TTL":            "50ms",
+		"ORISUN_METRICS_BOUNDARIES":   "0",
 	}
 	for variable, value := range cases {
 		t.Run(variable, func(t *testing.T) {

@@ -6,8 +6,29 @@ package serviceutil
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// errOwnDeadline is the cause (context.Cause) of a context that ended with
+// a deadline orisun set on its own work (WithTimeout).
+var errOwnDeadline = errors.New("orisun's own deadline for the work passed")
+
+// WithTimeout is context.WithTimeout for a deadline orisun sets on its own
+// work (an API request's timeout, a status measurement, a store read of the
+// node's own), as opposed to one its caller chose: once it passes,
+// OwnDeadline says so. The node counts a store operation that outlives such
+// a deadline as the store's failure (the store did not answer in time),
+// and one that outlives its caller's deadline as the caller's answer.
+func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, errOwnDeadline)
+}
+
+// OwnDeadline reports whether ctx ended with a deadline of WithTimeout's
+// (its own, or a parent's).
+func OwnDeadline(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errOwnDeadline)
+}
 
 // Sleep waits d, or until ctx ends; it reports false when ctx ended. A loop
 // that retries selects on its context this way rather than calling

@@ -3,7 +3,8 @@
 // test (Every), free loopback ports (FreePort, FreePorts) and a taken one
 // (TakenPort), building a binary once per test binary (Build,
 // OrisunBinary), running a child process and reading its output
-// (StartProcess, StartNode), and the goroutine-leak checks: Main, which
+// (StartProcess, StartNode), a small file system to fill as a full disk
+// (MountTmpfs, FreeBytes, FillFile), and the goroutine-leak checks: Main, which
 // every package's TestMain calls, and NoLeaks for a single test. Being
 // internal, it is orisun's machinery: its API may change without notice.
 //

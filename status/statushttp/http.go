@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/internal/startstop"
 	"github.com/orisun-io/orisun/status"
 )
@@ -212,7 +213,9 @@ func (s *Server) measureShared(ctx context.Context) (status.Status, error) {
 
 // runMeasurement measures into m and ends the sharing of m.
 func (s *Server) runMeasurement(m *measurement) {
-	mctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	// The listener's own deadline (serviceutil.WithTimeout): a store that
+	// does not answer within it failed.
+	mctx, cancel := serviceutil.WithTimeout(context.Background(), s.opts.Timeout)
 	m.st, m.err = s.src.Status(mctx)
 	cancel()
 	s.fmu.Lock()

@@ -102,3 +102,43 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatal("still listening after Stop")
 	}
 }
+
+// TestMetricsHelpSaysWhatSetsThem: orisun_store_up and orisun_settled are
+// the status's store.ok and settled, which a failing kind of store work
+// turns off while the store still answers the scrape's reads: their help
+// says so (docs/operations.md, "Metrics"), and a store that answers but
+// fails appends is 0 in both.
+func TestMetricsHelpSaysWhatSetsThem(t *testing.T) {
+	src := &fixed{st: status.Status{NATS: status.Health{OK: true},
+		Store: status.Health{Kind: "sqlite", Error: "appends fail since 2026-01-01T00:00:00Z (append): database or disk is full"}}}
+	s := statushttp.NewServer(src, statushttp.Options{Addr: "127.0.0.1:0"})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	_, body := get(t, s.Addr(), "/metrics")
+	for _, want := range []string{
+		`orisun_store_up{backend="sqlite"} 0`,
+		`orisun_settled 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("/metrics with appends failing lacks %s:\n%s", want, body)
+		}
+	}
+	for metric, words := range map[string][]string{
+		"orisun_store_up": {"answered during this scrape", "no kind of store work is failing", "store.ok"},
+		"orisun_settled":  {"published position equals its head", "every figure was measured", "store's work is not failing"},
+	} {
+		var help string
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "# HELP "+metric+" ") {
+				help = line
+			}
+		}
+		for _, w := range words {
+			if !strings.Contains(help, w) {
+				t.Errorf("the help of %s does not say %q: %q", metric, w, help)
+			}
+		}
+	}
+}

@@ -12,9 +12,9 @@ var (
 	bl = []string{"boundary"}
 
 	descInfo      = prometheus.NewDesc("orisun_build_info", "Always 1; the labels name the node and its version.", []string{"node_id", "version"}, nil)
-	descStoreUp   = prometheus.NewDesc("orisun_store_up", "1 when the store answered during this scrape, else 0.", []string{"backend"}, nil)
+	descStoreUp   = prometheus.NewDesc("orisun_store_up", "1 when the store answered during this scrape and no kind of store work is failing (the status's store.ok: the node's last append, checkpoint write, lease write, boundary creation and read each succeeded or was no store failure), else 0.", []string{"backend"}, nil)
 	descNATSUp    = prometheus.NewDesc("orisun_nats_up", "1 when NATS JetStream answered during this scrape, else 0.", nil, nil)
-	descSettled   = prometheus.NewDesc("orisun_settled", "1 when every boundary's published position equals its head, measured during this scrape.", nil, nil)
+	descSettled   = prometheus.NewDesc("orisun_settled", "1 when the status is settled, measured during this scrape: every boundary's published position equals its head, no stream holds a sequence beyond it or of another epoch, every figure was measured, and the store's work is not failing (store.ok).", nil, nil)
 	descMeasured  = prometheus.NewDesc("orisun_boundary_measured", "1 when every figure of the boundary was measured during this scrape; 0 when some could not be: those are left out (see /status for the error).", bl, nil)
 	descHead      = prometheus.NewDesc("orisun_boundary_head_position", "The last committed position of the boundary.", bl, nil)
 	descPublished = prometheus.NewDesc("orisun_boundary_published_position", "The publisher's checkpoint: every position up to it was acknowledged by JetStream.", bl, nil)

@@ -22,27 +22,37 @@ import (
 // without a query) also has every position from after+1 to its last (I1),
 // and reaches the head unless it is full: a position missing there is a
 // hole (a deleted row, or one moved elsewhere), named by the first
-// position missing.
-func CheckPage(boundary string, after, head uint64, limit int, events []event.Event, dense, checkJSON bool) error {
+// position missing; a gap that begins past the head is no hole, but a row
+// beyond the head, named by its own position.
+//
+// It returns how many events, from the first, are good: all of them when
+// err is nil, else those before the bad row that err names. A reader
+// returns them with the error (backend.Reader), so that the publisher
+// publishes up to the bad row, never past it (I4).
+func CheckPage(boundary string, after, head uint64, limit int, events []event.Event, dense, checkJSON bool) (good int, err error) {
 	prev := after
 	for i := range events {
 		e := &events[i]
 		switch {
 		case e.Position <= prev:
-			return &event.CorruptError{Boundary: boundary, Position: e.Position, Column: "position",
+			return i, &event.CorruptError{Boundary: boundary, Position: e.Position, Column: "position",
 				Reason: fmt.Sprintf("the store returned it after position %d: rows out of position order", prev)}
+		case dense && e.Position != prev+1 && prev >= head:
+			// Every position up to the head is there: the row is
+			// beyond it, and nothing is missing.
+			return i, BeyondHead(boundary, e.Position, head)
 		case dense && e.Position != prev+1:
-			return Hole(boundary, prev+1, head, e.Position)
+			return i, Hole(boundary, prev+1, head, e.Position)
 		}
 		if err := CheckEvent(e, head, checkJSON); err != nil {
-			return err
+			return i, err
 		}
 		prev = e.Position
 	}
 	if dense && len(events) < limit && prev < head {
-		return Hole(boundary, prev+1, head, 0)
+		return len(events), Hole(boundary, prev+1, head, 0)
 	}
-	return nil
+	return len(events), nil
 }
 
 // CheckEvent checks one stored event of a boundary whose head is head: its

@@ -44,7 +44,7 @@ func BenchmarkCheckPage(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(data) + len(md)))
 			for i := 0; i < b.N; i += len(events) {
-				if err := sqlstore.CheckPage("bench", 0, 1000, 1000, events, true, checkJSON); err != nil {
+				if _, err := sqlstore.CheckPage("bench", 0, 1000, 1000, events, true, checkJSON); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,0 +1,69 @@
+package service_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/orisun-io/orisun/api/service"
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
+	"github.com/orisun-io/orisun/natsembed"
+)
+
+// hangingBackend answers the boundary list only when the request's context
+// ends, and says whether it ended with the service's own deadline.
+type hangingBackend struct {
+	service.Backend
+	own chan bool
+}
+
+func (b hangingBackend) Boundaries(ctx context.Context) ([]event.Boundary, error) {
+	<-ctx.Done()
+	b.own <- serviceutil.OwnDeadline(ctx)
+	return nil, ctx.Err()
+}
+
+// TestRequestTimeoutIsOwnDeadline: the service's RequestTimeout is a
+// deadline of its own (serviceutil.WithTimeout): the node counts a store
+// that outlives it as failing, where a caller's own deadline in process is
+// the caller's answer (docs/operations.md, "When the store fails").
+func TestRequestTimeoutIsOwnDeadline(t *testing.T) {
+	ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Stop)
+	nc, err := ns.ConnectAPI("deadline-api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := hangingBackend{own: make(chan bool, 1)}
+	s, err := service.Start(nc, be, service.Config{RequestTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	// An application's connection: its inbox is an ordinary one.
+	client, err := nats.Connect(ns.ClientURL(), nats.Name("deadline-client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	if _, err := client.Request("orisun.api.boundaries", nil, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case own := <-be.own:
+		if !own {
+			t.Fatal("the request's context ended without the service's own deadline as its cause")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend's request never ended")
+	}
+}
