@@ -1,37 +1,24 @@
 package orisun
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/metrics"
 	"github.com/orisun-io/orisun/internal/serviceutil"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// lockedBuffer is a log destination the test counts lines of.
+type lockedBuffer struct{ testutil.LogBuffer }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
+func (l *lockedBuffer) count(s string) int { return strings.Count(l.String(), s) }
 
 // TestStoreWatchOncePerChange: the store watch's rules, with the outcomes
 // a store gives (the backends' own tests and TestStoreWriteOutageSQLite_I7,
@@ -77,7 +64,7 @@ func TestStoreWatchOncePerChange(t *testing.T) {
 		t.Fatalf("a success and a second without failure: still %q", what)
 	}
 	if n := logs.count("store works again: appends succeed"); n != 1 {
-		t.Fatalf("the end logged %d times:\n%s", n, logs.b.String())
+		t.Fatalf("the end logged %d times:\n%s", n, logs.String())
 	}
 
 	// A probe clears a kind not tried for storeIdle, and only that one.
@@ -91,7 +78,7 @@ func TestStoreWatchOncePerChange(t *testing.T) {
 		t.Fatalf("after a probe: %q (the checkpoint writes untried for 5s end, the appends just tried do not)", what)
 	}
 	if n := logs.count("store works again: a write probe succeeded (no checkpoint write tried"); n != 1 {
-		t.Fatalf("the probe's end logged %d times:\n%s", n, logs.b.String())
+		t.Fatalf("the probe's end logged %d times:\n%s", n, logs.String())
 	}
 }
 

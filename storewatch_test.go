@@ -1,7 +1,6 @@
 package orisun_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -26,22 +25,7 @@ import (
 )
 
 // logBuffer collects a node's log lines for a test to count.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer struct{ testutil.LogBuffer }
 
 // count is how many lines match re.
 func (l *logBuffer) count(re string) int {
