@@ -102,7 +102,12 @@ func badRows(t *testing.T, n *orisun.Node, db *rawDB, logs *logCounter) {
 	if _, err := n.Append(ctx, "default", events(2, "later", 32), nil); err != nil {
 		t.Fatalf("append while a bad row waits to be published: %v", err)
 	}
-	s := waitState(t, n, "default", "stalled", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Head == 11 })
+	// The checkpoint of what was published before the stall is written
+	// in the background: published reaches 7 a moment after the state
+	// turns stalled, and never passes it.
+	s := waitState(t, n, "default", "stalled", 30*time.Second, func(b orisun.BoundaryStatus) bool {
+		return b.Head == 11 && b.Published >= 7
+	})
 	for _, want := range []string{`boundary "default"`, "position 8", "column " + column} {
 		if !strings.Contains(s.Reason, want) {
 			t.Fatalf("stalled reason %q does not name %s", s.Reason, want)

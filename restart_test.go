@@ -308,12 +308,24 @@ type pgProc struct {
 	holder string
 }
 
+//
+// The port is picked free, and another process on this shared machine may
+// take it before the node binds it: the node is then started again on
+// another one, up to three times.
 func startPGProc(t *testing.T, name, id, dir, pgURL string, ttl time.Duration) *pgProc {
 	t.Helper()
-	port := testutil.FreePort(t)
-	p := nodeIn(t, name, dir, port, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
-		"ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_PUBLISH_BATCH=100")
-	return &pgProc{Process: p, dir: dir, port: port, holder: holderOf(t, p)}
+	for attempt := 1; ; attempt++ {
+		port := testutil.FreePort(t)
+		p := nodeIn(t, name, dir, port, "ORISUN_BACKEND=postgres", "ORISUN_PG_URL="+pgURL, "ORISUN_NODE_ID="+id,
+			"ORISUN_LEASE_TTL="+ttl.String(), "ORISUN_POLL_INTERVAL=200ms", "ORISUN_PUBLISH_BATCH=100")
+		testutil.Eventually(t, name+" to start or end", 60*time.Second, 5*time.Millisecond, func() bool {
+			return p.Logged("orisun started") || p.Exited()
+		})
+		if p.Logged("orisun started") || attempt == 3 || !p.Logged("ORISUN_NATS_PORT", "address already in use") {
+			return &pgProc{Process: p, dir: dir, port: port, holder: holderOf(t, p)}
+		}
+		t.Logf("%s could not bind NATS port %d, which another process took after it was picked: starting it again", name, port)
+	}
 }
 
 // leaseOf reads the boundary's lease row.
