@@ -90,8 +90,10 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 		}
 	}
 	t.Logf("disk full after %d appends of 64 KB; %d failed, the last with: %v", ok, failed, lastErr)
-	if failed == 0 || !strings.Contains(lastErr.Error(), "full") {
-		t.Fatalf("appends never failed for a full disk (%d ok, %d failed): %v", ok, failed, lastErr)
+	// The client is told the store is unavailable, never the database's
+	// words; the status below (an operator's view) names the full disk.
+	if failed == 0 {
+		t.Fatalf("appends never failed for a full disk (%d ok, %d failed)", ok, failed)
 	}
 
 	st := httpStatus(t, n)

@@ -120,8 +120,11 @@ const lineWait = 30 * time.Second
 func TestServeStopsCleanlyOnSignal(t *testing.T) {
 	dir := t.TempDir()
 	p := start(t, dir)
-	p.WaitLine(t, "orisun started", lineWait)
-	p.WaitLine(t, "publisher leading", lineWait)
+	// Either may come first: the publisher can lead before the node's
+	// last start step logs "orisun started".
+	testutil.Eventually(t, `"orisun started" and "publisher leading"`, lineWait, 10*time.Millisecond, func() bool {
+		return p.Logged("orisun started") && p.Logged("publisher leading")
+	})
 
 	second := start(t, dir)
 	line := second.WaitLine(t, "start failed", lineWait)
