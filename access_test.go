@@ -104,53 +104,27 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 	js := natstest.JetStream(t, app)
 	before := readStream(t, ctx, js, 20)
 
-	// refused runs a write attempt and waits for the server's permission
-	// violation on its subject; the attempt itself must fail too (it gets
-	// no reply: the server dropped the request).
-	refused := func(subject string, attempt func(ctx context.Context) error) {
-		t.Helper()
-		actx, acancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- attempt(actx) }()
-		deadline := time.After(20 * time.Second)
-	wait:
-		for {
-			select {
-			case err := <-vio:
-				if strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
-					break wait
-				}
-			case <-deadline:
-				acancel()
-				t.Fatalf("no permissions violation for a publish to %s (attempt: %v)", subject, <-done)
-			}
-		}
-		acancel()
-		if err := <-done; err == nil {
-			t.Fatalf("write attempt on %s succeeded", subject)
-		}
-	}
 	name := stream.Name("default")
-	refused("orisun.events.default.access.test", func(ctx context.Context) error {
+	refusedWrite(t, ctx, vio, "orisun.events.default.access.test", func(ctx context.Context) error {
 		_, err := js.Publish(ctx, "orisun.events.default.access.test", []byte(`{"forged":true}`),
 			jetstream.WithExpectLastSequence(20))
 		return err
 	})
-	refused("$JS.API.STREAM.PURGE."+name, func(ctx context.Context) error {
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.PURGE."+name, func(ctx context.Context) error {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			return err
 		}
 		return s.Purge(ctx)
 	})
-	refused("$JS.API.STREAM.MSG.DELETE."+name, func(ctx context.Context) error {
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.MSG.DELETE."+name, func(ctx context.Context) error {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			return err
 		}
 		return s.DeleteMsg(ctx, 5)
 	})
-	refused("$JS.API.STREAM.UPDATE."+name, func(ctx context.Context) error {
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.UPDATE."+name, func(ctx context.Context) error {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			return err
@@ -160,8 +134,8 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 		_, err = js.UpdateStream(ctx, cfg)
 		return err
 	})
-	refused("$JS.API.STREAM.DELETE."+name, func(ctx context.Context) error { return js.DeleteStream(ctx, name) })
-	refused("$JS.API.STREAM.CREATE.SHADOW", func(ctx context.Context) error {
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.DELETE."+name, func(ctx context.Context) error { return js.DeleteStream(ctx, name) })
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.CREATE.SHADOW", func(ctx context.Context) error {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHADOW", Subjects: []string{"orisun.events.>"}, Storage: jetstream.MemoryStorage})
 		return err
 	})
@@ -245,6 +219,34 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 	}
 	scancel()
 	<-subDone
+}
+
+// refusedWrite runs a write attempt and waits for the server's permissions
+// violation of a publish on subject, from a channel of
+// natstest.Violations; the attempt itself must fail too (it gets no reply:
+// the server dropped the request).
+func refusedWrite(t *testing.T, ctx context.Context, vio <-chan error, subject string, attempt func(ctx context.Context) error) {
+	t.Helper()
+	actx, acancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- attempt(actx) }()
+	deadline := time.After(20 * time.Second)
+wait:
+	for {
+		select {
+		case err := <-vio:
+			if strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
+				break wait
+			}
+		case <-deadline:
+			acancel()
+			t.Fatalf("no permissions violation for a publish to %s (attempt: %v)", subject, <-done)
+		}
+	}
+	acancel()
+	if err := <-done; err == nil {
+		t.Fatalf("write attempt on %s succeeded", subject)
+	}
 }
 
 // readStream reads the event stream with an ordered consumer from sequence
