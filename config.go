@@ -62,6 +62,15 @@ type Config struct {
 	NATSAdminUser     string `envconfig:"NATS_ADMIN_USER"`
 	NATSAdminPassword string `envconfig:"NATS_ADMIN_PASSWORD"`
 	NATSAdminToken    string `envconfig:"NATS_ADMIN_TOKEN"`
+	// NATSSystemUser and NATSSystemPassword (both or neither) are the
+	// operator's user in the embedded server's system account, for the
+	// `nats server …` commands of the nats CLI (server ls, ping, info,
+	// report jetstream): the server's monitoring requests, in an account
+	// without the event streams, never JetStream (natsembed.SystemPermissions).
+	// Neither the application's nor the admin's credentials. Embedded
+	// server only. Empty: nobody is in the system account.
+	NATSSystemUser     string `envconfig:"NATS_SYSTEM_USER"`
+	NATSSystemPassword string `envconfig:"NATS_SYSTEM_PASSWORD"`
 	// NATSMaxMemory is the embedded server's JetStream memory budget: every
 	// boundary's stream reserves EventStreamMaxBytes of it, and a boundary
 	// whose stream would not fit is refused when it is created. Zero
@@ -271,6 +280,15 @@ func (c Config) natsAdmin() *natsembed.Auth {
 		return nil
 	}
 	return &natsembed.Auth{User: c.NATSAdminUser, Password: c.NATSAdminPassword, Token: c.NATSAdminToken}
+}
+
+// natsSystem is the embedded server's system user (nil when not
+// configured).
+func (c Config) natsSystem() *natsembed.Auth {
+	if c.NATSSystemUser == "" {
+		return nil
+	}
+	return &natsembed.Auth{User: c.NATSSystemUser, Password: c.NATSSystemPassword}
 }
 
 // natsAccess turns the configuration into the embedded server's

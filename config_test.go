@@ -216,6 +216,28 @@ func TestValidateMessages(t *testing.T) {
 			`ORISUN_NATS_ADMIN_USER: "_orisun_api" is reserved for orisun's own connections; choose another name`}},
 		{"admin with an external NATS", sqlite(func(c *Config) { c.NATSURL, c.NATSAdminToken = "nats://n1:4222", "t" }), []string{
 			`ORISUN_NATS_ADMIN_USER: ORISUN_NATS_ADMIN_USER, _PASSWORD and _TOKEN are users of the embedded server; with ORISUN_NATS_URL your deployment's users decide who may create boundaries (docs/security.md, "An existing NATS")`}},
+		{"system user without password", sqlite(func(c *Config) { c.NATSSystemUser = "op" }), []string{
+			`ORISUN_NATS_SYSTEM_PASSWORD: is required with ORISUN_NATS_SYSTEM_USER ("op")`}},
+		{"system password without user", sqlite(func(c *Config) { c.NATSSystemPassword = "p" }), []string{
+			`ORISUN_NATS_SYSTEM_USER: is required with ORISUN_NATS_SYSTEM_PASSWORD`}},
+		{"system internal user", sqlite(func(c *Config) { c.NATSSystemUser, c.NATSSystemPassword = "_orisun_anonymous", "p" }), []string{
+			`ORISUN_NATS_SYSTEM_USER: "_orisun_anonymous" is reserved for orisun's own connections; choose another name`}},
+		{"system user is the application", sqlite(func(c *Config) {
+			c.NATSUser, c.NATSPassword, c.NATSSystemUser, c.NATSSystemPassword = "app", "p", "app", "q"
+		}), []string{`ORISUN_NATS_SYSTEM_USER: "app" is also ORISUN_NATS_USER; the system user needs a user of its own`}},
+		{"system user is the admin", sqlite(func(c *Config) {
+			c.NATSAdminUser, c.NATSAdminPassword, c.NATSSystemUser, c.NATSSystemPassword = "admin", "p", "admin", "q"
+		}), []string{`ORISUN_NATS_SYSTEM_USER: "admin" is also ORISUN_NATS_ADMIN_USER; the system user needs a user of its own`}},
+		{"system password is the admin's token", sqlite(func(c *Config) { c.NATSAdminToken, c.NATSSystemUser, c.NATSSystemPassword = "t", "op", "t" }), []string{
+			`ORISUN_NATS_SYSTEM_PASSWORD: is also the application's or the admin's password or token; the system user needs a password of its own`}},
+		{"system password is the application's", sqlite(func(c *Config) {
+			c.NATSUser, c.NATSPassword, c.NATSSystemUser, c.NATSSystemPassword = "app", "p", "op", "p"
+		}), []string{`ORISUN_NATS_SYSTEM_PASSWORD: is also the application's or the admin's password or token; the system user needs a password of its own`}},
+		{"system user with an external NATS", sqlite(func(c *Config) { c.NATSURL, c.NATSSystemUser, c.NATSSystemPassword = "nats://n1:4222", "op", "p" }), []string{
+			`ORISUN_NATS_SYSTEM_USER: ORISUN_NATS_SYSTEM_USER and _PASSWORD are a user of the embedded server's system account; with ORISUN_NATS_URL orisun starts no server: use your deployment's own system account user`}},
+		{"system user with the application and the admin", sqlite(func(c *Config) {
+			c.NATSUser, c.NATSPassword, c.NATSAdminToken, c.NATSSystemUser, c.NATSSystemPassword = "app", "p", "t", "op", "q"
+		}), nil},
 		{"admin alone, and the application with the admin", sqlite(func(c *Config) { c.NATSAdminUser, c.NATSAdminPassword, c.NATSToken = "admin", "p", "t" }), nil},
 		{"max memory negative", sqlite(func(c *Config) { c.NATSMaxMemory = -1 }), []string{
 			`ORISUN_NATS_MAX_MEMORY: -1 is negative; 0 leaves JetStream's default (75% of the host's memory)`}},

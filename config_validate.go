@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -148,6 +149,7 @@ func (c Config) validateNATS(p *problems) {
 	p.port("NATS_PORT", c.NATSPort)
 	c.validateNATSMonitor(p)
 	c.validateNATSAuth(p)
+	c.validateNATSSystem(p)
 	c.validateNATSTLS(p)
 	if c.NATSMaxPayload < NATSMaxPayloadMin || c.NATSMaxPayload > NATSMaxPayloadMax {
 		p.add("NATS_MAX_PAYLOAD", "%d is outside %d–%d bytes", c.NATSMaxPayload, NATSMaxPayloadMin, NATSMaxPayloadMax)
@@ -204,6 +206,33 @@ func (c Config) validateNATSAuth(p *problems) {
 		p.add("NATS_ADMIN_USER", "%q is also ORISUN_NATS_USER; the admin needs a user of its own", c.NATSAdminUser)
 	case c.NATSAdminToken != "" && c.NATSAdminToken == c.NATSToken:
 		p.add("NATS_ADMIN_TOKEN", "is also ORISUN_NATS_TOKEN; the admin needs a token of its own")
+	}
+}
+
+// validateNATSSystem checks the system user: both or neither, a user of
+// its own, not a name of orisun's, and a password that is no other
+// principal's secret; embedded server only.
+func (c Config) validateNATSSystem(p *problems) {
+	user, password := c.NATSSystemUser, c.NATSSystemPassword
+	if user == "" && password == "" {
+		return
+	}
+	switch {
+	case c.NATSURL != "":
+		p.add("NATS_SYSTEM_USER", "ORISUN_NATS_SYSTEM_USER and _PASSWORD are a user of the embedded server's system account; "+
+			"with ORISUN_NATS_URL orisun starts no server: use your deployment's own system account user")
+	case user != "" && password == "":
+		p.add("NATS_SYSTEM_PASSWORD", "is required with ORISUN_NATS_SYSTEM_USER (%q)", user)
+	case password != "" && user == "":
+		p.add("NATS_SYSTEM_USER", "is required with ORISUN_NATS_SYSTEM_PASSWORD")
+	case user == natsembed.InternalUser || user == natsembed.APIUser || user == natsembed.AnonymousUser:
+		p.add("NATS_SYSTEM_USER", "%q is reserved for orisun's own connections; choose another name", user)
+	case user == c.NATSUser:
+		p.add("NATS_SYSTEM_USER", "%q is also ORISUN_NATS_USER; the system user needs a user of its own", user)
+	case user == c.NATSAdminUser:
+		p.add("NATS_SYSTEM_USER", "%q is also ORISUN_NATS_ADMIN_USER; the system user needs a user of its own", user)
+	case slices.Contains([]string{c.NATSPassword, c.NATSToken, c.NATSAdminPassword, c.NATSAdminToken}, password):
+		p.add("NATS_SYSTEM_PASSWORD", "is also the application's or the admin's password or token; the system user needs a password of its own")
 	}
 }
 

@@ -539,6 +539,7 @@ func (n *Node) startNATS() error {
 		ServerName: serverName(n.cfg),
 		Auth:       auth,
 		Admin:      n.cfg.natsAdmin(),
+		System:     n.cfg.natsSystem(),
 		MaxMemory:  n.cfg.NATSMaxMemory,
 		TLS:        tlsCfg,
 		Cluster:    cluster,

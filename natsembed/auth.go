@@ -203,6 +203,101 @@ func (a *Auth) Validate() error {
 	return nil
 }
 
+// systemMonitorRequests are the names of the server's own monitoring
+// requests the system user may send, to one server
+// ($SYS.REQ.SERVER.<id>.<name>) or to every server of a cluster
+// ($SYS.REQ.SERVER.PING.<name>): what the HTTP endpoint's pages of the same
+// names show. PROFILEZ (a CPU profile, seconds of the server's time) is not
+// among them, nor RELOAD, KICK and LDM, which change the server.
+var systemMonitorRequests = []string{
+	"IDZ", "STATSZ", "VARZ", "SUBSZ", "CONNZ", "ROUTEZ", "GATEWAYZ", "LEAFZ",
+	"ACCOUNTZ", "JSZ", "HEALTHZ", "EXPVARZ", "IPQUEUESZ", "RAFTZ",
+}
+
+// systemAccountRequests are the names of the per-account monitoring
+// requests ($SYS.REQ.ACCOUNT.<account>.<name>, and
+// $SYS.REQ.ACCOUNT.PING.STATZ for every account) the system user may send.
+var systemAccountRequests = []string{"SUBSZ", "CONNZ", "LEAFZ", "JSZ", "INFO", "STATZ", "CONNS"}
+
+// SystemPermissions are the permissions of the system user (Config.System),
+// a client of the server's system account ($SYS), not of the global
+// account where orisun, the API and the application are: the event
+// subjects, the streams and the API do not exist for it. It may send the
+// server's read-only monitoring requests, which the `nats server` commands
+// of the nats CLI use ($SYS.REQ.SERVER.PING for server ls and ping,
+// $SYS.REQ.SERVER.<id>|PING.VARZ for server info, .JSZ for server report
+// jetstream, systemMonitorRequests, systemAccountRequests,
+// $SYS.REQ.USER.INFO), receive their replies on _INBOX.>, and watch the
+// server's events ($SYS.SERVER.>, $SYS.ACCOUNT.>: connects, disconnects,
+// statistics). It may not send what changes the server (reload, kicking a
+// client, lame-duck mode, account claims) nor anything to JetStream: in
+// the system account the JetStream API takes cluster requests that act on
+// every account (peer removal, meta leader step-down, an account's purge),
+// which would delete the event streams. Nor may it subscribe to the
+// requests ($SYS.REQ.>) or the server's own inboxes, where it could answer
+// in the servers' place.
+func SystemPermissions() *server.Permissions {
+	allow := []string{"$SYS.REQ.SERVER.PING", "$SYS.REQ.USER.INFO"}
+	for _, n := range systemMonitorRequests {
+		allow = append(allow, "$SYS.REQ.SERVER.*."+n)
+	}
+	for _, n := range systemAccountRequests {
+		allow = append(allow, "$SYS.REQ.ACCOUNT.*."+n)
+	}
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{
+			Allow: allow,
+			Deny: []string{
+				"$SYS.REQ.SERVER.*.RELOAD",
+				"$SYS.REQ.SERVER.*.KICK",
+				"$SYS.REQ.SERVER.*.LDM",
+				"$SYS.REQ.SERVER.*.PROFILEZ",
+				"$SYS.REQ.CLAIMS.>",
+				"$SYS.REQ.ACCOUNT.*.CLAIMS.>",
+				"$SYS.ACCOUNT.>",
+				"$SYS.SERVER.>",
+				"$JS.>",
+				"orisun.>",
+			},
+		},
+		Subscribe: &server.SubjectPermission{
+			Allow: []string{"_INBOX.>", "$SYS.SERVER.>", "$SYS.ACCOUNT.>"},
+			Deny:  []string{"$SYS.REQ.>", "$SYS._INBOX.>", "$SYS._INBOX_.>", "$JS.>", "orisun.>"},
+		},
+	}
+}
+
+// validateSystem checks the system user's credentials: a user and a
+// password, neither orisun's own user names nor the application's or the
+// admin's user name or secret, so that no other principal's credentials
+// log into the system account, nor the system user's into theirs.
+func validateSystem(app, admin, sys *Auth) error {
+	if sys == nil {
+		return nil
+	}
+	switch {
+	case sys.Token != "":
+		return errors.New("natsembed: the system user logs in with User and Password, not a token")
+	case sys.User == "" || sys.Password == "":
+		return errors.New("natsembed: System needs User and Password")
+	case sys.User == InternalUser || sys.User == APIUser || sys.User == AnonymousUser:
+		return fmt.Errorf("natsembed: user name %q is reserved for orisun's own connections", sys.User)
+	}
+	for _, other := range []struct {
+		who string
+		a   *Auth
+	}{{"application", app}, {"admin", admin}} {
+		switch {
+		case other.a == nil:
+		case other.a.User != "" && other.a.User == sys.User:
+			return fmt.Errorf("natsembed: the system user and the %s have the same user name %q", other.who, sys.User)
+		case other.a.Password != "" && other.a.Password == sys.Password || other.a.Token != "" && other.a.Token == sys.Password:
+			return fmt.Errorf("natsembed: the system user's password is also the %s's", other.who)
+		}
+	}
+	return nil
+}
+
 // validateAdmin checks the admin's credentials and that they cannot be
 // mistaken for the application's.
 func validateAdmin(app, admin *Auth) error {
@@ -251,15 +346,19 @@ func (t *TLS) tlsConfig() (*tls.Config, error) {
 type authenticator struct {
 	app              *Auth // nil: no credentials; every other client is anonymous
 	admin            *Auth // nil: no admin; boundary creation as below
+	system           *Auth // nil: nobody in the system account
 	internalPassword string
+	// srv is the server, set before it starts: its system account is the
+	// system user's.
+	srv *server.Server
 }
 
-func newAuthenticator(app, admin *Auth) (*authenticator, error) {
+func newAuthenticator(app, admin, system *Auth) (*authenticator, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("natsembed: internal password: %w", err)
 	}
-	return &authenticator{app: app, admin: admin, internalPassword: hex.EncodeToString(b[:])}, nil
+	return &authenticator{app: app, admin: admin, system: system, internalPassword: hex.EncodeToString(b[:])}, nil
 }
 
 // Check authenticates a client and registers its permissions.
@@ -286,6 +385,22 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 			perms = APIPermissions()
 		}
 		c.RegisterUser(&server.User{Username: o.Username, Permissions: perms})
+		return true
+	}
+	if a.system != nil && o.Username == a.system.User {
+		// The system user, or a wrong password for it: refused, never
+		// taken for the application (a server without Auth would
+		// otherwise let it in as the anonymous principal, and the
+		// operator would see no server answer and not know why).
+		name, ok := matches(a.system, o, "")
+		if !ok || a.srv == nil {
+			return false
+		}
+		sys := a.srv.SystemAccount()
+		if sys == nil {
+			return false
+		}
+		c.RegisterUser(&server.User{Username: name, Account: sys, Permissions: SystemPermissions()})
 		return true
 	}
 	if name, ok := matches(a.admin, o, AdminTokenUser); ok {

@@ -16,7 +16,9 @@
 // it must log in with the user and password or the token and is refused
 // otherwise; without Auth it connects without credentials. Admin, when
 // set, is a principal that may also create boundaries (AdminPermissions);
-// with neither, every client may. TLS, when set, is required of TCP
+// with neither, every client may. System, when set, is the operator's
+// user in the server's system account, for the `nats server …` tooling
+// (SystemPermissions). TLS, when set, is required of TCP
 // clients. MaxMemory is JetStream's memory budget (Memory reports it and
 // what the streams reserve).
 package natsembed
@@ -63,6 +65,16 @@ type Config struct {
 	// boundaries can be created over NATS only when Auth is nil too (every
 	// client may then); with Auth and no Admin, by nobody over NATS.
 	Admin *Auth
+	// System, when set, is the operator's system user: User and Password
+	// (no token) of a client registered into the server's system account
+	// ($SYS), where the `nats server …` commands of the nats CLI (server
+	// ls, ping, info, report jetstream) and other system-account tooling
+	// send their requests. Limited to SystemPermissions (the server's
+	// monitoring requests, never JetStream), and in an account of its own:
+	// it sees every connection, account and stream of the server but
+	// cannot publish into the event streams. Nil: nobody is in the system
+	// account.
+	System *Auth
 	// MaxMemory is JetStream's memory budget: the most bytes its memory
 	// streams may reserve (every boundary's stream reserves its max bytes).
 	// 0 leaves JetStream's default: 75% of the host's memory, or of
@@ -154,6 +166,9 @@ func New(cfg Config) (*Server, error) {
 	if err := validateAdmin(cfg.Auth, cfg.Admin); err != nil {
 		return nil, err
 	}
+	if err := validateSystem(cfg.Auth, cfg.Admin, cfg.System); err != nil {
+		return nil, err
+	}
 	if cfg.MaxMemory < 0 {
 		return nil, fmt.Errorf("natsembed: MaxMemory %d is negative", cfg.MaxMemory)
 	}
@@ -187,8 +202,8 @@ func (s *Server) Start() error {
 		JetStreamMaxMemory: s.cfg.MaxMemory,
 	}
 	var auth *authenticator
-	if s.cfg.Auth != nil || s.cfg.Admin != nil || !s.cfg.permissionsOff {
-		a, err := newAuthenticator(s.cfg.Auth, s.cfg.Admin)
+	if s.cfg.Auth != nil || s.cfg.Admin != nil || s.cfg.System != nil || !s.cfg.permissionsOff {
+		a, err := newAuthenticator(s.cfg.Auth, s.cfg.Admin, s.cfg.System)
 		if err != nil {
 			return err
 		}
@@ -226,6 +241,11 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("natsembed: configure server: %w", err)
 	}
+	if auth != nil {
+		// Before Start: the server sets up its system account there, and
+		// the authenticator registers the system user into it.
+		auth.srv = ns
+	}
 	// The server's warnings and errors go to slog; a fatal error (the port
 	// is taken) ends Start at once instead of waiting for readiness.
 	fatal := make(chan string, 1)
@@ -255,7 +275,7 @@ func (s *Server) Start() error {
 	s.auth = auth
 	s.log.Info("embedded NATS server ready", "url", ns.ClientURL(), "store_dir", s.cfg.StoreDir, "server_name", s.cfg.ServerName,
 		"cluster", s.cfg.Cluster != nil, "monitor", monitorURL(ns),
-		"auth", s.cfg.Auth != nil, "admin", s.cfg.Admin != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
+		"auth", s.cfg.Auth != nil, "admin", s.cfg.Admin != nil, "system_user", s.cfg.System != nil, "permissions", auth != nil, "tls", s.cfg.TLS != nil, "client_certificates", s.cfg.TLS != nil && s.cfg.TLS.CAFile != "")
 	return nil
 }
 
