@@ -308,7 +308,6 @@ type pgProc struct {
 	holder string
 }
 
-//
 // The port is picked free, and another process on this shared machine may
 // take it before the node binds it: the node is then started again on
 // another one, up to three times.
