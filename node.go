@@ -650,7 +650,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		ProbeInterval: n.cfg.PollInterval,
 		CheckInterval: n.cfg.PollBackstop,
 		LeaseTTL:      n.cfg.LeaseTTL,
-		MsgID:         !n.cfg.DisableMsgID,
+		MsgID:         n.cfg.MsgID,
 		Wake:          r.wake,
 		Logger:        n.log.With("component", "publisher"),
 		AfterAck:      afterAck,

@@ -614,7 +614,7 @@ func BenchmarkPublishBacklog(b *testing.B) {
 func benchPublishBacklog(b *testing.B, msgID bool) {
 	hold := make(chan struct{})
 	var once sync.Once
-	n := setup(b, "", func(c *orisun.Config) { c.DisableMsgID = !msgID }, testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(string, uint64) {
+	n := setup(b, "", func(c *orisun.Config) { c.MsgID = msgID }, testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(string, uint64) {
 		once.Do(func() { <-hold })
 	}}))
 	ctx := context.Background()

@@ -64,11 +64,11 @@ type Config struct {
 	// room for a few dozen boundaries only; the bench's default fits the
 	// scale workload's 1,000.
 	StreamMaxBytes int64
-	// DisableMsgID leaves Nats-Msg-Id out of the node's messages
-	// (ORISUN_NATS_DISABLE_MSG_ID) and out of the raw loops' (raw_relay,
-	// raw_e2e, raw_publish), to measure what the header and JetStream's
-	// de-duplication window cost.
-	DisableMsgID bool
+	// MsgID gives the node's messages Nats-Msg-Id (ORISUN_NATS_MSG_ID;
+	// off by default, as the node's) and the raw loops' (raw_relay,
+	// raw_e2e, raw_publish) too, to measure what the header and
+	// JetStream's de-duplication window cost.
+	MsgID bool
 	// ClientCommand is the command line of the api workload's client
 	// process, which runs ClientMain. Empty: this executable with
 	// arguments "bench api-client" (the orisun binary's hidden
@@ -218,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
 			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, Callers: cfg.Callers, Workloads: cfg.Only,
 			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes,
-			MsgID: !cfg.DisableMsgID},
+			MsgID: cfg.MsgID},
 	}
 	if len(r.rep.Settings.Workloads) == 0 {
 		r.rep.Settings.Workloads = Workloads
@@ -439,7 +439,7 @@ func (r *runner) startNode(ctx context.Context, backlog bool) error {
 		NodeID:     "bench",
 
 		EventStreamMaxBytes: r.cfg.StreamMaxBytes,
-		DisableMsgID:        r.cfg.DisableMsgID,
+		MsgID:               r.cfg.MsgID,
 	}
 	n, err := orisun.New(cfg, orisun.WithLogger(r.logger))
 	if err != nil {

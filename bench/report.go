@@ -49,7 +49,7 @@ type Settings struct {
 	PublishBatch    int           `json:"publish_batch"`
 	StreamMaxBytes  int64         `json:"stream_max_bytes"`
 	// MsgID is whether messages carry Nats-Msg-Id (the node's
-	// ORISUN_NATS_DISABLE_MSG_ID negated; the raw loops follow it).
+	// ORISUN_NATS_MSG_ID; the raw loops follow it).
 	MsgID bool `json:"msg_id"`
 }
 

@@ -54,7 +54,7 @@ func (r *runner) rawPublish(ctx context.Context) error {
 	}
 	subject := stream.Subject(name, proto.Type)
 	ts := proto.Time.Format(time.RFC3339Nano)
-	msgID := !cfg.DisableMsgID
+	msgID := cfg.MsgID
 	futures := make([]jetstream.PubAckFuture, window)
 	var acked int64
 	await := func(f jetstream.PubAckFuture, pos uint64) error {

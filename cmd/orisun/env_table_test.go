@@ -152,9 +152,9 @@ func TestVariables(t *testing.T) {
 		"ORISUN_BOUNDARIES":                 {"default", "default"},
 		"ORISUN_PG_URL":                     {"", "none"},
 		// The review of issue 18: these said "(no default)".
-		"ORISUN_NATS_DISABLE_MSG_ID": {"false", "false"},
-		"ORISUN_NATS_MAX_MEMORY":     {"", "JetStream's: 75% of the host's memory"},
-		"ORISUN_NODE_ID":             {"", "host name + random suffix, generated once and kept in <ORISUN_DATA_DIR>/node-id"},
+		"ORISUN_NATS_MSG_ID":     {"false", "false"},
+		"ORISUN_NATS_MAX_MEMORY": {"", "JetStream's: 75% of the host's memory"},
+		"ORISUN_NODE_ID":         {"", "host name + random suffix, generated once and kept in <ORISUN_DATA_DIR>/node-id"},
 	} {
 		if v := byName[name]; v.Default != want[0] || v.DefaultText != want[1] {
 			t.Errorf("%s: default %q (%q), want %q (%q)", name, v.Default, v.DefaultText, want[0], want[1])
