@@ -13,19 +13,7 @@ import (
 
 // Checkpoint returns the boundary's publish checkpoint (0: none saved).
 func (s *Store) Checkpoint(ctx context.Context, boundary string) (uint64, error) {
-	op := fmt.Sprintf("read checkpoint of %q", boundary)
-	if s.isClosed() {
-		return 0, errClosed(op)
-	}
-	var cp int64
-	err := s.pool.QueryRow(ctx, sqlSelectCheckpoint, boundary).Scan(&cp)
-	if isNoRows(err) {
-		return 0, notFound(op, boundary)
-	}
-	if err != nil {
-		return 0, s.translate(op, err)
-	}
-	return uint64(cp), nil
+	return sqlstore.ReadCheckpoint(ctx, reads{s}, sqlSelectCheckpoint, boundary)
 }
 
 // checkpointAttempts bounds SaveCheckpoint's tries when what changed nothing

@@ -15,19 +15,7 @@ import (
 
 // Checkpoint returns the boundary's publish checkpoint (0: none saved).
 func (s *Store) Checkpoint(ctx context.Context, boundary string) (uint64, error) {
-	op := fmt.Sprintf("read checkpoint of %q", boundary)
-	if s.closed() {
-		return 0, errClosed(op)
-	}
-	var cp int64
-	err := s.rdb.QueryRowContext(ctx, sqlSelectCheckpoint, boundary).Scan(&cp)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, notFound(op, boundary)
-	}
-	if err != nil {
-		return 0, s.translate(op, err)
-	}
-	return uint64(cp), nil
+	return sqlstore.ReadCheckpoint(ctx, reads{s}, sqlSelectCheckpoint, boundary)
 }
 
 // SaveCheckpoint moves the checkpoint to max(current, position), only while
