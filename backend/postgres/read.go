@@ -106,11 +106,8 @@ func scanHead(row sqlstore.Row) (backend.Head, error) {
 // same snapshot: one statement gives both.
 func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
 	op := fmt.Sprintf("read %q after %d", boundary, after)
-	if limit < 1 {
-		return "", nil, fmt.Errorf("postgres: %s: %w: limit is %d; it must be at least 1", op, event.ErrInvalid, limit)
-	}
-	if s.isClosed() {
-		return "", nil, errClosed(op)
+	if err := sqlstore.CheckRead(reads{s}, limit); err != nil {
+		return "", nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	sql, fargs := readSQL(q)
 	args := make([]any, 0, 3+len(fargs))

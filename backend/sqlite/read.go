@@ -102,11 +102,8 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 // same snapshot.
 func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
 	op := fmt.Sprintf("read %q after %d", boundary, after)
-	if limit < 1 {
-		return "", nil, fmt.Errorf("sqlite: %s: %w: limit is %d; it must be at least 1", op, event.ErrInvalid, limit)
-	}
-	if s.closed() {
-		return "", nil, errClosed(op)
+	if err := sqlstore.CheckRead(reads{s}, limit); err != nil {
+		return "", nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	// One read transaction: in WAL mode its snapshot starts with the first
 	// SELECT, so the epoch and the events are of one moment.

@@ -87,6 +87,19 @@ func QueryAll[T any](ctx context.Context, db DB, op, stmt string, scan func(Row)
 	return out, nil
 }
 
+// CheckRead checks a read's limit, then that the store is open, before
+// the read asks the database. Its errors carry no backend prefix and no
+// operation.
+func CheckRead(db DB, limit int) error {
+	if limit < 1 {
+		return fmt.Errorf("%w: limit is %d; it must be at least 1", event.ErrInvalid, limit)
+	}
+	if db.Closed() {
+		return Closed()
+	}
+	return nil
+}
+
 // ReadBoundary reads one boundary with stmt: the columns name, epoch and
 // head (ScanBoundary) of the boundary named by its one argument.
 func ReadBoundary(ctx context.Context, db DB, stmt, name string) (event.Boundary, error) {
