@@ -271,11 +271,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 	)
 	srv := natsServer(t)
 	pgURL := pgtest.URL(t)
-	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t, pgURL, 4)
 	if _, _, err := store.CreateBoundary(contextFor(t, 30*time.Second), "default"); err != nil {
 		t.Fatal(err)
 	}
