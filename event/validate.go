@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/orisun-io/orisun/internal/rawjson"
 )
 
 // Limits of one event and one append. Every limit is checked before anything
@@ -162,7 +164,9 @@ func NewID() string {
 
 // Prepare validates an append and returns its events normalised: ids given
 // or generated (canonical lower case), JSON compacted, "null" metadata
-// dropped, nil tags made empty. Input is not modified. The error names the
+// dropped, nil tags made empty. Input is not modified; data and metadata
+// that are compact already are the input's bytes, not copies (the caller
+// keeps them unchanged until the append returns). The error names the
 // event (by index) and the field, and wraps ErrInvalid or ErrTooLarge.
 func Prepare(boundary string, in []Input, lim Limits) ([]Input, error) {
 	if err := ValidateBoundaryName(boundary); err != nil {
@@ -260,8 +264,13 @@ func compactJSON(field string, raw json.RawMessage, required bool) (json.RawMess
 		}
 		return nil, nil
 	}
-	// Compact validates as it goes (the scanner of json.Valid): one pass,
-	// not two. The data of every append goes through here.
+	// The data of every append goes through here. Bytes that are valid
+	// and already compact (what clients send) are kept as they are: one
+	// pass of rawjson, no copy (issue 22). Anything else goes through
+	// json.Compact, which compacts, or names what is wrong.
+	if valid, compact := rawjson.Check(trimmed); valid && compact {
+		return trimmed[:len(trimmed):len(trimmed)], nil
+	}
 	var buf bytes.Buffer
 	buf.Grow(len(trimmed))
 	if err := json.Compact(&buf, trimmed); err != nil {
@@ -298,3 +307,4 @@ func (in *Input) Equal(e *Event) bool {
 	}
 	return true
 }
+

@@ -417,7 +417,7 @@ func (s *Service) append(ctx context.Context, req micro.Request) (any, error) {
 	b, err := boundaryOf(req)
 	if err == nil {
 		var r api.AppendRequest
-		err = decode(req.Data(), &r, "the append request", `events (id, type, data, metadata, tags) and condition (query, after)`, rawEvents)
+		r, err = decodeAppend(req.Data())
 		if err == nil {
 			return s.be.Append(ctx, b, r.Events, r.Condition)
 		}
