@@ -101,3 +101,28 @@ func TestPrepareKeepsCompactBytes(t *testing.T) {
 		t.Fatalf("got %q, %v; the input is now %q", out[0].Data, err, spaced)
 	}
 }
+
+// TestEqualAcrossHTMLEscaping: the test of an idempotent retry takes data
+// and metadata that differ only in encoding/json's HTML escaping (what the
+// Go client sent before issue 22) as the same, and nothing else.
+func TestEqualAcrossHTMLEscaping(t *testing.T) {
+	t.Parallel()
+	stored := event.Event{ID: "i", Type: "a", Data: json.RawMessage(`{"h":"\u003cb\u003e\u0026\u2028"}`), Metadata: json.RawMessage(`["\u003e"]`)}
+	for _, c := range []struct {
+		data, md string
+		same     bool
+	}{
+		{`{"h":"\u003cb\u003e\u0026\u2028"}`, `["\u003e"]`, true},
+		{`{"h":"<b>&` + "\u2028" + `"}`, `[">"]`, true},
+		{`{"h":"<b>\u0026` + "\u2028" + `"}`, `["\u003e"]`, true},
+		{`{"h":"<i>&` + "\u2028" + `"}`, `[">"]`, false},
+		{`{"h":"<b>&"}`, `[">"]`, false},
+		{`{"h":"\u003Cb\u003E\u0026\u2028"}`, `["\u003e"]`, false}, // not how encoding/json escapes
+		{`{"h":"<b>&` + "\u2028" + `"}`, `["<"]`, false},
+	} {
+		in := event.Input{ID: "i", Type: "a", Data: json.RawMessage(c.data), Metadata: json.RawMessage(c.md)}
+		if got := in.Equal(&stored); got != c.same {
+			t.Errorf("Equal(%s %s, %s %s) = %v, want %v", c.data, c.md, stored.Data, stored.Metadata, got, c.same)
+		}
+	}
+}

@@ -293,8 +293,10 @@ func truncate(s string) string {
 
 // Equal reports whether a stored event has the content of an input: the
 // test of an idempotent retry (docs/design.md §3). Both must be normalised.
+// Data and metadata are the same when their bytes are, or when they differ
+// only in the HTML escaping of encoding/json (see sameJSON).
 func (in *Input) Equal(e *Event) bool {
-	if in.ID != e.ID || in.Type != e.Type || !bytes.Equal(in.Data, e.Data) || !bytes.Equal(in.Metadata, e.Metadata) {
+	if in.ID != e.ID || in.Type != e.Type || !sameJSON(in.Data, e.Data) || !sameJSON(in.Metadata, e.Metadata) {
 		return false
 	}
 	if len(in.Tags) != len(e.Tags) {
@@ -308,3 +310,18 @@ func (in *Input) Equal(e *Event) bool {
 	return true
 }
 
+// sameJSON reports whether two compact JSON values are the same bytes, or
+// the same once `<`, `>`, `&`, U+2028 and U+2029 in their strings are
+// written as encoding/json's HTML escaping writes them (\u003c, …): the
+// same value. The Go client escaped them before it sent data as given
+// (issue 22), so an event it stored then and a retry of it sent now, or
+// by any other client, differ in those bytes only.
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y bytes.Buffer
+	json.HTMLEscape(&x, a)
+	json.HTMLEscape(&y, b)
+	return bytes.Equal(x.Bytes(), y.Bytes())
+}
