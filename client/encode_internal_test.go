@@ -127,19 +127,11 @@ func BenchmarkEncodeAppendMarshal(b *testing.B) {
 }
 
 func benchEvents() []event.Input {
-	var s strings.Builder
-	s.WriteString(`{"order":17,"customer":"c-17","lines":[`)
-	for j := 0; s.Len() < 1000; j++ {
-		if j > 0 {
-			s.WriteByte(',')
-		}
-		s.WriteString(`{"sku":"SKU-00042","qty":3,"price":12.50,"note":"gift \"wrap\" {no}"}`)
-	}
-	s.WriteString(`]}`)
+	data := testutil.OrderData(1000)
 	events := make([]event.Input, 100)
 	for i := range events {
 		events[i] = event.Input{ID: fmt.Sprintf("0190b0a0-0000-7000-8000-%012d", i), Type: "order.placed",
-			Data: json.RawMessage(s.String()), Metadata: json.RawMessage(`{"by":"web"}`), Tags: []string{"order:17", "customer:3"}}
+			Data: json.RawMessage(data), Metadata: json.RawMessage(`{"by":"web"}`), Tags: []string{"order:17", "customer:3"}}
 	}
 	return events
 }

@@ -126,7 +126,7 @@ func FuzzCheck(f *testing.F) {
 
 // BenchmarkCheck: 1 KB of an event's data, against json.Valid.
 func BenchmarkCheck(b *testing.B) {
-	data := benchData()
+	data := testutil.OrderData(1000)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if ok, _ := rawjson.Check(data); !ok {
@@ -136,24 +136,11 @@ func BenchmarkCheck(b *testing.B) {
 }
 
 func BenchmarkJSONValid(b *testing.B) {
-	data := benchData()
+	data := testutil.OrderData(1000)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		if !json.Valid(data) {
 			b.Fatal("invalid")
 		}
 	}
-}
-
-func benchData() []byte {
-	var s strings.Builder
-	s.WriteString(`{"order":17,"customer":"c-17","lines":[`)
-	for j := 0; s.Len() < 1000; j++ {
-		if j > 0 {
-			s.WriteByte(',')
-		}
-		s.WriteString(`{"sku":"SKU-00042","qty":3,"price":12.50,"note":"gift \"wrap\" {no}"}`)
-	}
-	s.WriteString(`]}`)
-	return []byte(s.String())
 }

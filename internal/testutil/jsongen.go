@@ -130,3 +130,19 @@ func (g JSONGen) Mutate(b string) string {
 	}
 	return b
 }
+
+// OrderData is the data of an order event of about size bytes (at least
+// one line), compact JSON with an escaped quote: what benchmarks of the
+// event body's path encode, validate and decode.
+func OrderData(size int) []byte {
+	var s strings.Builder
+	s.WriteString(`{"order":17,"customer":"c-17","lines":[`)
+	for j := 0; j == 0 || s.Len() < size-2; j++ {
+		if j > 0 {
+			s.WriteByte(',')
+		}
+		s.WriteString(`{"sku":"SKU-00042","qty":3,"price":12.50,"note":"gift \"wrap\" {no}"}`)
+	}
+	s.WriteString(`]}`)
+	return []byte(s.String())
+}
