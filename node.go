@@ -116,9 +116,10 @@ type Node struct {
 	rawStore backend.Store
 	ns       *natsembed.Server // nil with an external NATS
 	// untune removes the embedded server's streams from the collector
-	// tuner (internal/gctune); nil with an external NATS.
-	untune  func()
-	natsURL string
+	// tuner (internal/gctune); nil with an external NATS or noGCTuning.
+	untune     func()
+	noGCTuning bool
+	natsURL    string
 	// connect opens a connection of orisun's own: in process to the
 	// embedded server, or to the external NATS.
 	connect func(name string) (*nats.Conn, error)
@@ -208,6 +209,13 @@ func (r *boundaryRunner) fed(shared bool, ttl time.Duration) bool {
 // New checks the configuration and returns a node that is not started.
 // Without a node id it reads (or, the first time, writes) the data
 // directory's node-id file.
+//
+// A started node with embedded NATS tunes the process's garbage collector
+// (runtime/debug.SetGCPercent), since its memory streams are live heap that
+// the collector's default room would double (docs/performance.md, "How much
+// memory a node needs"). It leaves the collector alone when GOGC is set in
+// the environment, when the program set a percentage of its own before or
+// while the node runs, and with WithoutGCTuning.
 func New(cfg Config, opts ...Option) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -247,6 +255,10 @@ func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }
 
 // WithVersion sets the version the status reports.
 func WithVersion(v string) Option { return func(n *Node) { n.version = v } }
+
+// WithoutGCTuning leaves the process's garbage collector as the program
+// set it: the node does not tune it for its memory streams (see New).
+func WithoutGCTuning() Option { return func(n *Node) { n.noGCTuning = true } }
 
 // Config returns the configuration in force (defaults applied).
 func (n *Node) Config() Config { return n.cfg }
@@ -564,7 +576,9 @@ func (n *Node) startNATS() error {
 	n.natsURL = n.ns.ClientURL()
 	// The memory streams are live heap: keep them out of the collector's
 	// room (docs/performance.md, "How much memory a node needs").
-	n.untune = gctune.Register(n.ns.StreamBytes, n.log.With("component", "gc"))
+	if !n.noGCTuning {
+		n.untune = gctune.Register(n.ns.StreamBytes, n.log.With("component", "gc"))
+	}
 	n.connect = func(name string) (*nats.Conn, error) { return n.ns.Connect(name) }
 	n.connectAPI = func(name string) (*nats.Conn, error) { return n.ns.ConnectAPI(name) }
 	return nil

@@ -574,8 +574,8 @@ func (m *meter) sample() {
 
 // heapLive is the Go heap that the last garbage collection found live
 // (runtime/metrics /gc/heap/live:bytes): in a node it holds the memory
-// streams' messages too, and the collector lets the heap grow to about
-// twice it (GOGC=100) before the next collection.
+// streams' messages too; the node's collector tuner (internal/gctune)
+// keeps them out of the room the collector leaves before its next cycle.
 func heapLive() int64 {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
