@@ -1169,6 +1169,35 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 	return epoch, events, nil
 }
 
+// ReadBackward returns up to limit events before position before (0: from
+// the head), newest first, matching q as Read does (limit ≤ 10,000): the
+// log as a person browses it, a page at a time (the next page is before the
+// last position returned).
+func (n *Node) ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	if n.metrics != nil {
+		start := time.Now()
+		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
+	}
+	store, _, err := n.ready()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := event.ValidateBoundaryName(boundary); err != nil {
+		return "", nil, err
+	}
+	if limit < 1 || limit > 10000 {
+		return "", nil, fmt.Errorf("%w: limit %d is outside 1–10000", event.ErrInvalid, limit)
+	}
+	if err := event.ValidateQuery(q); err != nil {
+		return "", nil, err
+	}
+	epoch, events, err = store.ReadBackward(ctx, boundary, before, limit, q)
+	if err != nil {
+		return "", nil, err // as Read: the caller gets the error alone
+	}
+	return epoch, events, nil
+}
+
 // ReadLatest returns the last event of the boundary matching q (nil: any
 // event; Latest.Event is nil when none matches) and the boundary's head,
 // read in one snapshot: the context of a decision. Append the decision's
