@@ -17,22 +17,11 @@ import (
 // the example has one to talk to; an application would connect to the URL
 // of a running orisun instead.
 func Example() {
-	dir, err := os.MkdirTemp("", "orisun-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
+	url, stop := exampleNode()
+	defer stop()
 	ctx := context.Background()
-	if err := n.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer n.Stop()
 
-	c, err := client.Connect(n.NATSURL(), client.Name("example"))
+	c, err := client.Connect(url, client.Name("example"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,4 +64,64 @@ func Example() {
 	// delivered 1 {"seat":1}
 	// delivered 2 {"seat":2}
 	// subscription ended: true
+}
+
+// The log newest first, a page at a time: each page reads below the last
+// position of the one before, until a page is empty.
+func ExampleClient_ReadBackward() {
+	url, stop := exampleNode()
+	defer stop()
+	ctx := context.Background()
+	c, err := client.Connect(url, client.Name("example"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	for seat := 1; seat <= 5; seat++ {
+		in := []event.Input{{Type: "seat.booked", Data: json.RawMessage(fmt.Sprintf(`{"seat":%d}`, seat))}}
+		if _, err := c.Append(ctx, "default", in, nil); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	before := uint64(0) // 0: from the head
+	for {
+		page, err := c.ReadBackward(ctx, "default", before, 2, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if len(page.Events) == 0 {
+			break
+		}
+		for _, e := range page.Events {
+			fmt.Printf("%d %s\n", e.Position, e.Data)
+		}
+		before = page.Events[len(page.Events)-1].Position
+	}
+	// Output:
+	// 5 {"seat":5}
+	// 4 {"seat":4}
+	// 3 {"seat":3}
+	// 2 {"seat":2}
+	// 1 {"seat":1}
+}
+
+// exampleNode starts a node in a temporary directory, for the examples to
+// have one to talk to, and returns its NATS URL and what stops it.
+func exampleNode() (url string, stop func()) {
+	dir, err := os.MkdirTemp("", "orisun-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	return n.NATSURL(), func() {
+		_ = n.Stop()
+		_ = os.RemoveAll(dir)
+	}
 }
