@@ -1143,30 +1143,9 @@ func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond
 
 // Read returns up to limit events after position after (limit ≤ 10,000).
 func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit int, q *Query) (epoch string, events []Event, err error) {
-	if n.metrics != nil {
-		start := time.Now()
-		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
-	}
-	store, _, err := n.ready()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := event.ValidateBoundaryName(boundary); err != nil {
-		return "", nil, err
-	}
-	if limit < 1 || limit > 10000 {
-		return "", nil, fmt.Errorf("%w: limit %d is outside 1–10000", event.ErrInvalid, limit)
-	}
-	if err := event.ValidateQuery(q); err != nil {
-		return "", nil, err
-	}
-	epoch, events, err = store.Read(ctx, boundary, after, limit, q)
-	if err != nil {
-		// The store hands the good events before a bad row to the
-		// publisher; a caller gets the error alone.
-		return "", nil, err
-	}
-	return epoch, events, nil
+	return n.readPage(boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.Read(ctx, boundary, after, limit, q)
+	})
 }
 
 // ReadBackward returns up to limit events before position before (0: from
@@ -1174,6 +1153,14 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 // log as a person browses it, a page at a time (the next page is before the
 // last position returned).
 func (n *Node) ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	return n.readPage(boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.ReadBackward(ctx, boundary, before, limit, q)
+	})
+}
+
+// readPage checks the arguments of a read of a page and runs read on the
+// store, counted in the boundary's metrics.
+func (n *Node) readPage(boundary string, limit int, q *Query, read func(backend.Store) (string, []Event, error)) (epoch string, events []Event, err error) {
 	if n.metrics != nil {
 		start := time.Now()
 		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
@@ -1191,9 +1178,11 @@ func (n *Node) ReadBackward(ctx context.Context, boundary string, before uint64,
 	if err := event.ValidateQuery(q); err != nil {
 		return "", nil, err
 	}
-	epoch, events, err = store.ReadBackward(ctx, boundary, before, limit, q)
+	epoch, events, err = read(store)
 	if err != nil {
-		return "", nil, err // as Read: the caller gets the error alone
+		// The store hands the good events before a bad row to the
+		// publisher; a caller gets the error alone.
+		return "", nil, err
 	}
 	return epoch, events, nil
 }

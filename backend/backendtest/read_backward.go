@@ -113,12 +113,7 @@ func testReadBackward(t *testing.T, open func(t *testing.T) backend.Store, ed *E
 
 	t.Run("Queries", func(t *testing.T) {
 		t.Parallel()
-		s := setup(t, open, "shop")
-		in := make([]event.Input, len(queryEvents))
-		for i, qe := range queryEvents {
-			in[i] = ev(qe.typ, qe.tags...)
-		}
-		mustAppend(t, s, "shop", prep(t, "shop", in...), nil)
+		s := setupShop(t, open)
 		item := func(types []string, tags ...string) event.QueryItem { return event.QueryItem{Types: types, Tags: tags} }
 		for _, c := range []struct {
 			name string
@@ -357,4 +352,16 @@ func wantBadBackward(t *testing.T, s backend.Store, boundary string, before uint
 		t.Fatalf("ReadBackward(%q, before %d, limit %d) failed at %d with positions %v; want the good ones before it, %v",
 			boundary, before, limit, pos, got, good)
 	}
+}
+
+// setupShop opens a store with the boundary "shop" holding queryEvents.
+func setupShop(t *testing.T, open func(t *testing.T) backend.Store) backend.Store {
+	t.Helper()
+	s := setup(t, open, "shop")
+	in := make([]event.Input, len(queryEvents))
+	for i, qe := range queryEvents {
+		in[i] = ev(qe.typ, qe.tags...)
+	}
+	mustAppend(t, s, "shop", prep(t, "shop", in...), nil)
+	return s
 }

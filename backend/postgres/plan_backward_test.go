@@ -21,23 +21,9 @@ import (
 func TestReadBackwardPlans(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	backendtest.Create(t, s, "big")
 	ctx := context.Background()
 	const n = 20000
-	for start := 0; start < n; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			k := start + i
-			in[i] = event.Input{ID: event.NewID(), Type: fmt.Sprintf("type.%d", k%500), Data: json.RawMessage(`{}`),
-				Tags: []string{fmt.Sprintf("customer:%d", k%5000), fmt.Sprintf("order:%d", k)}}
-		}
-		if _, err := s.Append(ctx, "big", in, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
-		t.Fatal(err)
-	}
+	fillBig(t, s, n)
 	all, _ := readBackwardSQL(nil)
 	for _, upTo := range []int64{math.MaxInt64, n / 2} {
 		p := explain(t, s, all, "big", upTo, 50)
@@ -72,5 +58,28 @@ func TestReadBackwardPlans(t *testing.T) {
 	_, events, err = s.ReadBackward(ctx, "big", 0, 50, item([]string{"type.7"}))
 	if err != nil || len(events) != 40 || events[0].Position != n-500+8 {
 		t.Fatalf("backward read by type: %d events (first %+v), %v; want 40 from %d", len(events), events[0], err, n-500+8)
+	}
+}
+
+// fillBig creates the boundary big, appends n events to it, 1,000 an
+// append, and analyzes the events: event k (from 0) has the type
+// type.<k mod 500> and the tags customer:<k mod 5000> and order:<k>.
+func fillBig(t *testing.T, s *Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	backendtest.Create(t, s, "big")
+	for start := 0; start < n; start += 1000 {
+		in := make([]event.Input, 1000)
+		for i := range in {
+			k := start + i
+			in[i] = event.Input{ID: event.NewID(), Type: fmt.Sprintf("type.%d", k%500), Data: json.RawMessage(`{}`),
+				Tags: []string{fmt.Sprintf("customer:%d", k%5000), fmt.Sprintf("order:%d", k)}}
+		}
+		if _, err := s.Append(ctx, "big", in, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
+		t.Fatal(err)
 	}
 }

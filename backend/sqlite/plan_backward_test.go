@@ -17,42 +17,10 @@ import (
 // statement the store runs; and the reads give what the plans promise.
 func TestReadBackwardPlans(t *testing.T) {
 	t.Parallel()
-	s := setup(t, Config{Synchronous: "OFF"})
 	ctx := context.Background()
 	const n = 20000
-	fillBig(t, s, n, 5000, `{}`, func(k int) string {
-		if k%2 == 0 {
-			return "common"
-		}
-		return fmt.Sprintf("type.%d", k%50)
-	})
-	if _, err := s.wdb.ExecContext(ctx, `ANALYZE`); err != nil {
-		t.Fatal(err)
-	}
-	plan := func(query string, args ...any) string {
-		t.Helper()
-		rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
-		if err != nil {
-			t.Fatalf("EXPLAIN %s: %v", query, err)
-		}
-		defer rows.Close()
-		var lines []string
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, detail)
-		}
-		return strings.Join(lines, "\n")
-	}
-	item := func(types []string, tags ...string) *event.Query {
-		return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
-	}
-	const tagIndex = "SEARCH t USING PRIMARY KEY (boundary=? AND tag=?"
-	typeIndexes := []string{"SEARCH y USING COVERING INDEX events_boundary_type_position", "SEARCH y USING INDEX events_boundary_type_position",
-		"SEARCH y USING PRIMARY KEY (boundary=? AND position"}
+	s := planBig(t, n)
+	item, tagIndex, typeIndexes := queryItem, planTagIndex, planTypeIndexes
 	for _, c := range []struct {
 		name    string
 		q       *event.Query
@@ -68,7 +36,7 @@ func TestReadBackwardPlans(t *testing.T) {
 	} {
 		for _, top := range []uint64{n, n / 2} {
 			sql, args := readBackwardSQL(c.q, "big", top, 50)
-			p := plan(sql, args...)
+			p := queryPlan(t, s, sql, args...)
 			t.Logf("backward read by %s up to %d:\n%s", c.name, top, p)
 			found := false
 			for _, index := range c.indexes {
@@ -96,4 +64,34 @@ func TestReadBackwardPlans(t *testing.T) {
 	if err != nil || len(events) != 2 || events[0].Position != 5043 || events[1].Position != 43 {
 		t.Fatalf("backward read by tag below %d: %d events, %v; want positions 5043 and 43", n/2, len(events), err)
 	}
+}
+
+// The tag index is event_tags, aliased t in the statements; a type-only
+// item reads events aliased y, by the type index or the primary key.
+const planTagIndex = "SEARCH t USING PRIMARY KEY (boundary=? AND tag=?"
+
+var planTypeIndexes = []string{"SEARCH y USING COVERING INDEX events_boundary_type_position",
+	"SEARCH y USING INDEX events_boundary_type_position", "SEARCH y USING PRIMARY KEY (boundary=? AND position"}
+
+// planBig opens a store whose boundary big holds n events (fillBig: half
+// of type common, the others of 50 types; tags all, customer:<k mod 5000>,
+// order:<k>), analyzed.
+func planBig(t *testing.T, n int) *Store {
+	t.Helper()
+	s := setup(t, Config{Synchronous: "OFF"})
+	fillBig(t, s, n, 5000, `{}`, func(k int) string {
+		if k%2 == 0 {
+			return "common"
+		}
+		return fmt.Sprintf("type.%d", k%50)
+	})
+	if _, err := s.wdb.ExecContext(context.Background(), `ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// queryItem is a query of one item.
+func queryItem(types []string, tags ...string) *event.Query {
+	return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
 }
