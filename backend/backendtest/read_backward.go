@@ -365,3 +365,29 @@ func setupShop(t *testing.T, open func(t *testing.T) backend.Store) backend.Stor
 	mustAppend(t, s, "shop", prep(t, "shop", in...), nil)
 	return s
 }
+
+// BenchReadPages reports the time of a 50-event page of boundary, forward
+// from the start and backward from the head, of every event and of the
+// events matching q. Reporting only: no assertion on time.
+func BenchReadPages(b *testing.B, s backend.Store, boundary string, q *event.Query) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		q    *event.Query
+	}{{"all", nil}, {"query", q}} {
+		b.Run(c.name+"/forward", func(b *testing.B) {
+			for range b.N {
+				if _, _, err := s.Read(ctx, boundary, 0, 50, c.q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/backward", func(b *testing.B) {
+			for range b.N {
+				if _, _, err := s.ReadBackward(ctx, boundary, 0, 50, c.q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -64,7 +64,7 @@ func TestReadBackwardPlans(t *testing.T) {
 // fillBig creates the boundary big, appends n events to it, 1,000 an
 // append, and analyzes the events: event k (from 0) has the type
 // type.<k mod 500> and the tags customer:<k mod 5000> and order:<k>.
-func fillBig(t *testing.T, s *Store, n int) {
+func fillBig(t testing.TB, s *Store, n int) {
 	t.Helper()
 	ctx := context.Background()
 	backendtest.Create(t, s, "big")
@@ -82,4 +82,15 @@ func fillBig(t *testing.T, s *Store, n int) {
 	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BenchmarkReadBackward reports the time of a 50-event page of a
+// 20,000-event boundary, forward from the start and backward from the
+// head, of every event and of a tag of 4 events. Reporting only:
+//
+//	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench BenchmarkReadBackward ./backend/postgres/
+func BenchmarkReadBackward(b *testing.B) {
+	s := setup(b, Config{})
+	fillBig(b, s, 20000)
+	backendtest.BenchReadPages(b, s, "big", &event.Query{Items: []event.QueryItem{{Tags: []string{"customer:42"}}}})
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -76,7 +77,7 @@ var planTypeIndexes = []string{"SEARCH y USING COVERING INDEX events_boundary_ty
 // planBig opens a store whose boundary big holds n events (fillBig: half
 // of type common, the others of 50 types; tags all, customer:<k mod 5000>,
 // order:<k>), analyzed.
-func planBig(t *testing.T, n int) *Store {
+func planBig(t testing.TB, n int) *Store {
 	t.Helper()
 	s := setup(t, Config{Synchronous: "OFF"})
 	fillBig(t, s, n, 5000, `{}`, func(k int) string {
@@ -94,4 +95,13 @@ func planBig(t *testing.T, n int) *Store {
 // queryItem is a query of one item.
 func queryItem(types []string, tags ...string) *event.Query {
 	return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
+}
+
+// BenchmarkReadBackward reports the time of a 50-event page of a
+// 20,000-event boundary, forward from the start and backward from the
+// head, of every event and of a tag of 4 events. Reporting only:
+//
+//	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench BenchmarkReadBackward ./backend/sqlite/
+func BenchmarkReadBackward(b *testing.B) {
+	backendtest.BenchReadPages(b, planBig(b, 20000), "big", queryItem(nil, "customer:42"))
 }
