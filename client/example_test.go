@@ -6,22 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 
-	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/nodetest"
 )
 
 // A client of a node's NATS API. The node runs in this process only so that
 // the example has one to talk to; an application would connect to the URL
 // of a running orisun instead.
 func Example() {
-	url, stop := exampleNode()
+	n, _, stop := nodetest.Start()
 	defer stop()
 	ctx := context.Background()
 
-	c, err := client.Connect(url, client.Name("example"))
+	c, err := client.Connect(n.NATSURL(), client.Name("example"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -69,10 +68,10 @@ func Example() {
 // The log newest first, a page at a time: each page reads below the last
 // position of the one before, until a page is empty.
 func ExampleClient_ReadBackward() {
-	url, stop := exampleNode()
+	n, _, stop := nodetest.Start()
 	defer stop()
 	ctx := context.Background()
-	c, err := client.Connect(url, client.Name("example"))
+	c, err := client.Connect(n.NATSURL(), client.Name("example"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -104,24 +103,4 @@ func ExampleClient_ReadBackward() {
 	// 3 {"seat":3}
 	// 2 {"seat":2}
 	// 1 {"seat":1}
-}
-
-// exampleNode starts a node in a temporary directory, for the examples to
-// have one to talk to, and returns its NATS URL and what stops it.
-func exampleNode() (url string, stop func()) {
-	dir, err := os.MkdirTemp("", "orisun-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := n.Start(context.Background()); err != nil {
-		log.Fatal(err)
-	}
-	return n.NATSURL(), func() {
-		_ = n.Stop()
-		_ = os.RemoveAll(dir)
-	}
 }
