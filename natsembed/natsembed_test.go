@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -97,7 +98,7 @@ func TestListenError(t *testing.T) {
 // hold (the gc tuner keeps that much out of the collector's room), and a
 // file stream is not counted.
 func TestStreamBytes(t *testing.T) {
-	s := startServer(t, natsembed.Config{})
+	s := natstest.Server(t, natsembed.Config{})
 	if got := s.StreamBytes(); got != 0 {
 		t.Fatalf("StreamBytes %d before any stream, want 0", got)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/natsembed"
 )
 
 // goroutineBackend answers the boundary list with nothing and records the
@@ -34,7 +35,7 @@ func (b goroutineBackend) Boundaries(context.Context) ([]event.Boundary, error) 
 // one each time, issue 22); and Stop ends the idle ones (the leak check of
 // TestMain fails otherwise).
 func TestRequestGoroutinesKept(t *testing.T) {
-	ns := natstest.Server(t)
+	ns := natstest.Server(t, natsembed.Config{})
 	nc, err := ns.ConnectAPI("worker-api")
 	if err != nil {
 		t.Fatal(err)
