@@ -49,11 +49,8 @@ func readBackwardSQL(q *event.Query) (string, []any) {
 // (backend.BackwardReader).
 func (s *Store) ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *event.Query) (string, []event.Event, error) {
 	op := fmt.Sprintf("read %q backward before %d", boundary, before)
-	if limit < 1 {
-		return "", nil, fmt.Errorf("postgres: %s: %w: limit is %d; it must be at least 1", op, event.ErrInvalid, limit)
-	}
-	if s.isClosed() {
-		return "", nil, errClosed(op)
+	if err := sqlstore.CheckRead(reads{s}, limit); err != nil {
+		return "", nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	upTo := int64(math.MaxInt64)
 	if before > 0 {
@@ -70,34 +67,19 @@ func (s *Store) ReadBackward(ctx context.Context, boundary string, before uint64
 	defer rows.Close()
 	var (
 		epoch string
-		head  int64
+		head  uint64
 		found bool
 	)
 	events := make([]event.Event, 0, min(limit, 256))
 	for rows.Next() {
-		var (
-			pos      *int64
-			id, typ  *string
-			t        *time.Time
-			tags     []string
-			data, md []byte
-		)
-		if err := rows.Scan(&epoch, &head, &pos, &id, &typ, &t, &tags, &data, &md); err != nil {
+		var e *event.Event
+		if epoch, head, e, err = scanBoundaryEvent(rows, boundary); err != nil {
 			return "", nil, s.translate(op, err)
 		}
 		found = true
-		if pos == nil {
-			continue // no event: the boundary's row alone
+		if e != nil { // else no event: the boundary's row alone
+			events = append(events, *e)
 		}
-		e := event.Event{ID: *id, Boundary: boundary, Epoch: epoch, Position: uint64(*pos), Type: *typ,
-			Time: t.UTC(), Tags: tags, Data: data}
-		if e.Tags == nil {
-			e.Tags = []string{}
-		}
-		if md != nil {
-			e.Metadata = md
-		}
-		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
 		return "", nil, s.translate(op, err)
@@ -111,9 +93,38 @@ func (s *Store) ReadBackward(ctx context.Context, boundary string, before uint64
 	if !slices.IsSortedFunc(events, byPositionDesc) {
 		slices.SortFunc(events, byPositionDesc)
 	}
-	top := sqlstore.BackwardTop(before, uint64(head))
-	if good, err := sqlstore.CheckPageBackward(boundary, top, uint64(head), limit, events, sqlstore.MatchesAll(q), false); err != nil {
+	top := sqlstore.BackwardTop(before, head)
+	if good, err := sqlstore.CheckPageBackward(boundary, top, head, limit, events, sqlstore.MatchesAll(q), false); err != nil {
 		return epoch, events[:good], fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	return epoch, events, nil
+}
+
+// scanBoundaryEvent reads a row of the read-latest and backward read
+// statements: the boundary's epoch and head, and an event of it (nil when
+// the row has none: the boundary's row alone).
+func scanBoundaryEvent(row sqlstore.Row, boundary string) (epoch string, head uint64, e *event.Event, err error) {
+	var (
+		h        int64
+		pos      *int64
+		id, typ  *string
+		t        *time.Time
+		tags     []string
+		data, md []byte
+	)
+	if err := row.Scan(&epoch, &h, &pos, &id, &typ, &t, &tags, &data, &md); err != nil {
+		return "", 0, nil, err
+	}
+	if pos == nil {
+		return epoch, uint64(h), nil, nil
+	}
+	e = &event.Event{ID: *id, Boundary: boundary, Epoch: epoch, Position: uint64(*pos), Type: *typ,
+		Time: t.UTC(), Tags: tags, Data: data}
+	if e.Tags == nil {
+		e.Tags = []string{}
+	}
+	if md != nil {
+		e.Metadata = md
+	}
+	return epoch, uint64(h), e, nil
 }
