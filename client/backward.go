@@ -58,11 +58,10 @@ func (c *Client) checkReadBackward(subject, boundary string, before uint64, limi
 	next := top // the highest position the next event may have
 	for i := range res.Events {
 		e := &res.Events[i]
+		if err := eventOfReply(subject, boundary, i, e, res); err != nil {
+			return err
+		}
 		switch {
-		case e.Boundary != boundary:
-			return badReply(subject, "events[%d] (position %d) is of boundary %q, not %q", i, e.Position, e.Boundary, boundary)
-		case e.Epoch != res.Epoch:
-			return badReply(subject, "events[%d] (position %d) is of epoch %s, the reply's is %s", i, e.Position, e.Epoch, res.Epoch)
 		case e.Position > res.Head:
 			return badReply(subject, "events[%d] has position %d, beyond the head %d", i, e.Position, res.Head)
 		case before > 0 && e.Position >= before:

@@ -13,13 +13,6 @@ import (
 // a query it holds every position from the top down, and reaches 1 unless
 // it is full; a bad row is named and the newer events before it are good.
 func TestCheckPageBackward_I1(t *testing.T) {
-	page := func(positions ...uint64) []event.Event {
-		out := make([]event.Event, len(positions))
-		for i, p := range positions {
-			out[i] = event.Event{Boundary: "b", Position: p, Data: []byte(`{}`)}
-		}
-		return out
-	}
 	notJSON := page(9, 8, 7)
 	notJSON[1].Data = []byte(`nope`)
 	for _, c := range []struct {
@@ -65,4 +58,14 @@ func TestCheckPageBackward_I1(t *testing.T) {
 			t.Errorf("BackwardTop(before %d, head %d) = %d, want %d", c.before, c.head, got, c.want)
 		}
 	}
+}
+
+// page is a read page of boundary "b" at the positions given, with JSON
+// data.
+func page(positions ...uint64) []event.Event {
+	out := make([]event.Event, len(positions))
+	for i, p := range positions {
+		out[i] = event.Event{Boundary: "b", Position: p, Data: []byte(`{}`)}
+	}
+	return out
 }
