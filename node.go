@@ -1167,6 +1167,24 @@ func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond
 
 // Read returns up to limit events after position after (limit ≤ 10,000).
 func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	return n.readPage(boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.Read(ctx, boundary, after, limit, q)
+	})
+}
+
+// ReadBackward returns up to limit events before position before (0: from
+// the head), newest first, matching q as Read does (limit ≤ 10,000): the
+// log as a person browses it, a page at a time (the next page is before the
+// last position returned).
+func (n *Node) ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	return n.readPage(boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.ReadBackward(ctx, boundary, before, limit, q)
+	})
+}
+
+// readPage checks the arguments of a read of a page and runs read on the
+// store, counted in the boundary's metrics.
+func (n *Node) readPage(boundary string, limit int, q *Query, read func(backend.Store) (string, []Event, error)) (epoch string, events []Event, err error) {
 	if n.metrics != nil {
 		start := time.Now()
 		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
@@ -1184,7 +1202,7 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 	if err := event.ValidateQuery(q); err != nil {
 		return "", nil, err
 	}
-	epoch, events, err = store.Read(ctx, boundary, after, limit, q)
+	epoch, events, err = read(store)
 	if err != nil {
 		// The store hands the good events before a bad row to the
 		// publisher; a caller gets the error alone.
