@@ -321,6 +321,7 @@ func (n *Node) startHTTP() error {
 		Logger:         n.log.With("component", "http"),
 		Collectors:     n.metrics.Collectors(),
 		BoundaryLabel:  n.metrics.Label,
+		Console:        n.cfg.consoleAccess(),
 	})
 	if err := n.http.Start(); err != nil {
 		return fmt.Errorf("orisun: %w", err)

@@ -38,6 +38,8 @@ type Options struct {
 	// name, or another value shared by the boundaries beyond the node's
 	// cap, whose gauges are then summed (see Metrics). Nil: the name.
 	BoundaryLabel func(boundary string) string
+	// Console is who may open the console's event pages.
+	Console ConsoleAccess
 }
 
 // Server is the HTTP listener of a node. Its goroutines (the listener's,
@@ -90,7 +92,7 @@ func NewServer(src status.Source, opts Options) *Server {
 	return s
 }
 
-// Handler serves /status, /healthz, /readyz and /metrics.
+// Handler serves /status, /healthz, /readyz, /metrics and the console.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", s.status)
@@ -100,6 +102,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	s.consoleHandlers(mux)
 	return mux
 }
 
