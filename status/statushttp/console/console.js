@@ -15,6 +15,7 @@ function el(tag, cls, text) {
 }
 
 const num = new Intl.NumberFormat("en-US");
+const secs = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
 function bytes(n) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
@@ -55,7 +56,7 @@ function cell(row, label, cls, text) {
 
 function render(st) {
   const now = Date.parse(st.time) || Date.now();
-  $("node").textContent = "node " + st.node_id + " · " + st.version;
+  $("node").textContent = "node " + st.node_id + (st.version ? " · " + st.version : "");
   const hl = $("health");
   hl.replaceChildren(
     health("store", st.store),
@@ -95,7 +96,7 @@ function render(st) {
     cell(tr, "head", "num head", num.format(b.head));
     cell(tr, "published", "num published", num.format(b.published));
     cell(tr, "lag", "num lag", num.format(b.lag_events));
-    cell(tr, "lag s", "num lag-seconds", b.lag_seconds.toFixed(1));
+    cell(tr, "lag s", "num lag-seconds", secs.format(b.lag_seconds));
     const lease = cell(tr, "lease", "lease", b.lease_holder ? b.lease_holder + (b.lease_holder === st.lease_holder ? " (this node)" : "") : "none");
     if (b.lease_holder) lease.appendChild(el("span", "sub", "term " + b.lease_term));
     cell(tr, "stream", "num stream", b.stream_last ? num.format(b.stream_first) + "–" + num.format(b.stream_last) : "empty");
