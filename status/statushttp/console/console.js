@@ -1,6 +1,7 @@
 // orisun console: the overview. It polls /status once a second (one
-// request in flight at most, none while the tab is hidden) and redraws the
-// table; docs/console.md says why polling and not server-sent events.
+// request in flight at most, none while the tab is hidden, slower when the
+// node answers slowly) and redraws the table; docs/console.md says why
+// polling and not server-sent events.
 "use strict";
 
 const refreshMs = 1000;
@@ -134,9 +135,17 @@ async function poll() {
   }
 }
 
+// loop polls once a second, or twice as long as the last answer took: a
+// node whose measurement is slow (many boundaries, a struggling store) is
+// never asked faster than it answers.
 async function loop() {
-  if (!document.hidden) await poll();
-  setTimeout(loop, refreshMs);
+  let next = refreshMs;
+  if (!document.hidden) {
+    const start = performance.now();
+    await poll();
+    next = Math.max(refreshMs, 2 * (performance.now() - start));
+  }
+  setTimeout(loop, next);
 }
 
 async function access() {
