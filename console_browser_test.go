@@ -92,8 +92,9 @@ func artifacts(t *testing.T) string {
 // what was measured); an append moves head within a few seconds without a
 // reload (the issue's "a few seconds": 5 s here); a stalled boundary rises
 // to the top, marked, with its reason; the page fits a narrow and a wide
-// window; and the browser's console logs no error (a blocked resource, a
-// script exception).
+// window; the browser's console logs no error (a blocked resource, a
+// script exception); and once the node is gone the page says so and keeps
+// the last figures.
 func TestConsoleOverviewBrowser(t *testing.T) {
 	bctx, consoleErrors := browser(t)
 	ctx := context.Background()
@@ -192,4 +193,14 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 	if errs := consoleErrors(); len(errs) > 0 {
 		t.Errorf("the browser's console logged errors:\n%s", strings.Join(errs, "\n"))
 	}
+
+	// The node gone: the page keeps the last figures, greyed, and says it
+	// has no answer (the failed requests are the browser's console errors
+	// from here on, as they should be).
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	wait("the banner of a node that does not answer",
+		`!document.getElementById("banner").hidden && document.getElementById("banner").textContent.startsWith("The node does not answer") &&
+			document.body.classList.contains("stale") && document.querySelectorAll('tbody tr').length === 2`, 5*time.Second)
 }
