@@ -1,13 +1,17 @@
 package orisun_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestConsoleOverviewHTTP: a real node's listener serves the console's
@@ -35,14 +39,16 @@ func TestConsoleOverviewHTTP(t *testing.T) {
 	if b := boundaryOf(t, st, "orders"); b.Head != 3 || b.Published != 3 || b.State != "leading" {
 		t.Fatalf("orders in /status: %+v", b)
 	}
-	if code, body := httpGet(t, n, "/console/events"); code != http.StatusNotImplemented {
-		t.Fatalf("event pages on loopback without NATS credentials: %d %s, want open (501: not built yet)", code, body)
+	if code, body := httpGet(t, n, "/console/events"); code != http.StatusOK {
+		t.Fatalf("event pages on loopback without NATS credentials: %d %s, want open", code, body)
 	}
 
 	guarded := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.NATSUser, c.NATSPassword = "app", "app-pass" })
-	code, body = httpGet(t, guarded, "/console/events")
-	if code != http.StatusForbidden || !strings.Contains(body, "NATS credentials are configured") || !strings.Contains(body, "ORISUN_CONSOLE_USER") {
-		t.Fatalf("event pages with NATS credentials and no console login: %d %s", code, body)
+	for _, path := range []string{"/console/events", "/console/events/default?from=1", "/console/events/default/tail", "/console/login"} {
+		code, body = httpGet(t, guarded, path)
+		if code != http.StatusForbidden || !strings.Contains(body, "NATS credentials are configured") || !strings.Contains(body, "ORISUN_CONSOLE_USER") {
+			t.Fatalf("%s with NATS credentials and no console login: %d %s", path, code, body)
+		}
 	}
 	if code, body := httpGet(t, guarded, "/console/"); code != http.StatusOK {
 		t.Fatalf("the overview needs no login: %d %s", code, body)
@@ -53,28 +59,235 @@ func TestConsoleOverviewHTTP(t *testing.T) {
 		c.NATSUser, c.NATSPassword = "app", "app-pass"
 		c.ConsoleUser, c.ConsolePassword = "ops", "ops-password"
 	})
-	for _, pw := range []string{"wrong-password", "app-pass", ""} {
-		req, _ := http.NewRequest("GET", "http://"+login.HTTPAddr()+"/console/events", nil)
-		if pw != "" {
-			req.SetBasicAuth("ops", pw)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("event pages with password %q: %d, want 401", pw, resp.StatusCode)
+	for _, path := range []string{"/console/events", "/console/events/default?from=1", "/console/events/default/tail"} {
+		for _, pw := range []string{"wrong-password", "app-pass", ""} {
+			resp := getAs(t, login, path, "ops", pw)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("%s with password %q: %d, want 401", path, pw, resp.StatusCode)
+			}
 		}
 	}
-	req, _ := http.NewRequest("GET", "http://"+login.HTTPAddr()+"/console/events", nil)
-	req.SetBasicAuth("ops", "ops-password")
+	resp := getAs(t, login, "/console/events/default?from=1", "ops", "ops-password")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the log with the right password: %d, want 200", resp.StatusCode)
+	}
+	// The page itself and its charts show what /status shows: no login.
+	for _, path := range []string{"/console/boundary/default", "/console/history/default"} {
+		if code, body := httpGet(t, login, path); code != http.StatusOK {
+			t.Fatalf("%s needs no login: %d %s", path, code, body)
+		}
+	}
+}
+
+// getAs is a GET with basic auth (none when password is empty).
+func getAs(t *testing.T, n *orisun.Node, path, user, password string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+n.HTTPAddr()+path, nil)
+	if password != "" {
+		req.SetBasicAuth(user, password)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotImplemented {
-		t.Fatalf("event pages with the right password: %d, want 501 (not built yet)", resp.StatusCode)
+	return resp
+}
+
+// TestConsoleBoundaryHTTP: one boundary's data as the page reads it from
+// a real node. The history moves with an append without any store read
+// of its own (appended, then published, and a lag back to 0); the log
+// gives pages of 50 from a position, filtered by type and by tag as the
+// API's query, each event with id, position, epoch, time and tags; bad
+// filters and positions are 400s naming the field; the live tail sends
+// the events appended after it started, caught up then live, and its
+// goroutines end when the client goes (the package's leak check).
+func TestConsoleBoundaryHTTP(t *testing.T) {
+	ctx := context.Background()
+	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.Boundaries = []string{"default"} })
+	// The charts count what happens while the node samples: wait for
+	// its first sample of the leading publisher.
+	testutil.Eventually(t, "a first sample with the published position known", 10*time.Second, 100*time.Millisecond, func() bool {
+		_, body := httpGet(t, n, "/console/history/default")
+		return strings.Contains(body, `"published": [`) && strings.Contains(body, "0\n  ]")
+	})
+	in := events(120, "order.placed", 32)
+	for i := range in {
+		in[i].Tags = []string{fmt.Sprintf("order:%d", i%7)}
 	}
+	in[77].Type, in[77].Tags = "order.cancelled", []string{"order:77", "vip"}
+	if _, err := n.Append(ctx, "default", in, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 30*time.Second)
+
+	// History: within a few seconds the appended and published series
+	// have counted the 120 events, and the lag is back to 0.
+	var h consoleHistory
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the history's last answer: %s", last)
+		}
+	}()
+	took := testutil.Eventually(t, "the history to count 120 appended and published events and a lag of 0", 10*time.Second, 100*time.Millisecond, func() bool {
+		h = historyOf(t, n, "default")
+		if len(h.LagEvents) == 0 {
+			return false
+		}
+		lag := h.LagEvents[len(h.LagEvents)-1]
+		last = fmt.Sprintf("appended %d, published %d, last lag %v", sum(h.Appended), sum(h.Published), lag)
+		return sum(h.Appended) == 120 && sum(h.Published) == 120 && lag != nil && *lag == 0
+	})
+	t.Logf("the history counted the append within %s", took)
+	if code, body := httpGet(t, n, fmt.Sprintf("/console/history/default?after=%d", h.End+60)); code != http.StatusOK || !strings.Contains(body, `"appended": null`) {
+		t.Fatalf("history after the last second: %d %s", code, body)
+	}
+	for path, want := range map[string]string{
+		"/console/history/nope":               "does not run on this node",
+		"/console/history/default?after=x":    "after",
+		"/console/events/default?from=0":      "from",
+		"/console/events/default?tags=":       "", // no filter: fine
+		"/console/events/default?types=a%20b": "type",
+		"/console/events/nope":                "nope",
+	} {
+		code, body := httpGet(t, n, path)
+		if want == "" {
+			if code != http.StatusOK {
+				t.Fatalf("%s: %d %s", path, code, body)
+			}
+			continue
+		}
+		if code/100 != 4 || !strings.Contains(body, want) {
+			t.Fatalf("%s: %d %s, want a 4xx naming %q", path, code, body, want)
+		}
+	}
+
+	type page struct {
+		Epoch  string         `json:"epoch"`
+		Head   uint64         `json:"head"`
+		Events []orisun.Event `json:"events"`
+		More   bool           `json:"more"`
+	}
+	read := func(path string) page {
+		t.Helper()
+		code, body := httpGet(t, n, path)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, code, body)
+		}
+		var p page
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := read("/console/events/default")
+	if len(p.Events) != 50 || p.Events[0].Position != 1 || p.Events[49].Position != 50 || !p.More || p.Head != 120 || p.Epoch == "" {
+		t.Fatalf("first page: %d events, %d–%d, more %v, head %d", len(p.Events), p.Events[0].Position, p.Events[len(p.Events)-1].Position, p.More, p.Head)
+	}
+	if e := p.Events[3]; e.ID == "" || e.Epoch != p.Epoch || e.Time.IsZero() || len(e.Tags) != 1 || e.Tags[0] != "order:3" {
+		t.Fatalf("event 4: %+v", e)
+	}
+	p = read("/console/events/default?from=101")
+	if len(p.Events) != 20 || p.Events[0].Position != 101 || p.More {
+		t.Fatalf("from 101: %d events, more %v", len(p.Events), p.More)
+	}
+	p = read("/console/events/default?tags=vip")
+	if len(p.Events) != 1 || p.Events[0].Position != 78 || p.Events[0].Type != "order.cancelled" {
+		t.Fatalf("tag vip: %+v", p.Events)
+	}
+	p = read("/console/events/default?types=order.placed&tags=order:3")
+	if len(p.Events) != 17 { // 120 events, i%7 == 3: 17 of them
+		t.Fatalf("type order.placed and tag order:3: %d events", len(p.Events))
+	}
+
+	// The live tail: from now, an append after it started arrives, and
+	// the filter holds.
+	tctx, cancel := context.WithCancel(ctx)
+	req, _ := http.NewRequestWithContext(tctx, "GET", "http://"+n.HTTPAddr()+"/console/events/default/tail?tags=vip", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("tail: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next := func(prefix string) string {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("tail ended waiting for %q", prefix)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			case <-deadline:
+				t.Fatalf("no %q within 10 s", prefix)
+			}
+		}
+	}
+	if l := next("data:"); !strings.Contains(l, `"after":120`) {
+		t.Fatalf("tail start: %s", l)
+	}
+	next("event: live")
+	if _, err := n.Append(ctx, "default", []orisun.Input{
+		{Type: "order.placed", Data: json.RawMessage(`{"n":1}`), Tags: []string{"order:1"}},
+		{Type: "order.cancelled", Data: json.RawMessage(`{"n":2}`), Tags: []string{"vip"}},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	next("event: event")
+	if l := next("data:"); !strings.Contains(l, `"position":122`) || !strings.Contains(l, `"vip"`) {
+		t.Fatalf("tail event: %s", l)
+	}
+	cancel()
+	resp.Body.Close()
+	for range lines {
+	}
+}
+
+// consoleHistory is the answer of /console/history/{name}.
+type consoleHistory struct {
+	Start      int64      `json:"start"`
+	End        int64      `json:"end"`
+	Appended   []*uint32  `json:"appended"`
+	Published  []*uint32  `json:"published"`
+	LagEvents  []*uint64  `json:"lag_events"`
+	LagSeconds []*float32 `json:"lag_seconds"`
+}
+
+// historyOf reads a boundary's history from the node's listener.
+func historyOf(t *testing.T, n *orisun.Node, boundary string) consoleHistory {
+	t.Helper()
+	code, body := httpGet(t, n, "/console/history/"+boundary)
+	if code != http.StatusOK {
+		t.Fatalf("history of %s: %d %s", boundary, code, body)
+	}
+	var h consoleHistory
+	if err := json.Unmarshal([]byte(body), &h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// sum adds the known values of a series.
+func sum(xs []*uint32) (s uint32) {
+	for _, x := range xs {
+		if x != nil {
+			s += *x
+		}
+	}
+	return s
 }

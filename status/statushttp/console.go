@@ -83,12 +83,12 @@ func (s *Server) consoleHandlers(mux *http.ServeMux) {
 	mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
 	mux.Handle("GET /console/", consoleHeaders(http.StripPrefix("/console/", http.FileServerFS(files))))
 	mux.Handle("GET /console/access", consoleHeaders(http.HandlerFunc(s.consoleAccess)))
+	// The pages ask here whether they may show events (200), need the
+	// login (401) or are off (403), before they ask for any.
 	mux.Handle("GET /console/events", consoleHeaders(s.eventPage(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		// The event browser (docs/console.md, item 2) is not built yet;
-		// the route exists so that the access rule guards it from the
-		// first day.
-		http.Error(w, "the event browser is not built yet (docs/console.md)", http.StatusNotImplemented)
+		writeJSON(w, http.StatusOK, map[string]any{"events": "allowed"})
 	}))))
+	s.boundaryHandlers(mux, files)
 }
 
 // consoleAccess tells the page whether its event pages are open, need a
@@ -119,7 +119,12 @@ func (s *Server) eventPage(h http.Handler) http.Handler {
 		case eventsOpen, eventsAllowed:
 			h.ServeHTTP(w, r)
 		case eventsAsk:
-			w.Header().Set("WWW-Authenticate", `Basic realm="orisun console", charset="UTF-8"`)
+			// The console's own scripts ask without the challenge, so
+			// that the browser does not prompt from a background request:
+			// the page offers its login link (/console/login) instead.
+			if r.Header.Get("X-Orisun-Console") != "fetch" {
+				w.Header().Set("WWW-Authenticate", `Basic realm="orisun console", charset="UTF-8"`)
+			}
 			http.Error(w, "the event pages need the console's credentials (ORISUN_CONSOLE_USER, ORISUN_CONSOLE_PASSWORD)", http.StatusUnauthorized)
 		case eventsOff:
 			http.Error(w, fmt.Sprintf("the event pages are off: %s; to turn them on, %s", s.opts.Console.NeedCredentials, consoleHowTo), http.StatusForbidden)

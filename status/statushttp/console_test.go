@@ -35,6 +35,8 @@ func TestConsoleFiles(t *testing.T) {
 		"/console/":            "text/html",
 		"/console/console.js":  "text/javascript",
 		"/console/console.css": "text/css",
+		"/console/boundary.js": "text/javascript",
+		"/console/boundary/a":  "text/html",
 	} {
 		resp, err := http.Get("http://" + s.Addr() + path)
 		if err != nil {
@@ -90,11 +92,16 @@ func TestConsoleLoadsNothingFromElsewhere(t *testing.T) {
 // "Access"). Open when nothing needs credentials; off, saying why and how
 // to turn them on, when credentials are needed and none are configured;
 // with credentials configured, a wrong or missing password is refused and
-// the right one passes (the event browser itself is not built yet: 501).
+// the right one passes. The page's own requests (X-Orisun-Console: fetch)
+// get no challenge, so that the browser does not prompt from a background
+// request.
 func TestConsoleEventAccess(t *testing.T) {
-	events := func(s *statushttp.Server, user, password string) (int, string) {
+	events := func(s *statushttp.Server, user, password string, hdr ...string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/console/events", nil)
+		if len(hdr) == 2 {
+			req.Header.Set(hdr[0], hdr[1])
+		}
 		if user != "" {
 			req.SetBasicAuth(user, password)
 		}
@@ -109,7 +116,7 @@ func TestConsoleEventAccess(t *testing.T) {
 	need := "NATS credentials are configured"
 
 	open := startConsole(t, statushttp.ConsoleAccess{})
-	if code, body := events(open, "", ""); code != http.StatusNotImplemented {
+	if code, body := events(open, "", ""); code != http.StatusOK {
 		t.Errorf("open: %d %s", code, body)
 	}
 	if _, body := get(t, open.Addr(), "/console/access"); !strings.Contains(body, `"events": "open"`) {
@@ -132,7 +139,10 @@ func TestConsoleEventAccess(t *testing.T) {
 				t.Errorf("need %q, %q/%q: %d %s", need, bad[0], bad[1], code, body)
 			}
 		}
-		if code, body := events(login, "ops", "right password"); code != http.StatusNotImplemented {
+		if code, body := events(login, "ops", "wrong password", "X-Orisun-Console", "fetch"); code != http.StatusUnauthorized || strings.Contains(body, "Basic") {
+			t.Errorf("need %q, the page's own request with a wrong password: %d %s, want 401 without a challenge", need, code, body)
+		}
+		if code, body := events(login, "ops", "right password"); code != http.StatusOK {
 			t.Errorf("need %q, right password: %d %s", need, code, body)
 		}
 		if _, body := get(t, login.Addr(), "/console/access"); !strings.Contains(body, `"events": "login"`) || strings.Contains(body, "right password") {

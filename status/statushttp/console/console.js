@@ -87,7 +87,10 @@ function render(st) {
     const tr = el("tr", b.state);
     tr.dataset.boundary = b.name;
     if (b.error || b.stream_error) tr.classList.add("error");
-    const name = cell(tr, "boundary", "name", b.name);
+    const name = cell(tr, "boundary", "name", "");
+    const link = el("a", "", b.name);
+    link.href = "/console/boundary/" + encodeURIComponent(b.name);
+    name.appendChild(link);
     name.appendChild(el("span", "sub", "epoch " + b.epoch));
     const state = cell(tr, "state", "state", b.state);
     if (b.since) state.appendChild(el("span", "sub", "since " + ago(b.since, now)));
