@@ -58,7 +58,7 @@ function niceMax(v) {
 // draw plots series (arrays of numbers or null: a hole) over the last 15
 // minutes ending at hist.end; the canvas keeps the last values in data-*
 // attributes for the tests and for a reader of the page's source.
-function draw(canvas, series, fmt) {
+function draw(canvas, series, fmt, integer) {
   const dpr = window.devicePixelRatio || 1;
   const w = canvas.clientWidth, h = canvas.clientHeight || 140;
   if (canvas.width !== Math.round(w * dpr)) { canvas.width = Math.round(w * dpr); canvas.height = Math.round(h * dpr); }
@@ -68,7 +68,7 @@ function draw(canvas, series, fmt) {
   const left = 48, right = 8, top = 8, bottom = 18;
   let peak = 0;
   for (const s of series) for (const v of s.data) if (v !== null && v > peak) peak = v;
-  const ymax = niceMax(peak);
+  const ymax = integer ? Math.max(2, niceMax(peak)) : niceMax(peak);
   const x = (t) => left + (w - left - right) * (1 - (hist.end - t) / (span - 1));
   const y = (v) => top + (h - top - bottom) * (1 - v / ymax);
   c.font = "11px system-ui, sans-serif";
@@ -109,8 +109,8 @@ function drawAll() {
   draw($("chart-rate"), [
     { key: "appended", data: hist.appended, color: "--chart-a" },
     { key: "published", data: hist.published, color: "--chart-b" },
-  ], (v) => num.format(Math.round(v)));
-  draw($("chart-lag"), [{ key: "lag", data: hist.lag_events, color: "--chart-a" }], (v) => num.format(Math.round(v)));
+  ], (v) => num.format(Math.round(v)), true);
+  draw($("chart-lag"), [{ key: "lag", data: hist.lag_events, color: "--chart-a" }], (v) => num.format(Math.round(v)), true);
   draw($("chart-lag-seconds"), [{ key: "lag", data: hist.lag_seconds, color: "--chart-a" }], (v) => v.toFixed(v < 10 ? 1 : 0) + " s");
 }
 
@@ -193,30 +193,49 @@ function gate(box, a) {
   }
 }
 
+// filterLink links to the log filtered by params; followed on this page
+// it keeps the charts and the tail, and the address says the filter.
 function filterLink(params, text) {
   const a = el("a", "tag", text);
   a.href = base + "?" + new URLSearchParams(params).toString();
+  a.addEventListener("click", (ev) => {
+    if (ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.button !== 0 || $("log-form").hidden) return;
+    ev.preventDefault();
+    history.pushState(null, "", a.href);
+    showLogOf(new URLSearchParams(a.search));
+  });
   return a;
 }
 
 // renderEvent: one event, its header line and its JSON pretty-printed;
 // its tags link to the log filtered by them, its type to its type.
+// Each event is one line (position, type, time, tags, the start of its
+// data) that opens to its whole JSON; the first of a list is open.
 function renderEvent(e) {
   const li = el("li", "event");
   li.dataset.position = String(e.position);
   li.dataset.id = e.id;
-  const head = el("div", "event-head");
+  const box = el("details");
+  const head = el("summary", "event-head");
   head.append(el("b", "pos", "#" + e.position), " ", filterLink({ view: "from", types: e.type }, e.type), " ",
     el("span", "sub-inline", new Date(e.time).toISOString()));
   const tags = el("span", "tags");
   for (const t of e.tags || []) tags.append(filterLink({ view: "from", tags: t }, t));
   head.append(tags);
-  li.append(head);
-  let data = e.data, meta = e.metadata;
-  const doc = { id: e.id, position: e.position, epoch: e.epoch, time: e.time, type: e.type, tags: e.tags || [], data: data };
-  if (meta !== null && meta !== undefined) doc.metadata = meta;
-  li.append(el("pre", "json", JSON.stringify(doc, null, 2)));
+  const preview = JSON.stringify(e.data);
+  head.append(el("span", "preview", preview.length > 120 ? preview.slice(0, 120) + "…" : preview));
+  const doc = { id: e.id, position: e.position, epoch: e.epoch, time: e.time, type: e.type, tags: e.tags || [], data: e.data };
+  if (e.metadata !== null && e.metadata !== undefined) doc.metadata = e.metadata;
+  box.append(head, el("pre", "json", JSON.stringify(doc, null, 2)));
+  li.append(box);
   return li;
+}
+
+// openFirst opens the first event of a list, and only it.
+function openFirst(list) {
+  list.querySelectorAll("details[open]").forEach((d, i) => { if (i > 0 || d.closest("li") !== list.firstElementChild) d.open = false; });
+  const d = list.querySelector("li.event details");
+  if (d) d.open = true;
 }
 
 // ---- Log ---------------------------------------------------------------
@@ -240,6 +259,7 @@ async function loadLog(from) {
     const page = await getJSON(logPath({ from: String(from) }));
     logState.from = from;
     list.replaceChildren(...page.events.map(renderEvent));
+    openFirst(list);
     if (page.events.length === 0) list.append(el("li", "empty", "No event" + (logState.types || logState.tags ? " matches the filter" : "") + " from position " + num.format(from) + " (head " + num.format(page.head) + ")."));
     const last = page.events.length ? page.events[page.events.length - 1].position : from - 1;
     $("log-range").textContent = page.events.length ? "positions " + num.format(page.events[0].position) + "–" + num.format(last) + " of " + num.format(page.head) : "";
@@ -269,11 +289,20 @@ function setupLog() {
     if ($("log-types").value.trim()) p.set("types", $("log-types").value.trim());
     if ($("log-tags").value.trim()) p.set("tags", $("log-tags").value.trim());
     history.pushState(null, "", base + "?" + p.toString());
-    logState.view = p.get("view"); logState.from = Number(p.get("from")) || 1;
-    logState.types = p.get("types") || ""; logState.tags = p.get("tags") || "";
-    pages.length = 0;
-    loadLog(logState.from);
+    showLogOf(p);
   });
+  window.addEventListener("popstate", () => showLogOf(new URLSearchParams(location.search)));
+  loadLog(logState.from);
+}
+
+// showLogOf shows the log as the parameters say (view, from, types, tags).
+function showLogOf(p) {
+  logState.view = p.get("view") || "from"; logState.from = Number(p.get("from")) || 1;
+  logState.types = p.get("types") || ""; logState.tags = p.get("tags") || "";
+  $("log-view").value = logState.view;
+  $("log-types").value = logState.types;
+  $("log-tags").value = logState.tags;
+  pages.length = 0;
   loadLog(logState.from);
 }
 
@@ -289,6 +318,7 @@ function showTail(e) {
   const list = $("tail");
   list.prepend(renderEvent(e));
   while (list.children.length > tailMax) list.lastChild.remove();
+  openFirst(list);
   tail.last = e.position;
   tail.shown++;
 }
