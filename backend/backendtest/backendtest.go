@@ -73,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Run("Latest", func(t *testing.T) { t.Parallel(); testLatest(t, open) })
 	t.Run("Decisions", func(t *testing.T) { t.Parallel(); testDecisions(t, open) })
 	t.Run("Read", func(t *testing.T) { t.Parallel(); testRead(t, open) })
+	t.Run("ReadBackward", func(t *testing.T) { t.Parallel(); testReadBackward(t, open, f.Edit) })
 	t.Run("DuplicateTag", func(t *testing.T) { t.Parallel(); testDuplicateTag(t, open) })
 	t.Run("Checkpoints", func(t *testing.T) { t.Parallel(); testCheckpoints(t, open) })
 	t.Run("Leases", func(t *testing.T) { t.Parallel(); testLeases(t, open) })
