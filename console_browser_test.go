@@ -267,15 +267,16 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	t.Logf("the chart moved %s after the append", took)
 	wait("head 125", `document.querySelector('[data-figure="head"] b').textContent === "125"`, 5*time.Second)
 
-	// The log: the first page from position 1, each event's JSON.
-	wait("the first page of the log", `document.querySelectorAll('#log li.event').length === 50`, 5*time.Second)
-	if first := eval(`document.querySelector('#log li.event').dataset.position`); first != "1" {
-		t.Fatalf("the log starts at %s, want 1", first)
-	}
+	// The log: newest first when the page opened (the 5 appended since are
+	// the tail's business), 50 a page; the next page is older; each
+	// event's JSON.
+	wait("the log's newest page", `document.querySelectorAll('#log li.event').length === 50 &&
+		document.querySelector('#log li.event').dataset.position === "120"`, 5*time.Second)
 	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#log-next"))); err != nil {
 		t.Fatal(err)
 	}
-	wait("the next page of the log", `document.querySelector('#log li.event')?.dataset.position === "51"`, 5*time.Second)
+	wait("the next, older page of the log", `document.querySelector('#log li.event')?.dataset.position === "70" &&
+		document.querySelectorAll('#log li.event').length === 50`, 5*time.Second)
 	doc := eval(`document.querySelector('#log li.event[data-position="64"] pre').textContent`)
 	var e orisun.Event
 	if err := json.Unmarshal([]byte(doc), &e); err != nil {
@@ -294,8 +295,9 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
 		t.Fatal(err)
 	}
-	wait("the first page of the log", `document.querySelectorAll('#log li.event').length === 50`, 5*time.Second)
-	if err := chromedp.Do(bctx, chromedp.SetValue(chromedp.CSS("#log-from"), "101"),
+	wait("the log's newest page", `document.querySelectorAll('#log li.event').length === 50`, 5*time.Second)
+	if err := chromedp.Do(bctx, chromedp.SetValue(chromedp.CSS("#log-view"), "from"),
+		chromedp.SetValue(chromedp.CSS("#log-from"), "101"),
 		chromedp.Click(chromedp.CSS(`#log-form button[type="submit"]`))); err != nil {
 		t.Fatal(err)
 	}

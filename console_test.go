@@ -148,6 +148,7 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		"/console/history/nope":               "does not run on this node",
 		"/console/history/default?after=x":    "after",
 		"/console/events/default?from=0":      "from",
+		"/console/events/default?before=x":    "before",
 		"/console/events/default?tags=":       "", // no filter: fine
 		"/console/events/default?types=a%20b": "type",
 		"/console/events/nope":                "nope",
@@ -182,9 +183,22 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		}
 		return p
 	}
+	// Newest first, the default: 120 down to 71, then 70 down to 21,
+	// then 20 down to 1.
 	p := read("/console/events/default")
-	if len(p.Events) != 50 || p.Events[0].Position != 1 || p.Events[49].Position != 50 || !p.More || p.Head != 120 || p.Epoch == "" {
-		t.Fatalf("first page: %d events, %d–%d, more %v, head %d", len(p.Events), p.Events[0].Position, p.Events[len(p.Events)-1].Position, p.More, p.Head)
+	if len(p.Events) != 50 || p.Events[0].Position != 120 || p.Events[49].Position != 71 || !p.More || p.Head != 120 || p.Epoch == "" {
+		t.Fatalf("newest page: %d events, %d–%d, more %v, head %d", len(p.Events), p.Events[0].Position, p.Events[len(p.Events)-1].Position, p.More, p.Head)
+	}
+	if p = read("/console/events/default?before=21"); len(p.Events) != 20 || p.Events[0].Position != 20 || p.Events[19].Position != 1 || p.More {
+		t.Fatalf("below 21: %d events, more %v", len(p.Events), p.More)
+	}
+	if p = read("/console/events/default?before=80&tags=vip"); len(p.Events) != 1 || p.Events[0].Position != 78 {
+		t.Fatalf("below 80 with tag vip: %+v", p.Events)
+	}
+	// From a position, lowest first.
+	p = read("/console/events/default?from=1")
+	if len(p.Events) != 50 || p.Events[0].Position != 1 || p.Events[49].Position != 50 || !p.More {
+		t.Fatalf("from 1: %d events, %d–%d, more %v", len(p.Events), p.Events[0].Position, p.Events[len(p.Events)-1].Position, p.More)
 	}
 	if e := p.Events[3]; e.ID == "" || e.Epoch != p.Epoch || e.Time.IsZero() || len(e.Tags) != 1 || e.Tags[0] != "order:3" {
 		t.Fatalf("event 4: %+v", e)

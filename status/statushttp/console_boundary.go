@@ -25,6 +25,9 @@ type ConsoleSource interface {
 	// false when the node does not run the boundary.
 	History(boundary string, after int64) (history.Series, bool)
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+	// ReadBackward returns up to limit events below position before (0:
+	// from the head), newest first.
+	ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 	ReadLatest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error)
 	Subscribe(ctx context.Context, boundary string, after uint64, h event.Handler, opts event.SubscribeOptions) error
 }
@@ -95,18 +98,21 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 type logPage struct {
 	Epoch string `json:"epoch"`
 	// Head is the boundary's head when the page was read.
-	Head   uint64        `json:"head"`
+	Head uint64 `json:"head"`
+	// Order is "newest" (highest position first) or "from" (lowest
+	// first).
+	Order  string        `json:"order"`
 	Events []event.Event `json:"events"`
-	// From is the first position the page covers; More is true when
-	// events may follow the page (the next page starts after its last).
-	From uint64 `json:"from"`
-	More bool   `json:"more"`
+	// More is true when events may follow the page in its order: the next
+	// page starts after its last event (newest first: below it).
+	More bool `json:"more"`
 }
 
-// events answers GET /console/events/{name}?from=P&types=…&tags=…: a
-// page of PageSize events from position P on (1 without it), matching
-// the filter: an event of one of the types (any without types) that
-// carries every tag, as one item of the API's query.
+// events answers GET /console/events/{name}: a page of PageSize events
+// matching the filter (types and tags: an event of one of the types, any
+// without types, that carries every tag, as one item of the API's query).
+// With from=P, from position P on, lowest first; else newest first, below
+// position before=P (from the head without it).
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	src := s.source(w)
 	if src == nil {
@@ -119,14 +125,25 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
 		return
 	}
-	from := uint64(1)
-	if f := v.Get("from"); f != "" {
-		p, err := strconv.ParseUint(f, 10, 64)
-		if err != nil || p < 1 {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": fmt.Sprintf("from: %q is not a position (1 or more)", f)})
-			return
+	position := func(field string, least uint64) (uint64, bool) {
+		f := v.Get(field)
+		if f == "" {
+			return 0, true
 		}
-		from = p
+		p, err := strconv.ParseUint(f, 10, 64)
+		if err != nil || p < least {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": fmt.Sprintf("%s: %q is not a position (%d or more)", field, f, least)})
+			return 0, false
+		}
+		return p, true
+	}
+	from, ok := position("from", 1)
+	if !ok {
+		return
+	}
+	before, ok := position("before", 0)
+	if !ok {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.Timeout)
 	defer cancel()
@@ -135,16 +152,24 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeEventError(w, err)
 		return
 	}
-	epoch, evs, err := src.Read(ctx, name, from-1, PageSize, q)
+	page := logPage{Head: latest.Head, Order: "newest"}
+	if from > 0 {
+		page.Order = "from"
+		page.Epoch, page.Events, err = src.Read(ctx, name, from-1, PageSize, q)
+	} else {
+		page.Epoch, page.Events, err = src.ReadBackward(ctx, name, before, PageSize, q)
+	}
 	if err != nil {
 		writeEventError(w, err)
 		return
 	}
-	page := logPage{Epoch: epoch, Head: latest.Head, Events: evs, From: from}
 	if page.Events == nil {
 		page.Events = []event.Event{}
 	}
-	page.More = len(evs) == PageSize && evs[len(evs)-1].Position < latest.Head
+	if k := len(page.Events); k == PageSize {
+		last := page.Events[k-1].Position
+		page.More = page.Order == "from" && last < latest.Head || page.Order == "newest" && last > 1
+	}
 	writeJSON(w, http.StatusOK, page)
 }
 

@@ -217,10 +217,10 @@ function renderEvent(e) {
   li.dataset.id = e.id;
   const box = el("details");
   const head = el("summary", "event-head");
-  head.append(el("b", "pos", "#" + e.position), " ", filterLink({ view: "from", types: e.type }, e.type), " ",
+  head.append(el("b", "pos", "#" + e.position), " ", filterLink({ types: e.type }, e.type), " ",
     el("span", "sub-inline", new Date(e.time).toISOString()));
   const tags = el("span", "tags");
-  for (const t of e.tags || []) tags.append(filterLink({ view: "from", tags: t }, t));
+  for (const t of e.tags || []) tags.append(filterLink({ tags: t }, t));
   head.append(tags);
   const preview = JSON.stringify(e.data);
   head.append(el("span", "preview", preview.length > 120 ? preview.slice(0, 120) + "…" : preview));
@@ -241,7 +241,19 @@ function openFirst(list) {
 // ---- Log ---------------------------------------------------------------
 
 const params = new URLSearchParams(location.search);
-const logState = { view: params.get("view") || "from", from: Number(params.get("from")) || 1, types: params.get("types") || "", tags: params.get("tags") || "" };
+const logState = { view: "newest", from: 1, types: "", tags: "" };
+readLogParams(params);
+
+// readLogParams takes the log's view from the address: newest first
+// (view=newest, the default, optionally before=P), or from a position
+// (view=from, from=P).
+function readLogParams(p) {
+  logState.from = Number(p.get("from")) || 1;
+  logState.view = p.get("view") || (p.get("from") ? "from" : "newest");
+  logState.before = Number(p.get("before")) || 0;
+  logState.types = p.get("types") || "";
+  logState.tags = p.get("tags") || "";
+}
 
 function logPath(extra) {
   const p = new URLSearchParams();
@@ -251,59 +263,70 @@ function logPath(extra) {
   return "/console/events/" + encodeURIComponent(name) + "?" + p.toString();
 }
 
-// pages remembers where the pages shown so far began, to go back.
+// pages remembers the pages shown before this one, to go back.
 const pages = [];
-async function loadLog(from) {
+// loadLog shows one page: at = {from: P} (lowest first) or {before: P}
+// (newest first, below P; 0: from the head).
+async function loadLog(at) {
   const list = $("log");
+  const newest = at.before !== undefined;
   try {
-    const page = await getJSON(logPath({ from: String(from) }));
-    logState.from = from;
+    const page = await getJSON(logPath(newest ? (at.before ? { before: String(at.before) } : {}) : { from: String(at.from) }));
     list.replaceChildren(...page.events.map(renderEvent));
     openFirst(list);
-    if (page.events.length === 0) list.append(el("li", "empty", "No event" + (logState.types || logState.tags ? " matches the filter" : "") + " from position " + num.format(from) + " (head " + num.format(page.head) + ")."));
-    const last = page.events.length ? page.events[page.events.length - 1].position : from - 1;
-    $("log-range").textContent = page.events.length ? "positions " + num.format(page.events[0].position) + "–" + num.format(last) + " of " + num.format(page.head) : "";
+    const filtered = logState.types || logState.tags ? " matches the filter" : "";
+    if (page.events.length === 0) {
+      list.append(el("li", "empty", newest ? "No event" + filtered + (at.before ? " below position " + num.format(at.before) : "") + "." :
+        "No event" + filtered + " from position " + num.format(at.from) + " (head " + num.format(page.head) + ")."));
+    }
+    const ps = page.events.map((e) => e.position);
+    $("log-range").textContent = ps.length ? "positions " + num.format(Math.min(...ps)) + "–" + num.format(Math.max(...ps)) +
+      " of " + num.format(page.head) + (newest ? ", newest first" : "") : "";
     $("log-pager").hidden = false;
+    $("log-prev").textContent = newest ? "‹ newer" : "‹ earlier";
+    $("log-next").textContent = newest ? "older ›" : "later ›";
     $("log-next").disabled = !page.more;
-    $("log-next").onclick = () => { pages.push(from); loadLog(last + 1); };
-    $("log-prev").disabled = pages.length === 0 && from <= 1;
-    $("log-prev").onclick = () => loadLog(pages.length ? pages.pop() : Math.max(1, from - 50));
-    $("log-from").value = String(from);
+    $("log-next").onclick = () => { pages.push(at); loadLog(newest ? { before: Math.min(...ps) } : { from: Math.max(...ps) + 1 }); };
+    $("log-prev").disabled = pages.length === 0 && (newest ? !at.before : at.from <= 1);
+    $("log-prev").onclick = () => loadLog(pages.length ? pages.pop() : newest ? { before: 0 } : { from: Math.max(1, at.from - 50) });
+    if (!newest) $("log-from").value = String(at.from);
+    $("log-from").disabled = newest;
   } catch (e) {
     list.replaceChildren(el("li", "empty error", "The log cannot be read: " + e.message));
   }
 }
 
+function logStart() { return logState.view === "newest" ? { before: logState.before || 0 } : { from: logState.from }; }
+
 function setupLog() {
   $("log-form").hidden = false;
-  $("log-view").value = logState.view;
-  $("log-types").value = logState.types;
-  $("log-tags").value = logState.tags;
-  $("log-from").value = String(logState.from);
   $("log-clear").href = base;
+  $("log-view").addEventListener("change", () => { $("log-from").disabled = $("log-view").value === "newest"; });
   $("log-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
     p.set("view", $("log-view").value);
-    if ($("log-from").value) p.set("from", $("log-from").value);
+    if ($("log-view").value === "from" && $("log-from").value) p.set("from", $("log-from").value);
     if ($("log-types").value.trim()) p.set("types", $("log-types").value.trim());
     if ($("log-tags").value.trim()) p.set("tags", $("log-tags").value.trim());
     history.pushState(null, "", base + "?" + p.toString());
     showLogOf(p);
   });
   window.addEventListener("popstate", () => showLogOf(new URLSearchParams(location.search)));
-  loadLog(logState.from);
+  showLogOf(params);
 }
 
-// showLogOf shows the log as the parameters say (view, from, types, tags).
+// showLogOf shows the log as the parameters say (view, from, before,
+// types, tags).
 function showLogOf(p) {
-  logState.view = p.get("view") || "from"; logState.from = Number(p.get("from")) || 1;
-  logState.types = p.get("types") || ""; logState.tags = p.get("tags") || "";
+  readLogParams(p);
   $("log-view").value = logState.view;
+  $("log-from").value = String(logState.from);
+  $("log-from").disabled = logState.view === "newest";
   $("log-types").value = logState.types;
   $("log-tags").value = logState.tags;
   pages.length = 0;
-  loadLog(logState.from);
+  loadLog(logStart());
 }
 
 // ---- Live tail -----------------------------------------------------------
