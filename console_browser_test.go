@@ -2,6 +2,7 @@ package orisun_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/orisun-io/orisun"
@@ -372,5 +374,86 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	}
 	if errs := consoleErrors(); len(errs) > 0 {
 		t.Errorf("the browser's console logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+	// The page closed, its tail's subscription ends on the node.
+	if b := boundaryOf(t, httpStatus(t, n), "orders"); b.SubsLive+b.SubsCatchingUp != 1 {
+		t.Fatalf("the page's tail is not one subscription in the status: %+v", b)
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the tail's subscription to end with its page", 5*time.Second, 20*time.Millisecond, func() bool {
+		b := boundaryOf(t, httpStatus(t, n), "orders")
+		return b.SubsLive == 0 && b.SubsCatchingUp == 0
+	})
+}
+
+// TestConsoleEventPagesLoginBrowser: with the console's credentials
+// configured, a browser without them, or with a wrong password, sees the
+// boundary's charts but no event: the log and the tail offer the login
+// instead, and the event routes answer 401; with the right password the
+// log shows the events. The browser's only console errors are those 401s.
+func TestConsoleEventPagesLoginBrowser(t *testing.T) {
+	bctx, consoleErrors := browser(t)
+	ctx := context.Background()
+	n := setup(t, "", func(c *orisun.Config) {
+		withHTTP(c)
+		c.Boundaries = []string{"orders"}
+		c.NATSUser, c.NATSPassword = "app", "app-pass"
+		c.ConsoleUser, c.ConsolePassword = "ops", "ops-password"
+	})
+	if _, err := n.Append(ctx, "orders", events(3, "order.placed", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+			body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 2000)`))
+			t.Fatalf("%s: not within 10 s: %v; the page:\n%s", what, err, body)
+		}
+	}
+	login := func(password string) {
+		t.Helper()
+		h := network.Headers{}
+		if password != "" {
+			h["Authorization"] = "Basic " + base64.StdEncoding.EncodeToString([]byte("ops:"+password))
+		}
+		if _, err := chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := "http://" + n.HTTPAddr() + "/console/boundary/orders"
+	if err := chromedp.Do(bctx, chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(bctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	refused := `document.getElementById("log-gate-login") !== null && document.getElementById("tail-gate-login") !== null &&
+		document.querySelectorAll("li.event").length === 0 && document.getElementById("log-form").hidden &&
+		document.getElementById("chart-rate").dataset.end !== undefined`
+	wait("no login: the charts, and the login offered for the events", refused)
+	for _, pw := range []string{"wrong-password", "app-pass"} {
+		login(pw)
+		if err := chromedp.Do(bctx, chromedp.Reload()); err != nil {
+			t.Fatal(err)
+		}
+		wait("password "+pw+": the login offered, no event", refused)
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`window.refused = null; fetch("/console/events/orders?from=1",
+			{headers: {"X-Orisun-Console": "fetch"}}).then(async (r) => { window.refused = r.status + " " + await r.text() }); true`)); err != nil {
+			t.Fatal(err)
+		}
+		wait("password "+pw+": the log's data refused", `window.refused !== null && window.refused.startsWith("401 ") &&
+			window.refused.includes("the event pages need the console's credentials")`)
+	}
+	login("ops-password")
+	if err := chromedp.Do(bctx, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	wait("the right password: the log", `document.querySelectorAll("#log li.event").length === 3 && !document.getElementById("log-form").hidden`)
+	for _, e := range consoleErrors() {
+		if !strings.Contains(e, "401") {
+			t.Errorf("the browser's console logged an error other than a refused login: %s", e)
+		}
 	}
 }

@@ -266,10 +266,18 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	if l := next("data:"); !strings.Contains(l, `"position":122`) || !strings.Contains(l, `"vip"`) {
 		t.Fatalf("tail event: %s", l)
 	}
+	if b := boundaryOf(t, httpStatus(t, n), "default"); b.SubsLive != 1 {
+		t.Fatalf("the tail is not a live subscription in the status: %d live", b.SubsLive)
+	}
 	cancel()
 	resp.Body.Close()
 	for range lines {
 	}
+	// The client gone, the node's subscription ends with it.
+	testutil.Eventually(t, "the tail's subscription to end with its client", 5*time.Second, 20*time.Millisecond, func() bool {
+		b := boundaryOf(t, httpStatus(t, n), "default")
+		return b.SubsLive == 0 && b.SubsCatchingUp == 0
+	})
 }
 
 // consoleHistory is the answer of /console/history/{name}.

@@ -74,10 +74,10 @@ func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ Caught
 		}
 	}
 	head = max(head, published)
-	s.Appended = h.appRate.Rate(head, now)
+	s.Appended = h.appRate.Rate(head)
 	h.pending.Seen(head, now)
 	if known {
-		s.Published = h.pubRate.Rate(published, now)
+		s.Published = h.pubRate.Rate(published)
 		s.LagEvents = head - published
 		s.LagSeconds = h.pending.Age(published, now)
 	} else {
@@ -90,6 +90,7 @@ func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ Caught
 // runners at each whole second.
 func (n *Node) sampleHistory(ctx context.Context) {
 	var runners []*boundaryRunner
+	var last int64
 	t := time.NewTimer(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 	defer t.Stop()
 	for {
@@ -99,6 +100,13 @@ func (n *Node) sampleHistory(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
+		if now.Unix() <= last {
+			// Still the second sampled last (the clock was set back):
+			// a second sample would be dropped with its counts.
+			t.Reset(time.Until(now.Truncate(time.Second).Add(time.Second)))
+			continue
+		}
+		last = now.Unix()
 		n.rmu.RLock()
 		runners = runners[:0]
 		for _, r := range n.runners {

@@ -110,26 +110,26 @@ func (r *Ring) After(after int64) Series {
 }
 
 // Counter turns a position that grows (a head, a published position) into
-// events per second between samples. Not safe for concurrent use: the
-// sampler owns it.
+// the events of each sample: those since the last sample, which are a
+// second's at one sample a second. After a missed tick the sample holds
+// the seconds since the last one (the missed second is a hole): the sum
+// of a series is exact, and no second is guessed. Not safe for
+// concurrent use: the sampler owns it.
 type Counter struct {
 	last uint64
-	at   time.Time
 	ok   bool
 }
 
-// Rate returns the events per second since the last call (Unknown on the
-// first call, after Reset, or when pos went back: an epoch change or a
-// store restored). A late tick spreads its events over the seconds it
-// covers.
-func (c *Counter) Rate(pos uint64, now time.Time) uint32 {
-	prev, at, ok := c.last, c.at, c.ok
-	c.last, c.at, c.ok = pos, now, true
+// Rate returns the events since the last call (Unknown on the first call,
+// after Reset, or when pos went back: an epoch change or a store
+// restored).
+func (c *Counter) Rate(pos uint64) uint32 {
+	prev, ok := c.last, c.ok
+	c.last, c.ok = pos, true
 	if !ok || pos < prev {
 		return Unknown
 	}
-	secs := max(now.Sub(at).Seconds(), 1)
-	return uint32(min(math.Round(float64(pos-prev)/secs), Unknown-1))
+	return uint32(min(pos-prev, Unknown-1))
 }
 
 // Reset forgets the last position.
