@@ -91,6 +91,36 @@ func artifacts(t *testing.T) string {
 	return dir
 }
 
+// windows shows the page at a narrow (390 × 844) and a wide (1440 × 900)
+// window, checks that nothing is wider than the window, and writes a
+// screenshot of each, name-WxH.png, under artifacts(t). It leaves the
+// window wide.
+func windows(t *testing.T, bctx context.Context, name string) {
+	t.Helper()
+	out := artifacts(t)
+	for _, size := range [][2]int64{{390, 844}, {1440, 900}} {
+		if err := chromedp.Do(bctx, chromedp.EmulateViewport(size[0], size[1])); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the page's redraw at the new width (the charts)
+		wider, err := chromedp.Run(bctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("body *")).
+			filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1).slice(0, 5).
+			map((e) => e.tagName + "#" + e.id + "." + e.className + " " + Math.round(e.getBoundingClientRect().right)).join("; ")`))
+		if err != nil || wider != "" {
+			t.Errorf("%dx%d: the page is wider than the window: %s (%v)", size[0], size[1], wider, err)
+		}
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(out, fmt.Sprintf("%s-%dx%d.png", name, size[0], size[1]))
+		if err := os.WriteFile(file, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", file)
+	}
+}
+
 // TestConsoleOverviewBrowser: in a real headless browser, the overview
 // lists the boundaries with the figures /status gives (I7: the page shows
 // what was measured); an append moves head within a few seconds without a
@@ -175,25 +205,7 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 	}
 
 	// Narrow and wide windows: nothing wider than the window, screenshots.
-	out := artifacts(t)
-	for _, size := range [][2]int64{{390, 844}, {1440, 900}} {
-		if err := chromedp.Do(bctx, chromedp.EmulateViewport(size[0], size[1])); err != nil {
-			t.Fatal(err)
-		}
-		wider, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))
-		if err != nil || wider {
-			t.Errorf("%dx%d: the page is wider than the window (%v)", size[0], size[1], err)
-		}
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		file := filepath.Join(out, fmt.Sprintf("console-overview-%dx%d.png", size[0], size[1]))
-		if err := os.WriteFile(file, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", file)
-	}
+	windows(t, bctx, "console-overview")
 	if errs := consoleErrors(); len(errs) > 0 {
 		t.Errorf("the browser's console logged errors:\n%s", strings.Join(errs, "\n"))
 	}
@@ -336,27 +348,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	wait("the resumed tail shows the held event", tailed(127), 5*time.Second)
 
 	// Narrow and wide windows.
-	out := artifacts(t)
-	for _, size := range [][2]int64{{390, 844}, {1440, 900}} {
-		if err := chromedp.Do(bctx, chromedp.EmulateViewport(size[0], size[1])); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond) // a redraw of the charts at the new width
-		if wider := eval(`String(document.documentElement.scrollWidth > window.innerWidth)`); wider != "false" {
-			t.Errorf("%dx%d: the page is wider than the window: %s", size[0], size[1], eval(`Array.from(document.querySelectorAll("body *")).
-				filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1).slice(0, 5).
-				map((e) => e.tagName + "#" + e.id + "." + e.className + " " + Math.round(e.getBoundingClientRect().right)).join("; ")`))
-		}
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		file := filepath.Join(out, fmt.Sprintf("console-boundary-%dx%d.png", size[0], size[1]))
-		if err := os.WriteFile(file, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", file)
-	}
+	windows(t, bctx, "console-boundary")
 	if doc := os.Getenv("ORISUN_CONSOLE_SCREENSHOT"); doc != "" {
 		// The window at the wide size, scrolled to the top: the figures,
 		// the charts, the tail and the log's first events.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/history"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
@@ -124,7 +125,7 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 
 	// History: within a few seconds the appended and published series
 	// have counted the 120 events, and the lag is back to 0.
-	var h consoleHistory
+	var h history.Series
 	var last string
 	defer func() {
 		if t.Failed() {
@@ -280,24 +281,14 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	})
 }
 
-// consoleHistory is the answer of /console/history/{name}.
-type consoleHistory struct {
-	Start      int64      `json:"start"`
-	End        int64      `json:"end"`
-	Appended   []*uint32  `json:"appended"`
-	Published  []*uint32  `json:"published"`
-	LagEvents  []*uint64  `json:"lag_events"`
-	LagSeconds []*float32 `json:"lag_seconds"`
-}
-
 // historyOf reads a boundary's history from the node's listener.
-func historyOf(t *testing.T, n *orisun.Node, boundary string) consoleHistory {
+func historyOf(t *testing.T, n *orisun.Node, boundary string) history.Series {
 	t.Helper()
 	code, body := httpGet(t, n, "/console/history/"+boundary)
 	if code != http.StatusOK {
 		t.Fatalf("history of %s: %d %s", boundary, code, body)
 	}
-	var h consoleHistory
+	var h history.Series
 	if err := json.Unmarshal([]byte(body), &h); err != nil {
 		t.Fatal(err)
 	}

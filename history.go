@@ -2,12 +2,11 @@ package orisun
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
 
-	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/internal/history"
 )
 
@@ -146,27 +145,7 @@ func (c consoleSource) History(boundary string, after int64) (history.Series, bo
 // with Read's validation and metrics. The console's log reads its newest
 // page so.
 func (c consoleSource) ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *Query) (epoch string, events []Event, err error) {
-	n := c.Node
-	if n.metrics != nil {
-		start := time.Now()
-		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
-	}
-	store, _, err := n.ready()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := event.ValidateBoundaryName(boundary); err != nil {
-		return "", nil, err
-	}
-	if limit < 1 || limit > 10000 {
-		return "", nil, fmt.Errorf("%w: limit %d is outside 1–10000", event.ErrInvalid, limit)
-	}
-	if err := event.ValidateQuery(q); err != nil {
-		return "", nil, err
-	}
-	epoch, events, err = store.ReadBackward(ctx, boundary, before, limit, q)
-	if err != nil {
-		return "", nil, err
-	}
-	return epoch, events, nil
+	return c.read(ctx, boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.ReadBackward(ctx, boundary, before, limit, q)
+	})
 }

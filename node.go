@@ -1155,6 +1155,15 @@ func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond
 
 // Read returns up to limit events after position after (limit ≤ 10,000).
 func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	return n.read(ctx, boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.Read(ctx, boundary, after, limit, q)
+	})
+}
+
+// read validates a read of up to limit events, counts it in the metrics,
+// and runs it on the store.
+func (n *Node) read(ctx context.Context, boundary string, limit int, q *Query,
+	read func(backend.Store) (string, []Event, error)) (epoch string, events []Event, err error) {
 	if n.metrics != nil {
 		start := time.Now()
 		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
@@ -1172,7 +1181,7 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 	if err := event.ValidateQuery(q); err != nil {
 		return "", nil, err
 	}
-	epoch, events, err = store.Read(ctx, boundary, after, limit, q)
+	epoch, events, err = read(store)
 	if err != nil {
 		// The store hands the good events before a bad row to the
 		// publisher; a caller gets the error alone.

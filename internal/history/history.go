@@ -1,8 +1,9 @@
 // Package history keeps the last minutes of a boundary's figures at
 // 1-second resolution in memory, in a ring of fixed size: what the
-// console's charts draw (docs/console.md, "Charts of the last 15 minutes").
+// console's charts draw (docs/console.md, "One boundary").
 // The node's sampler writes one sample a second from what it counts in
-// memory; it never reads the store for them.
+// memory; it never reads the store for them. Being internal, it is
+// orisun's machinery: its API may change without notice.
 package history
 
 import (
