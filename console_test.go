@@ -279,6 +279,43 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		b := boundaryOf(t, httpStatus(t, n), "default")
 		return b.SubsLive == 0 && b.SubsCatchingUp == 0
 	})
+
+	// The node stopping ends a tail in progress, saying so, and does not
+	// wait on it.
+	resp, err = http.Get("http://" + n.HTTPAddr() + "/console/events/default/tail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines = make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	next("event: live")
+	next("data:")
+	start := time.Now()
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the node stopped in %s with a tail open", time.Since(start))
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return // the stream ended
+			}
+			if strings.HasPrefix(l, "data:") {
+				t.Logf("the tail said at the end: %s", l)
+			}
+		case <-deadline:
+			t.Fatal("the tail's stream did not end within 5 s of the node's stop")
+		}
+	}
 }
 
 // historyOf reads a boundary's history from the node's listener.
