@@ -234,9 +234,10 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	bctx, consoleErrors := browser(t)
 	ctx := context.Background()
 	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.Boundaries = []string{"orders"} })
-	testutil.Eventually(t, "a first sample with the published position known", 10*time.Second, 100*time.Millisecond, func() bool {
+	testutil.Eventually(t, "a first sample with the head and the published position known", 10*time.Second, 100*time.Millisecond, func() bool {
 		h := historyOf(t, n, "orders")
-		return len(h.Published) > 0 && h.Published[len(h.Published)-1] != nil
+		k := len(h.Published) - 1
+		return k >= 0 && h.Published[k] != nil && h.Appended[k] != nil
 	})
 	in := events(120, "order.placed", 64)
 	for i := range in {

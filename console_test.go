@@ -109,9 +109,10 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.Boundaries = []string{"default"} })
 	// The charts count what happens while the node samples: wait for
 	// its first sample of the leading publisher.
-	testutil.Eventually(t, "a first sample with the published position known", 10*time.Second, 100*time.Millisecond, func() bool {
-		_, body := httpGet(t, n, "/console/history/default")
-		return strings.Contains(body, `"published": [`) && strings.Contains(body, "0\n  ]")
+	testutil.Eventually(t, "a first sample with the head and the published position known", 10*time.Second, 100*time.Millisecond, func() bool {
+		h := historyOf(t, n, "default")
+		k := len(h.Published) - 1
+		return k >= 0 && h.Published[k] != nil && h.Appended[k] != nil
 	})
 	in := events(120, "order.placed", 32)
 	for i := range in {

@@ -61,8 +61,15 @@ func (h *boundaryHistory) raiseHead(head uint64) {
 
 // sample writes second sec of the boundary.
 func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ CaughtUp() (uint64, bool) }) {
+	s := history.Sample{Appended: history.Unknown, Published: history.Unknown, LagEvents: history.UnknownLE, LagSeconds: float32(math.NaN())}
+	if h.headEpoch.Load() == nil {
+		// The head is not known until the node's head watch has read it
+		// once: counting from 0 would draw the whole log as appended in
+		// the first second.
+		h.ring.Put(sec, s)
+		return
+	}
 	head := h.head.Load()
-	s := history.Sample{Published: history.Unknown, LagEvents: history.UnknownLE, LagSeconds: float32(math.NaN())}
 	var published uint64
 	known := false
 	if h.leads.Load() {

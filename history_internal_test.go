@@ -11,6 +11,32 @@ type idlePub struct{ pos uint64 }
 
 func (p idlePub) CaughtUp() (uint64, bool) { return p.pos, true }
 
+// TestHistoryNoSpikeBeforeTheHeadIsKnown: until the node's head watch has
+// read the head, the sampler counts nothing (an append through this node
+// before then would otherwise count the whole log as appended in one
+// second); from then on it counts what is appended.
+func TestHistoryNoSpikeBeforeTheHeadIsKnown(t *testing.T) {
+	var h boundaryHistory
+	h.leads.Store(true)
+	now := time.Unix(1_800_000_000, 0)
+	tick := func() {
+		now = now.Add(time.Second)
+		h.sample(now.Unix(), now, idlePub{0})
+	}
+	tick()
+	h.raiseHead(1_000_005) // an append here, to a long log
+	tick()
+	h.noteHead("e", 1_000_005)
+	tick()
+	h.raiseHead(1_000_008)
+	tick()
+	s := h.ring.After(now.Unix() - 4)
+	if len(s.Appended) != 4 || s.Appended[0] != nil || s.Appended[1] != nil || s.Appended[2] != nil ||
+		s.Appended[3] == nil || *s.Appended[3] != 3 {
+		t.Fatalf("appended: %v", s.Appended)
+	}
+}
+
 // BenchmarkHistorySample1000: one pass of the history sampler over 1,000
 // boundaries the node leads, with appends between passes: what the
 // sampler costs a node each second (docs/console.md, "What it costs").
