@@ -204,6 +204,23 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 		t.Errorf("a stalled row has no background of its own: %q %v", bg, err)
 	}
 
+	// The stalled boundary's own page says the same, from its row's link.
+	link, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('tr[data-boundary="default"] td.name a').href`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(link)); err != nil {
+		t.Fatal(err)
+	}
+	wait("the stalled boundary's page with its reason", `location.pathname === "/console/boundary/default" &&
+		document.getElementById("boundary-state")?.textContent === "stalled" &&
+		document.getElementById("reason").textContent.includes("not valid JSON") &&
+		document.querySelector("#log li.error")?.textContent.includes("position 8")`, 5*time.Second)
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	wait("the overview again", `document.querySelectorAll('tbody tr').length === 2`, 10*time.Second)
+
 	// Narrow and wide windows: nothing wider than the window, screenshots.
 	windows(t, bctx, "console-overview")
 	if errs := consoleErrors(); len(errs) > 0 {

@@ -106,6 +106,10 @@ type logPage struct {
 	// More is true when events may follow the page in its order: the next
 	// page starts after its last event (newest first: below it).
 	More bool `json:"more"`
+	// Error is why the page could not be read when the log itself is
+	// damaged (a stored row that does not fit it, event.ErrCorrupt,
+	// naming its position): the operator's answer, not a failed request.
+	Error string `json:"error,omitempty"`
 }
 
 // events answers GET /console/events/{name}: a page of PageSize events
@@ -159,7 +163,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	} else {
 		page.Epoch, page.Events, err = src.ReadBackward(ctx, name, before, PageSize, q)
 	}
-	if err != nil {
+	if errors.Is(err, event.ErrCorrupt) {
+		page.Events, page.Error = nil, err.Error()
+	} else if err != nil {
 		writeEventError(w, err)
 		return
 	}

@@ -275,7 +275,9 @@ async function loadLog(at) {
     list.replaceChildren(...page.events.map(renderEvent));
     openFirst(list);
     const filtered = logState.types || logState.tags ? " matches the filter" : "";
-    if (page.events.length === 0) {
+    if (page.error) {
+      list.append(el("li", "empty error", "The log cannot be read here: " + page.error));
+    } else if (page.events.length === 0) {
       list.append(el("li", "empty", newest ? "No event" + filtered + (at.before ? " below position " + num.format(at.before) : "") + "." :
         "No event" + filtered + " from position " + num.format(at.from) + " (head " + num.format(page.head) + ")."));
     }
