@@ -251,11 +251,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	bctx, consoleErrors := browser(t)
 	ctx := context.Background()
 	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.Boundaries = []string{"orders"} })
-	testutil.Eventually(t, "a first sample with the head and the published position known", 10*time.Second, 100*time.Millisecond, func() bool {
-		h := historyOf(t, n, "orders")
-		k := len(h.Published) - 1
-		return k >= 0 && h.Published[k] != nil && h.Appended[k] != nil
-	})
+	waitSampling(t, n, "orders")
 	in := events(120, "order.placed", 64)
 	for i := range in {
 		in[i].Tags = []string{fmt.Sprintf("customer:%d", i%9), fmt.Sprintf("order:%d", i+1)}

@@ -107,13 +107,7 @@ func getAs(t *testing.T, n *orisun.Node, path, user, password string) *http.Resp
 func TestConsoleBoundaryHTTP(t *testing.T) {
 	ctx := context.Background()
 	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.Boundaries = []string{"default"} })
-	// The charts count what happens while the node samples: wait for
-	// its first sample of the leading publisher.
-	testutil.Eventually(t, "a first sample with the head and the published position known", 10*time.Second, 100*time.Millisecond, func() bool {
-		h := historyOf(t, n, "default")
-		k := len(h.Published) - 1
-		return k >= 0 && h.Published[k] != nil && h.Appended[k] != nil
-	})
+	waitSampling(t, n, "default")
 	in := events(120, "order.placed", 32)
 	for i := range in {
 		in[i].Tags = []string{fmt.Sprintf("order:%d", i%7)}
@@ -317,6 +311,19 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 			t.Fatal("the tail's stream did not end within 5 s of the node's stop")
 		}
 	}
+}
+
+// waitSampling waits for the node's first sample of the boundary with its
+// head and its published position known: the charts count what happens
+// from then on.
+func waitSampling(t *testing.T, n *orisun.Node, boundary string) {
+	t.Helper()
+	testutil.Eventually(t, "a first sample of "+boundary+" with the head and the published position known", 10*time.Second,
+		100*time.Millisecond, func() bool {
+			h := historyOf(t, n, boundary)
+			k := len(h.Published) - 1
+			return k >= 0 && h.Published[k] != nil && h.Appended[k] != nil
+		})
 }
 
 // historyOf reads a boundary's history from the node's listener.
