@@ -28,12 +28,28 @@ type boundaryHistory struct {
 	// none yet).
 	leads     atomic.Bool
 	published atomic.Uint64
+	// terms counts this node's terms of leading (lead), so that the
+	// sampler knows a new term from the one it saw.
+	terms atomic.Uint64
 
 	ring history.Ring
 
 	// The sampler's own state (its goroutine alone touches it).
 	appRate, pubRate history.Counter
 	pending          history.Pending
+	// term is the term sampled last; pubKnown whether the published
+	// position is known in it (once the publisher had a batch
+	// acknowledged or was idle), lastPub the highest seen.
+	term     uint64
+	pubKnown bool
+	lastPub  uint64
+}
+
+// startTerm is the lead's start: a new term, nothing published in it yet.
+func (h *boundaryHistory) startTerm() {
+	h.terms.Add(1)
+	h.published.Store(0)
+	h.leads.Store(true)
 }
 
 // noteHead records a head read from the store: a new epoch starts again,
@@ -70,13 +86,27 @@ func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ Caught
 		return
 	}
 	head := h.head.Load()
+	// The published position is known from the publisher's first
+	// acknowledged batch or idle moment in the term on; between them (a
+	// batch in flight) it is the highest seen, not unknown: an unknown
+	// second would drop that batch from the published count.
 	var published uint64
 	known := false
 	if h.leads.Load() {
-		published = h.published.Load()
-		known = published > 0
-		if cu, idle := pub.CaughtUp(); idle {
-			published, known = max(published, cu), true
+		if t := h.terms.Load(); t != h.term {
+			h.term, h.pubKnown, h.lastPub = t, false, 0
+		}
+		p := h.published.Load()
+		cu, idle := pub.CaughtUp()
+		if idle {
+			p = max(p, cu)
+		}
+		if p > 0 || idle {
+			h.pubKnown = true
+		}
+		if h.pubKnown {
+			h.lastPub = max(h.lastPub, p)
+			published, known = h.lastPub, true
 		}
 	}
 	head = max(head, published)

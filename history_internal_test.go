@@ -17,7 +17,7 @@ func (p idlePub) CaughtUp() (uint64, bool) { return p.pos, true }
 // second); from then on it counts what is appended.
 func TestHistoryNoSpikeBeforeTheHeadIsKnown(t *testing.T) {
 	var h boundaryHistory
-	h.leads.Store(true)
+	h.startTerm()
 	now := time.Unix(1_800_000_000, 0)
 	tick := func() {
 		now = now.Add(time.Second)
@@ -37,6 +37,42 @@ func TestHistoryNoSpikeBeforeTheHeadIsKnown(t *testing.T) {
 	}
 }
 
+// busyPub is a publisher that is not idle (a batch in flight).
+type busyPub struct{}
+
+func (busyPub) CaughtUp() (uint64, bool) { return 0, false }
+
+// TestHistoryPublishedCountsABatchInFlight: a publisher idle at 0, woken
+// by an append of 120, sampled while its batch is in flight (not idle,
+// nothing acknowledged yet in the term) and then acknowledged: the
+// published series counts the 120, and the lag is 120 then 0.
+func TestHistoryPublishedCountsABatchInFlight(t *testing.T) {
+	var h boundaryHistory
+	h.startTerm()
+	h.noteHead("e", 0)
+	now := time.Unix(1_800_000_000, 0)
+	tick := func(p interface{ CaughtUp() (uint64, bool) }) {
+		now = now.Add(time.Second)
+		h.sample(now.Unix(), now, p)
+	}
+	tick(idlePub{0})
+	tick(idlePub{0})
+	h.raiseHead(120)
+	tick(busyPub{})
+	h.published.Store(120)
+	tick(busyPub{})
+	s := h.ring.After(now.Unix() - 4)
+	var pub uint32
+	for _, v := range s.Published {
+		if v != nil {
+			pub += *v
+		}
+	}
+	if pub != 120 || s.LagEvents[2] == nil || *s.LagEvents[2] != 120 || *s.LagEvents[3] != 0 {
+		t.Fatalf("published %d (%v), lag %v", pub, s.Published, s.LagEvents)
+	}
+}
+
 // BenchmarkHistorySample1000: one pass of the history sampler over 1,000
 // boundaries the node leads, with appends between passes: what the
 // sampler costs a node each second (docs/console.md, "What it costs").
@@ -46,7 +82,7 @@ func BenchmarkHistorySample1000(b *testing.B) {
 	hs := make([]boundaryHistory, 1000)
 	for i := range hs {
 		hs[i].noteHead("e", 100)
-		hs[i].leads.Store(true)
+		hs[i].startTerm()
 	}
 	now := time.Unix(1_800_000_000, 0)
 	b.ReportAllocs()

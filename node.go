@@ -697,8 +697,7 @@ func (n *Node) streamLimits() stream.Limits {
 func (r *boundaryRunner) lead(ctx context.Context, l backend.Lease) error {
 	r.leading.Add(1)
 	defer r.leading.Add(-1)
-	r.hist.published.Store(0)
-	r.hist.leads.Store(true)
+	r.hist.startTerm()
 	defer r.hist.leads.Store(false)
 	r.metrics.Lease(metrics.LeaseAcquired)
 	err := r.pub.Run(ctx, l)
