@@ -186,6 +186,8 @@ type boundaryRunner struct {
 	heldElsewhere atomic.Int64
 	// metrics are the boundary's counters (nil: instrumentation off).
 	metrics *metrics.Boundary
+	// hist is what the console's charts draw (history.go).
+	hist boundaryHistory
 }
 
 // fed reports whether the boundary's stream is being fed, as a hint for
@@ -304,6 +306,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.serving.Store(true)
 	n.life.Go(func() { n.watchHeads(n.runCtx) })
 	n.life.Go(func() { n.watchStreams(n.runCtx) })
+	n.life.Go(func() { n.sampleHistory(n.runCtx) })
 	if n.watch != nil {
 		p, _ := n.rawStore.(writeProber)
 		n.life.Go(func() { n.watch.watch(n.runCtx, p, n.cfg.PollInterval) })
@@ -337,6 +340,8 @@ func (n *Node) startHTTP() error {
 		Logger:         n.log.With("component", "http"),
 		Collectors:     n.metrics.Collectors(),
 		BoundaryLabel:  n.metrics.Label,
+		Console:        n.cfg.consoleAccess(),
+		Events:         consoleSource{n},
 	})
 	if err := n.http.Start(); err != nil {
 		return fmt.Errorf("orisun: %w", err)
@@ -652,9 +657,9 @@ func (n *Node) startBoundary(name string) {
 func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 	r := &boundaryRunner{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), self: n.holder, leading: &n.leading,
 		stallThreshold: n.cfg.StallThreshold, metrics: n.metrics.Add(name)}
-	var onPublished func(int, time.Duration)
-	if r.metrics != nil {
-		onPublished = r.metrics.Published
+	onPublished := func(events int, last uint64, took time.Duration) {
+		r.hist.published.Store(last)
+		r.metrics.Published(events, took)
 	}
 	var afterAck func(uint64)
 	if n.afterAck != nil {
@@ -713,6 +718,8 @@ func (n *Node) streamLimits() stream.Limits {
 func (r *boundaryRunner) lead(ctx context.Context, l backend.Lease) error {
 	r.leading.Add(1)
 	defer r.leading.Add(-1)
+	r.hist.startTerm()
+	defer r.hist.leads.Store(false)
 	r.metrics.Lease(metrics.LeaseAcquired)
 	err := r.pub.Run(ctx, l)
 	r.metrics.Lease(leaseEnd(ctx, err))
@@ -870,6 +877,7 @@ func (n *Node) readHeads(ctx context.Context, failing bool) bool {
 			n.adopt(h.Boundary.Name)
 			continue
 		}
+		r.hist.noteHead(h.Boundary.Epoch, h.Boundary.Head)
 		if r.pub.Behind(h) {
 			select {
 			case r.wake <- struct{}{}:
@@ -1161,6 +1169,9 @@ func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond
 	res, err = store.Append(ctx, boundary, prepared, cond)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("append to %q: %w", boundary, err)
+	}
+	if r := n.runner(boundary); r != nil {
+		r.hist.raiseHead(res.Last) // the console's charts (history.go)
 	}
 	return res, nil
 }
