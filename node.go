@@ -1147,7 +1147,9 @@ func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
 }
 
 // Append validates and appends events atomically (docs/design.md §3, §4). Nothing is
-// written when any event is invalid.
+// written when any event is invalid. The events' Data and Metadata are
+// used as given, not copied, until Append returns: do not change them
+// meanwhile.
 func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond *Condition) (res AppendResult, err error) {
 	if n.metrics != nil {
 		start := time.Now()
