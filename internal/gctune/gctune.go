@@ -188,7 +188,7 @@ func run(stop, done chan struct{}) {
 		for _, f := range sources {
 			streams += f()
 		}
-		p := Percent(heapLive(), streams)
+		p := Percent(HeapLive(), streams)
 		t.mu.Lock()
 		if t.retired {
 			t.mu.Unlock()
@@ -212,9 +212,10 @@ func Sources() int {
 	return len(tuner.sources)
 }
 
-// heapLive is the heap the last collection found live
-// (/gc/heap/live:bytes).
-func heapLive() int64 {
+// HeapLive is the heap the last collection found live
+// (/gc/heap/live:bytes): in a node it holds the memory streams' messages
+// too.
+func HeapLive() int64 {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {

@@ -76,7 +76,7 @@ func TestTunerKeepsStreamsOutOfTheRoom(t *testing.T) {
 		return p < 40 && p >= MinPercent
 	})
 	// 64 MiB of room over about 256 MiB + the test binary's heap.
-	if p, want := gcPercent(), Percent(heapLive(), streams()); p < want-3 || p > want+3 {
+	if p, want := gcPercent(), Percent(HeapLive(), streams()); p < want-3 || p > want+3 {
 		t.Errorf("percentage %d, want about %d", p, want)
 	}
 	// A second server says the same bytes are its streams (the sources'
