@@ -154,3 +154,47 @@ func TestConsoleEventAccess(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleLoopbackHost: a loopback listener answers only to its own
+// names (a guard against DNS rebinding: another site's page whose name
+// resolves to 127.0.0.1 would read the events with the operator's
+// browser). A forged Host is refused with 421 on the status, the console,
+// its event pages, history and tail, and the metrics; localhost, the
+// loopback addresses and the listener's own address pass with any port or
+// none; /healthz and /readyz answer any Host.
+func TestConsoleLoopbackHost(t *testing.T) {
+	s := startConsole(t, statushttp.ConsoleAccess{})
+	do := func(host, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+s.Addr()+path, nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	guarded := []string{"/status", "/console/", "/console/events", "/console/events/default", "/console/events/default/tail",
+		"/console/history/default", "/console/boundary/default", "/console/access", "/metrics"}
+	for _, host := range []string{"attacker.example", "attacker.example:" + strings.Split(s.Addr(), ":")[1], "localhost.attacker.example", "127.0.0.1.attacker.example"} {
+		for _, path := range guarded {
+			if code, body := do(host, path); code != http.StatusMisdirectedRequest || !strings.Contains(body, "DNS rebinding") || !strings.Contains(body, host) {
+				t.Errorf("Host %s, %s: %d %s, want 421 naming the guard", host, path, code, body)
+			}
+		}
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if code, body := do(host, path); code == http.StatusMisdirectedRequest {
+				t.Errorf("Host %s, %s: %d %s, want it answered", host, path, code, body)
+			}
+		}
+	}
+	for _, host := range []string{s.Addr(), "localhost", "LOCALHOST:9000", "127.0.0.1", "[::1]", "[::1]:8080", "127.0.0.2:1"} {
+		for _, path := range guarded {
+			if code, body := do(host, path); code == http.StatusMisdirectedRequest {
+				t.Errorf("Host %s, %s: %d %s, want it served", host, path, code, body)
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,7 +112,55 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	s.consoleHandlers(mux)
-	return mux
+	return loopbackHosts(mux)
+}
+
+// loopbackHosts guards a loopback listener against DNS rebinding: a page
+// of another site whose name the attacker turns to 127.0.0.1 reaches the
+// listener from the operator's own browser, with the site's name as its
+// Host. On a loopback listener (one whose connection's local address is a
+// loopback address) only a Host of localhost, a loopback address or the
+// listener's own address, with any port or none, is served; any other
+// is refused with 421, saying why. /healthz and /readyz stay open to any
+// Host (they tell nothing of the events). A listener on another address
+// is reached by other names by design: its event pages need the console's
+// credentials (docs/console.md, "Access").
+func loopbackHosts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || local == nil || hostAllowed(r.Host, local) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, fmt.Sprintf("Host %q is not this listener's: a listener on loopback (ORISUN_HTTP_ADDR=%s) answers only to "+
+			"localhost, 127.0.0.1, [::1] or its own address, with or without the port (a guard against DNS rebinding); "+
+			"to reach it by another name, listen on that address and set ORISUN_CONSOLE_USER and ORISUN_CONSOLE_PASSWORD",
+			r.Host, local.String()), http.StatusMisdirectedRequest)
+	})
+}
+
+// hostAllowed says whether host (a request's Host, with or without a
+// port) may reach a listener on local: always when local is not a
+// loopback address; else only localhost, a loopback address, or local's
+// own address.
+func hostAllowed(host string, local net.Addr) bool {
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return true
+	}
+	name := host
+	// Any port: a tunnel (ssh -L 9000:localhost:8080) keeps the name
+	// and changes the port; a rebinding attack needs a name.
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		name = host[1 : len(host)-1]
+	}
+	if strings.EqualFold(name, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(name)
+	return ip != nil && (ip.IsLoopback() || ip.Equal(tcp.IP))
 }
 
 // Start listens on Options.Addr and serves in the background. A taken
