@@ -217,14 +217,16 @@ func listStreams(ctx context.Context, js jetstream.JetStream) map[string]*jetstr
 }
 
 // streamOf fills the boundary's stream figures from the listing, or, when
-// the listing failed (infos nil), from its own request.
+// the listing failed (infos nil) or did not list the stream, from its own
+// request. A listing that succeeded may still skip a stream: it pages by
+// offset in name order, so a stream deleted before the next page moves
+// the next page's first stream into the page already read. Only a stream
+// that its own request does not find is missing (I7: measured, never
+// assumed).
 func streamOf(ctx context.Context, js jetstream.JetStream, infos map[string]*jetstream.StreamInfo, bst *BoundaryStatus) (*jetstream.StreamInfo, error) {
-	if infos == nil {
-		return measureStream(ctx, js, bst)
-	}
 	info := infos[bst.Name]
 	if info == nil {
-		return nil, nil // not listed: missing, a measurement
+		return measureStream(ctx, js, bst)
 	}
 	fillStream(bst, info)
 	return info, nil
