@@ -256,7 +256,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	for i := range in {
 		in[i].Tags = []string{fmt.Sprintf("customer:%d", i%9), fmt.Sprintf("order:%d", i+1)}
 	}
-	in[63].Type, in[63].Tags = "order.cancelled", []string{"customer:0", "order:64", "refund"}
+	in[63].Type, in[63].Tags = "order.cancelled", []string{"customer:0", "order:64", "refund", "name:Smith, John", " padded "}
 	if _, err := n.Append(ctx, "orders", in, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	if err := json.Unmarshal([]byte(doc), &e); err != nil {
 		t.Fatalf("event 64's JSON on the page: %v\n%s", err, doc)
 	}
-	if e.Position != 64 || e.ID == "" || e.Epoch == "" || e.Time.IsZero() || strings.Join(e.Tags, ",") != "customer:0,order:64,refund" {
+	if e.Position != 64 || e.ID == "" || e.Epoch == "" || e.Time.IsZero() || strings.Join(e.Tags, "|") != "customer:0|order:64|refund|name:Smith, John| padded " {
 		t.Fatalf("event 64 on the page: %+v", e)
 	}
 	// By a tag: click it, and the log holds the events with that tag.
@@ -319,6 +319,25 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	}
 	wait("the log filtered by the tag refund", `location.search.includes("tags=refund") && document.querySelectorAll('#log li.event').length === 1 &&
 		document.querySelector('#log li.event').dataset.position === "64"`, 5*time.Second)
+	// Tags with a comma and edge spaces: by their links, and the form sent
+	// again as the page filled it.
+	// The list shown is marked stale before each click: the wait is for
+	// the list that follows it.
+	stale := `document.querySelectorAll('#log li.event').forEach((l) => { l.dataset.stale = "yes"; }); "marked"`
+	for i, tag := range []string{"name:Smith, John", " padded "} {
+		eval(stale)
+		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#log li.event[data-position="64"] a.tag:nth-of-type(%d)`, 4+i)))); err != nil {
+			t.Fatal(err)
+		}
+		found := fmt.Sprintf(`new URLSearchParams(location.search).getAll("tags").join("|") === %q && !document.querySelector('#log li.event[data-stale]') &&
+			document.querySelectorAll('#log li.event').length === 1 && document.querySelector('#log li.event').dataset.position === "64"`, tag)
+		wait(fmt.Sprintf("the log filtered by the tag %q", tag), found, 5*time.Second)
+		eval(stale)
+		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#log-form button[type="submit"]`))); err != nil {
+			t.Fatal(err)
+		}
+		wait(fmt.Sprintf("the form sent again keeps the tag %q whole", tag), found, 5*time.Second)
+	}
 	// By a position: the form's "from".
 	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
 		t.Fatal(err)

@@ -113,6 +113,9 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		in[i].Tags = []string{fmt.Sprintf("order:%d", i%7)}
 	}
 	in[77].Type, in[77].Tags = "order.cancelled", []string{"order:77", "vip"}
+	// Tags with a comma and with spaces at their ends are whole values of
+	// the filter (tags=…&tags=…), found as they were appended.
+	in[5].Tags = []string{"order:5", "name:Smith, John", " padded "}
 	if _, err := n.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +209,16 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	p = read("/console/events/default?tags=vip")
 	if len(p.Events) != 1 || p.Events[0].Position != 78 || p.Events[0].Type != "order.cancelled" {
 		t.Fatalf("tag vip: %+v", p.Events)
+	}
+	for _, q := range []string{"tags=name%3ASmith%2C%20John", "tags=%20padded%20", "tags=name%3ASmith%2C%20John&tags=%20padded%20&tags=order%3A5"} {
+		if p = read("/console/events/default?" + q); len(p.Events) != 1 || p.Events[0].Position != 6 {
+			t.Fatalf("%s: %d events, want position 6 alone", q, len(p.Events))
+		}
+	}
+	for _, q := range []string{"tags=name%3ASmith", "tags=padded", "tags=%20padded%20&tags=vip"} {
+		if p = read("/console/events/default?" + q); len(p.Events) != 0 {
+			t.Fatalf("%s: %d events, want none (a tag is matched whole)", q, len(p.Events))
+		}
 	}
 	p = read("/console/events/default?types=order.placed&tags=order:3")
 	if len(p.Events) != 17 { // 120 events, i%7 == 3: 17 of them

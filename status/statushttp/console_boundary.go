@@ -113,7 +113,7 @@ type logPage struct {
 }
 
 // events answers GET /console/events/{name}: a page of PageSize events
-// matching the filter (types and tags: an event of one of the types, any
+// matching the filter (types=…&tags=…, one parameter each: an event of one of the types, any
 // without types, that carries every tag, as one item of the API's query).
 // With from=P, from position P on, lowest first; else newest first, below
 // position before=P (from the head without it).
@@ -179,19 +179,21 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// queryOf reads the filter of a log or tail request: types and tags,
-// comma-separated.
+// queryOf reads the filter of a log or tail request: one parameter per
+// type and per tag (types=a&types=b&tags=x), each value whole, as it was
+// appended: a tag may hold a comma or spaces at its ends. Empty values are
+// no filter.
 func queryOf(v url.Values) (*event.Query, error) {
-	split := func(s string) []string {
+	values := func(key string) []string {
 		var out []string
-		for p := range strings.SplitSeq(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
+		for _, s := range v[key] {
+			if s != "" {
+				out = append(out, s)
 			}
 		}
 		return out
 	}
-	item := event.QueryItem{Types: split(v.Get("types")), Tags: split(v.Get("tags"))}
+	item := event.QueryItem{Types: values("types"), Tags: values("tags")}
 	if len(item.Types) == 0 && len(item.Tags) == 0 {
 		return nil, nil
 	}

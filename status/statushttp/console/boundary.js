@@ -241,24 +241,30 @@ function openFirst(list) {
 // ---- Log ---------------------------------------------------------------
 
 const params = new URLSearchParams(location.search);
-const logState = { view: "newest", from: 1, types: "", tags: "" };
+const logState = { view: "newest", from: 1, types: [], tags: [] };
 readLogParams(params);
 
 // readLogParams takes the log's view from the address: newest first
 // (view=newest, the default, optionally before=P), or from a position
-// (view=from, from=P).
+// (view=from, from=P); the filter is one parameter per type and per tag
+// (types=a&tags=x&tags=y), each a whole value: a tag may hold a comma.
 function readLogParams(p) {
   logState.from = Number(p.get("from")) || 1;
   logState.view = p.get("view") || (p.get("from") ? "from" : "newest");
   logState.before = Number(p.get("before")) || 0;
-  logState.types = p.get("types") || "";
-  logState.tags = p.get("tags") || "";
+  logState.types = p.getAll("types").filter(Boolean);
+  logState.tags = p.getAll("tags").filter(Boolean);
+}
+
+// filterParams adds the filter to p, one parameter per type and tag.
+function filterParams(p) {
+  for (const t of logState.types) p.append("types", t);
+  for (const t of logState.tags) p.append("tags", t);
+  return p;
 }
 
 function logPath(extra) {
-  const p = new URLSearchParams();
-  if (logState.types) p.set("types", logState.types);
-  if (logState.tags) p.set("tags", logState.tags);
+  const p = filterParams(new URLSearchParams());
   for (const [k, v] of Object.entries(extra)) p.set(k, v);
   return "/console/events/" + encodeURIComponent(name) + "?" + p.toString();
 }
@@ -274,7 +280,7 @@ async function loadLog(at) {
     const page = await getJSON(logPath(newest ? (at.before ? { before: String(at.before) } : {}) : { from: String(at.from) }));
     list.replaceChildren(...page.events.map(renderEvent));
     openFirst(list);
-    const filtered = logState.types || logState.tags ? " matches the filter" : "";
+    const filtered = logState.types.length || logState.tags.length ? " matches the filter" : "";
     if (page.error) {
       list.append(el("li", "empty error", "The log cannot be read here: " + page.error));
     } else if (page.events.length === 0) {
@@ -309,13 +315,23 @@ function setupLog() {
     const p = new URLSearchParams();
     p.set("view", $("log-view").value);
     if ($("log-view").value === "from" && $("log-from").value) p.set("from", $("log-from").value);
-    if ($("log-types").value.trim()) p.set("types", $("log-types").value.trim());
-    if ($("log-tags").value.trim()) p.set("tags", $("log-tags").value.trim());
+    for (const t of typed("log-types", "types")) p.append("types", t);
+    for (const t of typed("log-tags", "tags")) p.append("tags", t);
     history.pushState(null, "", base + "?" + p.toString());
     showLogOf(p);
   });
   window.addEventListener("popstate", () => showLogOf(new URLSearchParams(location.search)));
   showLogOf(params);
+}
+
+// typed is the filter of one of the form's boxes: what is typed there,
+// split at commas and trimmed; the filter shown, whole, while the box
+// still holds what the page put there (a tag followed by its link may
+// hold a comma or edge spaces).
+function typed(id, key) {
+  const box = $(id);
+  if (box.value === box.dataset.shown) return logState[key];
+  return box.value.split(",").map((x) => x.trim()).filter(Boolean);
 }
 
 // showLogOf shows the log as the parameters say (view, from, before,
@@ -325,8 +341,9 @@ function showLogOf(p) {
   $("log-view").value = logState.view;
   $("log-from").value = String(logState.from);
   $("log-from").disabled = logState.view === "newest";
-  $("log-types").value = logState.types;
-  $("log-tags").value = logState.tags;
+  for (const [id, key] of [["log-types", "types"], ["log-tags", "tags"]]) {
+    $(id).value = $(id).dataset.shown = logState[key].join(", ");
+  }
   pages.length = 0;
   loadLog(logStart());
 }
@@ -349,9 +366,7 @@ function showTail(e) {
 }
 
 function openTail(after) {
-  const p = new URLSearchParams();
-  if (logState.types) p.set("types", logState.types);
-  if (logState.tags) p.set("tags", logState.tags);
+  const p = filterParams(new URLSearchParams());
   if (after !== undefined) p.set("after", String(after));
   const es = new EventSource("/console/events/" + encodeURIComponent(name) + "/tail?" + p.toString());
   tail.es = es;
