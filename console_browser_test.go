@@ -257,6 +257,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 		in[i].Tags = []string{fmt.Sprintf("customer:%d", i%9), fmt.Sprintf("order:%d", i+1)}
 	}
 	in[63].Type, in[63].Tags = "order.cancelled", []string{"customer:0", "order:64", "refund", "name:Smith, John", " padded "}
+	in[63].Data = json.RawMessage(`{"b":1,"a":12345678901234567890,"x":1.0}`)
 	if _, err := n.Append(ctx, "orders", in, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +307,10 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	wait("the next, older page of the log", `document.querySelector('#log li.event')?.dataset.position === "70" &&
 		document.querySelectorAll('#log li.event').length === 50`, 5*time.Second)
 	doc := eval(`document.querySelector('#log li.event[data-position="64"] pre').textContent`)
+	// The data as stored: the digits beyond 2^53, 1.0, the keys' order.
+	if want := "\"data\": {\n    \"b\": 1,\n    \"a\": 12345678901234567890,\n    \"x\": 1.0\n  }"; !strings.Contains(doc, want) {
+		t.Fatalf("event 64's JSON on the page:\n%s\nwant its data as stored:\n%s", doc, want)
+	}
 	var e orisun.Event
 	if err := json.Unmarshal([]byte(doc), &e); err != nil {
 		t.Fatalf("event 64's JSON on the page: %v\n%s", err, doc)

@@ -116,6 +116,8 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	// Tags with a comma and with spaces at their ends are whole values of
 	// the filter (tags=…&tags=…), found as they were appended.
 	in[5].Tags = []string{"order:5", "name:Smith, John", " padded "}
+	// Its data is shown as stored: digits beyond 2^53, 1.0, key order.
+	in[5].Data = json.RawMessage(`{"b":1,"a":12345678901234567890,"x":1.0,"h":"<&>"}`)
 	if _, err := n.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +203,24 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	}
 	if e := p.Events[3]; e.ID == "" || e.Epoch != p.Epoch || e.Time.IsZero() || len(e.Tags) != 1 || e.Tags[0] != "order:3" {
 		t.Fatalf("event 4: %+v", e)
+	}
+	// The text the page shows is the node's, indented from the stored
+	// bytes (the page does not parse and encode the data).
+	_, body := httpGet(t, n, "/console/events/default?from=6")
+	var shown struct {
+		Events []struct {
+			Position uint64 `json:"position"`
+			JSON     string `json:"json"`
+			DataJSON string `json:"data_json"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(body), &shown); err != nil || len(shown.Events) == 0 {
+		t.Fatalf("from 6: %v %.300s", err, body)
+	}
+	wantData := "  \"data\": {\n    \"b\": 1,\n    \"a\": 12345678901234567890,\n    \"x\": 1.0,\n    \"h\": \"<&>\"\n  }\n"
+	if e := shown.Events[0]; e.Position != 6 || !strings.Contains(e.JSON, wantData) || !strings.HasPrefix(e.JSON, "{\n  \"id\": ") ||
+		e.DataJSON != `{"b":1,"a":12345678901234567890,"x":1.0,"h":"<&>"}` {
+		t.Fatalf("event 6 as the page shows it:\n%s\ndata %s\nwant its data as stored:\n%s", e.JSON, e.DataJSON, wantData)
 	}
 	p = read("/console/events/default?from=101")
 	if len(p.Events) != 20 || p.Events[0].Position != 101 || p.More {

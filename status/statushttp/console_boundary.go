@@ -1,6 +1,7 @@
 package statushttp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,8 +102,8 @@ type logPage struct {
 	Head uint64 `json:"head"`
 	// Order is "newest" (highest position first) or "from" (lowest
 	// first).
-	Order  string        `json:"order"`
-	Events []event.Event `json:"events"`
+	Order  string       `json:"order"`
+	Events []shownEvent `json:"events"`
 	// More is true when events may follow the page in its order: the next
 	// page starts after its last event (newest first: below it).
 	More bool `json:"more"`
@@ -157,26 +158,81 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := logPage{Head: latest.Head, Order: "newest"}
+	var evs []event.Event
 	if from > 0 {
 		page.Order = "from"
-		page.Epoch, page.Events, err = src.Read(ctx, name, from-1, PageSize, q)
+		page.Epoch, evs, err = src.Read(ctx, name, from-1, PageSize, q)
 	} else {
-		page.Epoch, page.Events, err = src.ReadBackward(ctx, name, before, PageSize, q)
+		page.Epoch, evs, err = src.ReadBackward(ctx, name, before, PageSize, q)
 	}
 	if errors.Is(err, event.ErrCorrupt) {
-		page.Events, page.Error = nil, err.Error()
+		evs, page.Error = nil, err.Error()
 	} else if err != nil {
 		writeEventError(w, err)
 		return
 	}
-	if page.Events == nil {
-		page.Events = []event.Event{}
+	page.Events = make([]shownEvent, len(evs))
+	for i := range evs {
+		page.Events[i] = show(evs[i])
 	}
 	if k := len(page.Events); k == PageSize {
 		last := page.Events[k-1].Position
 		page.More = page.Order == "from" && last < latest.Head || page.Order == "newest" && last > 1
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// shownEvent is an event as the console sends it: its fields, and the
+// text the page shows, made here from the stored bytes. The page does not
+// parse and encode the data again: a browser would change what it shows
+// (an integer beyond 2^53 rounded, 1.0 written 1, keys reordered).
+type shownEvent struct {
+	event.Event
+	// JSON is the event pretty-printed: id, position, epoch, time, type,
+	// tags, data and metadata (when it has any), data and metadata as
+	// stored, indented.
+	JSON string `json:"json"`
+	// DataJSON is the data as stored, on one line (the page's preview).
+	DataJSON string `json:"data_json"`
+}
+
+// show makes the console's text of e.
+func show(e event.Event) shownEvent {
+	doc := struct {
+		ID       string          `json:"id"`
+		Position uint64          `json:"position"`
+		Epoch    string          `json:"epoch"`
+		Time     time.Time       `json:"time"`
+		Type     string          `json:"type"`
+		Tags     []string        `json:"tags"`
+		Data     json.RawMessage `json:"data"`
+		Metadata json.RawMessage `json:"metadata,omitempty"`
+	}{e.ID, e.Position, e.Epoch, e.Time, e.Type, e.Tags, e.Data, e.Metadata}
+	if doc.Tags == nil {
+		doc.Tags = []string{}
+	}
+	if string(doc.Metadata) == "null" {
+		doc.Metadata = nil
+	}
+	if len(doc.Data) == 0 {
+		doc.Data = json.RawMessage("null")
+	}
+	// Not json.Marshal: it writes <, > and & in the data as \u003c and so
+	// on, which is not what was stored.
+	var compact, indented bytes.Buffer
+	enc := json.NewEncoder(&compact)
+	enc.SetEscapeHTML(false)
+	out := shownEvent{Event: e}
+	if err := enc.Encode(doc); err != nil {
+		// Not JSON: a stored row the read would have refused; say so.
+		out.JSON = fmt.Sprintf("(the event cannot be shown as JSON: %v)", err)
+		out.DataJSON = string(e.Data)
+		return out
+	}
+	_ = json.Indent(&indented, bytes.TrimSpace(compact.Bytes()), "", "  ")
+	out.JSON = indented.String()
+	out.DataJSON = string(bytes.TrimSpace(doc.Data))
+	return out
 }
 
 // queryOf reads the filter of a log or tail request: one parameter per
@@ -296,7 +352,7 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			return send("event", e)
+			return send("event", show(e))
 		}, event.SubscribeOptions{
 			Epoch: epoch,
 			OnCaughtUp: func(next uint64) {

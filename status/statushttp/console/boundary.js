@@ -207,7 +207,8 @@ function filterLink(params, text) {
   return a;
 }
 
-// renderEvent: one event, its header line and its JSON pretty-printed;
+// renderEvent: one event, its header line and its JSON pretty-printed
+// (by the node, from the stored bytes);
 // its tags link to the log filtered by them, its type to its type.
 // Each event is one line (position, type, time, tags, the start of its
 // data) that opens to its whole JSON; the first of a list is open.
@@ -222,11 +223,11 @@ function renderEvent(e) {
   const tags = el("span", "tags");
   for (const t of e.tags || []) tags.append(filterLink({ tags: t }, t));
   head.append(tags);
-  const preview = JSON.stringify(e.data);
+  // The node's text of the stored bytes, not JSON.stringify of what the
+  // browser parsed (which rounds integers beyond 2^53, writes 1.0 as 1).
+  const preview = e.data_json;
   head.append(el("span", "preview", preview.length > 120 ? preview.slice(0, 120) + "…" : preview));
-  const doc = { id: e.id, position: e.position, epoch: e.epoch, time: e.time, type: e.type, tags: e.tags || [], data: e.data };
-  if (e.metadata !== null && e.metadata !== undefined) doc.metadata = e.metadata;
-  box.append(head, el("pre", "json", JSON.stringify(doc, null, 2)));
+  box.append(head, el("pre", "json", e.json));
   li.append(box);
   return li;
 }
