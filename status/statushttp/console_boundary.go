@@ -36,6 +36,16 @@ type ConsoleSource interface {
 // PageSize is how many events a page of the console's log holds.
 const PageSize = 50
 
+// DefaultMaxTails is how many live tails a node's listener serves at once:
+// each is a subscription of the node (a consumer, a goroutine or two).
+const DefaultMaxTails = 16
+
+// DefaultTailWriteTimeout bounds one write of a live tail: a client gone
+// without closing its connection, or one that stopped reading, ends the
+// tail and its subscription within it (once the connection's buffers are
+// full, the write fails), not after the TCP keep-alive's minutes.
+const DefaultTailWriteTimeout = 10 * time.Second
+
 // boundaryHandlers adds one boundary's page, its history, its log and its
 // live tail.
 func (s *Server) boundaryHandlers(mux *http.ServeMux, files fs.FS) {
@@ -286,10 +296,25 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 	if src == nil {
 		return
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "streaming is not supported here"})
+	select {
+	case s.tails <- struct{}{}:
+		defer func() { <-s.tails }()
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("this node serves %d live tails at once, "+
+			"all taken; close a tail (another page's or tab's) and follow again", cap(s.tails))})
 		return
+	}
+	rc := http.NewResponseController(w)
+	// Each write has its deadline; the connection's next request none.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	write := func(format string, a ...any) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(s.opts.TailWriteTimeout)); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, format, a...); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 	name := r.PathValue("name")
 	q, err := queryOf(r.URL.Query())
@@ -322,6 +347,10 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 		}
 		after, epoch = latest.Head, latest.Epoch
 	}
+	if err := rc.SetWriteDeadline(time.Now().Add(s.opts.TailWriteTimeout)); err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "streaming is not supported here: " + err.Error()})
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -331,11 +360,7 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", kind, b); err != nil {
-			return err
-		}
-		fl.Flush()
-		return nil
+		return write("event: %s\ndata: %s\n\n", kind, b)
 	}
 	_ = send("start", map[string]any{"after": after, "epoch": epoch})
 	// Keep-alives let the page (and a proxy) tell a quiet boundary from
@@ -378,10 +403,7 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-keep.C:
 			mu.Lock()
-			_, werr := fmt.Fprint(w, ": keep-alive\n\n")
-			if werr == nil {
-				fl.Flush()
-			}
+			werr := write(": keep-alive\n\n")
 			mu.Unlock()
 			if werr != nil {
 				cancel()

@@ -43,6 +43,13 @@ type Options struct {
 	Console ConsoleAccess
 	// Events is what the console's boundary pages read (nil: none).
 	Events ConsoleSource
+	// MaxTails caps the console's live tails open at once (0:
+	// DefaultMaxTails); one more is refused with 503.
+	MaxTails int
+	// TailWriteTimeout bounds each write of a live tail (0:
+	// DefaultTailWriteTimeout): a client that stopped reading ends its
+	// tail, and its subscription, within it.
+	TailWriteTimeout time.Duration
 }
 
 // Server is the HTTP listener of a node. Its goroutines (the listener's,
@@ -70,6 +77,9 @@ type Server struct {
 	// with it, so that the shutdown does not wait on them.
 	stopCtx context.Context
 	stopAll context.CancelFunc
+
+	// tails holds a token per live tail open (Options.MaxTails).
+	tails chan struct{}
 }
 
 type measurement struct {
@@ -86,10 +96,16 @@ func NewServer(src status.Source, opts Options) *Server {
 	if opts.StallThreshold <= 0 {
 		opts.StallThreshold = 30 * time.Second
 	}
+	if opts.MaxTails <= 0 {
+		opts.MaxTails = DefaultMaxTails
+	}
+	if opts.TailWriteTimeout <= 0 {
+		opts.TailWriteTimeout = DefaultTailWriteTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger}
+	s := &Server{src: src, opts: opts, log: opts.Logger, tails: make(chan struct{}, opts.MaxTails)}
 	s.stopCtx, s.stopAll = context.WithCancel(context.Background())
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(
