@@ -409,6 +409,18 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	if b := boundaryOf(t, httpStatus(t, n), "orders"); b.SubsLive+b.SubsCatchingUp != 1 {
 		t.Fatalf("the page's tail is not one subscription in the status: %+v", b)
 	}
+	// Resumed, the tail sends back the epoch of its first start: a
+	// boundary reset while paused (the page's epoch made another, the
+	// connection closed as when 1,000 events were held) ends it, saying
+	// so, instead of following the new epoch.
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-pause"))); err != nil {
+		t.Fatal(err)
+	}
+	eval(`tail.epoch = "e-before-a-reset"; closeTail(); "closed"`)
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-pause"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the resumed tail says the boundary was reset", `document.getElementById("tail-state").textContent.includes("the boundary was reset")`, 5*time.Second)
 	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)
 	}

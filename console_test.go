@@ -308,6 +308,39 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		return b.SubsLive == 0 && b.SubsCatchingUp == 0
 	})
 
+	// A resumed tail names the epoch of its events: the boundary's goes
+	// on; another (the boundary reset while the page was paused) ends the
+	// tail, saying so, instead of following the new epoch's positions.
+	for _, c := range []struct{ epoch, want string }{{p.Epoch, "event: live"}, {"e-before-a-reset", "epoch changed"}} {
+		tctx, cancel := context.WithCancel(ctx)
+		req, _ := http.NewRequestWithContext(tctx, "GET", "http://"+n.HTTPAddr()+"/console/events/default/tail?after=121&epoch="+c.epoch, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = make(chan string, 100)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		if c.want == "event: live" {
+			next(c.want)
+		} else if l := next("data:"); !strings.Contains(l, c.epoch) {
+			t.Fatalf("resumed tail start: %s", l)
+		} else if l := next("event: end"); l != "event: end" {
+			t.Fatal(l)
+		} else if l := next("data:"); !strings.Contains(l, c.want) {
+			t.Fatalf("a tail resumed in another epoch: %s, want an end naming %q", l, c.want)
+		}
+		cancel()
+		resp.Body.Close()
+		for range lines {
+		}
+	}
+
 	// The node stopping ends a tail in progress, saying so, and does not
 	// wait on it.
 	resp, err = http.Get("http://" + n.HTTPAddr() + "/console/events/default/tail")

@@ -36,6 +36,9 @@ type ConsoleSource interface {
 // PageSize is how many events a page of the console's log holds.
 const PageSize = 50
 
+// maxEpochLen bounds the epoch a tail's request names.
+const maxEpochLen = 256
+
 // DefaultMaxTails is how many live tails a node's listener serves at once:
 // each is a subscription of the node (a consumer, a goroutine or two).
 const DefaultMaxTails = 16
@@ -285,7 +288,8 @@ func writeEventError(w http.ResponseWriter, err error) {
 
 // tail answers GET /console/events/{name}/tail?types=…&tags=… with
 // server-sent events: the boundary's events from its head when the
-// request arrives (or after position after=P), catching up from the store
+// request arrives (or after position after=P of epoch=E: a resumed tail),
+// catching up from the store
 // and then following the stream as any subscription (docs/design.md §7),
 // filtered by types and tags. Each event is an "event" message; the
 // subscription going live a "live" one, falling behind a "behind" one;
@@ -337,6 +341,15 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		after = p
+		// The epoch the page's last event belongs to (the start message's
+		// of its first tail): a boundary reset while the page was paused
+		// is then the subscription's ErrEpochChanged, an end the page
+		// shows, not positions of another epoch followed on.
+		epoch = r.URL.Query().Get("epoch")
+		if len(epoch) > maxEpochLen {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": fmt.Sprintf("epoch: %d bytes, the limit is %d", len(epoch), maxEpochLen)})
+			return
+		}
 	} else {
 		lctx, lcancel := context.WithTimeout(ctx, s.opts.Timeout)
 		latest, err := src.ReadLatest(lctx, name, nil)

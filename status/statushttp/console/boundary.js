@@ -351,7 +351,11 @@ function showLogOf(p) {
 
 // ---- Live tail -----------------------------------------------------------
 
-const tail = { es: null, paused: false, held: [], last: 0, shown: 0 };
+// epoch is the epoch of the tail's first start message: a resumed tail
+// sends it back with its position, so that a boundary reset while paused
+// ends the tail, saying so, instead of following another epoch's
+// positions.
+const tail = { es: null, paused: false, held: [], last: 0, shown: 0, epoch: "" };
 const tailMax = 200;   // events kept on the page
 const heldMax = 1000;  // events held while paused; beyond, the tail closes and resumes from the last shown
 
@@ -368,10 +372,13 @@ function showTail(e) {
 
 function openTail(after) {
   const p = filterParams(new URLSearchParams());
-  if (after !== undefined) p.set("after", String(after));
+  if (after !== undefined) {
+    p.set("after", String(after));
+    if (tail.epoch) p.set("epoch", tail.epoch);
+  }
   const es = new EventSource("/console/events/" + encodeURIComponent(name) + "/tail?" + p.toString());
   tail.es = es;
-  es.addEventListener("start", (m) => { const d = JSON.parse(m.data); tail.last = d.after; tailState("catching up after position " + num.format(d.after) + "…"); });
+  es.addEventListener("start", (m) => { const d = JSON.parse(m.data); tail.last = d.after; if (!tail.epoch) tail.epoch = d.epoch; tailState("catching up after position " + num.format(d.after) + "…"); });
   es.addEventListener("live", (m) => { tailState("live from position " + num.format(JSON.parse(m.data).next)); });
   es.addEventListener("behind", (m) => { const d = JSON.parse(m.data); tailState("catching up from the store at " + num.format(d.next) + ": " + d.reason); });
   es.addEventListener("event", (m) => {
@@ -384,7 +391,12 @@ function openTail(after) {
     }
     showTail(e);
   });
-  es.addEventListener("end", (m) => { tailState("ended: " + JSON.parse(m.data).reason); closeTail(); });
+  es.addEventListener("end", (m) => {
+    const reason = JSON.parse(m.data).reason;
+    tailState(reason.includes("epoch changed") ? "ended: the boundary was reset (a new epoch) since the events shown; " +
+      "they are not in its log any more · Follow starts again from now (" + reason + ")" : "ended: " + reason);
+    closeTail();
+  });
   es.onerror = () => {
     // The node went away or restarted: EventSource would reconnect to
     // "from now" and skip events; close and offer to follow again.
@@ -402,7 +414,7 @@ function closeTail() {
 
 function setupTail() {
   $("tail-controls").hidden = false;
-  $("tail-start").onclick = () => { tail.paused = false; tail.held = []; openTail(); };
+  $("tail-start").onclick = () => { tail.paused = false; tail.held = []; tail.epoch = ""; openTail(); };
   $("tail-pause").onclick = () => {
     if (!tail.paused) {
       tail.paused = true;
