@@ -111,7 +111,8 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 // logPage is one page of the console's log.
 type logPage struct {
 	Epoch string `json:"epoch"`
-	// Head is the boundary's head when the page was read.
+	// Head is the boundary's head when the page was read: at least the
+	// highest position of the page.
 	Head uint64 `json:"head"`
 	// Order is "newest" (highest position first) or "from" (lowest
 	// first).
@@ -188,9 +189,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	for i := range evs {
 		page.Events[i] = show(evs[i])
 	}
+	// The head was read before the page: appends committed in between are
+	// in the page, so the head is at least its highest position; a head
+	// of another epoch (the boundary reset in between) says nothing of
+	// the page, whose highest position is then the head known.
+	if page.Epoch != "" && page.Epoch != latest.Epoch {
+		page.Head = 0
+	}
+	for _, e := range evs {
+		page.Head = max(page.Head, e.Position)
+	}
 	if k := len(page.Events); k == PageSize {
 		last := page.Events[k-1].Position
-		page.More = page.Order == "from" && last < latest.Head || page.Order == "newest" && last > 1
+		page.More = page.Order == "from" && last < page.Head || page.Order == "newest" && last > 1
 	}
 	writeJSON(w, http.StatusOK, page)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,4 +139,80 @@ func TestConsoleTailWriteDeadline(t *testing.T) {
 	took := testutil.Eventually(t, "the tail of a client that stopped reading to end", 20*time.Second, 20*time.Millisecond,
 		func() bool { return src.ended.Load() == 1 })
 	t.Logf("the subscription ended %s after the client stopped reading (write deadline 300 ms)", took)
+}
+
+// movingSource is a boundary that moves between the console's read of its
+// head (5) and its read of a page: appends up to 8, or a reset to epoch e2
+// with 3 events.
+type movingSource struct {
+	tailSource
+	reset bool
+}
+
+func (m *movingSource) ReadLatest(context.Context, string, *event.Query) (event.Latest, error) {
+	return event.Latest{Epoch: "e1", Head: 5}, nil
+}
+
+func (m *movingSource) events(after, before uint64, backward bool) (string, []event.Event, error) {
+	epoch, head := "e1", uint64(8)
+	if m.reset {
+		epoch, head = "e2", 3
+	}
+	var evs []event.Event
+	for p := uint64(1); p <= head; p++ {
+		if p > after && (before == 0 || p < before) {
+			evs = append(evs, event.Event{ID: fmt.Sprint(p), Epoch: epoch, Position: p, Type: "t", Data: json.RawMessage(`{}`)})
+		}
+	}
+	if backward {
+		slices.Reverse(evs)
+	}
+	return epoch, evs, nil
+}
+
+func (m *movingSource) Read(_ context.Context, _ string, after uint64, _ int, _ *event.Query) (string, []event.Event, error) {
+	return m.events(after, 0, false)
+}
+
+func (m *movingSource) ReadBackward(_ context.Context, _ string, before uint64, _ int, _ *event.Query) (string, []event.Event, error) {
+	return m.events(0, before, true)
+}
+
+// TestConsolePageHeadNotBehind: a log page's head is at least the highest
+// position it shows (the head is read before the page, and appends may
+// commit in between), and, when the boundary was reset in between, not the
+// old epoch's.
+func TestConsolePageHeadNotBehind(t *testing.T) {
+	src := &movingSource{}
+	opts := statushttp.Options{Addr: "127.0.0.1:0", Events: src}
+	s := statushttp.NewServer(&fixed{}, opts)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	for _, c := range []struct {
+		reset bool
+		path  string
+		head  uint64
+	}{
+		{false, "/console/events/b", 8},
+		{false, "/console/events/b?from=1", 8},
+		{true, "/console/events/b", 3},
+		{true, "/console/events/b?from=2", 3},
+	} {
+		src.reset = c.reset
+		code, body := get(t, s.Addr(), c.path)
+		var p struct {
+			Head   uint64 `json:"head"`
+			Events []struct {
+				Position uint64 `json:"position"`
+			} `json:"events"`
+		}
+		if err := json.Unmarshal([]byte(body), &p); err != nil || code != 200 {
+			t.Fatalf("%s: %d %s", c.path, code, body)
+		}
+		if p.Head != c.head {
+			t.Errorf("%s (reset %v): head %d with %d events shown, want %d", c.path, c.reset, p.Head, len(p.Events), c.head)
+		}
+	}
 }
