@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/status/statushttp"
@@ -144,6 +145,16 @@ func TestConsoleEventAccess(t *testing.T) {
 		}
 		if code, body := events(login, "ops", "right password"); code != http.StatusOK {
 			t.Errorf("need %q, right password: %d %s", need, code, body)
+		}
+		// A wrong password waits FailedLoginDelay before its 401 (guessing
+		// is slowed down); no password, the page's first request, does not
+		// need to.
+		start := time.Now()
+		if code, _ := events(login, "ops", "wrong password"); code != http.StatusUnauthorized {
+			t.Errorf("need %q, wrong password: %d", need, code)
+		}
+		if took := time.Since(start); took < statushttp.FailedLoginDelay {
+			t.Errorf("need %q: a wrong password answered in %s, before the delay of %s", need, took, statushttp.FailedLoginDelay)
 		}
 		if _, body := get(t, login.Addr(), "/console/access"); !strings.Contains(body, `"events": "login"`) || strings.Contains(body, "right password") {
 			t.Errorf("login: /console/access %s", body)
