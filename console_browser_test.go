@@ -428,6 +428,16 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 		b := boundaryOf(t, httpStatus(t, n), "orders")
 		return b.SubsLive == 0 && b.SubsCatchingUp == 0
 	})
+
+	// An address that does not decode (a % escape of no UTF-8) is said,
+	// not a blank page with a script exception.
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+n.HTTPAddr()+"/console/boundary/%FF")); err != nil {
+		t.Fatal(err)
+	}
+	wait("the page of a malformed address says so", `document.getElementById("banner").textContent.includes("does not name a boundary")`, 5*time.Second)
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("the browser's console logged errors:\n%s", strings.Join(errs, "\n"))
+	}
 }
 
 // TestConsoleEventPagesLoginBrowser: with the console's credentials

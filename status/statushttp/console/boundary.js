@@ -6,7 +6,11 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const name = decodeURIComponent(location.pathname.replace(/^\/console\/boundary\//, "").replace(/\/$/, ""));
+// name is the boundary's name from the address; null when the address
+// does not decode (a malformed % escape): the page says so.
+const name = (() => {
+  try { return decodeURIComponent(location.pathname.replace(/^\/console\/boundary\//, "").replace(/\/$/, "")); } catch (e) { return null; }
+})();
 const base = "/console/boundary/" + encodeURIComponent(name);
 const num = new Intl.NumberFormat("en-US");
 const fetchHeaders = { "X-Orisun-Console": "fetch" }; // a 401 without a browser prompt: the page offers its login link
@@ -436,6 +440,13 @@ function setupTail() {
 // ---- Start ---------------------------------------------------------------
 
 async function start() {
+  if (name === null) {
+    $("name").textContent = "?";
+    $("banner").hidden = false;
+    $("banner").textContent = "This address does not name a boundary: " + location.pathname +
+      " is not a valid URL encoding (a % not followed by the UTF-8 of a character). Open the boundary from the overview.";
+    return;
+  }
   $("name").textContent = name;
   document.title = "orisun console · " + name;
   $("history-link").href = "/console/history/" + encodeURIComponent(name);
