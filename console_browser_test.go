@@ -221,6 +221,37 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 	}
 	wait("the overview again", `document.querySelectorAll('tbody tr').length === 2`, 10*time.Second)
 
+	// The order is by state class, then name: a lag that comes and goes
+	// does not move a row.
+	if same, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`rank({state: "leading", lag_events: 9}) === rank({state: "leading", lag_events: 0})`)); err != nil || !same {
+		t.Errorf("a lagging boundary ranks apart from one without lag (%v): its row would jump as the lag comes and goes", err)
+	}
+	// The filter box: the rows whose name, state or reason hold every
+	// word typed, kept in the address; cleared, all again.
+	typeFilter := func(q string) {
+		t.Helper()
+		js := fmt.Sprintf(`(() => { const f = document.getElementById("filter"); f.value = %q; f.dispatchEvent(new Event("input")); return true })()`, q)
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](js)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("the filter box", `document.getElementById("filter") !== null`, 5*time.Second)
+	if err := chromedp.Do(bctx, chromedp.SendKeys(chromedp.CSS("#filter"), "ORD")); err != nil {
+		t.Fatal(err)
+	}
+	wait("the filter shows orders alone", `document.querySelectorAll('tbody tr').length === 1 &&
+		document.querySelector('tbody tr').dataset.boundary === "orders" && location.search === "?q=ORD" &&
+		document.getElementById("summary").textContent.includes("1 shown")`, 5*time.Second)
+	typeFilter("stalled position")
+	wait("the filter by state and reason shows the stalled boundary", `document.querySelectorAll('tbody tr').length === 1 &&
+		document.querySelector('tbody tr').dataset.boundary === "default"`, 5*time.Second)
+	typeFilter("nothing-like-it")
+	wait("no match, said", `document.querySelectorAll('tbody tr').length === 0 && !document.getElementById("no-match").hidden`, 5*time.Second)
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	wait("the overview unfiltered", `document.querySelectorAll('tbody tr').length === 2 && document.getElementById("no-match").hidden`, 10*time.Second)
+
 	// Narrow and wide windows: nothing wider than the window, screenshots.
 	windows(t, bctx, "console-overview")
 	if errs := consoleErrors(); len(errs) > 0 {
