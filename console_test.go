@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -256,14 +257,7 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("tail: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines := sseLines(resp.Body)
 	next := func(prefix string) string {
 		t.Helper()
 		deadline := time.After(10 * time.Second)
@@ -318,14 +312,7 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines = make(chan string, 100)
-		go func() {
-			defer close(lines)
-			sc := bufio.NewScanner(resp.Body)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
+		lines = sseLines(resp.Body)
 		if c.want == "event: live" {
 			next(c.want)
 		} else if l := next("data:"); !strings.Contains(l, c.epoch) {
@@ -348,14 +335,7 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	lines = make(chan string, 100)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines = sseLines(resp.Body)
 	next("event: live")
 	next("data:")
 	start := time.Now()
@@ -377,6 +357,20 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 			t.Fatal("the tail's stream did not end within 5 s of the node's stop")
 		}
 	}
+}
+
+// sseLines sends the lines of a server-sent event stream as they come,
+// and closes when it ends.
+func sseLines(r io.Reader) chan string {
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines
 }
 
 // waitSampling waits for the node's first sample of the boundary with its
