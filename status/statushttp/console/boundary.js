@@ -382,7 +382,7 @@ function openTail(after) {
   }
   const es = new EventSource("/console/events/" + encodeURIComponent(name) + "/tail?" + p.toString());
   tail.es = es;
-  es.addEventListener("start", (m) => { const d = JSON.parse(m.data); tail.last = d.after; if (!tail.epoch) tail.epoch = d.epoch; tailState("catching up after position " + num.format(d.after) + "…"); });
+  es.addEventListener("start", (m) => { es.started = true; const d = JSON.parse(m.data); tail.last = d.after; if (!tail.epoch) tail.epoch = d.epoch; tailState("catching up after position " + num.format(d.after) + "…"); });
   es.addEventListener("live", (m) => { tailState("live from position " + num.format(JSON.parse(m.data).next)); });
   es.addEventListener("behind", (m) => { const d = JSON.parse(m.data); tailState("catching up from the store at " + num.format(d.next) + ": " + d.reason); });
   es.addEventListener("event", (m) => {
@@ -404,7 +404,14 @@ function openTail(after) {
   es.onerror = () => {
     // The node went away or restarted: EventSource would reconnect to
     // "from now" and skip events; close and offer to follow again.
-    if (es.readyState !== EventSource.CLOSED || tail.es === es) { closeTail(); tailState("disconnected · follow again to go on"); }
+    // Refused before its start (EventSource does not show the answer):
+    // most likely the node's cap of live tails (16) is reached.
+    if (es.readyState !== EventSource.CLOSED || tail.es === es) {
+      const started = es.started;
+      closeTail();
+      tailState(started ? "disconnected · follow again to go on" :
+        "could not follow: the node did not answer, or serves its most live tails (16) already; close other tails and follow again");
+    }
   };
   $("tail-start").hidden = true;
   $("tail-pause").hidden = false;
