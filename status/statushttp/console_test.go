@@ -172,9 +172,16 @@ func TestConsoleEventAccess(t *testing.T) {
 // browser). A forged Host is refused with 421 on the status, the console,
 // its event pages, history and tail, and the metrics; localhost, the
 // loopback addresses and the listener's own address pass with any port or
-// none; /healthz and /readyz answer any Host.
+// none; /healthz and /readyz answer any Host, /readyz without its reasons
+// (they name boundaries, event ids, the store's address and user).
 func TestConsoleLoopbackHost(t *testing.T) {
-	s := startConsole(t, statushttp.ConsoleAccess{})
+	secret := `store failing: dial tcp 10.1.2.3:5432: password authentication failed for user "orisun"`
+	src := &fixed{st: status.Status{NodeID: "n1", Store: status.Health{OK: false, Error: secret}, NATS: status.Health{OK: true}}}
+	s := statushttp.NewServer(src, statushttp.Options{Addr: "127.0.0.1:0"})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
 	do := func(host, path string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://"+s.Addr()+path, nil)
@@ -200,6 +207,12 @@ func TestConsoleLoopbackHost(t *testing.T) {
 				t.Errorf("Host %s, %s: %d %s, want it answered", host, path, code, body)
 			}
 		}
+		if code, body := do(host, "/readyz"); code != http.StatusServiceUnavailable || strings.Contains(body, "10.1.2.3") || strings.Contains(body, "reasons") {
+			t.Errorf("Host %s, /readyz: %d %s, want 503 without the reasons", host, code, body)
+		}
+	}
+	if code, body := do("localhost", "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "10.1.2.3") {
+		t.Errorf("Host localhost, /readyz: %d %s, want 503 with the reasons", code, body)
 	}
 	for _, host := range []string{s.Addr(), "localhost", "LOCALHOST:9000", "127.0.0.1", "[::1]", "[::1]:8080", "127.0.0.2:1"} {
 		for _, path := range guarded {

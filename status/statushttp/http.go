@@ -138,14 +138,20 @@ func (s *Server) Handler() http.Handler {
 // loopback address) only a Host of localhost, a loopback address or the
 // listener's own address, with any port or none, is served; any other
 // is refused with 421, saying why. /healthz and /readyz stay open to any
-// Host (they tell nothing of the events). A listener on another address
+// Host, for probes that name the node otherwise; /readyz then answers its
+// code and "ready" only, without the reasons (they name boundaries, event
+// ids, the store's address and user). A listener on another address
 // is reached by other names by design: its event pages need the console's
 // credentials (docs/console.md, "Access").
 func loopbackHosts(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || local == nil || hostAllowed(r.Host, local) {
+		if r.URL.Path == "/healthz" || local == nil || hostAllowed(r.Host, local) {
 			h.ServeHTTP(w, r)
+			return
+		}
+		if r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), foreignHost{}, true)))
 			return
 		}
 		http.Error(w, fmt.Sprintf("Host %q is not this listener's: a listener on loopback (ORISUN_HTTP_ADDR=%s) answers only to "+
@@ -154,6 +160,10 @@ func loopbackHosts(h http.Handler) http.Handler {
 			r.Host, local.String()), http.StatusMisdirectedRequest)
 	})
 }
+
+// foreignHost marks a request whose Host loopbackHosts did not allow:
+// /readyz answers it without reasons.
+type foreignHost struct{}
 
 // hostAllowed says whether host (a request's Host, with or without a
 // port) may reach a listener on local: always when local is not a
@@ -311,16 +321,22 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	write := func(code int, rd status.Readiness) {
+		if r.Context().Value(foreignHost{}) != nil {
+			rd.Reasons = nil
+		}
+		writeJSON(w, code, rd)
+	}
 	s.mu.Lock()
 	stopping := s.stopping
 	s.mu.Unlock()
 	if stopping {
-		writeJSON(w, http.StatusServiceUnavailable, status.Readiness{Reasons: []string{"shutting down"}})
+		write(http.StatusServiceUnavailable, status.Readiness{Reasons: []string{"shutting down"}})
 		return
 	}
 	st, err := s.measure(r)
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, status.Readiness{Reasons: []string{err.Error()}})
+		write(http.StatusServiceUnavailable, status.Readiness{Reasons: []string{err.Error()}})
 		return
 	}
 	rd := status.Ready(st, s.opts.StallThreshold, time.Now())
@@ -328,7 +344,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !rd.Ready {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, rd)
+	write(code, rd)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
