@@ -43,11 +43,19 @@ const maxEpochLen = 256
 // each is a subscription of the node (a consumer, a goroutine or two).
 const DefaultMaxTails = 16
 
-// DefaultTailWriteTimeout bounds one write of a live tail: a client gone
-// without closing its connection, or one that stopped reading, ends the
-// tail and its subscription within it (once the connection's buffers are
-// full, the write fails), not after the TCP keep-alive's minutes.
+// DefaultTailWriteTimeout bounds one write of a live tail: a client that
+// stopped reading ends the tail and its subscription within it (once the
+// connection's buffers are full, the write fails). A client gone without
+// closing its connection is UserTimeout's.
 const DefaultTailWriteTimeout = 10 * time.Second
+
+// UserTimeout is how long the listener's connections (Linux) let data
+// they sent stay unacknowledged before the kernel aborts them: a client
+// gone without closing (asleep, off the network) fails the next keep-alive
+// of its tail, which then ends with its subscription and frees its slot,
+// within about UserTimeout plus the keep-alive's 15 s, not after TCP's
+// retransmissions (about 15 minutes).
+const UserTimeout = 30 * time.Second
 
 // boundaryHandlers adds one boundary's page, its history, its log and its
 // live tail.

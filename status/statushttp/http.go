@@ -60,6 +60,9 @@ type Server struct {
 	log  *slog.Logger
 	reg  *prometheus.Registry
 	life startstop.Base
+	// connSeen, when a test sets it, sees each accepted connection
+	// after the listener set its options.
+	connSeen func(net.Conn)
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -206,7 +209,16 @@ func (s *Server) listen(context.Context) error {
 		return fmt.Errorf("status HTTP listener on %s (ORISUN_HTTP_ADDR): %w; stop what listens there, or set ORISUN_HTTP_ADDR "+
 			"to a free address (host:port; port 0: a random one) or to off for no listener", s.opts.Addr, err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			// Best effort: without it a vanished client's tail lasts
+			// until TCP gives up.
+			_ = setUserTimeout(c, UserTimeout)
+			if s.connSeen != nil {
+				s.connSeen(c)
+			}
+			return ctx
+		}}
 	s.mu.Lock()
 	s.ln, s.srv = ln, srv
 	s.mu.Unlock()
