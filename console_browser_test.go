@@ -415,6 +415,19 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the resumed tail shows the held event", tailed(127), 5*time.Second)
+	// The connection lost (as when the node restarts): Follow goes on
+	// after the last event shown, so an event appended meanwhile shows
+	// (the second review of issue 20: it started from now, and the list
+	// kept the old events above a gap no one could see).
+	eval(`const es = tail.es; es.close(); es.onerror(); "dropped"`)
+	wait("the tail says it was disconnected", `document.getElementById("tail-state").textContent.startsWith("disconnected")`, 5*time.Second)
+	if _, err := n.Append(ctx, "orders", events(1, "order.placed", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-start"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the tail followed again shows the event appended while it was disconnected", tailed(128), 5*time.Second)
 
 	// Narrow and wide windows.
 	windows(t, bctx, "console-boundary")

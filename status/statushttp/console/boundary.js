@@ -359,7 +359,9 @@ function showLogOf(p) {
 // sends it back with its position, so that a boundary reset while paused
 // ends the tail, saying so, instead of following another epoch's
 // positions.
-const tail = { es: null, paused: false, held: [], last: 0, shown: 0, epoch: "" };
+// resumable: a started tail lost its connection; Follow goes on after the
+// last event shown, in its epoch, so that nothing is skipped unseen.
+const tail = { es: null, paused: false, held: [], last: 0, shown: 0, epoch: "", resumable: false };
 const tailMax = 200;   // events kept on the page
 const heldMax = 1000;  // events held while paused; beyond, the tail closes and resumes from the last shown
 
@@ -396,6 +398,7 @@ function openTail(after) {
     showTail(e);
   });
   es.addEventListener("end", (m) => {
+    tail.resumable = false;
     const reason = JSON.parse(m.data).reason;
     tailState(reason.includes("epoch changed") ? "ended: the boundary was reset (a new epoch) since the events shown; " +
       "they are not in its log any more · Follow starts again from now (" + reason + ")" : "ended: " + reason);
@@ -408,8 +411,9 @@ function openTail(after) {
     // most likely the node's cap of live tails (16) is reached.
     if (es.readyState !== EventSource.CLOSED || tail.es === es) {
       const started = es.started;
+      tail.resumable = started;
       closeTail();
-      tailState(started ? "disconnected · follow again to go on" :
+      tailState(started ? "disconnected · Follow goes on after position " + num.format(tail.last) :
         "could not follow: the node did not answer, or serves its most live tails (16) already; close other tails and follow again");
     }
   };
@@ -425,7 +429,21 @@ function closeTail() {
 
 function setupTail() {
   $("tail-controls").hidden = false;
-  $("tail-start").onclick = () => { tail.paused = false; tail.held = []; tail.epoch = ""; openTail(); };
+  $("tail-start").onclick = () => {
+    tail.paused = false;
+    tail.held = [];
+    if (tail.resumable) {
+      // After a lost connection: after the last shown, in its epoch.
+      tail.resumable = false;
+      openTail(tail.last);
+      return;
+    }
+    // From now: what the list shows is another run's, so it goes, and
+    // no gap hides between the two.
+    $("tail").replaceChildren();
+    tail.epoch = "";
+    openTail();
+  };
   $("tail-pause").onclick = () => {
     if (!tail.paused) {
       tail.paused = true;
@@ -441,7 +459,7 @@ function setupTail() {
     if (!tail.es) openTail(tail.last); // closed while paused: go on after the last shown, nothing skipped
     else tailState("live");
   };
-  $("tail-stop").onclick = () => { tail.paused = false; $("tail-pause").textContent = "Pause"; tail.held = []; closeTail(); tailState("stopped"); };
+  $("tail-stop").onclick = () => { tail.paused = false; tail.resumable = false; $("tail-pause").textContent = "Pause"; tail.held = []; closeTail(); tailState("stopped"); };
 }
 
 // ---- Start ---------------------------------------------------------------
