@@ -2,6 +2,7 @@ package orisun
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,14 +41,26 @@ func TestStatusStreamNotListed(t *testing.T) {
 		t.Fatalf("the listing lacks stream b: %v", listed)
 	}
 	skipped := map[string]*jetstream.StreamInfo{} // a listing that succeeded and skipped b
-	bst := &BoundaryStatus{Name: "b"}
-	info, err := streamOf(ctx, js, skipped, bst)
+	// With many boundaries unlisted (every stream gone, as after a
+	// memory-storage NATS restarted), each is still read, a few at once.
+	all := []BoundaryStatus{{Name: "b"}, {Name: "gone"}}
+	for i := range 3 * unlistedReaders {
+		all = append(all, BoundaryStatus{Name: fmt.Sprintf("gone%d", i)})
+	}
+	unlisted := readUnlisted(ctx, js, skipped, all)
+	if len(unlisted) != len(all) {
+		t.Fatalf("%d streams read on their own, want %d", len(unlisted), len(all))
+	}
+	bst := &all[0]
+	info, err := streamOf(skipped, unlisted, bst)
 	if err != nil || info == nil || bst.StreamFirst != 1 || bst.StreamLast != 3 || bst.StreamMsgs != 3 {
 		t.Fatalf("a stream the listing skipped: info %v, err %v, first %d last %d msgs %d; want it read on its own (1–3)",
 			info != nil, err, bst.StreamFirst, bst.StreamLast, bst.StreamMsgs)
 	}
-	gone := &BoundaryStatus{Name: "gone"}
-	if info, err := streamOf(ctx, js, skipped, gone); err != nil || info != nil || gone.StreamLast != 0 {
-		t.Fatalf("a stream that does not exist: info %v, err %v; want missing, no error", info != nil, err)
+	for i := range all[1:] {
+		gone := &all[1+i]
+		if info, err := streamOf(skipped, unlisted, gone); err != nil || info != nil || gone.StreamLast != 0 {
+			t.Fatalf("stream %s that does not exist: info %v, err %v; want missing, no error", gone.Name, info != nil, err)
+		}
 	}
 }
