@@ -519,10 +519,37 @@ func (s *Service) read(ctx context.Context, req micro.Request) (res any, err err
 	// The head was read before the events: report at least the last
 	// position returned, so that head never trails the events.
 	head := bd.Head
+	if epoch != bd.Epoch {
+		// The boundary was reset between the two reads: that head is of
+		// the old epoch and says nothing of these events (a reader told
+		// head 500 with ten events of the new epoch would ask for 11 and
+		// be refused as a bad reply). The new epoch's head instead, and
+		// the check above against it.
+		if head, err = s.headOfEpoch(ctx, b, epoch); err != nil {
+			return nil, err
+		}
+		if r.After > head {
+			return nil, fmt.Errorf("%w: after: %d is past the head %d of boundary %q, which was reset (epoch %s) while it was read; "+
+				"a reader cannot be ahead of the log (a saved position of the old epoch?)", event.ErrInvalid, r.After, head, b, epoch)
+		}
+	}
 	if n := len(events); n > 0 && events[n-1].Position > head {
 		head = events[n-1].Position
 	}
 	return encodeRead(epoch, head, events, int(s.nc.MaxPayload()))
+}
+
+// headOfEpoch is boundary b's head if b is in epoch now, else 0 (it was
+// reset again): the reply's head is then the highest position returned.
+func (s *Service) headOfEpoch(ctx context.Context, b, epoch string) (uint64, error) {
+	bd, err := s.be.Boundary(ctx, b)
+	if err != nil {
+		return 0, fmt.Errorf("read boundary %q: %w", b, err)
+	}
+	if bd.Epoch != epoch {
+		return 0, nil
+	}
+	return bd.Head, nil
 }
 
 // checkDirection refuses a read request that mixes the two directions: a
