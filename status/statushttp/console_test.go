@@ -3,6 +3,7 @@ package statushttp_test
 import (
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -219,6 +220,37 @@ func TestConsoleLoopbackHost(t *testing.T) {
 			if code, body := do(host, path); code == http.StatusMisdirectedRequest {
 				t.Errorf("Host %s, %s: %d %s, want it served", host, path, code, body)
 			}
+		}
+	}
+}
+
+// TestWildcardListenerServesEveryHost: a listener on every address is
+// reached by other names by design (its event pages need the console's
+// credentials), also over loopback: the host's own name, which Debian
+// maps to 127.0.1.1, was refused with 421 as if the listener were on
+// loopback.
+func TestWildcardListenerServesEveryHost(t *testing.T) {
+	src := &fixed{st: status.Status{NodeID: "n1", Store: status.Health{OK: true}, NATS: status.Health{OK: true}}}
+	s := statushttp.NewServer(src, statushttp.Options{Addr: "0.0.0.0:0"})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	_, port, err := net.SplitHostPort(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"myhost", "myhost.example:" + port} {
+		req, _ := http.NewRequest("GET", "http://127.0.0.1:"+port+"/status", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("Host %s over loopback to a wildcard listener: %d %s, want 200", host, resp.StatusCode, b)
 		}
 	}
 }

@@ -149,7 +149,8 @@ func (s *Server) Handler() http.Handler {
 func loopbackHosts(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		if r.URL.Path == "/healthz" || local == nil || hostAllowed(r.Host, local) {
+		wildcard, _ := r.Context().Value(wildcardListener{}).(bool)
+		if r.URL.Path == "/healthz" || local == nil || wildcard || hostAllowed(r.Host, local) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -163,6 +164,12 @@ func loopbackHosts(h http.Handler) http.Handler {
 			r.Host, local.String()), http.StatusMisdirectedRequest)
 	})
 }
+
+// wildcardListener marks a connection accepted by a listener on every
+// address (ORISUN_HTTP_ADDR=:8080 or 0.0.0.0:8080): it is reached by
+// other names by design, and a connection that arrives over loopback
+// (the host's own name, 127.0.1.1 on Debian) is no loopback listener's.
+type wildcardListener struct{}
 
 // foreignHost marks a request whose Host loopbackHosts did not allow:
 // /readyz answers it without reasons.
@@ -214,6 +221,9 @@ func (s *Server) listen(context.Context) error {
 			// Best effort: without it a vanished client's tail lasts
 			// until TCP gives up.
 			_ = setUserTimeout(c, UserTimeout)
+			if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+				ctx = context.WithValue(ctx, wildcardListener{}, true)
+			}
 			if s.connSeen != nil {
 				s.connSeen(c)
 			}
