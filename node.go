@@ -278,6 +278,13 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.connectRelay(); err != nil {
 		return err
 	}
+	if r, ok := n.rawStore.(appendLimitsRecorder); ok {
+		// The SQL append function enforces the limits the nodes recorded
+		// (docs/outbox.md): a node with other limits is refused here.
+		if err := r.RecordAppendLimits(ctx, n.limits, n.holder); err != nil {
+			return fmt.Errorf("orisun: %w", err)
+		}
+	}
 	if n.cfg.NATSURL != "" {
 		n.checkExternalNATS()
 	}
@@ -575,6 +582,12 @@ func serverName(cfg Config) string {
 		}
 		return r
 	}, cfg.NodeID)
+}
+
+// appendLimitsRecorder is a store whose SQL append function reads the
+// nodes' append limits (PostgreSQL's orisun_append).
+type appendLimitsRecorder interface {
+	RecordAppendLimits(ctx context.Context, lim event.Limits, by string) error
 }
 
 // openStore opens the configured backend.
