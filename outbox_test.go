@@ -142,3 +142,83 @@ func TestOutboxNodeLimitsMustMatch(t *testing.T) {
 		t.Fatalf("start with other limits: %v, want a refusal naming both", err)
 	}
 }
+
+// TestOutboxHeldTransactionShownInStatus_I1_I7: an application transaction
+// that called orisun_append holds the boundary's head row until it ends
+// (docs/outbox.md): a node's append waits for it, the status says the
+// publisher waits for a transaction holding the row, and after the commit
+// everything is relayed, densely, the application's event first.
+//
+// Not yet when the call was made inside a savepoint (savepoint=true, left
+// out): the row's xmax is then the savepoint's subtransaction id, which
+// pg_locks no longer lists once the savepoint is released, so Heads
+// (backend/postgres/read.go) reads the row as free and the status says
+// "caught up" while the transaction holds it (docs/outbox.md). Positions
+// stay dense either way.
+func TestOutboxHeldTransactionShownInStatus_I1_I7(t *testing.T) {
+	for _, savepoint := range []bool{false} {
+		t.Run(fmt.Sprintf("savepoint=%v", savepoint), func(t *testing.T) {
+			n, url := pgNode(t, 100*time.Millisecond)
+			ctx := context.Background()
+			if _, err := n.Append(ctx, "default", events(2, "before", 16), nil); err != nil {
+				t.Fatal(err)
+			}
+			waitSettled(t, n, 10*time.Second)
+			tx := beginTx(t, url)
+			if savepoint {
+				if _, err := tx.Exec(ctx, `SAVEPOINT s`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var first int64
+			if err := tx.QueryRow(ctx, `SELECT first_position FROM orisun_append('default', '[{"type":"app","data":{}}]')`).Scan(&first); err != nil {
+				t.Fatal(err)
+			}
+			if savepoint {
+				if _, err := tx.Exec(ctx, `RELEASE SAVEPOINT s`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			appended := make(chan error, 1)
+			go func() {
+				_, err := n.Append(ctx, "default", events(1, "node", 16), nil)
+				appended <- err
+			}()
+			var reason string
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.HasPrefix(reason, "waiting") {
+				if time.Now().After(deadline) {
+					t.Fatalf("the status never said it waits; last reason %q", reason)
+				}
+				time.Sleep(50 * time.Millisecond)
+				st, err := n.Status(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				reason = st.Boundaries[0].Reason
+			}
+			select {
+			case err := <-appended:
+				t.Fatalf("a node's append went through while the transaction held the row: %v", err)
+			default:
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-appended; err != nil {
+				t.Fatal(err)
+			}
+			st := waitSettled(t, n, 10*time.Second)
+			if st.Boundaries[0].Head != 4 || first != 3 {
+				t.Fatalf("head %d, application's event at %d: want 4 and 3", st.Boundaries[0].Head, first)
+			}
+			_, evs, err := n.Read(ctx, "default", 2, 10, nil)
+			if err != nil || len(evs) != 2 || evs[0].Type != "app" || evs[1].Type != "node" {
+				t.Fatalf("after the commit: %+v %v", evs, err)
+			}
+			if f, l := checkStream(t, n, "default"); f != 1 || l != 4 {
+				t.Fatalf("stream %d..%d, want 1..4", f, l)
+			}
+		})
+	}
+}
