@@ -346,6 +346,9 @@ func TestOutboxConditionFails(t *testing.T) {
 		{`{"after":1}`, 2},
 		{`{"query":{"items":[]},"after":0}`, 1},
 		{`{"query":{"items":[{"types":["seat.booked"]}]},"after":5}`, 0},
+		{`{"query":{"items":[{"types":["seat.booked"]}]},"after":18446744073709551615}`, 0},
+		{`{"query":{"items":[{"types":["other","seat.booked"],"tags":["row:a"]}]},"after":0}`, 2},
+		{`{"query":{"items":[{"types":["other"],"tags":["seat:1"]},{"tags":["seat:3"]}]},"after":0}`, 0},
 	} {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
@@ -422,6 +425,8 @@ func TestOutboxInvalidInput(t *testing.T) {
 		{"unknown boundary", "nosuch", `[{"type":"a","data":1}]`, nil, "ORNFD", `boundary "nosuch" does not exist`},
 		{"condition unknown field", "b", `[{"type":"a","data":1}]`, `{"after":0,"afer":1}`, "ORINV", `condition: unknown field "afer"`},
 		{"condition negative after", "b", `[{"type":"a","data":1}]`, `{"after":-1}`, "ORINV", "condition.after: -1"},
+		{"condition after too large", "b", `[{"type":"a","data":1}]`, `{"after":18446744073709551616}`, "ORINV", "condition.after: 18446744073709551616 is beyond"},
+		{"condition fractional after", "b", `[{"type":"a","data":1}]`, `{"after":1.5}`, "ORINV", "condition.after: 1.5"},
 		{"condition bad type", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"types":["*"]}]}}`, "ORINV", "query item 0"},
 		{"condition empty tag", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":[""]}]}}`, "ORINV", "query item 0: tag is empty"},
 		{"condition not an object", "b", `[{"type":"a","data":1}]`, `[1]`, "ORINV", "condition: a JSON array"},

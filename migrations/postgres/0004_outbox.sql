@@ -220,6 +220,9 @@ DECLARE
     size integer;
     cafter bigint := 0;
     items json;
+    -- The condition's query items as parallel arrays of text[] literals.
+    qtypes text[] := '{}';
+    qtags text[] := '{}';
     h bigint;
     ep uuid;
     st record;
@@ -325,10 +328,15 @@ BEGIN
         PERFORM orisun_check_keys(condition, '{query,after}', 'condition');
         v := condition -> 'after';
         IF v IS NOT NULL AND json_typeof(v) <> 'null' THEN
-            IF json_typeof(v) <> 'number' OR (v::text) !~ '^[0-9]+$' OR length(v::text) > 19 THEN
+            IF json_typeof(v) <> 'number' OR (v::text) !~ '^[0-9]+$' THEN
                 PERFORM orisun_raise('ORINV', format('condition.after: %s is not a position (a whole number from 0)', v::text));
             END IF;
-            cafter := (v::text)::bigint;
+            IF length(v::text) > 20 OR (v::text)::numeric > 18446744073709551615 THEN
+                PERFORM orisun_raise('ORINV', format('condition.after: %s is beyond the largest position 18446744073709551615', v::text));
+            END IF;
+            -- Positions beyond a bigint are beyond every head: the Go
+            -- append clamps them the same way (backend.ClampPosition).
+            cafter := least((v::text)::numeric, 9223372036854775807)::bigint;
         END IF;
         v := condition -> 'query';
         IF v IS NOT NULL AND json_typeof(v) <> 'null' THEN
@@ -355,10 +363,12 @@ BEGIN
                 FOR i IN 1 .. coalesce(array_length(tags, 1), 0) LOOP
                     PERFORM orisun_check_type(tags[i], f);
                 END LOOP;
+                qtypes := qtypes || tags::text;
                 tags := orisun_strings(items -> j -> 'tags', f || ': tags', 64);
                 FOR i IN 1 .. coalesce(array_length(tags, 1), 0) LOOP
                     PERFORM orisun_check_tag(tags[i], f);
                 END LOOP;
+                qtags := qtags || tags::text;
             END LOOP;
         END IF;
     END IF;
@@ -416,12 +426,9 @@ BEGIN
     IF condition IS NOT NULL AND json_typeof(condition) <> 'null' THEN
         SELECT ev.position INTO m FROM orisun_events ev
         WHERE ev.boundary = b AND ev.position > cafter AND ev.position <= h
-          AND (coalesce(json_array_length(items), 0) = 0 OR EXISTS (
-              SELECT 1 FROM json_array_elements(items) it
-              WHERE (coalesce(json_array_length(it -> 'types'), 0) = 0
-                     OR ev.type IN (SELECT json_array_elements_text(it -> 'types')))
-                AND ev.tags @> coalesce(ARRAY(SELECT json_array_elements_text(CASE WHEN json_typeof(it -> 'tags') = 'array'
-                                                  THEN it -> 'tags' END)), '{}')))
+          AND (cardinality(qtypes) = 0 OR EXISTS (
+              SELECT 1 FROM unnest(qtypes, qtags) AS it(types, tags)
+              WHERE (it.types = '{}' OR ev.type = ANY (it.types::text[])) AND ev.tags @> it.tags::text[]))
         ORDER BY ev.position LIMIT 1;
         IF FOUND THEN
             PERFORM orisun_raise('ORCFL', format('boundary %s: condition failed: an event matching the query exists at position %s (after %s)',
