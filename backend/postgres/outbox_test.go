@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -680,5 +681,97 @@ func BenchmarkOutboxAppend(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
 		})
+	}
+}
+
+// TestOutboxValidatesAsTheAPI: orisun_append accepts exactly the appends the
+// API accepts and refuses the others with the same kind of error (invalid
+// or too large): 600 appends built at random from valid and invalid
+// fields, each judged by the API's decoding (unknown fields refused) and
+// event.Prepare, and by the SQL function in a transaction rolled back.
+func TestOutboxValidatesAsTheAPI(t *testing.T) {
+	t.Parallel()
+	_, url := outboxSetup(t)
+	ctx := context.Background()
+	conn := pgtest.Connect(t, url)
+	// Each field: its valid forms, then its invalid ones; a field is
+	// valid nine times in ten, so that every outcome is common.
+	type field struct{ valid, invalid []string }
+	fields := []field{
+		{[]string{"", `"id":"0190f7a2-0000-7000-8000-00000000000a",`, `"id":"0190F7A2-0000-7000-8000-00000000000B",`, `"id":"",`, `"id":null,`},
+			[]string{`"id":"nope",`, `"id":"0190f7a2000070008000000000000001",`, `"id":"{0190f7a2-0000-7000-8000-00000000000c}",`, `"id":5,`}},
+		{[]string{`"type":"a",`, `"type":"seat.booked",`, `"type":"a:b-c_d",`, `"type":"` + strings.Repeat("t", 255) + `",`},
+			[]string{`"type":"a b",`, `"type":"a.",`, `"type":".a",`, `"type":"a..b",`, `"type":"*",`, `"type":"é",`, `"type":"",`, ``,
+				`"type":null,`, `"type":3,`, `"type":"` + strings.Repeat("t", 256) + `",`}},
+		{[]string{`"data":1`, `"data":{"a": [1, 2 ], "b" : "x y"}`, `"data":"s"`, `"data":[]`, `"data":true`, `"data":{}`},
+			[]string{`"data":null`, `"data":"` + strings.Repeat("x", 1<<20) + `"`, `"data":"` + strings.Repeat("x", 500<<10) + `"`}},
+		{[]string{"", `,"metadata":null`, `,"metadata":{"m": 1}`, `,"metadata":[]`}, []string{`,"metadata":"` + strings.Repeat("m", 1<<20) + `"`}},
+		{[]string{"", `,"tags":null`, `,"tags":[]`, `,"tags":["a","b"]`, `,"tags":["` + strings.Repeat("t", 255) + `"]`, `,"tags":["é","<&>"]`,
+			`,"tags":[` + strings.Repeat(`"t",`, 63) + `"t"]`},
+			[]string{`,"tags":[""]`, `,"tags":["` + strings.Repeat("t", 256) + `"]`, `,"tags":[1]`, `,"tags":"a"`, `,"tags":[` + strings.Repeat(`"t",`, 64) + `"t"]`}},
+		{[]string{""}, []string{`,"tag":["x"]`}}, // (a key given twice: TestOutboxInvalidInput)
+	}
+	rng := rand.New(rand.NewPCG(19, 19))
+	pick := func(f field) string {
+		if rng.IntN(10) == 0 {
+			return f.invalid[rng.IntN(len(f.invalid))]
+		}
+		return f.valid[rng.IntN(len(f.valid))]
+	}
+	kinds := map[string]int{}
+	for range 600 {
+		n := 1 + rng.IntN(3)
+		parts := make([]string, n)
+		for i := range parts {
+			var sb strings.Builder
+			for _, f := range fields {
+				sb.WriteString(pick(f))
+			}
+			parts[i] = "{" + sb.String() + "}"
+		}
+		body := "[" + strings.Join(parts, ",") + "]"
+		// The API's judgement: decoding (unknown fields refused), then
+		// event.Prepare.
+		var apiErr error
+		var in []event.Input
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			apiErr = fmt.Errorf("%w: %v", event.ErrInvalid, err)
+		} else {
+			_, apiErr = event.Prepare("b", in, outboxLimits)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sqlErr := sqlAppend(ctx, tx, "b", body, nil)
+		_ = tx.Rollback(ctx)
+		short := body
+		if len(short) > 300 {
+			short = short[:300] + "…"
+		}
+		switch {
+		case apiErr == nil && sqlErr == nil:
+			kinds["accepted"]++
+		case apiErr == nil:
+			t.Fatalf("%s: the API accepts it, orisun_append refuses: %v", short, sqlErr)
+		case sqlErr == nil:
+			t.Fatalf("%s: orisun_append accepts it, the API refuses: %v", short, apiErr)
+		default:
+			pe := pgErr(t, sqlErr)
+			want := "ORINV"
+			if errors.Is(apiErr, event.ErrTooLarge) {
+				want = "ORBIG"
+			}
+			if pe.Code != want {
+				t.Fatalf("%s: the API refuses it with %v, orisun_append with %s %q", short, apiErr, pe.Code, pe.Message)
+			}
+			kinds[pe.Code]++
+		}
+	}
+	t.Logf("%v", kinds)
+	if kinds["accepted"] == 0 || kinds["ORINV"] == 0 || kinds["ORBIG"] == 0 {
+		t.Fatalf("the random appends did not cover every outcome: %v", kinds)
 	}
 }

@@ -263,6 +263,35 @@ BEGIN
         PERFORM orisun_raise('ORINV', 'events: a JSON string holds \u0000 (NUL), which orisun_append cannot read; '
             'a tag cannot hold NUL, and data or metadata holding it must be appended through the API');
     END IF;
+    -- The API decodes the whole request before it checks any limit, so
+    -- what its decoding refuses (an event that is no object, an unknown
+    -- field, a field of the wrong JSON type, a key given twice) is judged
+    -- first, for every event: the same request gets the same kind of
+    -- error from both.
+    i := -1;
+    FOR e IN SELECT json_array_elements(events) LOOP
+        i := i + 1;
+        f := format('events[%s]', i);
+        IF json_typeof(e) <> 'object' THEN
+            PERFORM orisun_raise('ORINV', format('%s: a JSON %s cannot be an event; send an object', f, json_typeof(e)));
+        END IF;
+        seen := '{}';
+        FOR kv IN SELECT key, value FROM json_each(e) LOOP
+            IF kv.key <> ALL ('{id,type,data,metadata,tags}') THEN
+                PERFORM orisun_raise('ORINV', format('%s: unknown field %s; the fields are id, type, data, metadata, tags', f, to_json(kv.key)));
+            END IF;
+            IF kv.key = ANY (seen) THEN
+                PERFORM orisun_raise('ORINV', format('duplicate key %s in %s', to_json(kv.key), f));
+            END IF;
+            seen := seen || kv.key;
+            IF kv.key IN ('id', 'type') AND json_typeof(kv.value) NOT IN ('string', 'null') THEN
+                PERFORM orisun_raise('ORINV', format('%s.%s: a JSON %s cannot be a string', f, kv.key, json_typeof(kv.value)));
+            END IF;
+            IF kv.key = 'tags' THEN
+                PERFORM orisun_strings(kv.value, f || ': tags', 2147483647);
+            END IF;
+        END LOOP;
+    END LOOP;
     SELECT * INTO lim FROM orisun_append_limits;
     IF NOT FOUND THEN
         PERFORM orisun_raise('ORUNV', 'no orisun node has recorded its append limits in orisun_append_limits yet; start orisun on this database once');
@@ -300,7 +329,8 @@ BEGIN
             END CASE;
         END LOOP;
         v := vid;
-        IF v IS NULL OR json_typeof(v) = 'null' THEN
+        IF v IS NULL OR json_typeof(v) = 'null' OR v::text = '""' THEN
+            -- No id, or the empty one (the API's "generate one").
             id := orisun_uuidv7();
         ELSIF json_typeof(v) <> 'string' THEN
             PERFORM orisun_raise('ORINV', format('%s.id: a JSON %s cannot be a string', f, json_typeof(v)));
