@@ -110,20 +110,8 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 			jetstream.WithExpectLastSequence(20))
 		return err
 	})
-	refusedWrite(t, ctx, vio, "$JS.API.STREAM.PURGE."+name, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return err
-		}
-		return s.Purge(ctx)
-	})
-	refusedWrite(t, ctx, vio, "$JS.API.STREAM.MSG.DELETE."+name, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return err
-		}
-		return s.DeleteMsg(ctx, 5)
-	})
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.PURGE."+name, purgeOf(js, name))
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.MSG.DELETE."+name, deleteMsgOf(js, name, 5))
 	refusedWrite(t, ctx, vio, "$JS.API.STREAM.UPDATE."+name, func(ctx context.Context) error {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
@@ -320,5 +308,28 @@ func stays(t *testing.T, ctx context.Context, js jetstream.JetStream, name strin
 			t.Fatalf("stream %s grew to sequence %d (was %d): something outside orisun wrote into it (I2)", name, got, last)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// purgeOf purges stream name through js: an attack for refusedWrite.
+func purgeOf(js jetstream.JetStream, name string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		return s.Purge(ctx)
+	}
+}
+
+// deleteMsgOf deletes message seq of stream name through js: an attack for
+// refusedWrite.
+func deleteMsgOf(js jetstream.JetStream, name string, seq uint64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		return s.DeleteMsg(ctx, seq)
 	}
 }

@@ -383,3 +383,36 @@ func TestNATSMonitor(t *testing.T) {
 		t.Fatalf("NATSMonitorURL without ORISUN_NATS_MONITOR_ADDR = %q, want none", off.NATSMonitorURL())
 	}
 }
+
+// TestStatusCaughtUpIsWhatThePublisherSaw_I7: a commit the publisher is not
+// told of (written behind orisun's back here; a lost notification is the
+// same to it) leaves the idle publisher's "caught up" stale until its poll
+// (an hour here). The status measures the head beyond it and says so, never
+// "every committed event is published", and is not settled.
+func TestStatusCaughtUpIsWhatThePublisherSaw_I7(t *testing.T) {
+	dir := t.TempDir()
+	n := setup(t, dir, func(c *orisun.Config) {
+		c.PollInterval, c.PollBackstop = time.Hour, time.Hour
+	})
+	ctx := context.Background()
+	if _, err := n.Append(ctx, "default", events(3, "told", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 30*time.Second)
+	db := openRaw(t, "sqlite", dir, "")
+	db.exec(t, `UPDATE boundaries SET head = head + 1 WHERE name = 'default'`)
+	db.exec(t, `INSERT INTO events (boundary, position, id, type, time, tags, data)
+SELECT 'default', head, `+db.newID+`, 'raw.untold', 0, '[]', '{}' FROM boundaries WHERE name = 'default'`)
+	st, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := st.Boundaries[0]
+	if b.Head != 4 || b.Published != 3 || st.Settled {
+		t.Fatalf("status after an untold commit: head %d, published %d, settled %v; want 4, 3, false", b.Head, b.Published, st.Settled)
+	}
+	if strings.Contains(b.Reason, "every committed event is published") ||
+		!strings.Contains(b.Reason, "caught up to position 3") || !strings.Contains(b.Reason, "the head is 4 now") {
+		t.Fatalf("reason %q: want the position the publisher saw and the head measured", b.Reason)
+	}
+}

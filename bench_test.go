@@ -188,85 +188,95 @@ func BenchmarkBackendLatency(b *testing.B) {
 //
 // SQLite only: the permission checks are the server's, whatever the store.
 func BenchmarkAPIPermissions(b *testing.B) {
-	type mode struct {
-		name string
-		on   bool
-	}
-	var rounds []mode
+	onOffRounds(b, func(b *testing.B, on bool) {
+		var opts []orisun.Option
+		if !on {
+			opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{PermissionsOff: true}))
+		}
+		n := setup(b, "", nil, opts...)
+		c, err := client.Connect(n.NATSURL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		var delivered atomic.Int64
+		live := make(chan struct{})
+		var once sync.Once
+		ctx, cancel := context.WithCancel(context.Background())
+		subDone := make(chan error, 1)
+		go func() {
+			subDone <- c.Subscribe(ctx, "default", 0, func(context.Context, event.Event) error {
+				delivered.Add(1)
+				return nil
+			}, client.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
+		}()
+		defer func() {
+			cancel()
+			<-subDone
+		}()
+		select {
+		case <-live:
+		case err := <-subDone:
+			b.Fatalf("the subscription ended: %v", err)
+		case <-time.After(30 * time.Second):
+			b.Fatal("the subscription did not go live")
+		}
+		start, cpu0 := appendFrom64(b, c)
+		for deadline := time.Now().Add(5 * time.Minute); delivered.Load() < int64(b.N); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatalf("the subscription delivered %d of %d", delivered.Load(), b.N)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		// The process's CPU time (server, store, client and
+		// subscription all run in it) per append: what the checks
+		// cost, less disturbed than the wall clock by other work on
+		// the machine.
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	})
+}
+
+// onOffRounds runs body as sub-benchmarks in four rounds of on and off,
+// alternating which comes first (on off, off on, …), so that the machine's
+// drift over the run falls on both alike.
+func onOffRounds(b *testing.B, body func(b *testing.B, on bool)) {
 	for r := 1; r <= 4; r++ {
-		on, off := mode{fmt.Sprintf("round=%d/on", r), true}, mode{fmt.Sprintf("round=%d/off", r), false}
-		if r%2 == 1 {
-			rounds = append(rounds, on, off)
-		} else {
-			rounds = append(rounds, off, on)
+		order := []bool{true, false}
+		if r%2 == 0 {
+			order = []bool{false, true}
+		}
+		for _, on := range order {
+			name := fmt.Sprintf("round=%d/off", r)
+			if on {
+				name = fmt.Sprintf("round=%d/on", r)
+			}
+			b.Run(name, func(b *testing.B) { body(b, on) })
 		}
 	}
-	for _, mode := range rounds {
-		b.Run(mode.name, func(b *testing.B) {
-			var opts []orisun.Option
-			if !mode.on {
-				opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{PermissionsOff: true}))
-			}
-			n := setup(b, "", nil, opts...)
-			c, err := client.Connect(n.NATSURL())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			var delivered atomic.Int64
-			live := make(chan struct{})
-			var once sync.Once
-			ctx, cancel := context.WithCancel(context.Background())
-			subDone := make(chan error, 1)
-			go func() {
-				subDone <- c.Subscribe(ctx, "default", 0, func(context.Context, event.Event) error {
-					delivered.Add(1)
-					return nil
-				}, client.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
-			}()
-			defer func() {
-				cancel()
-				<-subDone
-			}()
-			select {
-			case <-live:
-			case err := <-subDone:
-				b.Fatalf("the subscription ended: %v", err)
-			case <-time.After(30 * time.Second):
-				b.Fatal("the subscription did not go live")
-			}
-			ev := events(1, "bench.api", 1024)
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start, cpu0 := time.Now(), processCPU()
-			for range 64 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for next.Add(1) <= int64(b.N) {
-						if _, err := c.Append(context.Background(), "default", ev, nil); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			for deadline := time.Now().Add(5 * time.Minute); delivered.Load() < int64(b.N); time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					b.Fatalf("the subscription delivered %d of %d", delivered.Load(), b.N)
+}
+
+// appendFrom64 resets the timer and appends one 1 KB event b.N times
+// through c from 64 goroutines; it returns when they are done, with when
+// they started and the process's CPU time then.
+func appendFrom64(b *testing.B, c *client.Client) (start time.Time, cpu0 time.Duration) {
+	ev := events(1, "bench.api", 1024)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start, cpu0 = time.Now(), processCPU()
+	for range 64 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if _, err := c.Append(context.Background(), "default", ev, nil); err != nil {
+					b.Error(err)
+					return
 				}
 			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
-			// The process's CPU time (server, store, client and
-			// subscription all run in it) per append: what the checks
-			// cost, less disturbed than the wall clock by other work on
-			// the machine.
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+	wg.Wait()
+	return start, cpu0
 }
 
 // processCPU is this process's user and system CPU time so far.
@@ -291,54 +301,22 @@ func processCPU() time.Duration {
 // events/s and cpu-ns/op (the process's CPU time per append: server,
 // store and client all run in it) are the figures to compare.
 func BenchmarkAPIMetrics(b *testing.B) {
-	type mode struct {
-		name string
-		on   bool
-	}
-	var rounds []mode
-	for r := 1; r <= 4; r++ {
-		on, off := mode{fmt.Sprintf("round=%d/on", r), true}, mode{fmt.Sprintf("round=%d/off", r), false}
-		if r%2 == 1 {
-			rounds = append(rounds, on, off)
-		} else {
-			rounds = append(rounds, off, on)
+	onOffRounds(b, func(b *testing.B, on bool) {
+		var opts []orisun.Option
+		if !on {
+			opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{InstrumentationOff: true}))
 		}
-	}
-	for _, mode := range rounds {
-		b.Run(mode.name, func(b *testing.B) {
-			var opts []orisun.Option
-			if !mode.on {
-				opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{InstrumentationOff: true}))
-			}
-			// Without fsync: the disk is shared with whatever else the
-			// machine runs, and its waits would decide the figure.
-			n := setup(b, "", func(c *orisun.Config) { c.SQLiteSynchronous = "OFF" }, opts...)
-			c, err := client.Connect(n.NATSURL())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			ev := events(1, "bench.api", 1024)
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start, cpu0 := time.Now(), processCPU()
-			for range 64 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for next.Add(1) <= int64(b.N) {
-						if _, err := c.Append(context.Background(), "default", ev, nil); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
-		})
-	}
+		// Without fsync: the disk is shared with whatever else the
+		// machine runs, and its waits would decide the figure.
+		n := setup(b, "", func(c *orisun.Config) { c.SQLiteSynchronous = "OFF" }, opts...)
+		c, err := client.Connect(n.NATSURL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		start, cpu0 := appendFrom64(b, c)
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	})
 }

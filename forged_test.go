@@ -95,15 +95,7 @@ func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
 	n := attackedNode(t, permissionsOn)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := n.Append(ctx, "default", events(3, "real", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
-	bs, err := n.Boundaries(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	epoch := bs[0].Epoch
+	epoch := threeRealEvents(t, ctx, n)
 
 	// The victim: the Go client, live on the stream.
 	c, err := client.Connect(n.NATSURL())
@@ -390,15 +382,7 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := n.Append(ctx, "default", events(3, "real", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
-	bs, err := n.Boundaries(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	epoch := bs[0].Epoch
+	epoch := threeRealEvents(t, ctx, n)
 
 	r := newRecorder(0)
 	live := make(chan struct{})
@@ -456,4 +440,20 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 	if !strings.Contains(reasons[0], "sequence 4") {
 		t.Fatalf("fell back with %q, want the reason to name sequence 4", reasons[0])
 	}
+}
+
+// threeRealEvents appends three events to the default boundary, waits until
+// they are published, and returns the boundary's epoch: what a forger
+// needs to know.
+func threeRealEvents(t *testing.T, ctx context.Context, n *orisun.Node) string {
+	t.Helper()
+	if _, err := n.Append(ctx, "default", events(3, "real", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, n, 30*time.Second)
+	bs, err := n.Boundaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs[0].Epoch
 }

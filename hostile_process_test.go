@@ -181,20 +181,8 @@ func hostileRun(t *testing.T, url string, app, admin []nats.Option) {
 		c.Subjects = []string{"orisun.events.default.elsewhere"}
 	}))
 	refusedWrite(t, ctx, vio, "$JS.API.STREAM.UPDATE."+name, update(func(c *jetstream.StreamConfig) { c.MaxMsgs = 10 }))
-	refusedWrite(t, ctx, vio, "$JS.API.STREAM.PURGE."+name, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return err
-		}
-		return s.Purge(ctx)
-	})
-	refusedWrite(t, ctx, vio, "$JS.API.STREAM.MSG.DELETE."+name, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			return err
-		}
-		return s.DeleteMsg(ctx, 1)
-	})
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.PURGE."+name, purgeOf(js, name))
+	refusedWrite(t, ctx, vio, "$JS.API.STREAM.MSG.DELETE."+name, deleteMsgOf(js, name, 1))
 	refusedWrite(t, ctx, vio, "$JS.API.STREAM.DELETE."+name, func(ctx context.Context) error { return js.DeleteStream(ctx, name) })
 
 	// Consumer exhaustion, then a second application.

@@ -274,6 +274,15 @@ func (n *Node) localStatus(bst *BoundaryStatus) {
 	}
 	ps := r.pub.Status()
 	bst.State, bst.Reason, bst.Since, bst.Warning = ps.State, ps.Reason, ps.Since, ps.Warning
+	// The publisher's "caught up" is what it saw when it last looked: a
+	// commit it was not told of yet (its notification lost or still on the
+	// way, a writer outside orisun) shows as a head beyond that in this
+	// report, which then says so instead of "every committed event is
+	// published" (I7: measured, never assumed).
+	if cu, idle := r.pub.CaughtUp(); idle && ps.State == status.StateLeading && bst.Error == "" && bst.Head > cu {
+		bst.Reason = fmt.Sprintf("caught up to position %d when it last looked; the head is %d now: the publisher reads the "+
+			"rest when a commit wakes it, or within ORISUN_POLL_INTERVAL", cu, bst.Head)
+	}
 	bst.SubsCatchingUp, bst.SubsLive, bst.SubsFallBacks = r.catchingUp.Load(), r.live.Load(), r.fallBacks.Load()
 }
 

@@ -23,15 +23,7 @@ import (
 // without it there is no endpoint.
 func TestMonitor(t *testing.T) {
 	t.Parallel()
-	s, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir(), ServerName: "monitored",
-		Monitor: &natsembed.Monitor{Port: -1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s := startServer(t, natsembed.Config{ServerName: "monitored", Monitor: &natsembed.Monitor{Port: -1}})
 	base := s.MonitorURL()
 	if !strings.HasPrefix(base, "http://127.0.0.1:") {
 		t.Fatalf("MonitorURL = %q, want loopback", base)
@@ -75,14 +67,7 @@ func TestMonitor(t *testing.T) {
 		t.Fatalf("/jsz: %d streams, %d messages; want 1 and 3", jsz.Streams, jsz.Messages)
 	}
 
-	off, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := off.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer off.Stop()
+	off := startServer(t, natsembed.Config{})
 	if u := off.MonitorURL(); u != "" {
 		t.Fatalf("MonitorURL without Monitor = %q, want none", u)
 	}

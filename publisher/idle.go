@@ -120,3 +120,12 @@ func (r *run) headWentBack(ctx context.Context, next uint64) error {
 	return &driftError{fmt.Sprintf("the store's head is %d, below %d, the last position this publisher published: "+
 		"the store went back (restored from an older backup?); comparing the stream with the store", b.Head, next-1)}
 }
+
+// CaughtUp returns the position the publisher had read up to when it last
+// became idle, and whether it is idle now (waiting, caught up, for a
+// wake-up). The status compares it with the head it measured, so that a
+// commit the publisher was not told of yet is not reported as published.
+func (p *Publisher) CaughtUp() (pos uint64, idle bool) {
+	idle = p.idle.Load() // read before caughtUp, which is stored before idle is set
+	return p.caughtUp.Load(), idle
+}

@@ -10,7 +10,7 @@ import (
 	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/serviceutil"
-	"github.com/orisun-io/orisun/natsembed"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // hangingBackend answers the boundary list only when the request's context
@@ -31,14 +31,7 @@ func (b hangingBackend) Boundaries(ctx context.Context) ([]event.Boundary, error
 // that outlives it as failing, where a caller's own deadline in process is
 // the caller's answer (docs/operations.md, "When the store fails").
 func TestRequestTimeoutIsOwnDeadline(t *testing.T) {
-	ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Stop)
+	ns := natstest.Server(t)
 	nc, err := ns.ConnectAPI("deadline-api")
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/startstop/startstoptest"
-	"github.com/orisun-io/orisun/natsembed"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // slowBackend answers the boundary list after a while, so that Stop meets
@@ -58,14 +58,7 @@ func (s *stressed) Start(ctx context.Context) error {
 // closed, nobody answers on its subjects, and no goroutine is left (a
 // handler's, the connection's).
 func TestServiceStartStopStress(t *testing.T) {
-	ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Stop)
+	ns := natstest.Server(t)
 	client, err := ns.Connect("stress-client")
 	if err != nil {
 		t.Fatal(err)

@@ -54,8 +54,16 @@ func startChild(t *testing.T, env ...string) *Process {
 // what takes it in failing().
 type fakeT struct {
 	testing.TB
-	mu     sync.Mutex
-	failed []string
+	mu      sync.Mutex
+	failed  []string
+	skipped bool
+}
+
+func (f *fakeT) Skip(args ...any) {
+	f.mu.Lock()
+	f.skipped = true
+	f.mu.Unlock()
+	runtime.Goexit()
 }
 
 func (f *fakeT) Helper() {}
@@ -127,5 +135,20 @@ func TestEveryPackageCallsMain(t *testing.T) {
 	}
 	if packages < 10 {
 		t.Fatalf("go list found %d packages with tests: the check looked at the wrong tree", packages)
+	}
+}
+
+// TestUnavailableFailsUnderCI: with CI set, a test that lacks what it
+// needs fails instead of skipping; without it, it skips.
+func TestUnavailableFailsUnderCI(t *testing.T) {
+	for _, ci := range []string{"true", ""} {
+		t.Setenv("CI", ci)
+		ft := &fakeT{}
+		done := make(chan struct{})
+		go func() { defer close(done); Unavailable(ft, "no mount") }()
+		<-done
+		if failed := len(ft.failed) > 0; failed != (ci != "") || ft.skipped == (ci != "") {
+			t.Fatalf("CI=%q: failed %v, skipped %v; want the test failed under CI, skipped elsewhere", ci, ft.failed, ft.skipped)
+		}
 	}
 }

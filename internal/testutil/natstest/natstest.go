@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/orisun-io/orisun/natsembed"
 )
 
 // Connect connects to url with opts and closes the connection when the
@@ -70,4 +71,20 @@ func WaitViolation(t testing.TB, ch <-chan error, op, subject string) {
 			t.Fatalf("no permissions violation for %s %q", op, subject)
 		}
 	}
+}
+
+// Server starts an embedded NATS server (orisun's configuration, its
+// permission model on) on a random port, with a store directory of the
+// test's, and stops it when the test ends.
+func Server(t testing.TB) *natsembed.Server {
+	t.Helper()
+	s, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
 }
