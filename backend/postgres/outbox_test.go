@@ -392,48 +392,7 @@ func TestOutboxInvalidInput(t *testing.T) {
 	s, url := outboxSetup(t)
 	ctx := context.Background()
 	conn := pgtest.Connect(t, url)
-	big := strings.Repeat("x", 1<<20)
-	cases := []struct {
-		name, boundary, events string
-		cond                   any
-		code, message          string
-	}{
-		{"no events", "b", `[]`, nil, "ORINV", "events: the append holds no events"},
-		{"events not an array", "b", `{"type":"a","data":1}`, nil, "ORINV", "events: a JSON object cannot be a list of events"},
-		{"events null", "b", `null`, nil, "ORINV", "events: a JSON null"},
-		{"event not an object", "b", `[1]`, nil, "ORINV", "events[0]: a JSON number cannot be an event"},
-		{"unknown event field", "b", `[{"type":"a","data":1,"tag":["x"]}]`, nil, "ORINV", `events[0]: unknown field "tag"`},
-		{"duplicate key", "b", `[{"type":"a","data":1,"data":2}]`, nil, "ORINV", `duplicate key "data" in events[0]`},
-		{"no data", "b", `[{"type":"a"}]`, nil, "ORINV", "events[0]: data is missing"},
-		{"null data", "b", `[{"type":"a","data":null}]`, nil, "ORINV", "events[0]: data is missing"},
-		{"no type", "b", `[{"data":1}]`, nil, "ORINV", "events[0]: type: type is empty"},
-		{"type not a string", "b", `[{"type":1,"data":1}]`, nil, "ORINV", "events[0].type: a JSON number cannot be a string"},
-		{"invalid type", "b", `[{"type":"a b","data":1}]`, nil, "ORINV", "events[0]: type"},
-		{"wildcard type", "b", `[{"type":"a.>","data":1}]`, nil, "ORINV", "events[0]: type"},
-		{"empty token", "b", `[{"type":"a..b","data":1}]`, nil, "ORINV", "events[0]: type"},
-		{"long type", "b", `[{"type":"` + strings.Repeat("t", 256) + `","data":1}]`, nil, "ORINV", "type is 256 bytes long, the limit is 255"},
-		{"bad id", "b", `[{"id":"nope","type":"a","data":1}]`, nil, "ORINV", `events[0]: id "nope" is not a UUID`},
-		{"id not a string", "b", `[{"id":7,"type":"a","data":1}]`, nil, "ORINV", "events[0].id: a JSON number"},
-		{"duplicate ids", "b", `[{"id":"0190f7a2-0000-7000-8000-000000000001","type":"a","data":1},{"id":"0190F7A2-0000-7000-8000-000000000001","type":"a","data":1}]`, nil, "ORINV", "events[1].id: 0190f7a2-0000-7000-8000-000000000001 is also the id of events[0]"},
-		{"tags not a list", "b", `[{"type":"a","data":1,"tags":"x"}]`, nil, "ORINV", "events[0]: tags: a JSON string cannot be a list"},
-		{"tag not a string", "b", `[{"type":"a","data":1,"tags":["x",2]}]`, nil, "ORINV", "events[0]: tags[1]: a JSON number"},
-		{"empty tag", "b", `[{"type":"a","data":1,"tags":["x",""]}]`, nil, "ORINV", "events[0]: tags[1]: tag is empty"},
-		{"long tag", "b", `[{"type":"a","data":1,"tags":["` + strings.Repeat("t", 256) + `"]}]`, nil, "ORINV", "events[0]: tags[0]: tag is 256 bytes long, the limit is 255"},
-		{"NUL tag", "b", `[{"type":"a","data":1,"tags":["a\u0000"]}]`, nil, "ORINV", `\u0000`},
-		{"too many tags", "b", `[{"type":"a","data":1,"tags":[` + strings.Repeat(`"t",`, 64) + `"t"]}]`, nil, "ORBIG", "events[0]: tags: the event has 65 tags, the limit is 64"},
-		{"oversized event", "b", `[{"type":"a","data":"` + big + `"}]`, nil, "ORBIG", "events[0]: the encoded event is"},
-		{"bad boundary name", "Nope", `[{"type":"a","data":1}]`, nil, "ORINV", "boundary name"},
-		{"unknown boundary", "nosuch", `[{"type":"a","data":1}]`, nil, "ORNFD", `boundary "nosuch" does not exist`},
-		{"condition unknown field", "b", `[{"type":"a","data":1}]`, `{"after":0,"afer":1}`, "ORINV", `condition: unknown field "afer"`},
-		{"condition negative after", "b", `[{"type":"a","data":1}]`, `{"after":-1}`, "ORINV", "condition.after: -1"},
-		{"condition after too large", "b", `[{"type":"a","data":1}]`, `{"after":18446744073709551616}`, "ORINV", "condition.after: 18446744073709551616 is beyond"},
-		{"condition fractional after", "b", `[{"type":"a","data":1}]`, `{"after":1.5}`, "ORINV", "condition.after: 1.5"},
-		{"condition bad type", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"types":["*"]}]}}`, "ORINV", "query item 0"},
-		{"condition empty tag", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":[""]}]}}`, "ORINV", "query item 0: tag is empty"},
-		{"condition not an object", "b", `[{"type":"a","data":1}]`, `[1]`, "ORINV", "condition: a JSON array"},
-		{"condition NUL tag", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":["a\u0000"]}]}}`, "ORINV", `condition: a JSON string holds \u0000`},
-	}
-	for _, c := range cases {
+	for _, c := range invalidAppends() {
 		t.Run(c.name, func(t *testing.T) {
 			tx, err := conn.Begin(ctx)
 			if err != nil {
@@ -773,5 +732,54 @@ func TestOutboxValidatesAsTheAPI(t *testing.T) {
 	t.Logf("%v", kinds)
 	if kinds["accepted"] == 0 || kinds["ORINV"] == 0 || kinds["ORBIG"] == 0 {
 		t.Fatalf("the random appends did not cover every outcome: %v", kinds)
+	}
+}
+
+// invalidAppend is a bad append request and how the SQL functions refuse
+// it: the SQLSTATE and a part of the message.
+type invalidAppend struct {
+	name, boundary, events string
+	cond                   any
+	code, message          string
+}
+
+// invalidAppends are the API's bad-input cases, as SQL function calls.
+func invalidAppends() []invalidAppend {
+	big := strings.Repeat("x", 1<<20)
+	return []invalidAppend{
+		{"no events", "b", `[]`, nil, "ORINV", "events: the append holds no events"},
+		{"events not an array", "b", `{"type":"a","data":1}`, nil, "ORINV", "events: a JSON object cannot be a list of events"},
+		{"events null", "b", `null`, nil, "ORINV", "events: a JSON null"},
+		{"event not an object", "b", `[1]`, nil, "ORINV", "events[0]: a JSON number cannot be an event"},
+		{"unknown event field", "b", `[{"type":"a","data":1,"tag":["x"]}]`, nil, "ORINV", `events[0]: unknown field "tag"`},
+		{"duplicate key", "b", `[{"type":"a","data":1,"data":2}]`, nil, "ORINV", `duplicate key "data" in events[0]`},
+		{"no data", "b", `[{"type":"a"}]`, nil, "ORINV", "events[0]: data is missing"},
+		{"null data", "b", `[{"type":"a","data":null}]`, nil, "ORINV", "events[0]: data is missing"},
+		{"no type", "b", `[{"data":1}]`, nil, "ORINV", "events[0]: type: type is empty"},
+		{"type not a string", "b", `[{"type":1,"data":1}]`, nil, "ORINV", "events[0].type: a JSON number cannot be a string"},
+		{"invalid type", "b", `[{"type":"a b","data":1}]`, nil, "ORINV", "events[0]: type"},
+		{"wildcard type", "b", `[{"type":"a.>","data":1}]`, nil, "ORINV", "events[0]: type"},
+		{"empty token", "b", `[{"type":"a..b","data":1}]`, nil, "ORINV", "events[0]: type"},
+		{"long type", "b", `[{"type":"` + strings.Repeat("t", 256) + `","data":1}]`, nil, "ORINV", "type is 256 bytes long, the limit is 255"},
+		{"bad id", "b", `[{"id":"nope","type":"a","data":1}]`, nil, "ORINV", `events[0]: id "nope" is not a UUID`},
+		{"id not a string", "b", `[{"id":7,"type":"a","data":1}]`, nil, "ORINV", "events[0].id: a JSON number"},
+		{"duplicate ids", "b", `[{"id":"0190f7a2-0000-7000-8000-000000000001","type":"a","data":1},{"id":"0190F7A2-0000-7000-8000-000000000001","type":"a","data":1}]`, nil, "ORINV", "events[1].id: 0190f7a2-0000-7000-8000-000000000001 is also the id of events[0]"},
+		{"tags not a list", "b", `[{"type":"a","data":1,"tags":"x"}]`, nil, "ORINV", "events[0]: tags: a JSON string cannot be a list"},
+		{"tag not a string", "b", `[{"type":"a","data":1,"tags":["x",2]}]`, nil, "ORINV", "events[0]: tags[1]: a JSON number"},
+		{"empty tag", "b", `[{"type":"a","data":1,"tags":["x",""]}]`, nil, "ORINV", "events[0]: tags[1]: tag is empty"},
+		{"long tag", "b", `[{"type":"a","data":1,"tags":["` + strings.Repeat("t", 256) + `"]}]`, nil, "ORINV", "events[0]: tags[0]: tag is 256 bytes long, the limit is 255"},
+		{"NUL tag", "b", `[{"type":"a","data":1,"tags":["a\u0000"]}]`, nil, "ORINV", `\u0000`},
+		{"too many tags", "b", `[{"type":"a","data":1,"tags":[` + strings.Repeat(`"t",`, 64) + `"t"]}]`, nil, "ORBIG", "events[0]: tags: the event has 65 tags, the limit is 64"},
+		{"oversized event", "b", `[{"type":"a","data":"` + big + `"}]`, nil, "ORBIG", "events[0]: the encoded event is"},
+		{"bad boundary name", "Nope", `[{"type":"a","data":1}]`, nil, "ORINV", "boundary name"},
+		{"unknown boundary", "nosuch", `[{"type":"a","data":1}]`, nil, "ORNFD", `boundary "nosuch" does not exist`},
+		{"condition unknown field", "b", `[{"type":"a","data":1}]`, `{"after":0,"afer":1}`, "ORINV", `condition: unknown field "afer"`},
+		{"condition negative after", "b", `[{"type":"a","data":1}]`, `{"after":-1}`, "ORINV", "condition.after: -1"},
+		{"condition after too large", "b", `[{"type":"a","data":1}]`, `{"after":18446744073709551616}`, "ORINV", "condition.after: 18446744073709551616 is beyond"},
+		{"condition fractional after", "b", `[{"type":"a","data":1}]`, `{"after":1.5}`, "ORINV", "condition.after: 1.5"},
+		{"condition bad type", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"types":["*"]}]}}`, "ORINV", "query item 0"},
+		{"condition empty tag", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":[""]}]}}`, "ORINV", "query item 0: tag is empty"},
+		{"condition not an object", "b", `[{"type":"a","data":1}]`, `[1]`, "ORINV", "condition: a JSON array"},
+		{"condition NUL tag", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":["a\u0000"]}]}}`, "ORINV", `condition: a JSON string holds \u0000`},
 	}
 }
