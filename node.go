@@ -82,6 +82,8 @@ type Node struct {
 	// Hooks for tests (fault points, set through internal/testhooks);
 	// nil in production.
 	afterAck func(boundary string, last uint64)
+	// beforeMoveCommit is testhooks.Hooks.BeforeMoveCommit.
+	beforeMoveCommit func(boundary string, first, last uint64)
 	// brokenCheckpointOrder: see testhooks.Hooks.CheckpointBeforeAck.
 	brokenCheckpointOrder bool
 	wrapStore             func(backend.Store) backend.Store
@@ -181,6 +183,9 @@ type boundaryRunner struct {
 	heldElsewhere atomic.Int64
 	// metrics are the boundary's counters (nil: instrumentation off).
 	metrics *metrics.Boundary
+	// move moves the boundary's staged events into the log while this
+	// node leads (mover.go; nil: the store has none).
+	move *mover
 }
 
 // fed reports whether the boundary's stream is being fed, as a hint for
@@ -446,6 +451,9 @@ func (n *Node) startBoundaries(ctx context.Context) ([]string, error) {
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)
 	n.store.OnLeaseReleased(n.leaseReleased)
+	if m, ok := n.rawStore.(stagedMover); ok {
+		m.OnStaged(n.stagedWake)
+	}
 	for _, name := range n.cfg.Boundaries {
 		if _, err := n.createBoundary(ctx, n.store, name); err != nil {
 			return nil, fmt.Errorf("orisun: create boundary %q (ORISUN_BOUNDARIES): %w", name, err)
@@ -600,6 +608,8 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 			GroupMaxEvents: n.cfg.AppendGroupMax,
 			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
 			Logger:         n.log.With("component", "postgres"),
+
+			BeforeMoveCommit: n.beforeMoveCommit,
 		})
 		if err != nil {
 			// The store's errors say what failed (connect, migrate) but
@@ -686,6 +696,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		// would only add a hold-off to the stall.
 		r.lease.Stalled = r.stalled
 	}
+	r.move = n.newMover(name)
 	return r
 }
 
@@ -706,7 +717,9 @@ func (r *boundaryRunner) lead(ctx context.Context, l backend.Lease) error {
 	r.leading.Add(1)
 	defer r.leading.Add(-1)
 	r.metrics.Lease(metrics.LeaseAcquired)
+	stopMover := r.move.start(ctx, l)
 	err := r.pub.Run(ctx, l)
+	stopMover()
 	r.metrics.Lease(leaseEnd(ctx, err))
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
@@ -99,6 +100,7 @@ func (n *Node) measure(ctx context.Context, store backend.Store, js jetstream.Je
 			}
 		}
 	}
+	staged, stagedErr := n.measureStaged(ctx)
 	for _, b := range bs {
 		bst := BoundaryStatus{Name: b.Name, Epoch: b.Epoch}
 		var err error
@@ -107,11 +109,22 @@ func (n *Node) measure(ctx context.Context, store backend.Store, js jetstream.Je
 		} else {
 			err = n.measureStore(ctx, store, &bst)
 		}
+		if err == nil {
+			err = stagedErr
+		}
 		if err != nil {
 			bst.Error = "not measured: " + err.Error()
 			storeDown(err)
 		} else if bst.Published != bst.Head {
 			st.Settled = false
+		}
+		if s, ok := staged[b.Name]; ok {
+			// Committed staged events are committed work that is not
+			// published yet: not settled (I7).
+			fromStaged(&bst, s)
+			if s.Staged > 0 {
+				st.Settled = false
+			}
 		}
 		var drift []string
 		if n.beforeStreamMeasured != nil && st.NATS.OK {
@@ -179,6 +192,32 @@ func fromState(bst *BoundaryStatus, s backend.BoundaryState) {
 	}
 	bst.Head, bst.Published, bst.LagEvents, bst.LagSeconds = s.Boundary.Head, s.Checkpoint, s.Boundary.Head-s.Checkpoint, age
 	bst.LeaseHolder, bst.LeaseTerm, bst.LeaseExpires = s.Lease.Holder, s.Lease.Term, s.Lease.Expires
+}
+
+// measureStaged reads every boundary's staged and set-aside events
+// (orisun_enqueue) in one statement, when the store has them.
+func (n *Node) measureStaged(ctx context.Context) (map[string]postgres.StagedState, error) {
+	sm, ok := n.rawStore.(stagedMover)
+	if !ok {
+		return nil, nil
+	}
+	all, err := sm.StagedStates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]postgres.StagedState, len(all))
+	for _, s := range all {
+		out[s.Boundary] = s
+	}
+	return out, nil
+}
+
+// fromStaged fills the staging figures.
+func fromStaged(bst *BoundaryStatus, s postgres.StagedState) {
+	bst.Staged, bst.SetAside, bst.SetAsideReason = uint64(s.Staged), uint64(s.SetAside), s.Reason
+	if !s.Oldest.IsZero() {
+		bst.StagedSeconds = max(0, time.Since(s.Oldest).Seconds())
+	}
 }
 
 // measureStream reads the boundary's stream state from JetStream and
@@ -284,6 +323,7 @@ func (n *Node) localStatus(bst *BoundaryStatus) {
 			"rest when a commit wakes it, or within ORISUN_POLL_INTERVAL", cu, bst.Head)
 	}
 	bst.SubsCatchingUp, bst.SubsLive, bst.SubsFallBacks = r.catchingUp.Load(), r.live.Load(), r.fallBacks.Load()
+	bst.MoveError = r.move.moveError()
 }
 
 // runnerNames lists the boundaries this node runs a publisher for, sorted.
