@@ -24,7 +24,7 @@ var outboxLimits = event.Limits{MaxAppendEvents: 10_000, MaxAppendBytes: 32 << 2
 
 // outboxSetup opens a store on a fresh database with boundary "b" and the
 // limits recorded, and returns it with the database's URL.
-func outboxSetup(t *testing.T) (*Store, string) {
+func outboxSetup(t testing.TB) (*Store, string) {
 	t.Helper()
 	url := pgtest.URL(t)
 	s := setup(t, Config{URL: url})
@@ -580,18 +580,8 @@ func TestOutboxConcurrentWithGoAppends_I1(t *testing.T) {
 // generated in SQL, and the same events through the Go append (one caller,
 // a group of one) for comparison. Reporting only.
 func BenchmarkOutboxAppend(b *testing.B) {
-	data := `{"p":"` + strings.Repeat("x", 1000) + `"}`
 	for _, n := range []int{1, 64} {
-		var sb strings.Builder
-		sb.WriteString("[")
-		for i := range n {
-			if i > 0 {
-				sb.WriteString(",")
-			}
-			sb.WriteString(`{"type":"bench.event","data":` + data + `,"tags":["order:1"]}`)
-		}
-		sb.WriteString("]")
-		events := sb.String()
+		events := benchEvents(n)
 		b.Run(fmt.Sprintf("sql/events=%d", n), func(b *testing.B) {
 			url := pgtest.URL(b)
 			s := setup(b, Config{URL: url})

@@ -516,7 +516,9 @@ $fn$;
 -- a takeover waits for this transaction and a stale holder moves nothing
 -- (ORLST). It takes the head row as an append does, then at most lim
 -- events (whole calls; a call larger than lim alone) in the order of the
--- calls, skipping rows another transaction has locked. Each event whose id
+-- calls, skipping rows another transaction has locked (SKIP LOCKED; rows
+-- of transactions still open are not visible at all, so they never hold
+-- the mover back). Each event whose id
 -- is not in the log gets the next position; one stored with the same
 -- content is dropped as a retry; one stored with other content is set
 -- aside with the reason. All of them leave orisun_staged in the same
@@ -560,16 +562,19 @@ BEGIN
     -- was granted (READ COMMITTED). Rows of transactions still open are
     -- not seen at all; SKIP LOCKED passes rows another mover holds.
     SELECT array_agg(sg.seq ORDER BY sg.call, sg.seq), array_agg(sg.call ORDER BY sg.call, sg.seq) INTO seqs, calls
-    FROM (SELECT s.seq, s.call FROM orisun_staged s WHERE s.boundary = b ORDER BY s.call, s.seq LIMIT lim
+    FROM (SELECT s.seq, s.call FROM orisun_staged s WHERE s.boundary = b ORDER BY s.call, s.seq LIMIT lim + 1
           FOR UPDATE SKIP LOCKED) sg;
     IF seqs IS NULL THEN
         RETURN;
     END IF;
-    IF cardinality(seqs) = lim THEN
+    -- One row beyond the batch says whether its last call goes on.
+    IF cardinality(seqs) > lim THEN
         more := true;
-        IF calls[1] <> calls[lim] THEN
-            -- Whole calls only: the last one may go on beyond the batch.
-            seqs := seqs[1 : lim - cardinality(array_positions(calls, calls[lim]))];
+        IF calls[lim + 1] <> calls[lim] THEN
+            seqs := seqs[1 : lim];
+        ELSIF calls[1] <> calls[lim] THEN
+            -- Whole calls only: the last one goes on beyond the batch.
+            seqs := seqs[1 : lim - cardinality(array_positions(calls[1 : lim], calls[lim]))];
         ELSE
             -- A single call larger than the batch moves whole.
             SELECT array_agg(s.seq ORDER BY s.seq) INTO seqs FROM (
