@@ -697,3 +697,53 @@ func BenchmarkOutboxEnqueue(b *testing.B) {
 		})
 	}
 }
+
+// TestMoveWaitingForHeadRowHoldsNoLease: a move that waits for the head row
+// (an application transaction holds it after orisun_append) holds nothing
+// of the lease meanwhile: the holder's renewal and checkpoint write go
+// through at once, and the move completes once the transaction commits,
+// after its event. Were the lease row read FOR SHARE before the head row,
+// the renewal would wait for the application's transaction.
+func TestMoveWaitingForHeadRowHoldsNoLease(t *testing.T) {
+	t.Parallel()
+	s, url, l := enqueueSetup(t)
+	ctx := context.Background()
+	enqueueCommitted(t, pgtest.Connect(t, url), "b", typeEvents("staged", 2))
+	tx, err := pgtest.Connect(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := sqlAppend(ctx, tx, "b", typeEvents("held", 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	moved := make(chan error, 1)
+	go func() {
+		r, err := s.MoveStaged(ctx, l, 100)
+		if err == nil && (r.Moved != 2 || r.First != 2) {
+			err = fmt.Errorf("move %+v, want 2 events from position 2", r)
+		}
+		moved <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := s.RenewLease(rctx, l, time.Minute); err != nil {
+		t.Fatalf("renewal while a move waits for the head row: %v", err)
+	}
+	if err := s.SaveCheckpoint(rctx, "b", l, 0); err != nil {
+		t.Fatalf("checkpoint write while a move waits for the head row: %v", err)
+	}
+	select {
+	case err := <-moved:
+		t.Fatalf("the move returned while the head row was held: %v", err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	checkDense(t, readAll(t, s, "b"))
+}

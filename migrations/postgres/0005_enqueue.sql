@@ -501,10 +501,10 @@ END
 $fn$;
 
 -- orisun_move_staged moves the boundary's committed staged events into the
--- log, for the lease holder holder in term term only: the lease row is
--- read FOR SHARE and must name them, unexpired in the database's clock, so
--- a takeover waits for this transaction and a stale holder moves nothing
--- (ORLST). It takes the head row as an append does, then at most lim
+-- log, for the lease holder holder in term term only. It takes the head
+-- row as an append does; then the lease row, read FOR SHARE, must name
+-- them, unexpired in the database's clock, so a takeover waits for this
+-- transaction and a stale holder moves nothing (ORLST). Then at most lim
 -- events (whole calls; a call larger than lim alone) in the order of the
 -- calls, skipping rows another transaction has locked (SKIP LOCKED; rows
 -- of transactions still open are not visible at all, so they never hold
@@ -527,12 +527,20 @@ DECLARE
     h bigint;
     seqs bigint[];
     calls bigint[];
-    moved_at timestamptz := clock_timestamp();
+    moved_at timestamptz;
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         PERFORM orisun_raise('ORINV', format('lim is %s; it must be at least 1', lim));
     END IF;
     moved := 0; duplicates := 0; set_aside := 0; more := false;
+    UPDATE orisun_boundaries bd SET head = bd.head WHERE bd.name = b RETURNING bd.head INTO h;
+    IF NOT FOUND THEN
+        PERFORM orisun_raise('ORNFD', format('boundary %s does not exist', to_json(b)));
+    END IF;
+    -- The fence, after the head row: a move waiting for the head row (an
+    -- application transaction holding it after orisun_append) must not
+    -- hold the lease row meanwhile, which the holder's renewals and
+    -- checkpoint writes update.
     PERFORM 1 FROM orisun_leases l
     WHERE l.boundary = b AND l.holder = orisun_move_staged.holder AND l.term = orisun_move_staged.term
       AND l.expires_at > clock_timestamp()
@@ -542,10 +550,9 @@ BEGIN
             MESSAGE = format('boundary %s: %s does not hold the lease in term %s (expired, or another term began): it moves nothing',
                 to_json(b), to_json(orisun_move_staged.holder), orisun_move_staged.term);
     END IF;
-    UPDATE orisun_boundaries bd SET head = bd.head WHERE bd.name = b RETURNING bd.head INTO h;
-    IF NOT FOUND THEN
-        PERFORM orisun_raise('ORNFD', format('boundary %s does not exist', to_json(b)));
-    END IF;
+    -- The time of the events, taken once the head row is held: after
+    -- every event before them.
+    moved_at := clock_timestamp();
     first_position := h + 1;
     last_position := h;
     -- Every statement from here sees what committed before the head row
