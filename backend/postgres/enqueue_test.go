@@ -327,8 +327,8 @@ func TestEnqueueIdempotentByID(t *testing.T) {
 			done <- err
 			return
 		}
-		defer func() { _ = tx.Rollback(ctx) }()
 		_, err = sqlEnqueue(ctx, tx, "b", "["+ev(id2, 6)+"]")
+		_ = tx.Rollback(ctx) // before done: the test then uses conn again
 		done <- err
 	}()
 	select {
