@@ -360,12 +360,14 @@ func moverChildMain() int {
 // TestEnqueueMoverKilled_I1_I4: a real relay process moving staged events
 // is killed with SIGKILL inside a move, after its events took their
 // positions and before the commit, while application transactions keep
-// enqueuing. The move is rolled back with the process (the head is below
-// its first position), and a node started afterwards moves every
-// committed event into the log exactly once, at dense positions, and
-// relays it.
+// enqueuing; then PostgreSQL itself crashes and restarts (a server of the
+// test's own, stopped in immediate mode). The move is rolled back with the
+// process (the head is below its first position), and a node started
+// afterwards moves every committed event into the log exactly once, at
+// dense positions, and relays it.
 func TestEnqueueMoverKilled_I1_I4(t *testing.T) {
-	url := pgtest.URL(t)
+	srv := pgtest.StartServer(t)
+	url := srv.URL
 	// The database is set up (migrations, limits, boundary) by a first
 	// node, so that the enqueuers can start before the child leads.
 	boot := setup(t, "", func(c *orisun.Config) { c.Backend, c.PGURL = "postgres", url })
@@ -404,6 +406,7 @@ func TestEnqueueMoverKilled_I1_I4(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	committed := e.wait(t)
+	srv.CrashRestart(t)
 	ctx := context.Background()
 	var head int64
 	if err := pgtest.Connect(t, url).QueryRow(ctx, `SELECT head FROM orisun_boundaries WHERE name = 'default'`).Scan(&head); err != nil {
