@@ -638,6 +638,8 @@ func BenchmarkOutboxAppend(b *testing.B) {
 // or too large): 600 appends built at random from valid and invalid
 // fields, each judged by the API's decoding (unknown fields refused) and
 // event.Prepare, and by the SQL function in a transaction rolled back.
+// orisun_enqueue, called on each too, must say exactly what orisun_append
+// says (the same validation, orisun_prepare_events).
 func TestOutboxValidatesAsTheAPI(t *testing.T) {
 	t.Parallel()
 	_, url := outboxSetup(t)
@@ -699,6 +701,15 @@ func TestOutboxValidatesAsTheAPI(t *testing.T) {
 		short := body
 		if len(short) > 300 {
 			short = short[:300] + "…"
+		}
+		if tx, err = conn.Begin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, enqErr := sqlEnqueue(ctx, tx, "b", body)
+		_ = tx.Rollback(ctx)
+		if (enqErr == nil) != (sqlErr == nil) || enqErr != nil &&
+			strings.ReplaceAll(pgErr(t, enqErr).Message, "orisun_enqueue", "orisun_append") != pgErr(t, sqlErr).Message {
+			t.Fatalf("%s: orisun_append says %v, orisun_enqueue %v", short, sqlErr, enqErr)
 		}
 		switch {
 		case apiErr == nil && sqlErr == nil:
