@@ -29,7 +29,9 @@ type stagedMover interface {
 // announcement. Each move is one transaction of at most batch events,
 // fenced by the term (postgres.Store.MoveStaged); a full batch is followed
 // by the next at once. The publisher relays what it moved, woken by the
-// move's commit as by an append's.
+// move's commit as by an append's. A move is bounded by half the lease
+// TTL: once it holds the lease row (FOR SHARE), the holder's renewal waits
+// for it.
 type mover struct {
 	store    stagedMover
 	boundary string
@@ -52,7 +54,7 @@ func (n *Node) newMover(b string) *mover {
 		return nil
 	}
 	return &mover{store: m, boundary: b, batch: n.cfg.AppendGroupMax, poll: n.cfg.PollBackstop,
-		retry: n.cfg.PollInterval, timeout: max(n.cfg.LeaseTTL, 10*time.Second), log: n.log.With("component", "mover", "boundary", b),
+		retry: n.cfg.PollInterval, timeout: max(n.cfg.LeaseTTL/2, time.Second), log: n.log.With("component", "mover", "boundary", b),
 		wake: make(chan struct{}, 1)}
 }
 
