@@ -387,3 +387,87 @@ func TestAppendIdempotentRetry(t *testing.T) {
 		}
 	})
 }
+
+// hasEnqueue reports whether the database has orisun_enqueue (migration
+// 0005).
+func hasEnqueue(t *testing.T, f fixture) bool {
+	t.Helper()
+	var ok bool
+	if err := pgtest.Connect(t, f.url).QueryRow(context.Background(),
+		`SELECT to_regprocedure('orisun_enqueue(text, json)') IS NOT NULL`).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// staged returns the data of the events staged for boundary orders.
+func staged(t *testing.T, f fixture) []string {
+	t.Helper()
+	r, err := pgtest.Connect(t, f.url).Query(context.Background(),
+		`SELECT data::text FROM orisun_staged WHERE boundary = 'orders' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(r, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestEnqueueCommitRollbackRefusals: through either driver, Enqueue stages
+// the events in the application's transaction and returns their number:
+// a committed transaction's events are staged (the lease holder moves
+// them into the log, docs/outbox.md), a rolled-back one's are not, and a
+// refusal is the client's error with the function's message, nothing of
+// the transaction written.
+func TestEnqueueCommitRollbackRefusals(t *testing.T) {
+	drivers(t, func(t *testing.T, f fixture, begin func() appTx) {
+		if !hasEnqueue(t, f) {
+			t.Skip("orisun_enqueue is not installed: migration 0005 is not on this branch")
+		}
+		for i, commit := range []bool{true, false} {
+			tx := begin()
+			if err := tx.exec(`INSERT INTO orders (id, customer) VALUES ($1, 'c-7')`, i+1); err != nil {
+				t.Fatal(err)
+			}
+			n, err := tx.enqueue("orders", []event.Input{placed(i + 1), placed(i + 10)})
+			if err != nil || n != 2 {
+				t.Fatalf("enqueue: %d %v, want 2 staged", n, err)
+			}
+			if commit {
+				err = tx.commit()
+			} else {
+				err = tx.rollback()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := staged(t, f); strings.Join(got, " ") != `{"order":1} {"order":10}` {
+			t.Fatalf("staged %v, want the committed transaction's two events", got)
+		}
+		tx := begin()
+		if err := tx.exec(`INSERT INTO orders (id, customer) VALUES (3, 'c-7')`); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tx.enqueue("orders", []event.Input{placed(3), {Type: "x", Data: json.RawMessage(`1`), Tags: []string{""}}})
+		var ae *api.Error
+		if !errors.Is(err, event.ErrInvalid) || !errors.As(err, &ae) || !strings.Contains(ae.Message, "events[1]") ||
+			!strings.Contains(ae.Message, "tag is empty") {
+			t.Fatalf("an empty tag: %v (%T), want the client's invalid naming events[1] and the tag", err, err)
+		}
+		if err := tx.commit(); err == nil {
+			t.Fatal("the transaction committed after the refusal")
+		}
+		tx = begin()
+		_, err = tx.enqueue("invoices", []event.Input{placed(4)})
+		_ = tx.rollback()
+		if !errors.Is(err, event.ErrNotFound) {
+			t.Fatalf("an unknown boundary: %v, want not found", err)
+		}
+		if got, ids := staged(t, f), rows(t, f); len(got) != 2 || strings.Join(ids, ",") != "1" {
+			t.Fatalf("staged %v, orders %v after the refusals: want the first transaction's only", got, ids)
+		}
+	})
+}
