@@ -99,6 +99,11 @@ func (s *Store) writer() {
 			case <-s.closing:
 				return
 			case first = <-s.requests:
+			case l := <-s.lends:
+				// An application transaction (Transact) has the
+				// writer's connection until it ends.
+				<-l.done
+				continue
 			}
 		}
 		group := []*sqlstore.Request{first}
