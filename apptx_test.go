@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,5 +183,133 @@ func TestAppendTxCommitsOrRollsBackTogether_I1_I2(t *testing.T) {
 	}
 	if first, last := checkStream(t, n, "default"); first != 1 || last != 3 {
 		t.Fatalf("stream %d..%d, want 1..3", first, last)
+	}
+}
+
+// TestAppendTxConcurrentWithAppends_I1: application transactions (a third
+// rolled back by their own error, half of them under a condition) and the
+// node's appends, all at once on one boundary: positions 1..head dense,
+// every committed event once, the application's table holding exactly the
+// rows of the committed transactions, nothing deadlocked, and the stream
+// relays it all.
+func TestAppendTxConcurrentWithAppends_I1(t *testing.T) {
+	n := setup(t, "", nil)
+	ctx := context.Background()
+	if err := n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE app_rows (id INTEGER PRIMARY KEY)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const workers = 16
+	errRollback := errors.New("rolled back on purpose")
+	var mu sync.Mutex
+	committedTx := map[int]bool{}
+	appended := 0
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range 8 {
+				id := w*100 + i
+				var cond *orisun.Condition
+				if i%2 == 0 {
+					// A condition that holds: nothing carries this tag.
+					cond = &orisun.Condition{Query: orisun.Query{Items: []orisun.QueryItem{{Tags: []string{fmt.Sprint("none:", id)}}}}}
+				}
+				err := n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, app orisun.AppendFunc) error {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO app_rows (id) VALUES (?)`, id); err != nil {
+						return err
+					}
+					if _, err := app("default", []orisun.Input{{Type: "app", Data: json.RawMessage(fmt.Sprint(id))}}, cond); err != nil {
+						return err
+					}
+					if i%3 == 0 {
+						return errRollback
+					}
+					return nil
+				})
+				if err != nil && err != errRollback {
+					t.Error(err)
+					return
+				}
+				if err == nil {
+					mu.Lock()
+					committedTx[id] = true
+					mu.Unlock()
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range 8 {
+				var cond *orisun.Condition
+				if i%2 == 0 {
+					cond = &orisun.Condition{Query: orisun.Query{Items: []orisun.QueryItem{{Types: []string{fmt.Sprint("none", w)}}}}}
+				}
+				if _, err := n.Append(ctx, "default", events(1, "node", 16), cond); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				appended++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	st := waitSettled(t, n, 30*time.Second)
+	_, evs, err := n.Read(ctx, "default", 0, 10000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	nodeEvents := 0
+	for i, e := range evs {
+		if e.Position != uint64(i+1) {
+			t.Fatalf("event %d at position %d: not dense (I1)", i, e.Position)
+		}
+		if e.Type == "node" {
+			nodeEvents++
+			continue
+		}
+		var id int
+		if err := json.Unmarshal(e.Data, &id); err != nil || !committedTx[id] || seen[string(e.Data)] {
+			t.Fatalf("position %d holds application event %s: not of a committed transaction, or twice", e.Position, e.Data)
+		}
+		seen[string(e.Data)] = true
+	}
+	if len(seen) != len(committedTx) || nodeEvents != appended || st.Boundaries[0].Head != uint64(len(evs)) {
+		t.Fatalf("%d application events of %d committed transactions, %d node events of %d appended, head %d of %d events",
+			len(seen), len(committedTx), nodeEvents, appended, st.Boundaries[0].Head, len(evs))
+	}
+	var rows int
+	if err := n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM app_rows`).Scan(&rows)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(committedTx) {
+		t.Fatalf("%d application rows, %d committed transactions", rows, len(committedTx))
+	}
+	if first, last := checkStream(t, n, "default"); first != 1 || last != uint64(len(evs)) {
+		t.Fatalf("stream %d..%d, want 1..%d", first, last, len(evs))
+	}
+}
+
+// TestAppendTxRefusedOnPostgres: AppendTx is SQLite's; on PostgreSQL it is
+// refused, pointing to orisun_append in the application's transaction.
+func TestAppendTxRefusedOnPostgres(t *testing.T) {
+	n, _ := pgNode(t, time.Second)
+	err := n.AppendTx(context.Background(), func(context.Context, *sql.Tx, orisun.AppendFunc) error {
+		t.Error("the function ran on PostgreSQL")
+		return nil
+	})
+	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "orisun_append") {
+		t.Fatalf("AppendTx on PostgreSQL: %v, want invalid naming orisun_append", err)
 	}
 }
