@@ -135,7 +135,38 @@ func translate(op, boundary string, cond *event.Condition, err error) error {
 	return e
 }
 
-// result is the reply of orisun_append.
-func result(epoch string, first, last int64) event.AppendResult {
-	return event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(last)}
+// scanner is a row of either driver; queryRow runs a statement in the
+// caller's transaction.
+type (
+	scanner  interface{ Scan(dest ...any) error }
+	queryRow func(sql string, args ...any) scanner
+)
+
+// appendVia calls orisun_append through q.
+func appendVia(q queryRow, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
+	op := fmt.Sprintf("orisun_append to %q", boundary)
+	evs, c, err := encode(op, events, cond)
+	if err != nil {
+		return event.AppendResult{}, err
+	}
+	var epoch string
+	var first, last int64
+	if err := q(sqlAppend, boundary, evs, c).Scan(&epoch, &first, &last); err != nil {
+		return event.AppendResult{}, translate(op, boundary, cond, err)
+	}
+	return event.AppendResult{Epoch: epoch, First: uint64(first), Last: uint64(last)}, nil
+}
+
+// enqueueVia calls orisun_enqueue through q.
+func enqueueVia(q queryRow, boundary string, events []event.Input) (int, error) {
+	op := fmt.Sprintf("orisun_enqueue to %q", boundary)
+	evs, _, err := encode(op, events, nil)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if err := q(sqlEnqueue, boundary, evs).Scan(&n); err != nil {
+		return 0, translate(op, boundary, nil, err)
+	}
+	return n, nil
 }

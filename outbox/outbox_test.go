@@ -151,19 +151,25 @@ func logOf(t *testing.T, f fixture) []string {
 	return out
 }
 
+// texts returns the one text column of query's rows, read on a connection
+// of its own.
+func texts(t *testing.T, f fixture, query string) []string {
+	t.Helper()
+	r, err := pgtest.Connect(t, f.url).Query(context.Background(), query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(r, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // rows returns the ids of the application's orders.
 func rows(t *testing.T, f fixture) []string {
 	t.Helper()
-	conn := pgtest.Connect(t, f.url)
-	r, err := conn.Query(context.Background(), `SELECT id::text FROM orders ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(r, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
+	return texts(t, f, `SELECT id::text FROM orders ORDER BY id`)
 }
 
 // TestAppendCommitRollback_I1: through either driver, the application's row
@@ -403,16 +409,7 @@ func hasEnqueue(t *testing.T, f fixture) bool {
 // staged returns the data of the events staged for boundary orders.
 func staged(t *testing.T, f fixture) []string {
 	t.Helper()
-	r, err := pgtest.Connect(t, f.url).Query(context.Background(),
-		`SELECT data::text FROM orisun_staged WHERE boundary = 'orders' ORDER BY seq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(r, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return texts(t, f, `SELECT data::text FROM orisun_staged WHERE boundary = 'orders' ORDER BY seq`)
 }
 
 // TestEnqueueCommitRollbackRefusals: through either driver, Enqueue stages

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,17 +15,7 @@ import (
 // API's append, and returns what the client's Append returns. The
 // boundary's head row stays held until tx ends.
 func Append(ctx context.Context, tx pgx.Tx, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error) {
-	op := fmt.Sprintf("orisun_append to %q", boundary)
-	evs, c, err := encode(op, events, cond)
-	if err != nil {
-		return event.AppendResult{}, err
-	}
-	var epoch string
-	var first, last int64
-	if err := tx.QueryRow(ctx, sqlAppend, boundary, evs, c).Scan(&epoch, &first, &last); err != nil {
-		return event.AppendResult{}, translate(op, boundary, cond, err)
-	}
-	return result(epoch, first, last), nil
+	return appendVia(pgxQuery(ctx, tx), boundary, events, cond)
 }
 
 // Enqueue stages events for boundary in tx (orisun_enqueue) and returns
@@ -35,14 +24,9 @@ func Append(ctx context.Context, tx pgx.Tx, boundary string, events []event.Inpu
 // tx commits, the boundary's lease holder moves the events into the log
 // with the next positions, in the order it finds them committed.
 func Enqueue(ctx context.Context, tx pgx.Tx, boundary string, events []event.Input) (int, error) {
-	op := fmt.Sprintf("orisun_enqueue to %q", boundary)
-	evs, _, err := encode(op, events, nil)
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	if err := tx.QueryRow(ctx, sqlEnqueue, boundary, evs).Scan(&n); err != nil {
-		return 0, translate(op, boundary, nil, err)
-	}
-	return n, nil
+	return enqueueVia(pgxQuery(ctx, tx), boundary, events)
+}
+
+func pgxQuery(ctx context.Context, tx pgx.Tx) queryRow {
+	return func(sql string, args ...any) scanner { return tx.QueryRow(ctx, sql, args...) }
 }

@@ -61,16 +61,8 @@ func (s *Store) Transact(ctx context.Context, timeout time.Duration, prepare Pre
 		return errClosed(op)
 	}
 	l := &lend{done: make(chan struct{})}
-	s.waiting.Add(1)
-	select {
-	case s.lends <- l:
-		s.waiting.Add(-1)
-	case <-ctx.Done():
-		s.waiting.Add(-1)
-		return fmt.Errorf("sqlite: %s: waiting for the writer: %w", op, ctx.Err())
-	case <-s.closing:
-		s.waiting.Add(-1)
-		return errClosed(op)
+	if err := toWriter(s, ctx, s.lends, l, func() string { return op + ": wait for the writer" }); err != nil {
+		return err
 	}
 	defer close(l.done) // the writer goes on
 	return s.transact(ctx, timeout, prepare, fn)
