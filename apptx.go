@@ -3,6 +3,7 @@ package orisun
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/orisun-io/orisun/backend/sqlite"
@@ -34,10 +35,15 @@ type AppendFunc func(boundary string, events []Input, cond *Condition) (AppendRe
 // panic of fn (recovered, returned as an error, the node carries on) and a
 // failed append. fn must not commit or roll back tx, and must not call
 // the node's Append or AppendTx (they wait for the writer fn holds).
+// Stopping the node rolls it back at once (event.ErrClosed).
 //
 // AppendTx needs the SQLite backend; on PostgreSQL, the application's
 // transaction calls orisun_append itself (package outbox).
 func (n *Node) AppendTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx, appendEvents AppendFunc) error) error {
+	var runCtx context.Context
+	if !n.life.IfRunning(func() { runCtx = n.runCtx }) {
+		return fmt.Errorf("orisun: node not running: %w", event.ErrClosed)
+	}
 	if _, _, err := n.ready(); err != nil {
 		return err
 	}
@@ -58,7 +64,17 @@ func (n *Node) AppendTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 		}
 		return prepared, nil
 	}
-	return s.Transact(ctx, n.cfg.AppendTxTimeout, prepare, func(ctx context.Context, tx *sql.Tx, app sqlite.TxAppend) error {
+	// Stop ends the transaction at once: it holds the writer that the
+	// release of the leases, later in Stop, needs.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(runCtx, cancel)
+	defer stop()
+	err := s.Transact(ctx, n.cfg.AppendTxTimeout, prepare, func(ctx context.Context, tx *sql.Tx, app sqlite.TxAppend) error {
 		return fn(ctx, tx, AppendFunc(app))
 	})
+	if err != nil && runCtx.Err() != nil && errors.Is(err, context.Canceled) {
+		return fmt.Errorf("orisun: the node stops: %w: the application transaction was rolled back", event.ErrClosed)
+	}
+	return err
 }

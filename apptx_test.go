@@ -313,3 +313,52 @@ func TestAppendTxRefusedOnPostgres(t *testing.T) {
 		t.Fatalf("AppendTx on PostgreSQL: %v, want invalid naming orisun_append", err)
 	}
 }
+
+// TestAppendTxEndsWhenTheNodeStops: a node stopped while an application
+// transaction runs (one that waits for its context) rolls it back at once
+// and stops; AppendTx returns event.ErrClosed and nothing is written. Both
+// return within 4 s: the release of the leases in Stop needs the writer,
+// and waited out its own 5 s timeout while the transaction held it (the
+// transaction's deadline is a minute here).
+func TestAppendTxEndsWhenTheNodeStops(t *testing.T) {
+	dir := t.TempDir()
+	n := setup(t, dir, func(c *orisun.Config) { c.AppendTxTimeout = time.Minute })
+	ctx := context.Background()
+	inside := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, app orisun.AppendFunc) error {
+			if _, err := app("default", events(1, "never", 16), nil); err != nil {
+				return err
+			}
+			close(inside)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}()
+	<-inside
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Stop() }()
+	for _, c := range []struct {
+		what string
+		ch   chan error
+	}{{"AppendTx", done}, {"Stop", stopped}} {
+		select {
+		case err := <-c.ch:
+			if c.what == "AppendTx" && !errors.Is(err, event.ErrClosed) {
+				t.Fatalf("AppendTx while the node stopped: %v, want event.ErrClosed", err)
+			}
+			if c.what == "Stop" && err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s returned %s after Stop began", c.what, time.Since(start))
+		case <-time.After(4*time.Second - time.Since(start)):
+			t.Fatalf("%s did not return within 4s of Stop", c.what)
+		}
+	}
+	n2 := setup(t, dir, nil)
+	if _, evs, err := n2.Read(ctx, "default", 0, 10, nil); err != nil || len(evs) != 0 {
+		t.Fatalf("after the restart: %v %v, want no event", evs, err)
+	}
+}
