@@ -81,6 +81,12 @@ const (
 	AppendGroupDelayDefault = 200 * time.Microsecond
 	AppendGroupDelayMax     = 100 * time.Millisecond
 
+	// AppendTxTimeoutDefault bounds an application transaction on SQLite
+	// (Node.AppendTx), which holds the single writer while it runs.
+	AppendTxTimeoutDefault = 2 * time.Second
+	AppendTxTimeoutMin     = time.Millisecond
+	AppendTxTimeoutMax     = time.Minute
+
 	MaxAppendEventsDefault = 10_000
 	MaxAppendEventsMin     = 1
 	MaxAppendEventsMax     = 100_000
@@ -133,6 +139,7 @@ func Defaults() Config {
 		LeaseTTL:            LeaseTTLDefault,
 		AppendGroupMax:      AppendGroupMaxDefault,
 		AppendGroupDelay:    AppendGroupDelayDefault,
+		AppendTxTimeout:     AppendTxTimeoutDefault,
 		MaxAppendEvents:     MaxAppendEventsDefault,
 		MaxAppendBytes:      MaxAppendBytesDefault,
 		HTTPAddr:            HTTPAddrDefault,
@@ -168,6 +175,7 @@ func (c Config) withDefaults() Config {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.AppendGroupMax = cmp.Or(c.AppendGroupMax, AppendGroupMaxDefault)
 	c.AppendGroupDelay = cmp.Or(c.AppendGroupDelay, AppendGroupDelayDefault)
+	c.AppendTxTimeout = cmp.Or(c.AppendTxTimeout, AppendTxTimeoutDefault)
 	c.MaxAppendEvents = cmp.Or(c.MaxAppendEvents, MaxAppendEventsDefault)
 	c.MaxAppendBytes = cmp.Or(c.MaxAppendBytes, MaxAppendBytesDefault)
 	c.StallThreshold = cmp.Or(c.StallThreshold, StallThresholdDefault)

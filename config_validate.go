@@ -415,6 +415,7 @@ func (c Config) validateAppends(p *problems) {
 	if c.AppendGroupDelay > AppendGroupDelayMax {
 		p.add("APPEND_GROUP_DELAY", "%s is above %s (a negative value turns the wait off)", c.AppendGroupDelay, limitText(AppendGroupDelayMax))
 	}
+	inRange(p, "APPEND_TX_TIMEOUT", c.AppendTxTimeout, AppendTxTimeoutMin, AppendTxTimeoutMax)
 	inRange(p, "MAX_APPEND_EVENTS", c.MaxAppendEvents, MaxAppendEventsMin, MaxAppendEventsMax)
 	inRange(p, "MAX_APPEND_BYTES", c.MaxAppendBytes, MaxAppendBytesMin, MaxAppendBytesMax)
 }

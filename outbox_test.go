@@ -149,14 +149,13 @@ func TestOutboxNodeLimitsMustMatch(t *testing.T) {
 // publisher waits for a transaction holding the row, and after the commit
 // everything is relayed, densely, the application's event first.
 //
-// Not yet when the call was made inside a savepoint (savepoint=true, left
-// out): the row's xmax is then the savepoint's subtransaction id, which
-// pg_locks no longer lists once the savepoint is released, so Heads
-// (backend/postgres/read.go) reads the row as free and the status says
-// "caught up" while the transaction holds it (docs/outbox.md). Positions
-// stay dense either way.
+// With savepoint=true the call is made inside a savepoint that is then
+// released: the row's xmax is the savepoint's subtransaction id, which
+// pg_locks no longer lists, and the status said "caught up" while the
+// transaction held the row until the head read asked pg_xact_status
+// instead (backend/postgres/read.go, docs/outbox.md).
 func TestOutboxHeldTransactionShownInStatus_I1_I7(t *testing.T) {
-	for _, savepoint := range []bool{false} {
+	for _, savepoint := range []bool{false, true} {
 		t.Run(fmt.Sprintf("savepoint=%v", savepoint), func(t *testing.T) {
 			n, url := pgNode(t, 100*time.Millisecond)
 			ctx := context.Background()

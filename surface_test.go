@@ -28,7 +28,7 @@ const module = "github.com/orisun-io/orisun"
 
 // publicPackages are the packages an application may import, relative to
 // the module ("" is the root package). Everything else is machinery.
-var publicPackages = []string{"", "api", "checkpoint", "client", "event", "status", "stream"}
+var publicPackages = []string{"", "api", "checkpoint", "client", "event", "outbox", "status", "stream"}
 
 // machineryPrefixes are the packages a public package must neither import
 // (directly or not; the root package excepted, it runs the node) nor name
