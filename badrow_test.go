@@ -81,12 +81,7 @@ func badRows(t *testing.T, n *orisun.Node, db *rawDB, logs *logCounter) {
 	if res, err := c.Read(ctx, "default", 3, 100, nil); err != nil || len(res.Events) != 2 {
 		t.Fatalf("a read after the hole: %+v, %v; want positions 4 and 5", res, err)
 	}
-	wantSubscriptionEnds(t, "client.Subscribe", func(ctx context.Context, h event.Handler) error {
-		return c.Subscribe(ctx, "default", 0, h, client.SubscribeOptions{})
-	}, 3, 2, "position")
-	wantSubscriptionEnds(t, "Node.Subscribe", func(ctx context.Context, h event.Handler) error {
-		return n.Subscribe(ctx, "default", 0, h, orisun.SubscribeOptions{})
-	}, 3, 2, "position")
+	wantSubscriptionsEnd(t, c, n, 3, 2, "position")
 	db.exec(t, "INSERT INTO "+db.events+" SELECT * FROM saved")
 	if res, err := c.Read(ctx, "default", 0, 100, nil); err != nil || len(res.Events) != 5 {
 		t.Fatalf("read after the row was restored: %d events, %v; want 5", len(res.Events), err)
@@ -191,12 +186,7 @@ func badRows(t *testing.T, n *orisun.Node, db *rawDB, logs *logCounter) {
 	t.Logf("stalled reason: %s", s.Reason)
 	_, err = c.Read(ctx, "default", 12, 100, nil)
 	wantBadRow(t, "client.Read over the API", err, 1012, "position")
-	wantSubscriptionEnds(t, "client.Subscribe", func(ctx context.Context, h event.Handler) error {
-		return c.Subscribe(ctx, "default", 0, h, client.SubscribeOptions{})
-	}, 1012, 14, "position")
-	wantSubscriptionEnds(t, "Node.Subscribe", func(ctx context.Context, h event.Handler) error {
-		return n.Subscribe(ctx, "default", 0, h, orisun.SubscribeOptions{})
-	}, 1012, 14, "position")
+	wantSubscriptionsEnd(t, c, n, 1012, 14, "position")
 	db.exec(t, "DELETE FROM "+db.events+" WHERE boundary = 'default' AND position = 1012")
 	waitState(t, n, "default", "leading", 30*time.Second, func(b orisun.BoundaryStatus) bool { return b.Published == 14 })
 }
@@ -219,6 +209,18 @@ func wantBadRow(t *testing.T, what string, err error, pos uint64, column string)
 	case !strings.Contains(err.Error(), fmt.Sprintf("position %d", pos)):
 		t.Fatalf("%s: the message %q does not name position %d", what, err, pos)
 	}
+}
+
+// wantSubscriptionsEnd wants a subscription of the client and one of the
+// node, from 0, each to end at the bad row at pos (wantSubscriptionEnds).
+func wantSubscriptionsEnd(t *testing.T, c *client.Client, n *orisun.Node, pos, last uint64, column string) {
+	t.Helper()
+	wantSubscriptionEnds(t, "client.Subscribe", func(ctx context.Context, h event.Handler) error {
+		return c.Subscribe(ctx, "default", 0, h, client.SubscribeOptions{})
+	}, pos, last, column)
+	wantSubscriptionEnds(t, "Node.Subscribe", func(ctx context.Context, h event.Handler) error {
+		return n.Subscribe(ctx, "default", 0, h, orisun.SubscribeOptions{})
+	}, pos, last, column)
 }
 
 // wantSubscriptionEnds subscribes from 0 and wants the events 1 to last

@@ -200,27 +200,20 @@ func BenchmarkAPIPermissions(b *testing.B) {
 		}
 		defer c.Close()
 		var delivered atomic.Int64
-		live := make(chan struct{})
-		var once sync.Once
+		live := newLiveSignal()
 		ctx, cancel := context.WithCancel(context.Background())
 		subDone := make(chan error, 1)
 		go func() {
 			subDone <- c.Subscribe(ctx, "default", 0, func(context.Context, event.Event) error {
 				delivered.Add(1)
 				return nil
-			}, client.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
+			}, client.SubscribeOptions{OnCaughtUp: live.caughtUp})
 		}()
 		defer func() {
 			cancel()
 			<-subDone
 		}()
-		select {
-		case <-live:
-		case err := <-subDone:
-			b.Fatalf("the subscription ended: %v", err)
-		case <-time.After(30 * time.Second):
-			b.Fatal("the subscription did not go live")
-		}
+		live.wait(b, "the subscription", subDone)
 		start, cpu0 := appendFrom64(b, c)
 		for deadline := time.Now().Add(5 * time.Minute); delivered.Load() < int64(b.N); time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {

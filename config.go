@@ -131,10 +131,15 @@ type Config struct {
 	// more than 1 needs a shared NATS (NATSClusterName or NATSURL) with at
 	// least that many JetStream servers.
 	StreamReplicas int `envconfig:"NATS_STREAM_REPLICAS"`
-	// DisableMsgID leaves out the Nats-Msg-Id header (the event id) that
-	// lets NATS-side tools de-duplicate; the header and the server's
-	// de-duplication window cost publish throughput (see README).
-	DisableMsgID bool `envconfig:"NATS_DISABLE_MSG_ID"`
+	// MsgID gives every message the Nats-Msg-Id header (the event id), for
+	// NATS-side tools that publish or republish orisun's messages and want
+	// the server to drop a second copy. Off by default: the
+	// expected-last-sequence header already keeps duplicates and reordering
+	// out of the stream (docs/design.md I2), and the server's
+	// de-duplication map holds every id of the last two minutes in memory
+	// (about 210 bytes of heap each) and costs publish throughput
+	// (docs/performance.md, "Memory beyond the streams").
+	MsgID bool `envconfig:"NATS_MSG_ID"`
 
 	// PublishBatch is the most events the publisher reads and publishes per
 	// batch (and per checkpoint write).

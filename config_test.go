@@ -12,6 +12,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -30,7 +31,10 @@ func TestConfigDefaultsMatchREADME(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := readmeVariables(t, string(readme))
+	rows := map[string]string{} // variable: default column
+	for _, r := range testutil.ReadmeVariables(t, string(readme)) {
+		rows[r.Name] = r.Default
+	}
 	defaults := reflect.ValueOf(Defaults())
 	typ := defaults.Type()
 	seen := map[string]bool{}
@@ -87,36 +91,6 @@ func defaultText(v any) string {
 	default:
 		return fmt.Sprint(v)
 	}
-}
-
-// readmeVariables returns the rows of README.md's configuration table: the
-// variable and the text of its default column.
-func readmeVariables(t *testing.T, readme string) map[string]string {
-	t.Helper()
-	_, table, ok := strings.Cut(readme, "\n| variable | default | meaning |\n|---|---|---|\n")
-	if !ok {
-		t.Fatal("README.md has no table headed | variable | default | meaning |")
-	}
-	rows := map[string]string{}
-	for _, line := range strings.Split(table, "\n") {
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		cells := strings.SplitN(line, " | ", 3)
-		name, ok := strings.CutPrefix(cells[0], "| `")
-		if len(cells) < 3 || !ok || !strings.HasSuffix(name, "`") {
-			t.Fatalf("README.md: a row of the configuration table is not | `VARIABLE` | default | meaning |: %s", line)
-		}
-		name = strings.TrimSuffix(name, "`")
-		if _, dup := rows[name]; dup {
-			t.Errorf("README.md's configuration table has two rows for %s", name)
-		}
-		rows[name] = cells[1]
-	}
-	if len(rows) == 0 {
-		t.Fatal("README.md's configuration table has no rows")
-	}
-	return rows
 }
 
 // TestConfigWithDefaults: New fills every zero field with its default,

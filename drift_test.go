@@ -421,20 +421,10 @@ func TestForeignMessageBeyondHeadRepairedWhileIdle_I5_I7(t *testing.T) {
 	js := attacker(t, n)
 	head := appendN(t, n, 3)
 	waitSettled(t, n, 30*time.Second)
-	live := make(chan struct{})
+	live := newLiveSignal()
 	r := newRecorder(0)
-	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: func(uint64) {
-		select {
-		case <-live:
-		default:
-			close(live)
-		}
-	}})
-	select {
-	case <-live:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the subscription did not go live")
-	}
+	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: live.caughtUp})
+	live.wait(t, "the subscription", nil)
 
 	for _, body := range [][]byte{[]byte("not an event"), nil} {
 		if body == nil {

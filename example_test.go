@@ -10,6 +10,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/nodetest"
 )
 
 // An embedded node on SQLite in a directory of its own, with its NATS
@@ -78,21 +79,9 @@ func Example() {
 // that was read. An event of the order appended in between makes the
 // append fail with an *event.ConflictError; read again and decide again.
 func ExampleNode_ReadLatest() {
-	dir, err := os.MkdirTemp("", "orisun-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-
-	n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
+	n, _, stop := nodetest.Start() // a node started as in Example
+	defer stop()
 	ctx := context.Background()
-	if err := n.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer n.Stop()
 
 	order := orisun.Query{Items: []orisun.QueryItem{{Tags: []string{"order:7"}}}}
 	placed := []orisun.Input{{Type: "order.placed", Data: json.RawMessage(`{"order":7}`), Tags: []string{"order:7"}}}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -133,21 +132,14 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 	if _, err := app.Append(ctx, "default", events(5, "recipe.before", 32), nil); err != nil {
 		t.Fatalf("the application's append: %v", err)
 	}
-	live := make(chan struct{})
-	var once sync.Once
+	live := newLiveSignal()
 	rec := newRecorder(0)
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Subscribe(sctx, "default", 0, rec.handle, client.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
+		done <- app.Subscribe(sctx, "default", 0, rec.handle, client.SubscribeOptions{OnCaughtUp: live.caughtUp})
 	}()
-	select {
-	case <-live:
-	case err := <-done:
-		t.Fatalf("the application's subscription ended: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the application's subscription did not go live on the stream")
-	}
+	live.wait(t, "the application's subscription", done)
 	if _, err := app.Append(ctx, "default", events(10, "recipe.after", 32), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -12,15 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
-	"github.com/orisun-io/orisun/stream"
 )
 
 // The tests of this file run real orisun processes (the binary of
@@ -131,54 +127,12 @@ func checkpointMonitor(t *testing.T, store *postgres.Store) (stop func() uint64)
 }
 
 // streamOf reads every message of a relay's stream and checks sequence =
-// position = the store's event (I2); it returns the first and last sequence.
+// position = the store's event (I2, checkStreamMatches; the store's ids as
+// checkExactlyOnce reads them); it returns the first and last sequence.
 func streamOf(t *testing.T, r *relay, store *postgres.Store) (first, last uint64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", r.port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	s, err := js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatalf("stream of %s: %v", r.id, err)
-	}
-	info := s.CachedInfo()
-	if info.State.Msgs == 0 {
-		return info.State.FirstSeq, info.State.LastSeq
-	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := map[uint64]string{}
-	after := info.State.FirstSeq - 1
-	for after < info.State.LastSeq {
-		_, evs, err := store.Read(ctx, "default", after, 1000, nil)
-		if err != nil || len(evs) == 0 {
-			t.Fatalf("store read after %d: %v", after, err)
-		}
-		for _, e := range evs {
-			ids[e.Position] = e.ID
-		}
-		after = evs[len(evs)-1].Position
-	}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatalf("%s stream sequence %d: %v", r.id, seq, err)
-		}
-		md, _ := msg.Metadata()
-		pos := msg.Headers().Get(stream.HeaderPosition)
-		if md.Sequence.Stream != seq || pos != strconv.FormatUint(seq, 10) || msg.Headers().Get(stream.HeaderEventID) != ids[seq] {
-			t.Fatalf("I2: %s stream sequence %d (read %d) carries position %s, event %s; the store has %s",
-				r.id, seq, md.Sequence.Stream, pos, msg.Headers().Get(stream.HeaderEventID), ids[seq])
-		}
-	}
-	return info.State.FirstSeq, info.State.LastSeq
+	t.Logf("the stream of %s against the store", r.id)
+	return checkStreamMatches(t, natsConn(t, r.port), checkExactlyOnce(t, nil, readPG(t, store)))
 }
 
 func openPG(t *testing.T, url string) *postgres.Store {

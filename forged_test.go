@@ -105,8 +105,7 @@ func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
 	defer c.Close()
 	var mu sync.Mutex
 	var got []event.Event
-	live := make(chan struct{})
-	var once sync.Once
+	live := newLiveSignal()
 	sctx, scancel := context.WithCancel(ctx)
 	subDone := make(chan error, 1)
 	go func() {
@@ -115,15 +114,9 @@ func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
 			got = append(got, e)
 			mu.Unlock()
 			return nil
-		}, client.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
+		}, client.SubscribeOptions{OnCaughtUp: live.caughtUp})
 	}()
-	select {
-	case <-live:
-	case err := <-subDone:
-		t.Fatalf("the subscription ended before it went live: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the subscription did not go live")
-	}
+	live.wait(t, "the subscription", subDone)
 
 	// The attacker: a plain NATS client without credentials, over TCP.
 	errOpt, vio := natstest.Violations()
@@ -385,23 +378,18 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 	epoch := threeRealEvents(t, ctx, n)
 
 	r := newRecorder(0)
-	live := make(chan struct{})
-	var once sync.Once
+	live := newLiveSignal()
 	var mu sync.Mutex
 	var reasons []string
 	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{
-		OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) },
+		OnCaughtUp: live.caughtUp,
 		OnFellBehind: func(_ uint64, reason string) {
 			mu.Lock()
 			reasons = append(reasons, reason)
 			mu.Unlock()
 		},
 	})
-	select {
-	case <-live:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the subscription did not go live")
-	}
+	live.wait(t, "the subscription", nil)
 
 	// The foreign message takes sequence 4 before orisun publishes
 	// position 4. Only orisun's own connection may write there.

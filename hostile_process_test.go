@@ -112,11 +112,7 @@ func hostileRun(t *testing.T, url string, app, admin []nats.Option) {
 
 	// The victim: a Go client subscription, live before the attacks.
 	sub := hostileSubscribe(t, c)
-	select {
-	case <-sub.live:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the subscription did not go live")
-	}
+	sub.live.wait(t, "the subscription", nil)
 	// The steady appender.
 	batch := 0
 	// Its appends are not canceled by its halt: an append canceled in
@@ -296,7 +292,7 @@ func hostileRun(t *testing.T, url string, app, admin []nats.Option) {
 // start, its deliveries recorded.
 type hostileSub struct {
 	rec       *recorder
-	live      chan struct{}
+	live      *liveSignal
 	fallBacks atomic.Int64
 	// refused counts the fall-backs whose reason is a consumer JetStream
 	// refused.
@@ -305,13 +301,12 @@ type hostileSub struct {
 }
 
 func hostileSubscribe(t *testing.T, c *client.Client) *hostileSub {
-	s := &hostileSub{rec: newRecorder(0), live: make(chan struct{})}
+	s := &hostileSub{rec: newRecorder(0), live: newLiveSignal()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var once sync.Once
 	go func() {
 		done <- c.Subscribe(ctx, "default", 0, s.rec.handle, client.SubscribeOptions{
-			OnCaughtUp: func(uint64) { once.Do(func() { close(s.live) }) },
+			OnCaughtUp: s.live.caughtUp,
 			OnFellBehind: func(_ uint64, reason string) {
 				s.fallBacks.Add(1)
 				if strings.Contains(reason, "maximum consumers limit reached") {

@@ -23,6 +23,7 @@ import (
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/datadir"
+	"github.com/orisun-io/orisun/internal/gctune"
 	"github.com/orisun-io/orisun/internal/metrics"
 	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/internal/startstop"
@@ -116,7 +117,10 @@ type Node struct {
 	// by the store watch, and by a test's WrapStore).
 	rawStore backend.Store
 	ns       *natsembed.Server // nil with an external NATS
-	natsURL  string
+	// untune removes the embedded server's streams from the collector
+	// tuner (internal/gctune); nil with an external NATS.
+	untune  func()
+	natsURL string
 	// connect opens a connection of orisun's own: in process to the
 	// embedded server, or to the external NATS.
 	connect func(name string) (*nats.Conn, error)
@@ -573,6 +577,9 @@ func (n *Node) startNATS() error {
 		return fmt.Errorf("orisun: %w", natsStartError(err))
 	}
 	n.natsURL = n.ns.ClientURL()
+	// The memory streams are live heap: keep them out of the collector's
+	// room (docs/performance.md, "How much memory a node needs").
+	n.untune = gctune.Register(n.ns.StreamBytes, n.log.With("component", "gc"))
 	n.connect = func(name string) (*nats.Conn, error) { return n.ns.Connect(name) }
 	n.connectAPI = func(name string) (*nats.Conn, error) { return n.ns.ConnectAPI(name) }
 	return nil
@@ -673,7 +680,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		ProbeInterval: n.cfg.PollInterval,
 		CheckInterval: n.cfg.PollBackstop,
 		LeaseTTL:      n.cfg.LeaseTTL,
-		MsgID:         !n.cfg.DisableMsgID,
+		MsgID:         n.cfg.MsgID,
 		Wake:          r.wake,
 		Logger:        n.log.With("component", "publisher"),
 		AfterAck:      afterAck,
@@ -1003,6 +1010,9 @@ func (n *Node) teardown() error {
 			time.Sleep(10 * time.Millisecond)
 		}
 		n.nc.Close()
+	}
+	if n.untune != nil {
+		n.untune()
 	}
 	if n.ns != nil {
 		n.ns.Stop()

@@ -160,6 +160,31 @@ func subscribe(t testing.TB, n *orisun.Node, boundary string, after uint64, r *r
 	return stop
 }
 
+// liveSignal tells when a subscription goes live: caughtUp is its
+// OnCaughtUp, and wait waits for the first call.
+type liveSignal struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newLiveSignal() *liveSignal { return &liveSignal{ch: make(chan struct{})} }
+
+// caughtUp is the subscription's OnCaughtUp.
+func (l *liveSignal) caughtUp(uint64) { l.once.Do(func() { close(l.ch) }) }
+
+// wait fails the test unless what (a subscription) goes live within 30
+// s, and before ended (nil: not watched) gives its end.
+func (l *liveSignal) wait(t testing.TB, what string, ended <-chan error) {
+	t.Helper()
+	select {
+	case <-l.ch:
+	case err := <-ended:
+		t.Fatalf("%s ended before it went live: %v", what, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not go live within 30s", what)
+	}
+}
+
 func waitDelivered(t testing.TB, r *recorder, pos uint64, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -614,7 +639,7 @@ func BenchmarkPublishBacklog(b *testing.B) {
 func benchPublishBacklog(b *testing.B, msgID bool) {
 	hold := make(chan struct{})
 	var once sync.Once
-	n := setup(b, "", func(c *orisun.Config) { c.DisableMsgID = !msgID }, testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(string, uint64) {
+	n := setup(b, "", func(c *orisun.Config) { c.MsgID = msgID }, testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(string, uint64) {
 		once.Do(func() { <-hold })
 	}}))
 	ctx := context.Background()

@@ -19,13 +19,21 @@ import (
 // discards old messages, the configured limits (ORISUN_NATS_EVENT_STREAM_*),
 // one replica, the boundary's epoch in its metadata; and a published event
 // sits on orisun.events.<boundary>.<type> with the §6 headers, at the
-// sequence of its position.
+// sequence of its position. Nats-Msg-Id is absent by default and the event
+// id with ORISUN_NATS_MSG_ID.
 func TestStreamLayoutOnTheServer_I2(t *testing.T) {
+	for _, msgID := range []bool{false, true} {
+		t.Run("msgid="+strconv.FormatBool(msgID), func(t *testing.T) { testStreamLayout(t, msgID) })
+	}
+}
+
+func testStreamLayout(t *testing.T, msgID bool) {
 	n := setup(t, "", func(c *orisun.Config) {
 		c.Boundaries = []string{"orders"}
 		c.EventStreamMaxBytes = 8 << 20
 		c.EventStreamMaxMsgs = 5000
 		c.EventStreamMaxAge = 90 * time.Second
+		c.MsgID = msgID
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -75,8 +83,10 @@ func TestStreamLayoutOnTheServer_I2(t *testing.T) {
 		}
 		h := m.Header
 		if h.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) || h.Get(stream.HeaderEpoch) != epoch ||
-			h.Get(stream.HeaderType) != "order.placed.v2" || h.Get(stream.HeaderEventID) == "" ||
-			h.Get(nats.MsgIdHdr) != h.Get(stream.HeaderEventID) {
+			h.Get(stream.HeaderType) != "order.placed.v2" || h.Get(stream.HeaderEventID) == "" {
+			t.Errorf("message %d headers %v", seq, h)
+		}
+		if ids := h.Values(nats.MsgIdHdr); msgID && (len(ids) != 1 || ids[0] != h.Get(stream.HeaderEventID)) || !msgID && len(ids) != 0 {
 			t.Errorf("message %d headers %v", seq, h)
 		}
 		if _, err := time.Parse(time.RFC3339Nano, h.Get(stream.HeaderTime)); err != nil {

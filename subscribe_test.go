@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -90,14 +89,9 @@ func TestAppendWakesThePublisher(t *testing.T) {
 	ctx := context.Background()
 	waitSettled(t, n, 30*time.Second)
 	r := newRecorder(0)
-	live := make(chan struct{})
-	var once sync.Once
-	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: func(uint64) { once.Do(func() { close(live) }) }})
-	select {
-	case <-live:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the subscription did not go live")
-	}
+	live := newLiveSignal()
+	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: live.caughtUp})
+	live.wait(t, "the subscription", nil)
 	for i := 1; i <= 3; i++ {
 		if _, err := n.Append(ctx, "default", events(10, "woken", 32), nil); err != nil {
 			t.Fatal(err)

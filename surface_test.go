@@ -41,8 +41,10 @@ var machineryPrefixes = []string{
 }
 
 // clientRuns are the machinery packages a public package may import
-// because the client runs them: the subscription and its retry wait.
-var clientRuns = []string{"internal/serviceutil"}
+// because the client runs them: the subscription and its retry wait, and
+// the JSON check that event.Prepare and the client's request run on data
+// and metadata (it imports nothing of orisun).
+var clientRuns = []string{"internal/serviceutil", "internal/rawjson"}
 
 // machineryNamed: what no public package's exported API may name.
 var machineryNamed = append([]string{"catchup"}, machineryPrefixes...)

@@ -73,6 +73,21 @@ func head(t *testing.T, n *orisun.Node, boundary string) uint64 {
 	return b.Head
 }
 
+// wantNothingWritten fails the test unless, after what (requests that
+// were refused), the boundary default still has its one event and the
+// boundaries are still setup's two: no event written, no boundary made.
+func wantNothingWritten(t *testing.T, n *orisun.Node, nc *nats.Conn, what string) {
+	t.Helper()
+	if h := head(t, n, "default"); h != 1 {
+		t.Fatalf("head %d after %s, want 1", h, what)
+	}
+	var bs api.BoundariesReply
+	ok(t, nc, "orisun.api.boundaries", `{}`, &bs)
+	if len(bs.Boundaries) != 2 {
+		t.Fatalf("boundaries %+v after %s, want default and other only", bs.Boundaries, what)
+	}
+}
+
 func TestAppendReadThroughAPI(t *testing.T) {
 	t.Parallel()
 	n, nc := setup(t)
@@ -324,14 +339,7 @@ func TestBadRequests(t *testing.T) {
 		})
 	}
 	// Nothing was written by any of them, and the server still answers.
-	if h := head(t, n, "default"); h != 1 {
-		t.Fatalf("head %d after bad requests, want 1", h)
-	}
-	var bs api.BoundariesReply
-	ok(t, nc, "orisun.api.boundaries", `{}`, &bs)
-	if len(bs.Boundaries) != 2 {
-		t.Fatalf("boundaries %+v", bs)
-	}
+	wantNothingWritten(t, n, nc, "the bad requests")
 	ok(t, nc, "orisun.api.append.default", `{"events":[{"type":"a","data":1}]}`, &res)
 	if res.First != 2 {
 		t.Fatalf("append after bad requests: %+v", res)

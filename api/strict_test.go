@@ -93,15 +93,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 			}
 		})
 	}
-	// Nothing was written, and no boundary made.
-	if h := head(t, n, "default"); h != 1 {
-		t.Fatalf("head %d after the refused requests, want 1", h)
-	}
-	var bs api.BoundariesReply
-	ok(t, nc, "orisun.api.boundaries", `{}`, &bs)
-	if len(bs.Boundaries) != 2 {
-		t.Fatalf("boundaries %+v, want default and other only", bs.Boundaries)
-	}
+	wantNothingWritten(t, n, nc, "the refused requests")
 
 	// Duplicate keys inside data and metadata are the application's:
 	// stored as given (compacted), read back and streamed as given.

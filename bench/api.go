@@ -284,15 +284,8 @@ func (r *runner) api(ctx context.Context) (err error) {
 			err = cerr
 		}
 	}()
-	type shape struct {
-		name           string
-		callers, batch int
-	}
-	var shapes []shape
-	for _, c := range r.cfg.Callers {
-		shapes = append(shapes, shape{fmt.Sprintf("1 event per call, %d callers", c), c, 1})
-	}
-	shapes = append(shapes, shape{fmt.Sprintf("batches of %d, %d callers", apiBatch, apiBatchCallers), apiBatchCallers, apiBatch})
+	shapes := appendShapes(r.cfg.Callers,
+		appendShape{fmt.Sprintf("batches of %d, %d callers", apiBatch, apiBatchCallers), apiBatchCallers, apiBatch})
 	for i, s := range shapes {
 		boundary := fmt.Sprintf("bench_api_%d", i)
 		if _, err := r.node.CreateBoundary(ctx, boundary); err != nil {

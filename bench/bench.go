@@ -64,11 +64,11 @@ type Config struct {
 	// room for a few dozen boundaries only; the bench's default fits the
 	// scale workload's 1,000.
 	StreamMaxBytes int64
-	// DisableMsgID leaves Nats-Msg-Id out of the node's messages
-	// (ORISUN_NATS_DISABLE_MSG_ID) and out of the raw loops' (raw_relay,
-	// raw_e2e, raw_publish), to measure what the header and JetStream's
-	// de-duplication window cost.
-	DisableMsgID bool
+	// MsgID gives the node's messages Nats-Msg-Id (ORISUN_NATS_MSG_ID;
+	// off by default, as the node's) and the raw loops' (raw_relay,
+	// raw_e2e, raw_publish) too, to measure what the header and
+	// JetStream's de-duplication window cost.
+	MsgID bool
 	// ClientCommand is the command line of the api workload's client
 	// process, which runs ClientMain. Empty: this executable with
 	// arguments "bench api-client" (the orisun binary's hidden
@@ -218,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
 			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, Callers: cfg.Callers, Workloads: cfg.Only,
 			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes,
-			MsgID: !cfg.DisableMsgID},
+			MsgID: cfg.MsgID},
 	}
 	if len(r.rep.Settings.Workloads) == 0 {
 		r.rep.Settings.Workloads = Workloads
@@ -439,7 +439,7 @@ func (r *runner) startNode(ctx context.Context, backlog bool) error {
 		NodeID:     "bench",
 
 		EventStreamMaxBytes: r.cfg.StreamMaxBytes,
-		DisableMsgID:        r.cfg.DisableMsgID,
+		MsgID:               r.cfg.MsgID,
 	}
 	n, err := orisun.New(cfg, orisun.WithLogger(r.logger))
 	if err != nil {
@@ -512,6 +512,10 @@ func (r *runner) waitPublished(ctx context.Context, boundary string, want uint64
 type meter struct {
 	start  time.Time
 	cpu    time.Duration
+	gc     float64 // the collector's CPU seconds at the start
+	gcEnd  float64
+	cycles int64 // collections at the start
+	cyEnd  int64
 	peak   atomic.Int64
 	heap   atomic.Int64 // the largest live heap seen
 	stop   chan struct{}
@@ -526,6 +530,7 @@ func startMeter() *meter {
 	runtime.GC()
 	m := &meter{start: time.Now(), stop: make(chan struct{})}
 	m.cpu, _ = cpuTime()
+	m.gc, m.cycles = gcCPU()
 	m.peak.Store(rss())
 	m.heap.Store(heapLive())
 	m.wg.Add(1)
@@ -549,6 +554,7 @@ func (m *meter) finish() {
 	m.once.Do(func() {
 		m.end = time.Now()
 		m.cpuEnd, m.maxrss = cpuTime()
+		m.gcEnd, m.cyEnd = gcCPU()
 		close(m.stop)
 		m.wg.Wait()
 		m.sample()
@@ -579,13 +585,29 @@ func heapLive() int64 {
 	return int64(s[0].Value.Uint64())
 }
 
+// gcCPU is the CPU time the garbage collector has taken in this process,
+// in seconds, as the runtime estimates it, and the collections so far.
+func gcCPU() (float64, int64) {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	var secs float64
+	var cycles int64
+	if s[0].Value.Kind() == metrics.KindFloat64 {
+		secs = s[0].Value.Float64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		cycles = int64(s[1].Value.Uint64())
+	}
+	return secs, cycles
+}
+
 // row finishes the meter and returns a row of events over the wall time.
 func (m *meter) row(workload, name string, events int64, eventBytes int) Row {
 	m.finish()
 	secs := m.end.Sub(m.start).Seconds()
 	cpu := (m.cpuEnd - m.cpu).Seconds()
 	row := Row{Workload: workload, Name: name, Events: events, Seconds: secs,
-		CPUSeconds: cpu, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6, HeapLiveMB: float64(m.heap.Load()) / 1e6}
+		CPUSeconds: cpu, GCCPUSeconds: m.gcEnd - m.gc, GCCycles: m.cyEnd - m.cycles, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6, HeapLiveMB: float64(m.heap.Load()) / 1e6}
 	if secs > 0 {
 		row.EventsPerSec = float64(events) / secs
 		row.MBPerSec = float64(events) * float64(eventBytes) / 1e6 / secs

@@ -319,6 +319,7 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 	// the relay is compared with raw_relay, and also with raw_publish and
 	// raw_read; each latency row with raw_e2e at its rate.
 	rows := map[string]int{}
+	var cycles int64
 	for _, row := range rep.Rows {
 		rows[row.Workload]++
 		paced := row.Workload == "latency" || row.Workload == "api" && row.TargetRate > 0
@@ -342,6 +343,15 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 		if row.CPUSeconds < 0 || math.IsNaN(row.CPUPerSec) {
 			t.Errorf("%s %q: cpu %v s (%v per s)", row.Workload, row.Name, row.CPUSeconds, row.CPUPerSec)
 		}
+		if row.GCCycles < 0 || row.GCCPUSeconds < 0 || row.GCCPUSeconds > row.CPUSeconds+1 {
+			t.Errorf("%s %q: %d collections, %v gc cpu s of %v", row.Workload, row.Name, row.GCCycles, row.GCCPUSeconds, row.CPUSeconds)
+		}
+		cycles += row.GCCycles
+	}
+	// A small row may allocate less than the collector's goal, but the
+	// relay of the backlog does not.
+	if cycles == 0 {
+		t.Error("no collection in any row: the gc columns measure nothing")
 	}
 	for _, row := range rep.Rows {
 		if row.Workload == "relay" {

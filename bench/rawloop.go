@@ -245,7 +245,7 @@ func (r *runner) rawRelay(ctx context.Context, s backend.Store, raw *rawServer, 
 	if err := ck.add(ctx, relayBoundary); err != nil {
 		return err
 	}
-	loop := &rawLoop{store: s, js: raw.js, boundary: relayBoundary, msgID: !r.cfg.DisableMsgID, ck: ck}
+	loop := &rawLoop{store: s, js: raw.js, boundary: relayBoundary, msgID: r.cfg.MsgID, ck: ck}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := r.watchdog(sctx, cancel, "raw relay", loop.checkpoint.Load)
@@ -262,7 +262,7 @@ func (r *runner) rawRelay(ctx context.Context, s backend.Store, raw *rawServer, 
 	row.StreamBytes = streamBytes(ctx, raw.js)
 	row.Note = fmt.Sprintf("Store.Read of %d after the checkpoint, PublishMsgAsync of each (stream.Message, Nats-Msg-Id %v, expected last sequence; "+
 		"PublishAsyncMaxPending at the client's default), every acknowledgement awaited, the checkpoint one UPDATE of a table of its own; "+
-		"a NATS server of its own with the node's settings", rawPage, !r.cfg.DisableMsgID)
+		"a NATS server of its own with the node's settings", rawPage, r.cfg.MsgID)
 	r.rep.Limits = append(r.rep.Limits, row)
 	r.rep.check("raw relay published = backlog", int64(r.cfg.Events), int64(loop.checkpoint.Load()))
 	return nil
@@ -333,7 +333,7 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 		return err
 	}
 	defer closeRaw()
-	loop := &rawLoop{store: s, js: raw.js, boundary: boundary, msgID: !r.cfg.DisableMsgID, ck: ck}
+	loop := &rawLoop{store: s, js: raw.js, boundary: boundary, msgID: r.cfg.MsgID, ck: ck}
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := r.watchdog(lctx, cancel, "raw e2e", loop.checkpoint.Load)

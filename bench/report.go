@@ -49,7 +49,7 @@ type Settings struct {
 	PublishBatch    int           `json:"publish_batch"`
 	StreamMaxBytes  int64         `json:"stream_max_bytes"`
 	// MsgID is whether messages carry Nats-Msg-Id (the node's
-	// ORISUN_NATS_DISABLE_MSG_ID negated; the raw loops follow it).
+	// ORISUN_NATS_MSG_ID; the raw loops follow it).
 	MsgID bool `json:"msg_id"`
 }
 
@@ -83,6 +83,13 @@ type Row struct {
 	// CPUPerSec the same per wall second (cores busy).
 	CPUSeconds float64 `json:"cpu_s"`
 	CPUPerSec  float64 `json:"cpu_per_s"`
+	// GCCPUSeconds is the part of CPUSeconds the Go garbage collector
+	// took, as the runtime estimates it (/cpu/classes/gc/total:cpu-seconds,
+	// the time its workers and pauses held a processor), and GCCycles how
+	// many collections ran: the count depends on what was allocated and
+	// on the collector's goal, not on what else runs on the machine.
+	GCCPUSeconds float64 `json:"gc_cpu_s"`
+	GCCycles     int64   `json:"gc_cycles"`
 	// RSSMB is the largest resident set sampled during the workload,
 	// MaxRSSMB the process's peak so far (getrusage maxrss). In the api
 	// rows the process is the node's alone: the client is another one.
@@ -175,7 +182,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Settings.Events, r.Settings.EventBytes, r.Settings.AppendDuration, r.Settings.LatencyDuration,
 		r.Settings.PublishBatch, r.Settings.PublishWindow, r.Settings.StreamMaxBytes, msgID)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tcores\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
+	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tgc s\tcores\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
 	write := func(title string, rows []Row) {
 		fmt.Fprintf(tw, "%s\n", title)
 		fmt.Fprint(tw, head)
@@ -184,9 +191,9 @@ func (r *Report) WriteText(w io.Writer) error {
 				x.Name += " (target not reached)"
 			}
 			streams := float64(x.StreamBytes) / 1e6
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
 				x.Workload, x.Name, x.Events, x.Seconds, num(x.EventsPerSec, 0), num(x.MBPerSec, 1),
-				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.CPUPerSec, x.RSSMB,
+				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.GCCPUSeconds, x.CPUPerSec, x.RSSMB,
 				num(x.HeapLiveMB, 0), streams, x.RSSMB-streams, x.Limit, ratio(x.Ratio))
 		}
 		fmt.Fprintln(tw)

@@ -54,7 +54,7 @@ func (r *runner) rawPublish(ctx context.Context) error {
 	}
 	subject := stream.Subject(name, proto.Type)
 	ts := proto.Time.Format(time.RFC3339Nano)
-	msgID := !cfg.DisableMsgID
+	msgID := cfg.MsgID
 	futures := make([]jetstream.PubAckFuture, window)
 	var acked int64
 	await := func(f jetstream.PubAckFuture, pos uint64) error {
@@ -177,18 +177,27 @@ func (r *runner) catchup(ctx context.Context) error {
 	return nil
 }
 
+// appendShape is a row of an append workload: its name, its callers and
+// the events of each of their calls.
+type appendShape struct {
+	name           string
+	callers, batch int
+}
+
+// appendShapes are the rows of an append workload (appends, and the api
+// workload's): one event per call at each count of callers, then batch.
+func appendShapes(callers []int, batch appendShape) []appendShape {
+	var shapes []appendShape
+	for _, c := range callers {
+		shapes = append(shapes, appendShape{fmt.Sprintf("1 event per call, %d callers", c), c, 1})
+	}
+	return append(shapes, batch)
+}
+
 // appends runs the single-event rows at each caller count, then batches of
 // 100 from one caller, each on a fresh boundary for the append duration.
 func (r *runner) appends(ctx context.Context) error {
-	type shape struct {
-		name           string
-		callers, batch int
-	}
-	var shapes []shape
-	for _, c := range r.cfg.Callers {
-		shapes = append(shapes, shape{fmt.Sprintf("1 event per call, %d callers", c), c, 1})
-	}
-	shapes = append(shapes, shape{"batches of 100, 1 caller", 1, 100})
+	shapes := appendShapes(r.cfg.Callers, appendShape{"batches of 100, 1 caller", 1, 100})
 	for i, s := range shapes {
 		boundary := fmt.Sprintf("bench_append_%d", i)
 		if _, err := r.node.CreateBoundary(ctx, boundary); err != nil {

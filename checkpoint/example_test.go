@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"path/filepath"
 
 	_ "modernc.org/sqlite"
@@ -15,26 +14,16 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/checkpoint"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/nodetest"
 )
 
 // A projection that counts events per type in SQLite, its checkpoint saved
 // in the same transaction as each count. Run twice, it resumes where it
 // stopped and applies nothing twice.
 func Example() {
-	dir, err := os.MkdirTemp("", "orisun-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	n, err := orisun.New(orisun.Config{DataDir: filepath.Join(dir, "node"), NATSPort: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
+	n, dir, stop := nodetest.Start() // the projection's database goes in dir too
+	defer stop()
 	ctx := context.Background()
-	if err := n.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer n.Stop()
 
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "projection.db")+"?_pragma=busy_timeout(5000)")
 	if err != nil {

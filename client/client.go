@@ -183,6 +183,12 @@ func (c *Client) request(ctx context.Context, subject string, req, v any) error 
 	if err != nil {
 		return fmt.Errorf("encode request for %s: %w", subject, err)
 	}
+	return c.send(ctx, subject, body, v)
+}
+
+// send sends the encoded request body and decodes the reply into v, as
+// request does.
+func (c *Client) send(ctx context.Context, subject string, body []byte, v any) error {
 	// A request over the server's max payload never reaches orisun: NATS
 	// refuses it, and its "maximum payload exceeded" would read like a
 	// transport failure. Say what is too large and what the limit is.
@@ -246,27 +252,16 @@ func (c *Client) Append(ctx context.Context, boundary string, events []event.Inp
 		return res, err
 	}
 	subject := api.AppendSubject(boundary)
-	err := c.request(ctx, subject, api.AppendRequest{Events: events, Condition: cond}, &res)
+	body, err := encodeAppend(events, cond)
+	if err != nil {
+		return res, err
+	}
+	err = c.send(ctx, subject, body, &res)
 	if err == nil {
 		if err := c.checkAppend(subject, boundary, events, &res); err != nil {
 			return event.AppendResult{}, err
 		}
 		return res, nil
-	}
-	var encodeErr *json.MarshalerError
-	if errors.As(err, &encodeErr) {
-		// Data and metadata travel as JSON values inside the request: one
-		// that is not JSON cannot be encoded, and encoding/json's error
-		// names neither the event nor the field. Looked for only then, so
-		// a good append scans its events once.
-		for i := range events {
-			if len(events[i].Data) > 0 && !json.Valid(events[i].Data) {
-				return res, fmt.Errorf("%w: events[%d]: data is not valid JSON", event.ErrInvalid, i)
-			}
-			if len(events[i].Metadata) > 0 && !json.Valid(events[i].Metadata) {
-				return res, fmt.Errorf("%w: events[%d]: metadata is not valid JSON", event.ErrInvalid, i)
-			}
-		}
 	}
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.Conflict != nil && cond != nil {

@@ -6,31 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 
-	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/nodetest"
 )
 
 // A client of a node's NATS API. The node runs in this process only so that
 // the example has one to talk to; an application would connect to the URL
 // of a running orisun instead.
 func Example() {
-	dir, err := os.MkdirTemp("", "orisun-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
+	n, _, stop := nodetest.Start()
+	defer stop()
 	ctx := context.Background()
-	if err := n.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer n.Stop()
 
 	c, err := client.Connect(n.NATSURL(), client.Name("example"))
 	if err != nil {

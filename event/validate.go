@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/orisun-io/orisun/internal/rawjson"
 )
 
 // Limits of one event and one append. Every limit is checked before anything
@@ -162,7 +164,9 @@ func NewID() string {
 
 // Prepare validates an append and returns its events normalised: ids given
 // or generated (canonical lower case), JSON compacted, "null" metadata
-// dropped, nil tags made empty. Input is not modified. The error names the
+// dropped, nil tags made empty. Input is not modified; data and metadata
+// that are compact already are the input's bytes, not copies (the caller
+// keeps them unchanged until the append returns). The error names the
 // event (by index) and the field, and wraps ErrInvalid or ErrTooLarge.
 func Prepare(boundary string, in []Input, lim Limits) ([]Input, error) {
 	if err := ValidateBoundaryName(boundary); err != nil {
@@ -260,8 +264,13 @@ func compactJSON(field string, raw json.RawMessage, required bool) (json.RawMess
 		}
 		return nil, nil
 	}
-	// Compact validates as it goes (the scanner of json.Valid): one pass,
-	// not two. The data of every append goes through here.
+	// The data of every append goes through here. Bytes that are valid
+	// and already compact (what clients send) are kept as they are: one
+	// pass of rawjson, no copy (issue 22). Anything else goes through
+	// json.Compact, which compacts, or names what is wrong.
+	if valid, compact := rawjson.Check(trimmed); valid && compact {
+		return trimmed[:len(trimmed):len(trimmed)], nil
+	}
 	var buf bytes.Buffer
 	buf.Grow(len(trimmed))
 	if err := json.Compact(&buf, trimmed); err != nil {
@@ -284,8 +293,10 @@ func truncate(s string) string {
 
 // Equal reports whether a stored event has the content of an input: the
 // test of an idempotent retry (docs/design.md §3). Both must be normalised.
+// Data and metadata are the same when their bytes are, or when they differ
+// only in the HTML escaping of encoding/json (see sameJSON).
 func (in *Input) Equal(e *Event) bool {
-	if in.ID != e.ID || in.Type != e.Type || !bytes.Equal(in.Data, e.Data) || !bytes.Equal(in.Metadata, e.Metadata) {
+	if in.ID != e.ID || in.Type != e.Type || !sameJSON(in.Data, e.Data) || !sameJSON(in.Metadata, e.Metadata) {
 		return false
 	}
 	if len(in.Tags) != len(e.Tags) {
@@ -297,4 +308,20 @@ func (in *Input) Equal(e *Event) bool {
 		}
 	}
 	return true
+}
+
+// sameJSON reports whether two compact JSON values are the same bytes, or
+// the same once `<`, `>`, `&`, U+2028 and U+2029 in their strings are
+// written as encoding/json's HTML escaping writes them (\u003c, …): the
+// same value. The Go client escaped them before it sent data as given
+// (issue 22), so an event it stored then and a retry of it sent now, or
+// by any other client, differ in those bytes only.
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var x, y bytes.Buffer
+	json.HTMLEscape(&x, a)
+	json.HTMLEscape(&y, b)
+	return bytes.Equal(x.Bytes(), y.Bytes())
 }

@@ -2,7 +2,6 @@ package natsembed_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -16,28 +15,11 @@ import (
 	"github.com/orisun-io/orisun/natsembed"
 )
 
-// startServer starts an embedded server with cfg on a random port and a
-// store directory of the test's, and stops it when the test ends.
-func startServer(t *testing.T, cfg natsembed.Config) *natsembed.Server {
-	t.Helper()
-	cfg.Port = -1
-	cfg.StoreDir = t.TempDir()
-	s, err := natsembed.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return s
-}
-
 // TestAuthRefusesStrangers_S13: with a user and password, a client without
 // credentials and one with a wrong password cannot connect; the right ones
 // can; orisun's own in-process connection can.
 func TestAuthRefusesStrangers_S13(t *testing.T) {
-	s := startServer(t, natsembed.Config{Auth: &natsembed.Auth{User: "app", Password: "s3cret-pass"}})
+	s := natstest.Server(t, natsembed.Config{Auth: &natsembed.Auth{User: "app", Password: "s3cret-pass"}})
 	for name, opts := range map[string][]nats.Option{
 		"no credentials": nil,
 		"wrong password": {nats.UserInfo("app", "wrong")},
@@ -48,14 +30,7 @@ func TestAuthRefusesStrangers_S13(t *testing.T) {
 		"internal user over TCP": {nats.UserInfo(natsembed.InternalUser, "guess")},
 		"API user over TCP":      {nats.UserInfo(natsembed.APIUser, "guess")},
 	} {
-		nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
-		if err == nil {
-			nc.Close()
-			t.Fatalf("%s: connected", name)
-		}
-		if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
-			t.Fatalf("%s: %v, want an authorization violation", name, err)
-		}
+		natstest.Refused(t, s.ClientURL(), name, opts...)
 	}
 	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("app", "s3cret-pass"))
 	if err != nil {
@@ -75,7 +50,7 @@ func TestAuthRefusesStrangers_S13(t *testing.T) {
 // without authorization), both as the application principal; orisun's own
 // user names are refused over TCP; the in-process connections work.
 func TestNoCredentialsIsTheApplication_S13(t *testing.T) {
-	s := startServer(t, natsembed.Config{})
+	s := natstest.Server(t, natsembed.Config{})
 	for name, opts := range map[string][]nats.Option{
 		"no credentials":      nil,
 		"unknown credentials": {nats.UserInfo("someone", "something")},
@@ -91,14 +66,7 @@ func TestNoCredentialsIsTheApplication_S13(t *testing.T) {
 		"internal user over TCP": {nats.UserInfo(natsembed.InternalUser, "guess")},
 		"API user over TCP":      {nats.UserInfo(natsembed.APIUser, "guess")},
 	} {
-		nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
-		if err == nil {
-			nc.Close()
-			t.Fatalf("%s: connected", name)
-		}
-		if !errors.Is(err, nats.ErrAuthorization) {
-			t.Fatalf("%s: %v, want an authorization violation", name, err)
-		}
+		natstest.Refused(t, s.ClientURL(), name, opts...)
 	}
 	for _, connect := range []func(string, ...nats.Option) (*nats.Conn, error){s.Connect, s.ConnectAPI} {
 		in, err := connect("orisun")
@@ -129,7 +97,7 @@ func TestAppUserPermissions_S13(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			checkAppPermissions(t, startServer(t, natsembed.Config{Auth: mode.auth}), mode.opts)
+			checkAppPermissions(t, natstest.Server(t, natsembed.Config{Auth: mode.auth}), mode.opts)
 		})
 	}
 }
@@ -258,7 +226,7 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 // refused, TestAppUserPermissions_S13); if this test ever fails, NATS has
 // closed the hole, and the subscription could be allowed.
 func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
-	s := startServer(t, natsembed.Config{})
+	s := natstest.Server(t, natsembed.Config{})
 	in, err := s.Connect("orisun")
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +288,7 @@ func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
 // CA for client certificates, a client without one is refused.
 func TestTLS_S13(t *testing.T) {
 	certs := testcert.Write(t, t.TempDir())
-	s := startServer(t, natsembed.Config{TLS: &natsembed.TLS{CertFile: certs.Cert, KeyFile: certs.Key}})
+	s := natstest.Server(t, natsembed.Config{TLS: &natsembed.TLS{CertFile: certs.Cert, KeyFile: certs.Key}})
 	if !strings.HasPrefix(s.ClientURL(), "tls://127.0.0.1:") {
 		t.Fatalf("URL %s, want tls:// on loopback", s.ClientURL())
 	}
@@ -343,7 +311,7 @@ func TestTLS_S13(t *testing.T) {
 	}
 	in.Close()
 
-	mtls := startServer(t, natsembed.Config{
+	mtls := natstest.Server(t, natsembed.Config{
 		TLS:  &natsembed.TLS{CertFile: certs.Cert, KeyFile: certs.Key, CAFile: certs.CA},
 		Auth: &natsembed.Auth{User: "app", Password: "pw-123456"},
 	})
@@ -422,7 +390,7 @@ func TestBoundaryCreationIsTheAdmins_S13(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, mode.cfg)
+			s := natstest.Server(t, mode.cfg)
 			in, err := s.Connect("orisun")
 			if err != nil {
 				t.Fatal(err)
@@ -460,14 +428,7 @@ func TestBoundaryCreationIsTheAdmins_S13(t *testing.T) {
 				}
 			}
 			for _, creds := range mode.refused {
-				nc, err := nats.Connect(s.ClientURL(), append(append([]nats.Option{}, creds...), nats.MaxReconnects(0))...)
-				if err == nil {
-					nc.Close()
-					t.Fatal("a client with wrong admin credentials connected")
-				}
-				if !errors.Is(err, nats.ErrAuthorization) {
-					t.Fatalf("wrong admin credentials: %v, want an authorization violation", err)
-				}
+				natstest.Refused(t, s.ClientURL(), "a client with wrong admin credentials", creds...)
 			}
 		})
 	}

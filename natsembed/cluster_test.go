@@ -30,7 +30,7 @@ func TestClusterRouteAuthAndTLS(t *testing.T) {
 	}
 	tlsCfg := &natsembed.TLS{CertFile: certs.PeerCert, KeyFile: certs.PeerKey, CAFile: certs.CA}
 	start := func(i int, password string) *natsembed.Server {
-		return startServer(t, natsembed.Config{
+		return natstest.Server(t, natsembed.Config{
 			ServerName: fmt.Sprintf("n%d", i),
 			Cluster: &natsembed.Cluster{
 				Name: "c", Port: ports[i], Routes: routes,

@@ -1,15 +1,12 @@
 package natsembed_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
@@ -18,12 +15,12 @@ import (
 
 // TestMonitor: with Monitor set, the server's own monitoring endpoint
 // answers on loopback (an empty host) what prometheus-nats-exporter and
-// nats-top read: /varz with the server's name and
-// JetStream on, /jsz counting the streams and messages the server holds;
-// without it there is no endpoint.
+// nats-top read: /varz with the server's name and JetStream on, /jsz
+// counting the streams and messages the server holds (startWithStream's
+// one stream of three messages); without it there is no endpoint.
 func TestMonitor(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, natsembed.Config{ServerName: "monitored", Monitor: &natsembed.Monitor{Port: -1}})
+	s, _ := startWithStream(t, natsembed.Config{ServerName: "monitored", Monitor: &natsembed.Monitor{Port: -1}})
 	base := s.MonitorURL()
 	if !strings.HasPrefix(base, "http://127.0.0.1:") {
 		t.Fatalf("MonitorURL = %q, want loopback", base)
@@ -41,23 +38,6 @@ func TestMonitor(t *testing.T) {
 		t.Fatalf("/varz: server_name %q, jetstream config %v; want monitored with JetStream on", varz.ServerName, varz.JetStream.Config)
 	}
 
-	nc, err := s.Connect("t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js := natstest.JetStream(t, nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORISUN_x", Subjects: []string{"orisun.events.x.>"},
-		Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := js.Publish(ctx, "orisun.events.x.t", []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var jsz struct {
 		Streams  int    `json:"streams"`
 		Messages uint64 `json:"messages"`
@@ -67,7 +47,7 @@ func TestMonitor(t *testing.T) {
 		t.Fatalf("/jsz: %d streams, %d messages; want 1 and 3", jsz.Streams, jsz.Messages)
 	}
 
-	off := startServer(t, natsembed.Config{})
+	off := natstest.Server(t, natsembed.Config{})
 	if u := off.MonitorURL(); u != "" {
 		t.Fatalf("MonitorURL without Monitor = %q, want none", u)
 	}

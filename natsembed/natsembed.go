@@ -384,6 +384,23 @@ func (s *Server) Memory() (budget, reserved int64, streams int, err error) {
 	return cfg.MaxMemory, int64(u.ReservedMemory), u.Streams, nil
 }
 
+// StreamBytes is what this server's memory streams hold, in bytes (0 when
+// it is not started or JetStream is off): the part of the process's heap
+// that internal/gctune keeps out of the collector's room.
+func (s *Server) StreamBytes() int64 {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns == nil {
+		return 0
+	}
+	v, err := ns.Varz(nil)
+	if err != nil || v.JetStream.Stats == nil {
+		return 0
+	}
+	return int64(v.JetStream.Stats.Memory)
+}
+
 // JetStreamClusterSize is the size of the JetStream cluster this server is
 // in (the servers of its meta group, configured or since joined) and
 // whether the group knows its leader, which means this server applied the

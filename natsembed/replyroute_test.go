@@ -21,7 +21,7 @@ import (
 // The control shows each request is answered, on a reply subject the test
 // reads, so a stream left alone is not a request that never ran.
 func TestReplyAimedAtJetStreamAPIActsOnNothing_S13(t *testing.T) {
-	s := startServer(t, natsembed.Config{})
+	s := natstest.Server(t, natsembed.Config{})
 	orisun, err := s.Connect("orisun")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package natsembed_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"regexp"
@@ -25,7 +24,7 @@ const sysUser, sysPassword = "operator", "sys-s3cret"
 // orisun's holding three events, as a node's would.
 func startWithStream(t *testing.T, cfg natsembed.Config) (*natsembed.Server, jetstream.Stream) {
 	t.Helper()
-	s := startServer(t, cfg)
+	s := natstest.Server(t, cfg)
 	nc, err := s.Connect("orisun")
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +204,7 @@ func TestSystemAccountIsTheSystemUsers_S13(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, tc.cfg)
+			s := natstest.Server(t, tc.cfg)
 			vopt, violations := natstest.Violations()
 			nc := natstest.Connect(t, s.ClientURL(), append(tc.opts, vopt)...)
 			for _, subj := range []string{"$SYS.REQ.SERVER.PING", "$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.SERVER.PING.JSZ"} {
@@ -218,14 +217,7 @@ func TestSystemAccountIsTheSystemUsers_S13(t *testing.T) {
 				"wrong password": {nats.UserInfo(sysUser, "wrong")},
 				"no password":    {nats.UserInfo(sysUser, "")},
 			} {
-				c, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
-				if err == nil {
-					c.Close()
-					t.Fatalf("%s: connected", what)
-				}
-				if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
-					t.Fatalf("%s: %v, want an authorization violation", what, err)
-				}
+				natstest.Refused(t, s.ClientURL(), what, opts...)
 			}
 		})
 	}

@@ -294,14 +294,11 @@ type run struct {
 	drifting, putBackRefused bool
 	// limitsHold is the wait of the consumer limits' put-back, which
 	// runs apart (putBackConsumerLimits).
-	limitsHold limitsHold
+	limitsHold putBackHold
 	// putBacks are the times of this run's put-backs within putBackWindow;
-	// the next waits until putBackAt (for putBackWhy), after a wait of
-	// putBackWait (see putBackHeld).
+	// putBackHold is when the next may run (see putBackHeld).
 	putBacks    []time.Time
-	putBackAt   time.Time
-	putBackWait time.Duration
-	putBackWhy  string
+	putBackHold putBackHold
 	// probed is when the head row was last probed, lastReason what the
 	// probe said.
 	probed     time.Time

@@ -552,7 +552,7 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		cancel()
 		if err != nil {
 			r.putBackRefused = true
-			r.holdPutBack("JetStream refused to put it back: " + err.Error())
+			r.putBackHold.hold("JetStream refused to put it back: " + err.Error())
 			w := what + "; " + r.putBackHeld(false)
 			if force {
 				// A sync puts it back whatever the wait; one runs every
@@ -564,7 +564,7 @@ func (r *run) applyConfig(ctx context.Context, info *jetstream.StreamInfo, want 
 		}
 		have = si.CachedInfo().Config
 		if n := r.notePutBack(); n >= putBackBurst {
-			r.holdPutBack(fmt.Sprintf("put back %d times within %s: something keeps changing it (a NATS controller "+
+			r.putBackHold.hold(fmt.Sprintf("put back %d times within %s: something keeps changing it (a NATS controller "+
 				"that owns the stream, or an operator's script?)", n, putBackWindow))
 			w := what + "; " + r.putBackHeld(false)
 			warnings = append(warnings, w)
@@ -681,25 +681,28 @@ func (r *run) putBackConsumerLimits(ctx context.Context, have, want jetstream.St
 	return si.CachedInfo().Config, "", nil
 }
 
-// limitsHold is when the consumer limits may be put back next, and why
-// they wait (see putBackConsumerLimits).
-type limitsHold struct {
+// putBackHold is when a put-back may run next, and why it waits: the
+// drifted settings' (run.putBackHeld) and, apart, the consumer limits'
+// (putBackConsumerLimits).
+type putBackHold struct {
 	at   time.Time
 	wait time.Duration
 	why  string
 }
 
-// held says why and for how long the next put-back waits, or "".
-func (h *limitsHold) held() string {
+// held says why and for how long the next put-back waits, or "" when it
+// may run now.
+func (h *putBackHold) held() string {
 	if !time.Now().Before(h.at) {
 		return ""
 	}
+	// Whole seconds, rounded up: "in 0s" would read as "now".
 	in := (time.Until(h.at) + time.Second - 1).Truncate(time.Second)
 	return fmt.Sprintf("%s; the next put-back is in %s", h.why, in)
 }
 
 // hold makes the next put-back wait longer than the last.
-func (h *limitsHold) hold(why string) {
+func (h *putBackHold) hold(why string) {
 	h.wait = min(max(2*h.wait, time.Second), putBackMaxWait)
 	h.at = time.Now().Add(h.wait)
 	h.why = why
@@ -734,19 +737,10 @@ const (
 // failed or the stream is not as the run left it, and the publisher cannot
 // go on with the drift.
 func (r *run) putBackHeld(force bool) string {
-	if force || !time.Now().Before(r.putBackAt) {
+	if force {
 		return ""
 	}
-	// Whole seconds, rounded up: "in 0s" would read as "now".
-	in := (time.Until(r.putBackAt) + time.Second - 1).Truncate(time.Second)
-	return fmt.Sprintf("%s; the next put-back is in %s", r.putBackWhy, in)
-}
-
-// holdPutBack makes the next put-back wait, longer than the last wait.
-func (r *run) holdPutBack(why string) {
-	r.putBackWait = min(max(2*r.putBackWait, time.Second), putBackMaxWait)
-	r.putBackAt = time.Now().Add(r.putBackWait)
-	r.putBackWhy = why
+	return r.putBackHold.held()
 }
 
 // notePutBack records a put-back that JetStream took and returns how many
@@ -756,7 +750,7 @@ func (r *run) notePutBack() int {
 	now := time.Now()
 	r.putBacks = slices.DeleteFunc(append(r.putBacks, now), func(t time.Time) bool { return now.Sub(t) > putBackWindow })
 	if len(r.putBacks) == 1 {
-		r.putBackWait = 0
+		r.putBackHold.wait = 0
 	}
 	return len(r.putBacks)
 }

@@ -58,3 +58,17 @@ func BenchmarkDuplicateKeyScan(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeAppendOnePass: decodeAppend, what the append endpoint
+// runs, on the body of BenchmarkDecodeAppend (which measures the decoding
+// it replaced, and which it falls back to).
+func BenchmarkDecodeAppendOnePass(b *testing.B) {
+	body := appendBody(100, 1024)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeAppend(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/natsembed"
 )
 
 // hangingBackend answers the boundary list only when the request's context
@@ -31,7 +32,7 @@ func (b hangingBackend) Boundaries(ctx context.Context) ([]event.Boundary, error
 // that outlives it as failing, where a caller's own deadline in process is
 // the caller's answer (docs/operations.md, "When the store fails").
 func TestRequestTimeoutIsOwnDeadline(t *testing.T) {
-	ns := natstest.Server(t)
+	ns := natstest.Server(t, natsembed.Config{})
 	nc, err := ns.ConnectAPI("deadline-api")
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,16 @@ type Service struct {
 	cancel context.CancelFunc
 	sem    chan struct{}
 	bad    *badRowLog
+	// work hands a request to an idle request goroutine (see idle);
+	// quit, closed at Stop, ends the idle ones.
+	work     chan func()
+	quit     chan struct{}
+	quitOnce sync.Once
 }
+
+// workerIdle is how long a request goroutine waits for the next request
+// before it ends.
+const workerIdle = time.Second
 
 // New returns the service of be on nc, not started. The service owns nc
 // from here on: Stop closes it, even before Start.
@@ -87,7 +96,8 @@ func New(nc *nats.Conn, be Backend, cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg, be: be, nc: nc, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), bad: &badRowLog{}}
+	s := &Service{cfg: cfg, be: be, nc: nc, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight), bad: &badRowLog{},
+		work: make(chan func()), quit: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -167,6 +177,7 @@ func (s *Service) shutdown() error {
 		err = s.svc.Stop()
 	}
 	grace := time.AfterFunc(5*time.Second, s.cancel)
+	s.quitOnce.Do(func() { close(s.quit) })
 	s.life.Wait()
 	grace.Stop()
 	s.cancel()
@@ -177,8 +188,8 @@ func (s *Service) shutdown() error {
 	return nil
 }
 
-// handler runs h on a goroutine of its own and replies with its result or
-// its error. The reply is published on the request's reply subject with
+// handler runs h on a request goroutine (an idle one, see idle, or a new
+// one) and replies with its result or its error. The reply is published on the request's reply subject with
 // the service's connection, not through micro.Request: micro reads the
 // request's state once the handler returns, and a goroutine answering later
 // would race with it. (So `nats micro stats` counts requests, not errors.)
@@ -201,11 +212,39 @@ func (s *Service) handler(h func(context.Context, micro.Request) (any, error)) m
 		// Waiting here holds up the endpoint's delivery: the back-pressure
 		// of a full house.
 		s.sem <- struct{}{}
-		if !s.life.Go(func() { defer func() { <-s.sem }(); s.handle(h, req, r) }) {
+		task := func() { defer func() { <-s.sem }(); s.handle(h, req, r) }
+		select {
+		case s.work <- task: // an idle request goroutine took it
+			return
+		default:
+		}
+		if !s.life.Go(func() { task(); s.idle() }) {
 			<-s.sem
 			r.error(errStopping())
 		}
 	})
+}
+
+// idle keeps a request goroutine for the next requests, with the stack it
+// has grown: a goroutine per request grew a new stack for each
+// (runtime.copystack, 2% of the node's CPU under 64 callers,
+// docs/performance.md "The users' path"). It returns after workerIdle
+// without a request, and at Stop. At most MaxInFlight goroutines run
+// requests; idle ones hold no slot.
+func (s *Service) idle() {
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		select {
+		case task := <-s.work:
+			task()
+			t.Reset(workerIdle)
+		case <-t.C:
+			return
+		case <-s.quit:
+			return
+		}
+	}
 }
 
 // errStopping answers a request the stopping service does not serve.
@@ -417,7 +456,7 @@ func (s *Service) append(ctx context.Context, req micro.Request) (any, error) {
 	b, err := boundaryOf(req)
 	if err == nil {
 		var r api.AppendRequest
-		err = decode(req.Data(), &r, "the append request", `events (id, type, data, metadata, tags) and condition (query, after)`, rawEvents)
+		r, err = decodeAppend(req.Data())
 		if err == nil {
 			return s.be.Append(ctx, b, r.Events, r.Condition)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/startstop/startstoptest"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/natsembed"
 )
 
 // slowBackend answers the boundary list after a while, so that Stop meets
@@ -58,7 +59,7 @@ func (s *stressed) Start(ctx context.Context) error {
 // closed, nobody answers on its subjects, and no goroutine is left (a
 // handler's, the connection's).
 func TestServiceStartStopStress(t *testing.T) {
-	ns := natstest.Server(t)
+	ns := natstest.Server(t, natsembed.Config{})
 	client, err := ns.Connect("stress-client")
 	if err != nil {
 		t.Fatal(err)

@@ -258,6 +258,30 @@ func testIdempotency(t *testing.T, open func(t *testing.T) backend.Store) {
 		}
 	})
 
+	t.Run("RetryAcrossHTMLEscaping", func(t *testing.T) {
+		t.Parallel()
+		// Stored by a Go client of before issue 22, which HTML-escaped
+		// data and metadata; sent again as the bytes themselves (any
+		// client now): the same event (docs/design.md §3).
+		s := setup(t, open, "orders")
+		e := ev("order.placed")
+		e.Data, e.Metadata = json.RawMessage(`{"note":"\u003cb\u003e \u0026"}`), json.RawMessage(`["\u003e"]`)
+		in := prep(t, "orders", e)
+		first := mustAppend(t, s, "orders", in, nil)
+		retry := []event.Input{in[0]}
+		retry[0].Data, retry[0].Metadata = json.RawMessage(`{"note":"<b> &"}`), json.RawMessage(`[">"]`)
+		again, err := s.Append(t.Context(), "orders", retry, nil)
+		if err != nil || again != first {
+			t.Fatalf("retry without the escapes = %+v, %v; want the stored %+v", again, err, first)
+		}
+		retry[0].Data = json.RawMessage(`{"note":"<i> &"}`)
+		_, err = s.Append(t.Context(), "orders", retry, nil)
+		wantErr(t, "retry with other data", err, event.ErrConflict)
+		if h := head(t, s, "orders"); h != 1 {
+			t.Fatalf("head = %d, want 1: the retries write nothing", h)
+		}
+	})
+
 	t.Run("PartialOverlapIsConflict", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "orders")

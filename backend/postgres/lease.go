@@ -13,19 +13,7 @@ import (
 
 // Checkpoint returns the boundary's publish checkpoint (0: none saved).
 func (s *Store) Checkpoint(ctx context.Context, boundary string) (uint64, error) {
-	op := fmt.Sprintf("read checkpoint of %q", boundary)
-	if s.isClosed() {
-		return 0, errClosed(op)
-	}
-	var cp int64
-	err := s.pool.QueryRow(ctx, sqlSelectCheckpoint, boundary).Scan(&cp)
-	if isNoRows(err) {
-		return 0, notFound(op, boundary)
-	}
-	if err != nil {
-		return 0, s.translate(op, err)
-	}
-	return uint64(cp), nil
+	return sqlstore.ReadCheckpoint(ctx, reads{s}, sqlSelectCheckpoint, boundary)
 }
 
 // checkpointAttempts bounds SaveCheckpoint's tries when what changed nothing
@@ -90,11 +78,8 @@ const leaseAttempts = 5
 // the database's clock, never this process's.
 func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, gone []string, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("acquire lease of %q for %q", boundary, holder)
-	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(reads{s}, holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	if s.isClosed() {
-		return backend.Lease{}, errClosed(op)
 	}
 	if gone == nil {
 		gone = []string{} // an empty array, not NULL
@@ -146,11 +131,8 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, gone 
 // RenewLease extends the holder's unexpired lease of that term.
 func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("renew lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
-	if err := sqlstore.CheckLeaseArgs(l.Holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(reads{s}, l.Holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	if s.isClosed() {
-		return backend.Lease{}, errClosed(op)
 	}
 	var expires time.Time
 	err := s.pool.QueryRow(ctx, sqlRenewLease, l.Boundary, l.Holder, backend.ClampPosition(l.Term), ttl.Microseconds()).Scan(&expires)

@@ -30,11 +30,8 @@ const pruneAfter = 100
 // Placement calls it every third of the lease TTL.
 func (s *Store) Heartbeat(ctx context.Context, holder, nodeID string, gone []string, ttl time.Duration) (live int, twin string, alive []string, err error) {
 	op := fmt.Sprintf("heartbeat of node %q", holder)
-	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(reads{s}, holder, ttl); err != nil {
 		return 0, "", nil, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	if s.isClosed() {
-		return 0, "", nil, errClosed(op)
 	}
 	if gone == nil {
 		gone = []string{}

@@ -21,15 +21,7 @@ import (
 // existing one unchanged.
 func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary, bool, error) {
 	op := fmt.Sprintf("create boundary %q", name)
-	// Defence in depth: the API validates too, but a name that reaches the
-	// store is a NATS subject token and a stream name for ever.
-	if err := event.ValidateBoundaryName(name); err != nil {
-		return event.Boundary{}, false, fmt.Errorf("postgres: %s: %w", op, err)
-	}
-	if s.isClosed() {
-		return event.Boundary{}, false, errClosed(op)
-	}
-	epoch, err := sqlstore.NewEpoch()
+	epoch, err := sqlstore.NewBoundaryEpoch(reads{s}, name)
 	if err != nil {
 		return event.Boundary{}, false, fmt.Errorf("postgres: %s: %w", op, err)
 	}
@@ -52,37 +44,27 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 
 // Boundary returns one boundary with its current head.
 func (s *Store) Boundary(ctx context.Context, name string) (event.Boundary, error) {
-	op := fmt.Sprintf("read boundary %q", name)
-	if s.isClosed() {
-		return event.Boundary{}, errClosed(op)
-	}
-	b, err := sqlstore.ScanBoundary(s.pool.QueryRow(ctx, sqlSelectBoundary, name))
-	if isNoRows(err) {
-		return event.Boundary{}, notFound(op, name)
-	}
-	if err != nil {
-		return event.Boundary{}, s.translate(op, err)
-	}
-	return b, nil
+	return sqlstore.ReadBoundary(ctx, reads{s}, sqlSelectBoundary, name)
 }
 
 // Boundaries lists every boundary, by name.
 func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
-	const op = "list boundaries"
-	if s.isClosed() {
-		return nil, errClosed(op)
-	}
-	rows, err := s.pool.Query(ctx, sqlSelectBoundaries)
-	if err != nil {
-		return nil, s.translate(op, err)
-	}
-	defer rows.Close()
-	out, err := sqlstore.ScanBoundaries(rows)
-	if err != nil {
-		return nil, s.translate(op, err)
-	}
-	return out, nil
+	return sqlstore.ReadBoundaries(ctx, reads{s}, sqlSelectBoundaries)
 }
+
+// reads is the store's pool as the reads of package sqlstore use it.
+type reads struct{ s *Store }
+
+func (r reads) QueryRow(ctx context.Context, stmt string, args ...any) sqlstore.Row {
+	return r.s.pool.QueryRow(ctx, stmt, args...)
+}
+
+func (r reads) Query(ctx context.Context, stmt string, args ...any) (sqlstore.ClosingRows, error) {
+	return r.s.pool.Query(ctx, stmt, args...)
+}
+
+func (r reads) Closed() bool                         { return r.s.isClosed() }
+func (r reads) Translate(op string, err error) error { return r.s.translate(op, err) }
 
 // sqlSelectHeads reads every boundary's head and whether a transaction
 // that is still open has taken its head row: the row's xmax is the id of
@@ -119,27 +101,9 @@ ORDER BY b.name`
 
 // Heads reads every boundary's head in one statement (backend.HeadReader).
 func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
-	const op = "read the heads of the boundaries"
-	if s.isClosed() {
-		return nil, errClosed(op)
-	}
-	rows, err := s.pool.Query(ctx, sqlSelectHeads)
+	out, err := sqlstore.QueryAll(ctx, reads{s}, "read the heads of the boundaries", sqlSelectHeads, scanHead)
 	if err != nil {
-		return nil, s.translate(op, err)
-	}
-	defer rows.Close()
-	out := []backend.Head{}
-	for rows.Next() {
-		var h backend.Head
-		var head int64
-		if err := rows.Scan(&h.Boundary.Name, &h.Boundary.Epoch, &head, &h.Held); err != nil {
-			return nil, s.translate(op, err)
-		}
-		h.Boundary.Head = uint64(head)
-		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.translate(op, err)
+		return nil, err
 	}
 	// The node reads every head each poll interval: what another node
 	// appended then counts in how far back a condition's position is
@@ -148,16 +112,22 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 	return out, nil
 }
 
+// scanHead reads a row of sqlSelectHeads.
+func scanHead(row sqlstore.Row) (backend.Head, error) {
+	var h backend.Head
+	var head int64
+	err := row.Scan(&h.Boundary.Name, &h.Boundary.Epoch, &head, &h.Held)
+	h.Boundary.Head = uint64(head)
+	return h, err
+}
+
 // Read returns up to limit events of boundary after position after, in
 // position order, matching q (nil: all), with the boundary's epoch read in the
 // same snapshot: one statement gives both.
 func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
 	op := fmt.Sprintf("read %q after %d", boundary, after)
-	if limit < 1 {
-		return "", nil, fmt.Errorf("postgres: %s: %w: limit is %d; it must be at least 1", op, event.ErrInvalid, limit)
-	}
-	if s.isClosed() {
-		return "", nil, errClosed(op)
+	if err := sqlstore.CheckRead(reads{s}, limit); err != nil {
+		return "", nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	sql, fargs := readSQL(q)
 	args := make([]any, 0, 3+len(fargs))
@@ -320,38 +290,27 @@ ORDER BY b.name`
 
 // BoundaryStates measures every boundary in one statement (backend.StateReader).
 func (s *Store) BoundaryStates(ctx context.Context) ([]backend.BoundaryState, error) {
-	const op = "read the state of every boundary"
-	if s.isClosed() {
-		return nil, errClosed(op)
+	return sqlstore.QueryAll(ctx, reads{s}, "read the state of every boundary", sqlBoundaryStates, scanBoundaryState)
+}
+
+// scanBoundaryState reads a row of sqlBoundaryStates.
+func scanBoundaryState(row sqlstore.Row) (backend.BoundaryState, error) {
+	var (
+		st         backend.BoundaryState
+		head, cp   int64
+		holder     *string
+		term       *int64
+		expires, t *time.Time
+	)
+	if err := row.Scan(&st.Boundary.Name, &st.Boundary.Epoch, &head, &cp, &holder, &term, &expires, &t); err != nil {
+		return backend.BoundaryState{}, err
 	}
-	rows, err := s.pool.Query(ctx, sqlBoundaryStates)
-	if err != nil {
-		return nil, s.translate(op, err)
+	st.Boundary.Head, st.Checkpoint = uint64(head), uint64(cp)
+	if t != nil {
+		st.OldestUnpublished = t.UTC()
 	}
-	defer rows.Close()
-	out := []backend.BoundaryState{}
-	for rows.Next() {
-		var (
-			st         backend.BoundaryState
-			head, cp   int64
-			holder     *string
-			term       *int64
-			expires, t *time.Time
-		)
-		if err := rows.Scan(&st.Boundary.Name, &st.Boundary.Epoch, &head, &cp, &holder, &term, &expires, &t); err != nil {
-			return nil, s.translate(op, err)
-		}
-		st.Boundary.Head, st.Checkpoint = uint64(head), uint64(cp)
-		if t != nil {
-			st.OldestUnpublished = t.UTC()
-		}
-		if holder != nil {
-			st.Lease = backend.Lease{Boundary: st.Boundary.Name, Holder: *holder, Term: uint64(*term), Expires: expires.UTC()}
-		}
-		out = append(out, st)
+	if holder != nil {
+		st.Lease = backend.Lease{Boundary: st.Boundary.Name, Holder: *holder, Term: uint64(*term), Expires: expires.UTC()}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.translate(op, err)
-	}
-	return out, nil
+	return st, nil
 }

@@ -327,7 +327,7 @@ func (s *Store) isClosed() bool {
 
 // errClosed is returned by every operation after Close.
 func errClosed(op string) error {
-	return fmt.Errorf("postgres: %s: %w: the store is closed", op, event.ErrClosed)
+	return fmt.Errorf("postgres: %s: %w", op, sqlstore.Closed())
 }
 
 // OnAppend registers fn, called once per boundary that got events: at once
@@ -354,7 +354,7 @@ func (s *Store) translate(op string, err error) error {
 
 // notFound is the error of an operation on a boundary that does not exist.
 func notFound(op, boundary string) error {
-	return fmt.Errorf("postgres: %s: %w: boundary %q does not exist; create it first", op, event.ErrNotFound, boundary)
+	return fmt.Errorf("postgres: %s: %w", op, sqlstore.NotFound(boundary))
 }
 
 var errNoRows = pgx.ErrNoRows

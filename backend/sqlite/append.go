@@ -592,7 +592,7 @@ func (s *Store) takenPosition(ctx context.Context, tx execer, op, boundary strin
 }
 
 func notFound(op, boundary string) error {
-	return fmt.Errorf("sqlite: %s: %w: boundary %q does not exist; create it first", op, event.ErrNotFound, boundary)
+	return fmt.Errorf("sqlite: %s: %w", op, sqlstore.NotFound(boundary))
 }
 
 // retry decides a request some of whose ids are stored (sqlstore.Retry),

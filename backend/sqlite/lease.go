@@ -15,19 +15,7 @@ import (
 
 // Checkpoint returns the boundary's publish checkpoint (0: none saved).
 func (s *Store) Checkpoint(ctx context.Context, boundary string) (uint64, error) {
-	op := fmt.Sprintf("read checkpoint of %q", boundary)
-	if s.closed() {
-		return 0, errClosed(op)
-	}
-	var cp int64
-	err := s.rdb.QueryRowContext(ctx, sqlSelectCheckpoint, boundary).Scan(&cp)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, notFound(op, boundary)
-	}
-	if err != nil {
-		return 0, s.translate(op, err)
-	}
-	return uint64(cp), nil
+	return sqlstore.ReadCheckpoint(ctx, reads{s}, sqlSelectCheckpoint, boundary)
 }
 
 // SaveCheckpoint moves the checkpoint to max(current, position), only while
@@ -84,11 +72,8 @@ func (s *Store) SaveCheckpoint(ctx context.Context, boundary string, l backend.L
 // lease. The boundary must exist (ErrNotFound).
 func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, gone []string, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("acquire lease of %q for %q", boundary, holder)
-	if err := sqlstore.CheckLeaseArgs(holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(reads{s}, holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	if s.closed() {
-		return backend.Lease{}, errClosed(op)
 	}
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()
@@ -162,11 +147,8 @@ func (s *Store) AcquireLease(ctx context.Context, boundary, holder string, gone 
 // gone with its lock.
 func (s *Store) RenewLease(ctx context.Context, l backend.Lease, ttl time.Duration) (backend.Lease, error) {
 	op := fmt.Sprintf("renew lease term %d of %q for %q", l.Term, l.Boundary, l.Holder)
-	if err := sqlstore.CheckLeaseArgs(l.Holder, ttl); err != nil {
+	if err := sqlstore.CheckLeaseArgs(reads{s}, l.Holder, ttl); err != nil {
 		return backend.Lease{}, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	if s.closed() {
-		return backend.Lease{}, errClosed(op)
 	}
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()

@@ -16,15 +16,7 @@ import (
 // existing one unchanged.
 func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary, bool, error) {
 	op := fmt.Sprintf("create boundary %q", name)
-	// Defence in depth: the API validates too, but a name that reaches the
-	// store is a NATS subject token and a stream name for ever.
-	if err := event.ValidateBoundaryName(name); err != nil {
-		return event.Boundary{}, false, fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	if s.closed() {
-		return event.Boundary{}, false, errClosed(op)
-	}
-	epoch, err := sqlstore.NewEpoch()
+	epoch, err := sqlstore.NewBoundaryEpoch(reads{s}, name)
 	if err != nil {
 		return event.Boundary{}, false, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
@@ -56,37 +48,39 @@ func (s *Store) CreateBoundary(ctx context.Context, name string) (event.Boundary
 
 // Boundary returns one boundary with its current head.
 func (s *Store) Boundary(ctx context.Context, name string) (event.Boundary, error) {
-	op := fmt.Sprintf("read boundary %q", name)
-	if s.closed() {
-		return event.Boundary{}, errClosed(op)
-	}
-	b, err := sqlstore.ScanBoundary(s.rdb.QueryRowContext(ctx, sqlSelectBoundary, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return event.Boundary{}, notFound(op, name)
-	}
-	if err != nil {
-		return event.Boundary{}, s.translate(op, err)
-	}
-	return b, nil
+	return sqlstore.ReadBoundary(ctx, reads{s}, sqlSelectBoundary, name)
 }
 
 // Boundaries lists every boundary, by name.
 func (s *Store) Boundaries(ctx context.Context) ([]event.Boundary, error) {
-	const op = "list boundaries"
-	if s.closed() {
-		return nil, errClosed(op)
-	}
-	rows, err := s.rdb.QueryContext(ctx, sqlSelectBoundaries)
-	if err != nil {
-		return nil, s.translate(op, err)
-	}
-	defer rows.Close()
-	out, err := sqlstore.ScanBoundaries(rows)
-	if err != nil {
-		return nil, s.translate(op, err)
-	}
-	return out, nil
+	return sqlstore.ReadBoundaries(ctx, reads{s}, sqlSelectBoundaries)
 }
+
+// reads is the store's reader pool as the reads of package sqlstore use
+// it.
+type reads struct{ s *Store }
+
+func (r reads) QueryRow(ctx context.Context, stmt string, args ...any) sqlstore.Row {
+	return r.s.rdb.QueryRowContext(ctx, stmt, args...)
+}
+
+func (r reads) Query(ctx context.Context, stmt string, args ...any) (sqlstore.ClosingRows, error) {
+	rows, err := r.s.rdb.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, err
+	}
+	return closingRows{rows}, nil
+}
+
+func (r reads) Closed() bool                         { return r.s.closed() }
+func (r reads) Translate(op string, err error) error { return r.s.translate(op, err) }
+
+// closingRows is *sql.Rows as sqlstore.ClosingRows: rows read to their
+// end, or cut short by an error the read returns, have nothing to say when
+// closed.
+type closingRows struct{ *sql.Rows }
+
+func (r closingRows) Close() { _ = r.Rows.Close() }
 
 // Heads reads every boundary's head in one statement
 // (backend.HeadReader). Held is always false: the append transactions are
@@ -108,11 +102,8 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 // same snapshot.
 func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
 	op := fmt.Sprintf("read %q after %d", boundary, after)
-	if limit < 1 {
-		return "", nil, fmt.Errorf("sqlite: %s: %w: limit is %d; it must be at least 1", op, event.ErrInvalid, limit)
-	}
-	if s.closed() {
-		return "", nil, errClosed(op)
+	if err := sqlstore.CheckRead(reads{s}, limit); err != nil {
+		return "", nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	// One read transaction: in WAL mode its snapshot starts with the first
 	// SELECT, so the epoch and the events are of one moment.
@@ -268,38 +259,27 @@ ORDER BY b.name`
 
 // BoundaryStates measures every boundary in one statement (backend.StateReader).
 func (s *Store) BoundaryStates(ctx context.Context) ([]backend.BoundaryState, error) {
-	const op = "read the state of every boundary"
-	if s.closed() {
-		return nil, errClosed(op)
+	return sqlstore.QueryAll(ctx, reads{s}, "read the state of every boundary", sqlBoundaryStates, s.scanBoundaryState)
+}
+
+// scanBoundaryState reads a row of sqlBoundaryStates.
+func (s *Store) scanBoundaryState(row sqlstore.Row) (backend.BoundaryState, error) {
+	var (
+		st               backend.BoundaryState
+		head, cp         int64
+		holder           sql.NullString
+		term, expires, t sql.NullInt64
+	)
+	if err := row.Scan(&st.Boundary.Name, &st.Boundary.Epoch, &head, &cp, &holder, &term, &expires, &t); err != nil {
+		return backend.BoundaryState{}, err
 	}
-	rows, err := s.rdb.QueryContext(ctx, sqlBoundaryStates)
-	if err != nil {
-		return nil, s.translate(op, err)
+	st.Boundary.Head, st.Checkpoint = uint64(head), uint64(cp)
+	if t.Valid {
+		st.OldestUnpublished = time.Unix(0, t.Int64).UTC()
 	}
-	defer rows.Close()
-	out := []backend.BoundaryState{}
-	for rows.Next() {
-		var (
-			st               backend.BoundaryState
-			head, cp         int64
-			holder           sql.NullString
-			term, expires, t sql.NullInt64
-		)
-		if err := rows.Scan(&st.Boundary.Name, &st.Boundary.Epoch, &head, &cp, &holder, &term, &expires, &t); err != nil {
-			return nil, s.translate(op, err)
-		}
-		st.Boundary.Head, st.Checkpoint = uint64(head), uint64(cp)
-		if t.Valid {
-			st.OldestUnpublished = time.Unix(0, t.Int64).UTC()
-		}
-		if holder.Valid {
-			st.Lease = s.withRenewed(backend.Lease{Boundary: st.Boundary.Name, Holder: holder.String, Term: uint64(term.Int64),
-				Expires: time.UnixMilli(expires.Int64).UTC()})
-		}
-		out = append(out, st)
+	if holder.Valid {
+		st.Lease = s.withRenewed(backend.Lease{Boundary: st.Boundary.Name, Holder: holder.String, Term: uint64(term.Int64),
+			Expires: time.UnixMilli(expires.Int64).UTC()})
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.translate(op, err)
-	}
-	return out, nil
+	return st, nil
 }

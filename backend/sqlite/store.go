@@ -380,7 +380,7 @@ func (s *Store) closed() bool {
 
 // errClosed is returned by every operation after Close.
 func errClosed(op string) error {
-	return fmt.Errorf("sqlite: %s: %w: the store is closed", op, event.ErrClosed)
+	return fmt.Errorf("sqlite: %s: %w", op, sqlstore.Closed())
 }
 
 // OnAppend registers fn, called after every commit that added events, once

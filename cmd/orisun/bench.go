@@ -35,7 +35,7 @@ func benchCommand() *cobra.Command {
 		cpuprofile string
 		logLevel   string
 		saved      string
-		msgID      = true
+		msgID      = false
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -77,7 +77,7 @@ minutes; Ctrl-C stops it and cleans up.`,
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", cfg.StreamMaxBytes, "byte limit of every event stream (JetStream reserves it in memory per stream)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the api workload: the node's process)")
 	fs.StringVar(&cfg.ClientCPUProfile, "client-cpuprofile", "", "write a CPU profile of the api workload's client process to this file")
-	fs.BoolVar(&msgID, "msg-id", msgID, "give every message Nats-Msg-Id, the node's default; --msg-id=false measures without it (ORISUN_NATS_DISABLE_MSG_ID=true)")
+	fs.BoolVar(&msgID, "msg-id", msgID, "give every message Nats-Msg-Id, as ORISUN_NATS_MSG_ID=true does (the node's default is without)")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
 	fs.StringVar(&logLevel, "log-level", "error", "level of the node's logs on stderr: debug, info, warn or error")
 	c.AddCommand(benchClientCommand())
@@ -115,7 +115,7 @@ func runBench(cfg bench.Config, o benchOptions, stdout, stderr io.Writer) error 
 	if o.saved != "" {
 		return printSaved(o.saved, stdout)
 	}
-	cfg.Rates, cfg.Callers, cfg.DisableMsgID = rates, callers, !o.msgID
+	cfg.Rates, cfg.Callers, cfg.MsgID = rates, callers, o.msgID
 	if only != "" {
 		cfg.Only = strings.Split(only, ",")
 	}

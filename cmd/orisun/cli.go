@@ -255,21 +255,18 @@ twice; give --id (a UUID) to make a retry idempotent.
 			if err := checkJSON(evs); err != nil {
 				return err
 			}
-			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			res, err := s.c.Append(s.ctx, args[0], evs, af.condition())
-			if err != nil {
-				return s.fail(err, args[0])
-			}
-			if cf.json {
-				writeJSON(s.w, res)
-			} else {
-				fmt.Fprintf(s.w, "appended positions %d–%d (epoch %s)\n", res.First, res.Last, res.Epoch)
-			}
-			return nil
+			return cf.run(cmd, func(s *session) error {
+				res, err := s.c.Append(s.ctx, args[0], evs, af.condition())
+				if err != nil {
+					return s.fail(err, args[0])
+				}
+				if cf.json {
+					writeJSON(s.w, res)
+				} else {
+					fmt.Fprintf(s.w, "appended positions %d–%d (epoch %s)\n", res.First, res.Last, res.Epoch)
+				}
+				return nil
+			})
 		},
 	}
 	af.add(c.Flags())
@@ -373,19 +370,16 @@ every event, or with --query-types/--query-tags the ones that match.
   orisun read default --query-tags order:42`,
 		Args: oneBoundary,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			res, err := s.c.Read(s.ctx, args[0], after, limit, qf.query())
-			if err != nil {
-				return s.fail(err, args[0])
-			}
-			for i := range res.Events {
-				printEvent(s.w, &res.Events[i], cf.json)
-			}
-			return nil
+			return cf.run(cmd, func(s *session) error {
+				res, err := s.c.Read(s.ctx, args[0], after, limit, qf.query())
+				if err != nil {
+					return s.fail(err, args[0])
+				}
+				for i := range res.Events {
+					printEvent(s.w, &res.Events[i], cf.json)
+				}
+				return nil
+			})
 		},
 	}
 	c.Flags().Uint64Var(&after, "after", 0, "read the events after this position")
@@ -412,26 +406,23 @@ func latestCommand() *cobra.Command {
 		Example: `  orisun latest default --query-tags order:42`,
 		Args:    oneBoundary,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			l, err := s.c.ReadLatest(s.ctx, args[0], qf.query())
-			if err != nil {
-				return s.fail(err, args[0])
-			}
-			if cf.json {
-				writeJSON(s.w, l)
+			return cf.run(cmd, func(s *session) error {
+				l, err := s.c.ReadLatest(s.ctx, args[0], qf.query())
+				if err != nil {
+					return s.fail(err, args[0])
+				}
+				if cf.json {
+					writeJSON(s.w, l)
+					return nil
+				}
+				fmt.Fprintf(s.w, "head %d\tepoch %s\n", l.Head, l.Epoch)
+				if l.Event == nil {
+					fmt.Fprintln(s.w, "no matching event")
+				} else {
+					printEvent(s.w, l.Event, false)
+				}
 				return nil
-			}
-			fmt.Fprintf(s.w, "head %d\tepoch %s\n", l.Head, l.Epoch)
-			if l.Event == nil {
-				fmt.Fprintln(s.w, "no matching event")
-			} else {
-				printEvent(s.w, l.Event, false)
-			}
-			return nil
+			})
 		},
 	}
 	qf.add(c.Flags(), "of the query")
@@ -466,29 +457,26 @@ events appended from now on.
 			if isNew && (cmd.Flags().Changed("after") || cmd.Flags().Changed("from")) {
 				return usageErr("--new and --after exclude each other: --new starts after the head")
 			}
-			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			if isNew {
-				l, err := s.c.ReadLatest(s.ctx, args[0], nil)
-				if err != nil {
-					return s.fail(err, args[0])
+			return cf.run(cmd, func(s *session) error {
+				if isNew {
+					l, err := s.c.ReadLatest(s.ctx, args[0], nil)
+					if err != nil {
+						return s.fail(err, args[0])
+					}
+					after = l.Head
 				}
-				after = l.Head
-			}
-			ctx, stop := signal.NotifyContext(s.ctx, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			err = s.c.Subscribe(ctx, args[0], after, func(_ context.Context, e event.Event) error {
-				printEvent(s.w, &e, cf.json)
-				// Each line is visible at once: tail is read by people and pipes.
-				return s.w.Flush()
-			}, client.SubscribeOptions{})
-			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return s.fail(err, args[0])
+				ctx, stop := signal.NotifyContext(s.ctx, syscall.SIGINT, syscall.SIGTERM)
+				defer stop()
+				err := s.c.Subscribe(ctx, args[0], after, func(_ context.Context, e event.Event) error {
+					printEvent(s.w, &e, cf.json)
+					// Each line is visible at once: tail is read by people and pipes.
+					return s.w.Flush()
+				}, client.SubscribeOptions{})
+				if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+					return nil
+				}
+				return s.fail(err, args[0])
+			})
 		},
 	}
 	fs := c.Flags()
@@ -521,34 +509,32 @@ func boundariesCommand() *cobra.Command {
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cf.creds.asAdmin = create != ""
-			s, err := cf.open("orisun-cli", cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			var bs []event.Boundary
-			if create != "" {
-				b, err := s.c.CreateBoundary(s.ctx, create)
-				if errors.Is(err, nats.ErrPermissionViolation) {
-					return exit(exitFailure, fmt.Errorf("the NATS server refused to create boundary %q (%v): creating a boundary needs the admin's "+
-						"credentials; set ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has "+
-						"them, or pass the admin's --user and --password (or --token)", create, nats.ErrPermissionViolation))
+			return cf.run(cmd, func(s *session) error {
+				var bs []event.Boundary
+				var err error
+				if create != "" {
+					b, err := s.c.CreateBoundary(s.ctx, create)
+					if errors.Is(err, nats.ErrPermissionViolation) {
+						return exit(exitFailure, fmt.Errorf("the NATS server refused to create boundary %q (%v): creating a boundary needs the admin's "+
+							"credentials; set ORISUN_NATS_ADMIN_USER and ORISUN_NATS_ADMIN_PASSWORD (or ORISUN_NATS_ADMIN_TOKEN) as the server has "+
+							"them, or pass the admin's --user and --password (or --token)", create, nats.ErrPermissionViolation))
+					}
+					if err != nil {
+						return s.fail(err, create)
+					}
+					bs = []event.Boundary{b}
+				} else if bs, err = s.c.Boundaries(s.ctx); err != nil {
+					return s.fail(err, "")
 				}
-				if err != nil {
-					return s.fail(err, create)
+				for _, b := range bs {
+					if cf.json {
+						writeJSON(s.w, b)
+					} else {
+						fmt.Fprintf(s.w, "%s\thead %d\tepoch %s\n", b.Name, b.Head, b.Epoch)
+					}
 				}
-				bs = []event.Boundary{b}
-			} else if bs, err = s.c.Boundaries(s.ctx); err != nil {
-				return s.fail(err, "")
-			}
-			for _, b := range bs {
-				if cf.json {
-					writeJSON(s.w, b)
-				} else {
-					fmt.Fprintf(s.w, "%s\thead %d\tepoch %s\n", b.Name, b.Head, b.Epoch)
-				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	c.Flags().StringVar(&create, "create", "", "create this boundary (with credentials configured, the admin's: "+
@@ -564,6 +550,17 @@ type session struct {
 	c   *client.Client
 	w   *bufio.Writer
 	url string
+}
+
+// run connects as the flags say (open), runs fn with the session and
+// closes it: what each client sub-command does around its requests.
+func (cf *clientFlags) run(cmd *cobra.Command, fn func(s *session) error) error {
+	s, err := cf.open("orisun-cli", cmd.OutOrStdout())
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	return fn(s)
 }
 
 // open connects as the flags say: a usage error for bad credential flags,

@@ -89,12 +89,22 @@ var knownPrefixes = []string{"ORISUN_TEST_", "ORISUN_FAULT_"}
 // clientVariables are the variables the client commands read.
 var clientVariables = []string{"ORISUN_URL"}
 
+// replacedVariables are variables an earlier orisun read, with what to set
+// instead: serve warns about them as about any unknown variable, but says
+// what took their place.
+var replacedVariables = map[string]string{
+	"ORISUN_NATS_DISABLE_MSG_ID": "Nats-Msg-Id is now off unless ORISUN_NATS_MSG_ID=true",
+}
+
 // unknown is an ORISUN_* variable that orisun does not read.
 type unknown struct {
-	name, closest string
+	name, closest, replaced string
 }
 
 func (u unknown) message() string {
+	if u.replaced != "" {
+		return u.name + " is no longer read and is ignored: " + u.replaced
+	}
 	msg := u.name + " is not a variable of orisun and is ignored"
 	if u.closest != "" {
 		msg += "; did you mean " + u.closest + "?"
@@ -120,7 +130,11 @@ func unknownVariables(environ []string) []unknown {
 			slices.ContainsFunc(knownPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
-		u := unknown{name: name}
+		u := unknown{name: name, replaced: replacedVariables[name]}
+		if u.replaced != "" {
+			out = append(out, u)
+			continue
+		}
 		best := 4 // at most three edits of the part after ORISUN_
 		for _, k := range known {
 			if d := editDistance(strings.TrimPrefix(name, "ORISUN_"), strings.TrimPrefix(k, "ORISUN_")); d < best {

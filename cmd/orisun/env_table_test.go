@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite env_table.go from README.md (TestEnvTable)")
@@ -37,30 +38,18 @@ func plainText(cell string) string {
 // plain text, without the parentheses of "(none)") and its meaning.
 func readmeRows(t *testing.T, readme string) map[string]readmeRow {
 	t.Helper()
-	_, table, ok := strings.Cut(readme, "\n| variable | default | meaning |\n|---|---|---|\n")
-	if !ok {
-		t.Fatal("README.md has no table headed | variable | default | meaning |")
-	}
 	rows := map[string]readmeRow{}
-	for _, line := range strings.Split(table, "\n") {
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		cells := strings.SplitN(line, " | ", 3)
-		if len(cells) < 3 {
-			t.Fatalf("README.md: a row of the configuration table is not | `VARIABLE` | default | meaning |: %s", line)
-		}
-		name := strings.Trim(strings.TrimPrefix(cells[0], "| "), "`")
+	for _, v := range testutil.ReadmeVariables(t, readme) {
 		var r readmeRow
-		if lit, ok := strings.CutPrefix(cells[1], "`"); ok {
+		if lit, ok := strings.CutPrefix(v.Default, "`"); ok {
 			r.literal, _, _ = strings.Cut(lit, "`")
 		}
-		r.text = plainText(strings.TrimSpace(cells[1]))
+		r.text = plainText(strings.TrimSpace(v.Default))
 		if strings.HasPrefix(r.text, "(") && strings.HasSuffix(r.text, ")") {
 			r.text = r.text[1 : len(r.text)-1]
 		}
-		r.meaning = plainText(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(cells[2]), "|")))
-		rows[name] = r
+		r.meaning = plainText(v.Meaning)
+		rows[v.Name] = r
 	}
 	return rows
 }
@@ -152,9 +141,9 @@ func TestVariables(t *testing.T) {
 		"ORISUN_BOUNDARIES":                 {"default", "default"},
 		"ORISUN_PG_URL":                     {"", "none"},
 		// The review of issue 18: these said "(no default)".
-		"ORISUN_NATS_DISABLE_MSG_ID": {"false", "false"},
-		"ORISUN_NATS_MAX_MEMORY":     {"", "JetStream's: 75% of the host's memory"},
-		"ORISUN_NODE_ID":             {"", "host name + random suffix, generated once and kept in <ORISUN_DATA_DIR>/node-id"},
+		"ORISUN_NATS_MSG_ID":     {"false", "false"},
+		"ORISUN_NATS_MAX_MEMORY": {"", "JetStream's: 75% of the host's memory"},
+		"ORISUN_NODE_ID":         {"", "host name + random suffix, generated once and kept in <ORISUN_DATA_DIR>/node-id"},
 	} {
 		if v := byName[name]; v.Default != want[0] || v.DefaultText != want[1] {
 			t.Errorf("%s: default %q (%q), want %q (%q)", name, v.Default, v.DefaultText, want[0], want[1])

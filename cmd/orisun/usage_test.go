@@ -326,7 +326,7 @@ func TestEnvCommand(t *testing.T) {
 		}
 	}
 	// The review of issue 18: these said "(no default)".
-	for _, want := range []string{"\nORISUN_NATS_DISABLE_MSG_ID=false\n", "\nORISUN_NATS_MAX_MEMORY=\n    (default: JetStream's: 75% of the host's memory)",
+	for _, want := range []string{"\nORISUN_NATS_MSG_ID=false\n", "\nORISUN_NATS_MAX_MEMORY=\n    (default: JetStream's: 75% of the host's memory)",
 		"\nORISUN_NODE_ID=\n    (default: host name + random suffix"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("orisun env lacks %q", want)
@@ -343,14 +343,17 @@ func TestEnvCommand(t *testing.T) {
 // TestUnknownVariables: an ORISUN_* variable orisun does not read is named
 // with the closest one it knows (a transposition or a letter off); the
 // test suite's and the fault build's variables and the client's
-// ORISUN_URL are known.
+// ORISUN_URL are known; a variable an earlier orisun read says what
+// replaced it (a user who set ORISUN_NATS_DISABLE_MSG_ID=false to keep
+// the header learns that it is now off unless ORISUN_NATS_MSG_ID=true).
 func TestUnknownVariables(t *testing.T) {
 	got := unknownVariables([]string{
 		"ORISUN_BACKNED=postgres", "ORISUN_NATS_PROT=4223", "ORISUN_COMPLETELY_DIFFERENT_THING=1",
 		"ORISUN_BACKEND=sqlite", "ORISUN_URL=nats://x:4222", "ORISUN_TEST_PG_URL=postgres://", "ORISUN_FAULT_PROC=a",
-		"PATH=/bin", "NATS_URL=nats://x",
+		"PATH=/bin", "NATS_URL=nats://x", "ORISUN_NATS_DISABLE_MSG_ID=false",
 	})
-	want := []unknown{{"ORISUN_BACKNED", "ORISUN_BACKEND"}, {"ORISUN_NATS_PROT", "ORISUN_NATS_PORT"}, {"ORISUN_COMPLETELY_DIFFERENT_THING", ""}}
+	want := []unknown{{"ORISUN_BACKNED", "ORISUN_BACKEND", ""}, {"ORISUN_NATS_PROT", "ORISUN_NATS_PORT", ""}, {"ORISUN_COMPLETELY_DIFFERENT_THING", "", ""},
+		{"ORISUN_NATS_DISABLE_MSG_ID", "", replacedVariables["ORISUN_NATS_DISABLE_MSG_ID"]}}
 	if len(got) != len(want) {
 		t.Fatalf("unknownVariables: %v, want %v", got, want)
 	}
@@ -358,6 +361,9 @@ func TestUnknownVariables(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("unknown %d: %+v, want %+v", i, got[i], want[i])
 		}
+	}
+	if msg, want := got[3].message(), "ORISUN_NATS_DISABLE_MSG_ID is no longer read and is ignored: Nats-Msg-Id is now off unless ORISUN_NATS_MSG_ID=true"; msg != want {
+		t.Errorf("message %q, want %q", msg, want)
 	}
 }
 
@@ -381,7 +387,7 @@ func TestServeWarnsOfUnknownVariable(t *testing.T) {
 func TestConfigParseErrors(t *testing.T) {
 	t.Setenv("ORISUN_NATS_PORT", "abc")
 	t.Setenv("ORISUN_POLL_INTERVAL", "soon")
-	t.Setenv("ORISUN_NATS_DISABLE_MSG_ID", "maybe")
+	t.Setenv("ORISUN_NATS_MSG_ID", "maybe")
 	t.Setenv("ORISUN_PUBLISH_BATCH", "0")
 	t.Setenv("ORISUN_NATS_MAX_MEMORY", "1GB")
 	_, err := loadConfig()
@@ -391,7 +397,7 @@ func TestConfigParseErrors(t *testing.T) {
 	for _, want := range []string{
 		`ORISUN_NATS_PORT: "abc" is not a whole number; set a whole number, or unset it for the default (4222)`,
 		`ORISUN_POLL_INTERVAL: "soon" is not a duration; set a number with a unit such as 500ms, 30s, 5m or 1h, or unset it for the default (1s)`,
-		`ORISUN_NATS_DISABLE_MSG_ID: "maybe" is not true or false; set true or false, or unset it for the default (false)`,
+		`ORISUN_NATS_MSG_ID: "maybe" is not true or false; set true or false, or unset it for the default (false)`,
 		`ORISUN_PUBLISH_BATCH: 0 is outside 1–100000`,
 		// The review of issue 18: the default was said to be 0.
 		`ORISUN_NATS_MAX_MEMORY: "1GB" is not a whole number of bytes; set a whole number of bytes (no unit: 1073741824 for 1 GiB), ` +

@@ -9,14 +9,14 @@ from collections import OrderedDict
 PARTS = [
     ("raw insert (phase 1, before the api rows)", r"bench\.\(\*runner\)\.rawInsert"),
     # the client process
-    ("client: encoding the request (json.Marshal; RawMessage data compacted and HTML-escaped)", r"encoding/json\.Marshal .*orisun/client\.\(\*Client\)\.request"),
-    ("client: decoding the reply (json.Unmarshal)", r"encoding/json\.Unmarshal .*orisun/client\.\(\*Client\)\.request"),
+    ("client: encoding the request (json.Marshal, RawMessage data compacted and HTML-escaped; since issue 22 encodeAppend)", r"encoding/json\.Marshal .*orisun/client\.\(\*Client\)\.request|orisun/client\.encodeAppend"),
+    ("client: decoding the reply (json.Unmarshal)", r"encoding/json\.Unmarshal .*orisun/client\.\(\*Client\)\.(request|send)"),
     ("client: the NATS request (inbox, publish, wait)", r"nats%2ego\.\(\*Conn\)\.RequestWithContext .*orisun/client\."),
     ("client: the rest of Append (checks)", r"orisun/client\."),
     ("bench client loop (ids, inputs)", r"orisun/bench\.runClient"),
     # the node's process
     ("bench bookkeeping (meter, status polls)", r"orisun/bench\.|orisun\.\(\*Node\)\.Status"),
-    ("API: request decoding (encoding/json Decoder into AppendRequest, duplicate-key scan)", r"api/service\.decode "),
+    ("API: request decoding (encoding/json Decoder into AppendRequest, duplicate-key scan; since issue 22 decodeAppend's one pass)", r"api/service\.(decode|decodeAppend|fastAppend) "),
     ("event.Prepare: compacting data and metadata (json.Compact)", r"orisun/event\.compactJSON "),
     ("event.Prepare: stream.EncodedSize", r"orisun/stream\.EncodedSize "),
     ("event.Prepare: the rest (ids, validation)", r"orisun/event\.Prepare "),

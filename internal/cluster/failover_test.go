@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
-	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -329,11 +328,7 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	testutil.Eventually(t, fmt.Sprintf("the subscriber on %s (not leading) to go live on the shared stream", c.Name), 30*time.Second, 50*time.Millisecond,
 		func() bool { col.mu.Lock(); defer col.mu.Unlock(); return col.live > 0 })
 
-	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t, pgURL, 2)
 	dbCtx := func() context.Context { return contextFor(t, 10*time.Second) }
 	before, err := store.LeaseHolder(dbCtx(), "default")
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/orisun-io/orisun/backend"
-	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -178,11 +177,7 @@ func TestCleanStopHandsOverWithPlacement_I4_I6(t *testing.T) {
 	extra := "ORISUN_BOUNDARIES=" + strings.Join(names, ",")
 	srv := natsServer(t)
 	pgURL := pgtest.URL(t)
-	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t, pgURL, 4)
 	nodes := externalNodes(t, pgURL, []*proc{srv}, 2, ttl, extra)
 
 	// The load: one event at a time into the boundaries in turn, straight

@@ -22,11 +22,25 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/status"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
+
+// openStore opens a store of the test's own on the PostgreSQL database
+// at pgURL that the nodes share, with at most maxConns connections, and
+// closes it when the test ends.
+func openStore(t *testing.T, pgURL string, maxConns int32) *postgres.Store {
+	t.Helper()
+	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: maxConns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
 
 // natsServerBinary is nats-server, the version go.mod pins.
 func natsServerBinary(t testing.TB) string {

@@ -253,7 +253,8 @@ func checkStreamAgainstStore(t *testing.T, js jetstream.JetStream, store *postgr
 // package's TestStoppedLeaderStepsDown_I3_I6 and fault scenario S5 do); the
 // checkpoint is watched throughout instead: never back, never above the
 // stream's last sequence (I3). Nats-Msg-Id is off
-// (ORISUN_NATS_DISABLE_MSG_ID): with it, a publisher without the fence
+// (ORISUN_NATS_MSG_ID, off by default; set here so a changed default
+// cannot turn it on): with it, a publisher without the fence
 // would have its re-publish of an event B already published answered as a
 // duplicate and the stream would hide the fault; without it the expected
 // last sequence is the only guard, and a publisher that does not send one
@@ -270,11 +271,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 	)
 	srv := natsServer(t)
 	pgURL := pgtest.URL(t)
-	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t, pgURL, 4)
 	if _, _, err := store.CreateBoundary(contextFor(t, 30*time.Second), "default"); err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +285,7 @@ func TestStoppedLeaderRefusedOnSharedNATS_I2_I3_I6(t *testing.T) {
 
 	nodes := externalNodes(t, pgURL, []*proc{srv}, 2, ttl,
 		"ORISUN_PUBLISH_BATCH="+strconv.Itoa(stoppedBatch), "ORISUN_PUBLISH_WINDOW="+strconv.Itoa(stoppedWindow),
-		"ORISUN_NATS_DISABLE_MSG_ID=true")
+		"ORISUN_NATS_MSG_ID=false")
 	started := time.Now()
 	dbCtx := func() context.Context { return contextFor(t, 10*time.Second) }
 

@@ -8,9 +8,19 @@ import (
 	"github.com/orisun-io/orisun/event"
 )
 
-// NewEpoch returns a new boundary epoch: a time-ordered UUID, so epochs of
-// one database sort by creation.
-func NewEpoch() (string, error) {
+// NewBoundaryEpoch is what a backend's CreateBoundary does before it asks
+// the database: it checks name (defence in depth: the API validates too,
+// but a name that reaches the store is a NATS subject token and a stream
+// name for ever) and that the store is open, then draws the new boundary's
+// epoch, a time-ordered UUID, so that the epochs of one database sort by
+// creation. Its errors carry no backend prefix and no operation.
+func NewBoundaryEpoch(db DB, name string) (string, error) {
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return "", err
+	}
+	if db.Closed() {
+		return "", Closed()
+	}
 	u, err := uuid.NewV7()
 	if err != nil {
 		return "", fmt.Errorf("new epoch: %w", err)
@@ -42,21 +52,4 @@ func ScanBoundary(row Row) (event.Boundary, error) {
 	}
 	b.Head = uint64(head)
 	return b, nil
-}
-
-// ScanBoundaries reads every row of rows as a boundary (ScanBoundary); no
-// rows is an empty list, not nil.
-func ScanBoundaries(rows Rows) ([]event.Boundary, error) {
-	out := []event.Boundary{}
-	for rows.Next() {
-		b, err := ScanBoundary(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
 }

@@ -9,13 +9,17 @@ import (
 )
 
 // CheckLeaseArgs checks the holder and the TTL of a lease (or of a node's
-// heartbeat) before anything is asked of the database.
-func CheckLeaseArgs(holder string, ttl time.Duration) error {
+// heartbeat), then that the store is open, before anything is asked of the
+// database. Its errors carry no backend prefix and no operation.
+func CheckLeaseArgs(db DB, holder string, ttl time.Duration) error {
 	if holder == "" {
 		return fmt.Errorf("%w: holder is empty; name the node that takes the lease", event.ErrInvalid)
 	}
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: ttl is %s; it must be at least 1ms", event.ErrInvalid, ttl)
+	}
+	if db.Closed() {
+		return Closed()
 	}
 	return nil
 }

@@ -6,12 +6,16 @@
 // caller and the writer (Request), the judgement of an append whose ids are
 // stored (Retry), the checks and texts of leases, new epochs, how a
 // boundary's row reads, which errors are already the core's (IsDomain),
-// and the checks of what a read returns (CheckPage: a row changed behind
-// orisun's back is named, never served). What is dialect-specific (the
-// statements, the transactions, the driver's errors, how requests queue)
-// stays in each backend. Errors
-// returned here carry no backend prefix: each backend wraps them as it
-// wraps its own ("postgres: <op>: …").
+// the checks of what a read returns (CheckPage: a row changed behind
+// orisun's back is named, never served), the checks before a statement
+// (CheckRead, CheckLeaseArgs, NewBoundaryEpoch: the arguments, then that
+// the store is open), and the steps around a read's statement (QueryOne,
+// QueryAll on a backend's DB: the closed check, no row as a boundary that
+// does not exist, the rows scanned, the errors translated). What is
+// dialect-specific (the statements, the transactions, the driver's errors,
+// how requests queue) stays in each backend. Errors returned here carry no
+// backend prefix: each backend wraps them as it wraps its own
+// ("postgres: <op>: …").
 package sqlstore
 
 import (

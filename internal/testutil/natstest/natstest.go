@@ -8,6 +8,7 @@ package natstest
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,12 +74,14 @@ func WaitViolation(t testing.TB, ch <-chan error, op, subject string) {
 	}
 }
 
-// Server starts an embedded NATS server (orisun's configuration, its
-// permission model on) on a random port, with a store directory of the
-// test's, and stops it when the test ends.
-func Server(t testing.TB) *natsembed.Server {
+// Server starts an embedded NATS server with cfg (orisun's configuration,
+// its permission model on, for a zero Config) on a random port, with a
+// store directory of the test's, and stops it when the test ends.
+func Server(t testing.TB, cfg natsembed.Config) *natsembed.Server {
 	t.Helper()
-	s, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir()})
+	cfg.Port = -1
+	cfg.StoreDir = t.TempDir()
+	s, err := natsembed.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,4 +90,20 @@ func Server(t testing.TB) *natsembed.Server {
 	}
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// Refused checks that a connection to url with opts is refused with an
+// authorization violation (the server's "Authorization Violation", whether
+// or not the client names it nats.ErrAuthorization); what names the
+// attempt in the test's failure.
+func Refused(t testing.TB, url, what string, opts ...nats.Option) {
+	t.Helper()
+	nc, err := nats.Connect(url, append(slices.Clone(opts), nats.MaxReconnects(0))...)
+	if err == nil {
+		nc.Close()
+		t.Fatalf("%s: connected", what)
+	}
+	if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("%s: %v, want an authorization violation", what, err)
+	}
 }

@@ -1,0 +1,185 @@
+// Package gctune keeps the Go garbage collector's room in proportion to
+// the part of a node's heap that is not its memory streams. It is orisun's
+// machinery and may change without notice.
+//
+// An embedded JetStream server keeps its memory streams in the Go heap, and
+// they are live: with the runtime's default (GOGC=100) the collector lets
+// the heap grow to twice what the last collection found live, streams
+// included, so a node whose streams hold 500 MB would grow to more than a
+// gigabyte before collecting garbage it made while publishing a few
+// megabytes a second. The tuner sets the collector's percentage so that the
+// room it leaves is what GOGC=100 would leave for the rest of the heap,
+// never less than MinRoom:
+//
+//	room    = max(live − streams, MinRoom)
+//	percent = clamp(100 × room / live, MinPercent, 100)
+//
+// where live is the heap the last collection found live and streams the
+// bytes the registered servers' memory streams hold. A node then needs
+// about its streams' bytes plus twice the rest (docs/performance.md,
+// "How much memory a node needs").
+//
+// The tuner is process-wide (the collector's percentage is one setting of
+// the process): every embedded server registers its streams' bytes, one
+// goroutine runs while any is registered, and the percentage found at the
+// first registration is restored after the last. It leaves the collector
+// alone when GOGC is set in the environment, and it retires for the rest of
+// the process, with one log line, when it finds the percentage changed by
+// someone else (a program that embeds orisun and tunes its own collector).
+package gctune
+
+import (
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+const (
+	// MinRoom is the least room the tuner leaves the collector: below it,
+	// a node that holds little besides its streams would collect every few
+	// megabytes of garbage.
+	MinRoom = 64 << 20
+	// MinPercent is the lowest percentage the tuner sets.
+	MinPercent = 10
+	// BasePercent is the highest: the runtime's default.
+	BasePercent = 100
+	// Interval is how often the tuner reads the heap and the streams.
+	Interval = time.Second
+)
+
+// Percent is the collector percentage for a heap of live bytes of which
+// streams are memory streams.
+func Percent(live, streams int64) int {
+	if live <= 0 {
+		return BasePercent
+	}
+	room := max(live-streams, MinRoom)
+	p := int(100 * room / live)
+	return min(max(p, MinPercent), BasePercent)
+}
+
+// state is the tuner's: its sources and its goroutine.
+type state struct {
+	mu      sync.Mutex
+	sources map[int]func() int64
+	next    int
+	stop    chan struct{}
+	done    chan struct{}
+	orig    int  // the percentage found at the first registration
+	retired bool // someone else set the percentage: hands off for good
+}
+
+// tuner is the process's one tuner.
+var tuner state
+
+// Register adds a source of memory-stream bytes (an embedded server's) and
+// starts the tuner if it is the first. The returned function removes it;
+// after the last, the tuner stops and restores the percentage it found.
+// Without effect when GOGC is set in the environment or the tuner retired.
+func Register(streams func() int64, log *slog.Logger) (unregister func()) {
+	if os.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	t := &tuner
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.retired {
+		return func() {}
+	}
+	if t.sources == nil {
+		t.sources = map[int]func() int64{}
+	}
+	id := t.next
+	t.next++
+	t.sources[id] = streams
+	if len(t.sources) == 1 {
+		t.orig = debug.SetGCPercent(BasePercent)
+		if t.orig != BasePercent {
+			// The program set its own percentage before this node started.
+			debug.SetGCPercent(t.orig)
+			t.retire(log, t.orig, BasePercent)
+			return func() {}
+		}
+		t.stop, t.done = make(chan struct{}), make(chan struct{})
+		go run(t.stop, t.done, log)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { remove(id) }) }
+}
+
+func remove(id int) {
+	t := &tuner
+	t.mu.Lock()
+	if _, ok := t.sources[id]; !ok {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.sources, id)
+	if len(t.sources) > 0 || t.stop == nil {
+		t.mu.Unlock()
+		return
+	}
+	stop, done := t.stop, t.done
+	t.stop, t.done = nil, nil
+	t.mu.Unlock()
+	close(stop)
+	<-done
+}
+
+// retire stops tuning for the rest of the process. t.mu is held.
+func (t *state) retire(log *slog.Logger, found, set int) {
+	t.retired = true
+	t.sources = nil
+	log.Info("the garbage collector's percentage was set by the program: orisun leaves it alone",
+		"gc_percent", found, "orisun_set", set)
+}
+
+// run tunes every Interval until stop is closed, then restores the
+// percentage found at the start unless someone else changed it.
+func run(stop, done chan struct{}, log *slog.Logger) {
+	defer close(done)
+	t := &tuner
+	set := BasePercent
+	tick := time.NewTicker(Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if !t.retired {
+				debug.SetGCPercent(t.orig)
+			}
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		var streams int64
+		for _, f := range t.sources {
+			streams += f()
+		}
+		p := Percent(heapLive(), streams)
+		if found := debug.SetGCPercent(p); found != set {
+			debug.SetGCPercent(found)
+			t.retire(log, found, set)
+			t.mu.Unlock()
+			return
+		}
+		set = p
+		t.mu.Unlock()
+	}
+}
+
+// heapLive is the heap the last collection found live
+// (/gc/heap/live:bytes).
+func heapLive() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
