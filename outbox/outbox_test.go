@@ -394,18 +394,6 @@ func TestAppendIdempotentRetry(t *testing.T) {
 	})
 }
 
-// hasEnqueue reports whether the database has orisun_enqueue (migration
-// 0005).
-func hasEnqueue(t *testing.T, f fixture) bool {
-	t.Helper()
-	var ok bool
-	if err := pgtest.Connect(t, f.url).QueryRow(context.Background(),
-		`SELECT to_regprocedure('orisun_enqueue(text, json)') IS NOT NULL`).Scan(&ok); err != nil {
-		t.Fatal(err)
-	}
-	return ok
-}
-
 // staged returns the data of the events staged for boundary orders.
 func staged(t *testing.T, f fixture) []string {
 	t.Helper()
@@ -420,9 +408,6 @@ func staged(t *testing.T, f fixture) []string {
 // the transaction written.
 func TestEnqueueCommitRollbackRefusals(t *testing.T) {
 	drivers(t, func(t *testing.T, f fixture, begin func() appTx) {
-		if !hasEnqueue(t, f) {
-			t.Skip("orisun_enqueue is not installed: migration 0005 is not on this branch")
-		}
 		for i, commit := range []bool{true, false} {
 			tx := begin()
 			if err := tx.exec(`INSERT INTO orders (id, customer) VALUES ($1, 'c-7')`, i+1); err != nil {

@@ -132,7 +132,8 @@ END
 $$;
 
 -- orisun_check_tag is event.ValidateTag (a text cannot hold a NUL byte:
--- the JSON escape \u0000 fails where the tag is read, see orisun_append).
+-- the JSON escape \u0000 fails where the tag is read, see
+-- orisun_prepare_events).
 CREATE FUNCTION orisun_check_tag(tag text, field text) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
@@ -166,7 +167,7 @@ BEGIN
         IF json_typeof(j -> k) <> 'string' THEN
             PERFORM orisun_raise('ORINV', format('%s[%s]: a JSON %s cannot be a string', field, k, json_typeof(j -> k)));
         END IF;
-        -- No NUL here: orisun_append refuses \u0000 before (and an
+        -- No NUL here: orisun_prepare_events refuses \u0000 before (and an
         -- exception block would cost a subtransaction per call).
         out := out || (j ->> k);
     END LOOP;
@@ -192,14 +193,19 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION orisun_append(boundary text, events json, condition json DEFAULT NULL)
-RETURNS TABLE (epoch uuid, first_position bigint, last_position bigint)
+-- orisun_prepare_events is the validation of an append request's events
+-- (event.Prepare), shared by orisun_append and orisun_enqueue: it refuses
+-- what the API refuses, with the same kind of error, before anything is
+-- taken or written, and returns the events as parallel arrays (ids, with
+-- UUIDv7 ids generated where none is given; types; tags as text[]
+-- literals; data and metadata as compacted JSON texts). fn names the
+-- calling function in the messages that must name it.
+CREATE FUNCTION orisun_prepare_events(b text, events json, fn text,
+    OUT ids uuid[], OUT types text[], OUT tagl text[], OUT datas text[], OUT mds text[])
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $fn$
-#variable_conflict use_column
 DECLARE
-    b text := orisun_append.boundary;
     lim orisun_append_limits;
     n integer;
     i integer;
@@ -215,11 +221,6 @@ DECLARE
     v json;
     f text;
     s text;
-    ids uuid[] := '{}';
-    types text[] := '{}';
-    tagl text[] := '{}';
-    datas text[] := '{}';
-    mds text[] := '{}';
     tags text[];
     d text;
     md text;
@@ -227,19 +228,8 @@ DECLARE
     j integer;
     total bigint := 0;
     size integer;
-    cafter bigint := 0;
-    items json;
-    -- The condition's query items as parallel arrays of text[] literals.
-    qtypes text[] := '{}';
-    qtags text[] := '{}';
-    h bigint;
-    ep uuid;
-    st record;
-    fpos bigint;
-    nstored integer := 0;
-    m bigint;
 BEGIN
-    -- Validation, before anything is taken or written (event.Prepare).
+    ids := '{}'; types := '{}'; tagl := '{}'; datas := '{}'; mds := '{}';
     IF b IS NULL OR b = '' THEN
         PERFORM orisun_raise('ORINV', 'boundary name is empty; it must match ^[a-z][a-z0-9_]{0,62}$');
     ELSIF octet_length(b) > 63 THEN
@@ -260,8 +250,8 @@ BEGIN
     -- refused here, by name. (The API accepts NUL inside data and metadata;
     -- such an event goes through the API.)
     IF strpos(events::text, '\u0000') > 0 AND events::text ~ '(^|[^\\])(\\\\)*\\u0000' THEN
-        PERFORM orisun_raise('ORINV', 'events: a JSON string holds \u0000 (NUL), which orisun_append cannot read; '
-            'a tag cannot hold NUL, and data or metadata holding it must be appended through the API');
+        PERFORM orisun_raise('ORINV', format('events: a JSON string holds \u0000 (NUL), which %s cannot read; '
+            'a tag cannot hold NUL, and data or metadata holding it must be appended through the API', fn));
     END IF;
     -- The API decodes the whole request before it checks any limit, so
     -- what its decoding refuses (an event that is no object, an unknown
@@ -305,21 +295,11 @@ BEGIN
     FOR e IN SELECT json_array_elements(events) LOOP
         i := i + 1;
         f := format('events[%s]', i);
-        IF json_typeof(e) <> 'object' THEN
-            PERFORM orisun_raise('ORINV', format('%s: a JSON %s cannot be an event; send an object', f, json_typeof(e)));
-        END IF;
         -- One parse of the event: its fields as JSON values (the exact
-        -- text of each), refusing unknown and repeated keys as the API does.
-        seen := '{}';
+        -- text of each). The pass above refused what is no object, and
+        -- unknown and repeated keys.
         vid := NULL; vtype := NULL; vdata := NULL; vmd := NULL; vtags := NULL;
         FOR kv IN SELECT key, value FROM json_each(e) LOOP
-            IF kv.key <> ALL ('{id,type,data,metadata,tags}') THEN
-                PERFORM orisun_raise('ORINV', format('%s: unknown field %s; the fields are id, type, data, metadata, tags', f, to_json(kv.key)));
-            END IF;
-            IF kv.key = ANY (seen) THEN
-                PERFORM orisun_raise('ORINV', format('duplicate key %s in %s', to_json(kv.key), f));
-            END IF;
-            seen := seen || kv.key;
             CASE kv.key
                 WHEN 'id' THEN vid := kv.value;
                 WHEN 'type' THEN vtype := kv.value;
@@ -383,6 +363,46 @@ BEGIN
         datas := datas || d;
         mds := mds || md;
     END LOOP;
+END
+$fn$;
+
+-- orisun_append: validation (orisun_prepare_events), then the head row,
+-- idempotency by id, the condition and the append, as said at the top.
+CREATE FUNCTION orisun_append(boundary text, events json, condition json DEFAULT NULL)
+RETURNS TABLE (epoch uuid, first_position bigint, last_position bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    b text := orisun_append.boundary;
+    n integer;
+    i integer;
+    v json;
+    f text;
+    ids uuid[];
+    types text[];
+    tagl text[];
+    datas text[];
+    mds text[];
+    tags text[];
+    j integer;
+    cafter bigint := 0;
+    items json;
+    -- The condition's query items as parallel arrays of text[] literals.
+    qtypes text[] := '{}';
+    qtags text[] := '{}';
+    h bigint;
+    ep uuid;
+    st record;
+    fpos bigint;
+    nstored integer := 0;
+    m bigint;
+BEGIN
+    -- Validation, before anything is taken or written (event.Prepare).
+    SELECT p.ids, p.types, p.tagl, p.datas, p.mds INTO ids, types, tagl, datas, mds
+    FROM orisun_prepare_events(b, events, 'orisun_append') p;
+    n := cardinality(ids);
     IF condition IS NOT NULL AND json_typeof(condition) <> 'null' THEN
         IF condition::text ~ '(^|[^\\])(\\\\)*\\u0000' THEN
             PERFORM orisun_raise('ORINV', 'condition: a JSON string holds \u0000 (NUL), which no type or tag can hold');
