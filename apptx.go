@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 )
@@ -70,11 +73,74 @@ func (n *Node) AppendTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 	defer cancel()
 	stop := context.AfterFunc(runCtx, cancel)
 	defer stop()
+	calls := &txAppends{}
 	err := s.Transact(ctx, n.cfg.AppendTxTimeout, prepare, func(ctx context.Context, tx *sql.Tx, app sqlite.TxAppend) error {
-		return fn(ctx, tx, AppendFunc(app))
+		return fn(ctx, tx, calls.wrap(app))
 	})
 	if err != nil && runCtx.Err() != nil && errors.Is(err, context.Canceled) {
-		return fmt.Errorf("orisun: the node stops: %w: the application transaction was rolled back", event.ErrClosed)
+		err = fmt.Errorf("orisun: the node stops: %w: the application transaction was rolled back", event.ErrClosed)
 	}
+	n.countTxAppends(calls.done(), err)
 	return err
+}
+
+// txAppend is one append of an AppendTx transaction, for the metrics.
+type txAppend struct {
+	boundary string
+	events   int
+	err      error
+	took     time.Duration
+}
+
+// txAppends records the appends of one AppendTx transaction. After done,
+// calls of a function that overran its deadline are not recorded (they
+// fail: the transaction is over).
+type txAppends struct {
+	mu    sync.Mutex
+	calls []txAppend
+	over  bool
+}
+
+func (c *txAppends) wrap(app sqlite.TxAppend) AppendFunc {
+	return func(boundary string, events []Input, cond *Condition) (AppendResult, error) {
+		start := time.Now()
+		res, err := app(boundary, events, cond)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.over {
+			c.calls = append(c.calls, txAppend{boundary, len(events), err, time.Since(start)})
+		}
+		return res, err
+	}
+}
+
+func (c *txAppends) done() []txAppend {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.over = true
+	return c.calls
+}
+
+// countTxAppends counts the appends of an AppendTx transaction in the
+// node's append metrics (orisun_append_requests_total and the others, as
+// Node.Append's) once it has ended (txErr: nil when it committed): a
+// refused append by its own error; an append that succeeded by the
+// transaction's outcome: ok when it committed, and when it was rolled
+// back by the deadline or the node's stop, by that error (unavailable).
+// The appends of a transaction the function itself ended (its error or a
+// panic) are not counted: they were neither appended nor refused.
+func (n *Node) countTxAppends(calls []txAppend, txErr error) {
+	if n.metrics == nil {
+		return
+	}
+	for _, c := range calls {
+		err := c.err
+		if err == nil && txErr != nil {
+			if api.CodeOf(txErr) == api.CodeInternal {
+				continue
+			}
+			err = txErr
+		}
+		n.metrics.Boundary(c.boundary).Appended(c.events, err, c.took)
+	}
 }

@@ -362,3 +362,57 @@ func TestAppendTxEndsWhenTheNodeStops(t *testing.T) {
 		t.Fatalf("after the restart: %v %v, want no event", evs, err)
 	}
 }
+
+// TestAppendTxCountedInMetrics_I7: the appends of AppendTx count in the
+// node's append metrics as Node.Append's do: a committed transaction's
+// append as ok (requests and events), a refused append by its error, an
+// overrun's append as unavailable, and the append of a transaction the
+// function ended with its own error not at all.
+func TestAppendTxCountedInMetrics_I7(t *testing.T) {
+	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.AppendTxTimeout = 200 * time.Millisecond })
+	ctx := context.Background()
+	two := []orisun.Input{{Type: "order.placed", Data: json.RawMessage(`{}`)}, {Type: "order.paid", Data: json.RawMessage(`{}`)}}
+	run := func(then func(ctx context.Context) error, in []orisun.Input) error {
+		return n.AppendTx(ctx, func(ctx context.Context, _ *sql.Tx, app orisun.AppendFunc) error {
+			if _, err := app("default", in, nil); err != nil {
+				return err
+			}
+			return then(ctx)
+		})
+	}
+	commit := func(context.Context) error { return nil }
+	for range 3 {
+		if err := run(commit, two); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := run(commit, []orisun.Input{{Type: "bad type!", Data: json.RawMessage(`{}`)}}); !errors.Is(err, event.ErrInvalid) {
+		t.Fatalf("a bad type: %v, want invalid", err)
+	}
+	mine := errors.New("the application changed its mind")
+	if err := run(func(context.Context) error { return mine }, two); !errors.Is(err, mine) {
+		t.Fatalf("the function's error: %v", err)
+	}
+	if err := run(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, two); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an overrun: %v, want the deadline", err)
+	}
+	_, body := httpGet(t, n, "/metrics")
+	for _, c := range []struct {
+		name, labels string
+		want         float64
+	}{
+		{"orisun_append_requests_total", `boundary="default",result="ok"`, 3},
+		{"orisun_append_events_total", `boundary="default",result="ok"`, 6},
+		{"orisun_append_requests_total", `boundary="default",result="invalid"`, 1},
+		{"orisun_append_requests_total", `boundary="default",result="unavailable"`, 1},
+		{"orisun_append_events_total", `boundary="default",result="unavailable"`, 2},
+		{"orisun_append_duration_seconds_count", "", 5},
+	} {
+		if v, _ := metric(body, c.name, c.labels); v != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
+	if b, err := n.Boundary(ctx, "default"); err != nil || b.Head != 6 {
+		t.Fatalf("head %d (%v), want the 6 committed events", b.Head, err)
+	}
+}

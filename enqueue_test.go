@@ -428,3 +428,30 @@ func TestEnqueueMoverKilled_I1_I4(t *testing.T) {
 		t.Fatalf("stream up to %d, want up to %d", last, committed)
 	}
 }
+
+// TestEnqueueLostNotificationCostsAPollInterval_I4: a staged event whose
+// notification never came (here: a row put into orisun_staged directly,
+// as a lost NOTIFY leaves it) is moved and relayed within a few poll
+// intervals (100 ms), found by the node's periodic head check, not after
+// the mover's own backstop poll (ORISUN_POLL_BACKSTOP, 30 s by default).
+func TestEnqueueLostNotificationCostsAPollInterval_I4(t *testing.T) {
+	n, url := pgNode(t, 100*time.Millisecond)
+	ctx := context.Background()
+	waitSettled(t, n, 10*time.Second)
+	// The mover's start-of-term move has run: nothing staged, settled.
+	time.Sleep(200 * time.Millisecond)
+	id := event.NewID()
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `INSERT INTO orisun_staged (call, boundary, id, type, tags, data, enqueued_at)
+		VALUES (nextval('orisun_staged_call'), 'default', $1, 'app.lost', '{}', '{"lost":true}', now())`, id); err != nil {
+		t.Fatal(err)
+	}
+	took := testutil.Eventually(t, "the staged event in the log and the stream", 5*time.Second, 10*time.Millisecond, func() bool {
+		st, err := n.Status(ctx)
+		return err == nil && st.Boundaries[0].Head == 1 && st.Boundaries[0].Published == 1
+	})
+	t.Logf("moved and published %s after the insert (poll interval 100ms, backstop %s)", took, n.Config().PollBackstop)
+	_, evs, err := n.Read(ctx, "default", 0, 10, nil)
+	if err != nil || len(evs) != 1 || evs[0].ID != id {
+		t.Fatalf("read %v, %v; want the one staged event %s", evs, err, id)
+	}
+}

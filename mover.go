@@ -21,12 +21,15 @@ type stagedMover interface {
 	MoveStaged(ctx context.Context, l backend.Lease, max int) (postgres.MoveResult, error)
 	OnStaged(fn func(boundary string))
 	StagedStates(ctx context.Context) ([]postgres.StagedState, error)
+	StagedBoundaries(ctx context.Context) ([]string, error)
 }
 
 // mover moves a boundary's staged events into the log while this node
 // holds the boundary's lease: at the start of each term, when an enqueue's
-// commit is announced (wake), and every poll as a fallback for a lost
-// announcement. Each move is one transaction of at most batch events,
+// commit is announced (wake), when the node's head check (every poll
+// interval) finds committed staged events of the boundary (wake: a lost
+// announcement costs a poll interval), and every poll backstop in case
+// both fail. Each move is one transaction of at most batch events,
 // fenced by the term (postgres.Store.MoveStaged); a full batch is followed
 // by the next at once. The publisher relays what it moved, woken by the
 // move's commit as by an append's. A move is bounded by half the lease

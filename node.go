@@ -889,7 +889,34 @@ func (n *Node) readHeads(ctx context.Context, failing bool) bool {
 			}
 		}
 	}
+	n.wakeStaged(ctx)
 	return false
+}
+
+// wakeStaged wakes the mover of every boundary with committed staged
+// events (PostgreSQL's orisun_enqueue, docs/outbox.md): the part of the
+// head check that catches a lost notification of an enqueue. A mover of a
+// boundary this node does not lead keeps the hint for its next term. A
+// failed read is left to each mover's own backstop poll.
+func (n *Node) wakeStaged(ctx context.Context) {
+	sm, ok := n.rawStore.(stagedMover)
+	if !ok {
+		return
+	}
+	rctx, cancel := serviceutil.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+	names, err := sm.StagedBoundaries(rctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Debug("the boundaries with staged events cannot be listed; each mover polls every ORISUN_POLL_BACKSTOP meanwhile", "err", err)
+		}
+		return
+	}
+	for _, name := range names {
+		if r := n.runner(name); r != nil {
+			r.move.notify()
+		}
+	}
 }
 
 // everyPoll runs round once per poll interval until ctx ends, telling it

@@ -32,6 +32,10 @@ FROM (SELECT boundary, count(*) AS n, min(enqueued_at) AS oldest FROM orisun_sta
 FULL JOIN (SELECT DISTINCT ON (boundary) boundary, count(*) OVER (PARTITION BY boundary) AS n, reason
            FROM orisun_set_aside ORDER BY boundary, set_aside_at DESC, seq DESC) a ON a.boundary = s.boundary`
 
+	// sqlStagedBoundaries lists the boundaries with committed staged
+	// events (the node's periodic head check, StagedBoundaries).
+	sqlStagedBoundaries = `SELECT DISTINCT boundary FROM orisun_staged`
+
 	// codeLeaseLost is orisun_move_staged's refusal of a holder whose
 	// term is not the boundary's current, unexpired one.
 	codeLeaseLost = "ORLST"
@@ -106,6 +110,25 @@ func (s *Store) MoveStaged(ctx context.Context, l backend.Lease, max int) (MoveR
 // of orisun_enqueue's commit), and of every boundary after the LISTEN
 // connection was restored. A hint, as OnAppend's: fn must not block.
 func (s *Store) OnStaged(fn func(boundary string)) { s.staged.Add(fn) }
+
+// StagedBoundaries lists the boundaries with committed staged events, in
+// one statement: the node's periodic head check wakes their movers with
+// it, so a lost notification of an enqueue costs a poll interval.
+func (s *Store) StagedBoundaries(ctx context.Context) ([]string, error) {
+	const op = "list the boundaries with staged events"
+	if s.isClosed() {
+		return nil, errClosed(op)
+	}
+	rows, err := s.pool.Query(ctx, sqlStagedBoundaries)
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	return names, nil
+}
 
 // StagedStates reads every boundary's staged and set-aside events in one
 // statement; boundaries with neither are absent.
