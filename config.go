@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/natsembed"
+	"github.com/orisun-io/orisun/status/statushttp"
 )
 
 // Config configures a Node. cmd/orisun starts from Defaults and lets each
@@ -198,6 +199,13 @@ type Config struct {
 	// default (Defaults); Validate refuses it, so that the variable set to
 	// 0 is refused, naming -1, rather than read as the default.
 	MetricsBoundaries int `envconfig:"METRICS_BOUNDARIES"`
+	// ConsoleUser and ConsolePassword (both or neither) are the console's
+	// credentials (HTTP basic auth) for its pages that show events. Those
+	// pages need them whenever NATS has credentials, NATS is external, or
+	// the listener is not on loopback (consoleAccess); without them they
+	// are then off. The overview needs none: it shows what /status shows.
+	ConsoleUser     string `envconfig:"CONSOLE_USER"`
+	ConsolePassword string `envconfig:"CONSOLE_PASSWORD"`
 
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `envconfig:"LOG_LEVEL"`
@@ -280,6 +288,41 @@ func (c Config) metricsBoundaries() int {
 // HTTPEnabled reports whether the status listener is on.
 func (c Config) HTTPEnabled() bool {
 	return c.HTTPAddr != "" && !strings.EqualFold(c.HTTPAddr, "off")
+}
+
+// consoleAccess is the rule of the console's event pages
+// (docs/console.md, "Access"): event bodies may hold personal data, so the
+// pages need the console's credentials whenever someone other than the
+// host's own users may reach the listener, or the operator guards NATS
+// (where the same events are) with credentials. NeedCredentials says why;
+// empty, the pages are open, like NATS itself without credentials on
+// loopback.
+func (c Config) consoleAccess() statushttp.ConsoleAccess {
+	a := statushttp.ConsoleAccess{User: c.ConsoleUser, Password: c.ConsolePassword}
+	switch {
+	case c.NATSURL != "":
+		a.NeedCredentials = "NATS is external (ORISUN_NATS_URL)"
+	case c.NATSUser != "" || c.NATSToken != "" || c.NATSAdminUser != "" || c.NATSAdminToken != "" ||
+		c.NATSSystemUser != "" || c.NATSCreds != "":
+		a.NeedCredentials = "NATS credentials are configured"
+	case !loopbackAddr(c.HTTPAddr):
+		a.NeedCredentials = fmt.Sprintf("the listener (ORISUN_HTTP_ADDR=%s) is not on loopback", c.HTTPAddr)
+	}
+	return a
+}
+
+// loopbackAddr reports whether host:port listens on loopback only: an
+// empty host is every interface, a name other than localhost may be any.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // natsAdmin is the embedded server's admin principal (nil when not

@@ -109,6 +109,11 @@ const (
 	MetricsBoundariesMin     = -1
 	MetricsBoundariesMax     = 10_000
 
+	// ConsolePasswordMin is the shortest console password: it guards
+	// event bodies, which may hold personal data, on a listener others
+	// may reach.
+	ConsolePasswordMin = 8
+
 	LogLevelDefault  = "info"
 	LogFormatDefault = "text"
 )

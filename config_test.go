@@ -323,6 +323,17 @@ func TestValidateMessages(t *testing.T) {
 		{"metrics boundaries zero", sqlite(func(c *Config) { c.MetricsBoundaries = 0 }), []string{
 			`ORISUN_METRICS_BOUNDARIES: 0 would give every boundary's series to boundary="_other": write -1 for that ` +
 				`(no boundary has series of its own), 1–10000 for that many, or leave it unset for the default 100`}},
+		{"console user without password", sqlite(func(c *Config) { c.ConsoleUser = "ops" }), []string{
+			`ORISUN_CONSOLE_PASSWORD: is required with ORISUN_CONSOLE_USER ("ops")`}},
+		{"console password without user", sqlite(func(c *Config) { c.ConsolePassword = "long enough" }), []string{
+			`ORISUN_CONSOLE_USER: is required with ORISUN_CONSOLE_PASSWORD`}},
+		{"console user with a colon", sqlite(func(c *Config) { c.ConsoleUser, c.ConsolePassword = "ops:1", "long enough" }), []string{
+			`ORISUN_CONSOLE_USER: "ops:1" holds a colon or a control character, which HTTP basic auth cannot carry`}},
+		{"console password short", sqlite(func(c *Config) { c.ConsoleUser, c.ConsolePassword = "ops", "short" }), []string{
+			`ORISUN_CONSOLE_PASSWORD: has 5 characters; at least 8`}},
+		{"console without listener", sqlite(func(c *Config) { c.ConsoleUser, c.ConsolePassword, c.HTTPAddr = "ops", "long enough", "off" }), []string{
+			`ORISUN_CONSOLE_USER: is set but the listener is off (ORISUN_HTTP_ADDR="off"): set ORISUN_HTTP_ADDR, or unset the console's credentials`}},
+		{"console credentials", sqlite(func(c *Config) { c.ConsoleUser, c.ConsolePassword = "ops", "long enough" }), nil},
 		{"log level", sqlite(func(c *Config) { c.LogLevel = "loud" }), []string{`ORISUN_LOG_LEVEL: "loud" is not one of debug, info, warn, error`}},
 		{"log format", sqlite(func(c *Config) { c.LogFormat = "xml" }), []string{`ORISUN_LOG_FORMAT: "xml" is not one of text, json`}},
 	} {
@@ -377,5 +388,46 @@ func TestConfigDefaultsMatchBackends(t *testing.T) {
 	}
 	if SQLiteSynchronousDefault != sqlite.DefaultSynchronous {
 		t.Errorf("SQLiteSynchronousDefault is %q, sqlite.DefaultSynchronous %q", SQLiteSynchronousDefault, sqlite.DefaultSynchronous)
+	}
+}
+
+// TestConsoleAccessRule: the console's event pages need its credentials
+// whenever NATS has credentials, NATS is external, or the listener is not
+// on loopback (docs/console.md, "Access"); only a loopback listener in
+// front of an embedded NATS without credentials leaves them open.
+func TestConsoleAccessRule(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(c *Config)
+		want   string // "" open, else a part of the reason
+	}{
+		{"loopback, no credentials", func(c *Config) {}, ""},
+		{"localhost", func(c *Config) { c.HTTPAddr = "localhost:8990" }, ""},
+		{"IPv6 loopback", func(c *Config) { c.HTTPAddr = "[::1]:8990" }, ""},
+		{"127.0.0.2", func(c *Config) { c.HTTPAddr = "127.0.0.2:0" }, ""},
+		{"every interface", func(c *Config) { c.HTTPAddr = ":8990" }, "ORISUN_HTTP_ADDR=:8990) is not on loopback"},
+		{"0.0.0.0", func(c *Config) { c.HTTPAddr = "0.0.0.0:8990" }, "is not on loopback"},
+		{"a host name", func(c *Config) { c.HTTPAddr = "relay.internal:8990" }, "is not on loopback"},
+		{"an interface address", func(c *Config) { c.HTTPAddr = "10.0.0.5:8990" }, "is not on loopback"},
+		{"NATS user", func(c *Config) { c.NATSUser, c.NATSPassword = "app", "p" }, "NATS credentials are configured"},
+		{"NATS token", func(c *Config) { c.NATSToken = "t" }, "NATS credentials are configured"},
+		{"NATS admin", func(c *Config) { c.NATSAdminUser, c.NATSAdminPassword = "admin", "p" }, "NATS credentials are configured"},
+		{"NATS admin token", func(c *Config) { c.NATSAdminToken = "t" }, "NATS credentials are configured"},
+		{"NATS system user", func(c *Config) { c.NATSSystemUser, c.NATSSystemPassword = "op", "p" }, "NATS credentials are configured"},
+		{"external NATS", func(c *Config) { c.NATSURL = "nats://n1:4222" }, "NATS is external (ORISUN_NATS_URL)"},
+		{"external NATS with a credentials file", func(c *Config) { c.NATSURL, c.NATSCreds = "nats://n1:4222", "/x.creds" }, "NATS is external"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Defaults()
+			tc.change(&c)
+			a := c.consoleAccess()
+			if tc.want == "" && a.NeedCredentials != "" || tc.want != "" && !strings.Contains(a.NeedCredentials, tc.want) {
+				t.Errorf("%s: NeedCredentials %q, want %q", c.HTTPAddr, a.NeedCredentials, tc.want)
+			}
+			c.ConsoleUser, c.ConsolePassword = "ops", "long enough"
+			if a := c.consoleAccess(); a.User != "ops" || a.Password != "long enough" {
+				t.Errorf("credentials not passed on: %+v", a)
+			}
+		})
 	}
 }

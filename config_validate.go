@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,6 +31,7 @@ func (c Config) Validate() error {
 	c.validatePublisher(&p)
 	c.validateAppends(&p)
 	c.validateStatus(&p)
+	c.validateConsole(&p)
 	c.validateLogs(&p)
 	return errors.Join(p...)
 }
@@ -442,6 +444,25 @@ func (c Config) validateStatus(p *problems) {
 	case c.MetricsBoundaries < MetricsBoundariesMin || c.MetricsBoundaries > MetricsBoundariesMax:
 		p.add("METRICS_BOUNDARIES", "%d is outside %d–%d (-1: no boundary has series of its own)",
 			c.MetricsBoundaries, MetricsBoundariesMin, MetricsBoundariesMax)
+	}
+}
+
+// validateConsole checks the console's credentials: both or neither, a
+// user name basic auth can carry, and a listener to use them on.
+func (c Config) validateConsole(p *problems) {
+	user, password := c.ConsoleUser, c.ConsolePassword
+	switch {
+	case user == "" && password == "":
+	case user != "" && password == "":
+		p.add("CONSOLE_PASSWORD", "is required with ORISUN_CONSOLE_USER (%q)", user)
+	case password != "" && user == "":
+		p.add("CONSOLE_USER", "is required with ORISUN_CONSOLE_PASSWORD")
+	case strings.Contains(user, ":") || strings.IndexFunc(user, unicode.IsControl) >= 0:
+		p.add("CONSOLE_USER", "%q holds a colon or a control character, which HTTP basic auth cannot carry", user)
+	case len(password) < ConsolePasswordMin:
+		p.add("CONSOLE_PASSWORD", "has %d characters; at least %d", len(password), ConsolePasswordMin)
+	case !c.HTTPEnabled():
+		p.add("CONSOLE_USER", "is set but the listener is off (ORISUN_HTTP_ADDR=%q): set ORISUN_HTTP_ADDR, or unset the console's credentials", c.HTTPAddr)
 	}
 }
 

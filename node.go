@@ -118,9 +118,10 @@ type Node struct {
 	rawStore backend.Store
 	ns       *natsembed.Server // nil with an external NATS
 	// untune removes the embedded server's streams from the collector
-	// tuner (internal/gctune); nil with an external NATS.
-	untune  func()
-	natsURL string
+	// tuner (internal/gctune); nil with an external NATS or noGCTuning.
+	untune     func()
+	noGCTuning bool
+	natsURL    string
 	// connect opens a connection of orisun's own: in process to the
 	// embedded server, or to the external NATS.
 	connect func(name string) (*nats.Conn, error)
@@ -190,6 +191,8 @@ type boundaryRunner struct {
 	// move moves the boundary's staged events into the log while this
 	// node leads (mover.go; nil: the store has none).
 	move *mover
+	// hist is what the console's charts draw (history.go).
+	hist boundaryHistory
 }
 
 // fed reports whether the boundary's stream is being fed, as a hint for
@@ -213,6 +216,13 @@ func (r *boundaryRunner) fed(shared bool, ttl time.Duration) bool {
 // New checks the configuration and returns a node that is not started.
 // Without a node id it reads (or, the first time, writes) the data
 // directory's node-id file.
+//
+// A started node with embedded NATS tunes the process's garbage collector
+// (runtime/debug.SetGCPercent), since its memory streams are live heap that
+// the collector's default room would double (docs/performance.md, "How much
+// memory a node needs"). It leaves the collector alone when GOGC is set in
+// the environment, when the program set a percentage of its own before or
+// while the node runs, and with WithoutGCTuning.
 func New(cfg Config, opts ...Option) (*Node, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -252,6 +262,10 @@ func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }
 
 // WithVersion sets the version the status reports.
 func WithVersion(v string) Option { return func(n *Node) { n.version = v } }
+
+// WithoutGCTuning leaves the process's garbage collector as the program
+// set it: the node does not tune it for its memory streams (see New).
+func WithoutGCTuning() Option { return func(n *Node) { n.noGCTuning = true } }
 
 // Config returns the configuration in force (defaults applied).
 func (n *Node) Config() Config { return n.cfg }
@@ -304,6 +318,7 @@ func (n *Node) start(ctx context.Context) error {
 	n.serving.Store(true)
 	n.life.Go(func() { n.watchHeads(n.runCtx) })
 	n.life.Go(func() { n.watchStreams(n.runCtx) })
+	n.life.Go(func() { n.sampleHistory(n.runCtx) })
 	if n.watch != nil {
 		p, _ := n.rawStore.(writeProber)
 		n.life.Go(func() { n.watch.watch(n.runCtx, p, n.cfg.PollInterval) })
@@ -337,6 +352,8 @@ func (n *Node) startHTTP() error {
 		Logger:         n.log.With("component", "http"),
 		Collectors:     n.metrics.Collectors(),
 		BoundaryLabel:  n.metrics.Label,
+		Console:        n.cfg.consoleAccess(),
+		Events:         consoleSource{n},
 	})
 	if err := n.http.Start(); err != nil {
 		return fmt.Errorf("orisun: %w", err)
@@ -579,7 +596,9 @@ func (n *Node) startNATS() error {
 	n.natsURL = n.ns.ClientURL()
 	// The memory streams are live heap: keep them out of the collector's
 	// room (docs/performance.md, "How much memory a node needs").
-	n.untune = gctune.Register(n.ns.StreamBytes, n.log.With("component", "gc"))
+	if !n.noGCTuning {
+		n.untune = gctune.Register(n.ns.StreamBytes, n.log.With("component", "gc"))
+	}
 	n.connect = func(name string) (*nats.Conn, error) { return n.ns.Connect(name) }
 	n.connectAPI = func(name string) (*nats.Conn, error) { return n.ns.ConnectAPI(name) }
 	return nil
@@ -661,9 +680,9 @@ func (n *Node) startBoundary(name string) {
 func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 	r := &boundaryRunner{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), self: n.holder, leading: &n.leading,
 		stallThreshold: n.cfg.StallThreshold, metrics: n.metrics.Add(name)}
-	var onPublished func(int, time.Duration)
-	if r.metrics != nil {
-		onPublished = r.metrics.Published
+	onPublished := func(events int, last uint64, took time.Duration) {
+		r.hist.published.Store(last)
+		r.metrics.Published(events, took)
 	}
 	var afterAck func(uint64)
 	if n.afterAck != nil {
@@ -723,6 +742,8 @@ func (n *Node) streamLimits() stream.Limits {
 func (r *boundaryRunner) lead(ctx context.Context, l backend.Lease) error {
 	r.leading.Add(1)
 	defer r.leading.Add(-1)
+	r.hist.startTerm()
+	defer r.hist.leads.Store(false)
 	r.metrics.Lease(metrics.LeaseAcquired)
 	stopMover := r.move.start(ctx, l)
 	err := r.pub.Run(ctx, l)
@@ -882,6 +903,7 @@ func (n *Node) readHeads(ctx context.Context, failing bool) bool {
 			n.adopt(h.Boundary.Name)
 			continue
 		}
+		r.hist.noteHead(h.Boundary.Epoch, h.Boundary.Head)
 		if r.pub.Behind(h) {
 			select {
 			case r.wake <- struct{}{}:
@@ -1178,7 +1200,9 @@ func (n *Node) Boundaries(ctx context.Context) ([]Boundary, error) {
 }
 
 // Append validates and appends events atomically (docs/design.md §3, §4). Nothing is
-// written when any event is invalid.
+// written when any event is invalid. The events' Data and Metadata are
+// used as given, not copied, until Append returns: do not change them
+// meanwhile.
 func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond *Condition) (res AppendResult, err error) {
 	if n.metrics != nil {
 		start := time.Now()
@@ -1201,11 +1225,32 @@ func (n *Node) Append(ctx context.Context, boundary string, events []Input, cond
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("append to %q: %w", boundary, err)
 	}
+	if r := n.runner(boundary); r != nil {
+		r.hist.raiseHead(res.Last) // the console's charts (history.go)
+	}
 	return res, nil
 }
 
 // Read returns up to limit events after position after (limit ≤ 10,000).
 func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	return n.readPage(boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.Read(ctx, boundary, after, limit, q)
+	})
+}
+
+// ReadBackward returns up to limit events before position before (0: from
+// the head), newest first, matching q as Read does (limit ≤ 10,000): the
+// log as a person browses it, a page at a time (the next page is before the
+// last position returned).
+func (n *Node) ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *Query) (epoch string, events []Event, err error) {
+	return n.readPage(boundary, limit, q, func(s backend.Store) (string, []Event, error) {
+		return s.ReadBackward(ctx, boundary, before, limit, q)
+	})
+}
+
+// readPage checks the arguments of a read of a page and runs read on the
+// store, counted in the boundary's metrics.
+func (n *Node) readPage(boundary string, limit int, q *Query, read func(backend.Store) (string, []Event, error)) (epoch string, events []Event, err error) {
 	if n.metrics != nil {
 		start := time.Now()
 		defer func() { n.metrics.Boundary(boundary).Read(err, time.Since(start)) }()
@@ -1223,7 +1268,7 @@ func (n *Node) Read(ctx context.Context, boundary string, after uint64, limit in
 	if err := event.ValidateQuery(q); err != nil {
 		return "", nil, err
 	}
-	epoch, events, err = store.Read(ctx, boundary, after, limit, q)
+	epoch, events, err = read(store)
 	if err != nil {
 		// The store hands the good events before a bad row to the
 		// publisher; a caller gets the error alone.

@@ -106,13 +106,18 @@ func (n *Node) measure(ctx context.Context, store backend.Store, js jetstream.Je
 		// the report cannot say that nothing waits.
 		storeDown(fmt.Errorf("staged events (orisun_enqueue) not measured: %w", err))
 	}
-	for _, b := range bs {
-		bst := BoundaryStatus{Name: b.Name, Epoch: b.Epoch}
+	// The store's figures of every boundary first, then the streams'
+	// figures in one listing: each boundary's stream is read after its
+	// store figures, as streamDrift needs.
+	all := make([]BoundaryStatus, len(bs))
+	for i, b := range bs {
+		bst := &all[i]
+		*bst = BoundaryStatus{Name: b.Name, Epoch: b.Epoch}
 		var err error
 		if s, ok := states[b.Name]; ok {
-			fromState(&bst, s)
+			fromState(bst, s)
 		} else {
-			err = n.measureStore(ctx, store, &bst)
+			err = n.measureStore(ctx, store, bst)
 		}
 		if err != nil {
 			bst.Error = "not measured: " + err.Error()
@@ -123,33 +128,45 @@ func (n *Node) measure(ctx context.Context, store backend.Store, js jetstream.Je
 		if s, ok := staged[b.Name]; ok {
 			// Committed staged events are committed work that is not
 			// published yet: not settled (I7).
-			fromStaged(&bst, s)
+			fromStaged(bst, s)
 			if s.Staged > 0 {
 				st.Settled = false
 			}
 		}
-		var drift []string
 		if n.beforeStreamMeasured != nil && st.NATS.OK {
 			n.beforeStreamMeasured(b.Name)
 		}
+	}
+	var infos map[string]*jetstream.StreamInfo
+	if st.NATS.OK {
+		// One paged listing (a JetStream request per 256 streams) instead
+		// of a stream-info request per boundary: with 1,000 boundaries
+		// those were most of a measurement's time (docs/console.md).
+		// Should it fail, each stream is read on its own, which says
+		// which of them fail.
+		infos = listStreams(ctx, js)
+	}
+	for i := range all {
+		bst := &all[i]
+		var drift []string
 		if !st.NATS.OK {
 			bst.StreamError = "not measured: NATS does not answer"
-		} else if info, err := measureStream(ctx, js, &bst); err != nil {
+		} else if info, err := streamOf(ctx, js, infos, bst); err != nil {
 			bst.StreamError = "not measured: " + err.Error()
 			// Settled promises that nothing failed to be measured: a
 			// stream not read may hold what the store does not (I7).
 			st.Settled = false
 		} else if info != nil && bst.Error == "" {
 			var unsettled bool
-			drift, unsettled = n.streamDrift(ctx, store, &bst, info)
+			drift, unsettled = n.streamDrift(ctx, store, bst, info)
 			if unsettled {
 				st.Settled = false
 			}
 		}
-		n.localStatus(&bst)
+		n.localStatus(bst)
 		bst.Warning = joinWarnings(drift, bst.Warning)
-		st.Boundaries = append(st.Boundaries, bst)
 	}
+	st.Boundaries = append(st.Boundaries, all...)
 	return st
 }
 
@@ -222,6 +239,38 @@ func fromStaged(bst *BoundaryStatus, s postgres.StagedState) {
 	}
 }
 
+// listStreams reads the info of every orisun stream in one paged listing,
+// by boundary; nil when the listing fails.
+func listStreams(ctx context.Context, js jetstream.JetStream) map[string]*jetstream.StreamInfo {
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	infos := make(map[string]*jetstream.StreamInfo)
+	l := js.ListStreams(lctx, jetstream.WithStreamListSubject(stream.SubjectPrefix+".>"))
+	for info := range l.Info() {
+		if b, ok := strings.CutPrefix(info.Config.Name, stream.Name("")); ok {
+			infos[b] = info
+		}
+	}
+	if l.Err() != nil {
+		return nil
+	}
+	return infos
+}
+
+// streamOf fills the boundary's stream figures from the listing, or, when
+// the listing failed (infos nil), from its own request.
+func streamOf(ctx context.Context, js jetstream.JetStream, infos map[string]*jetstream.StreamInfo, bst *BoundaryStatus) (*jetstream.StreamInfo, error) {
+	if infos == nil {
+		return measureStream(ctx, js, bst)
+	}
+	info := infos[bst.Name]
+	if info == nil {
+		return nil, nil // not listed: missing, a measurement
+	}
+	fillStream(bst, info)
+	return info, nil
+}
+
 // measureStream reads the boundary's stream state from JetStream and
 // returns its info. A missing stream is a measurement: zero figures, no
 // info.
@@ -236,10 +285,15 @@ func measureStream(ctx context.Context, js jetstream.JetStream, bst *BoundarySta
 		return nil, err
 	}
 	info := s.CachedInfo()
+	fillStream(bst, info)
+	return info, nil
+}
+
+// fillStream copies a stream's figures into the boundary's status.
+func fillStream(bst *BoundaryStatus, info *jetstream.StreamInfo) {
 	bst.StreamFirst, bst.StreamLast = info.State.FirstSeq, info.State.LastSeq
 	bst.StreamMsgs, bst.StreamBytes = info.State.Msgs, info.State.Bytes
 	bst.StreamReplicas = max(info.Config.Replicas, 1)
-	return info, nil
 }
 
 // streamDrift compares the boundary's stream, measured in this request,

@@ -370,6 +370,12 @@ func (s watchedStore) Read(ctx context.Context, boundary string, after uint64, l
 	return epoch, evs, err
 }
 
+func (s watchedStore) ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *event.Query) (string, []event.Event, error) {
+	epoch, evs, err := s.Store.ReadBackward(ctx, boundary, before, limit, q)
+	s.w.done(ctx, metrics.OpRead, kindRead, err)
+	return epoch, evs, err
+}
+
 func (s watchedStore) Latest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error) {
 	l, err := s.Store.Latest(ctx, boundary, q)
 	s.w.done(ctx, metrics.OpLatest, kindRead, err)

@@ -32,5 +32,10 @@
 //     are the application's JSON, stored as given, duplicate keys included;
 //   - a read whose "after" is past the boundary's head is "invalid" and the
 //     message names the head: a reader cannot be ahead of the log, so its
-//     saved position belongs to another store or epoch.
+//     saved position belongs to another store or epoch;
+//   - a backward read ("backwards": true, newest first) names its page by
+//     "before", and a "before" past the head reads from the head: it is a
+//     place to browse from, not a saved position. "after" with it, or
+//     "before" without it, is "invalid", naming the field, so that neither
+//     is silently ignored.
 package api

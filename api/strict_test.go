@@ -72,6 +72,8 @@ func TestDuplicateKeysRefused(t *testing.T) {
 			`condition.query.items[0]: duplicate key "types"`},
 		{"read after", "orisun.api.read.default", `{"after":1,"after":0}`, `duplicate key "after" in the read request`},
 		{"read limit", "orisun.api.read.default", `{"limit":1,"limit":5}`, `duplicate key "limit" in the read request`},
+		{"read backwards", "orisun.api.read.default", `{"backwards":true,"backwards":false}`, `duplicate key "backwards" in the read request`},
+		{"read before", "orisun.api.read.default", `{"backwards":true,"before":9,"Before":0}`, `duplicate key "Before" in the read request`},
 		{"read query", "orisun.api.read.default", `{"query":{"items":[{"tags":["x"]}]},"query":null}`, `duplicate key "query" in the read request`},
 		{"read query item", "orisun.api.read.default", `{"query":{"items":[{"types":["a"]},{"tags":["x"],"Tags":[]}]}}`,
 			`query.items[1]: duplicate key "Tags" in the read request`},

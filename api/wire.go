@@ -61,15 +61,25 @@ type AppendRequest struct {
 type AppendReply = event.AppendResult
 
 // ReadRequest is the body of a read. Limit nil means DefaultReadLimit.
+//
+// Backwards reads newest first (the DCB specification's "backwards" read
+// option): the events with a position below Before (0: from the head), the
+// highest first. After must then be 0; Before is refused without
+// Backwards. The next page of a backward read is before the last position
+// it returned.
 type ReadRequest struct {
-	After uint64       `json:"after"`
-	Limit *int         `json:"limit,omitempty"`
-	Query *event.Query `json:"query,omitempty"`
+	After     uint64       `json:"after"`
+	Limit     *int         `json:"limit,omitempty"`
+	Query     *event.Query `json:"query,omitempty"`
+	Backwards bool         `json:"backwards,omitempty"`
+	Before    uint64       `json:"before,omitempty"`
 }
 
 // ReadReply is the answer to a read. Events may be fewer than the limit
 // when more would not fit one NATS message: the reader has reached the head
-// only when Events is empty or its last position is Head.
+// only when Events is empty or its last position is Head. A backward read's
+// events are in descending order, and it has read everything below Before
+// only when Events is empty (without a query: or its last position is 1).
 type ReadReply struct {
 	Epoch  string        `json:"epoch"`
 	Head   uint64        `json:"head"`

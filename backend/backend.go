@@ -18,6 +18,9 @@
 //     those of a request that failed).
 //   - Queries: nil, no items, or an item without types and tags match
 //     every event (see event.Query and docs/queries.md).
+//   - ReadBackward is Read newest first: the same events, the same query
+//     matching, the same checks, in the reverse order, below a position
+//     and never beyond the head of its snapshot.
 //   - The checkpoint only moves forward, never past the head, and a write
 //     with a stale lease term changes nothing (ErrLeaseLost) (I3, I6).
 //   - Lease terms grow by one on every change of holder or expiry; a
@@ -66,6 +69,23 @@ type Reader interface {
 	// the first), so that the publisher publishes up to it and never past
 	// it (docs/design.md §5, "Bad rows"). With any other error, none.
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+}
+
+// BackwardReader reads committed events newest first: the log as a person
+// browses it (the DCB specification's "backwards" read option). A
+// key-value backend answers it with a reverse range scan, as Latest.
+type BackwardReader interface {
+	// ReadBackward returns up to limit events of the boundary with
+	// position < before (before 0: from the head), highest position
+	// first, matching q (nil: all) as Read matches it. Only committed
+	// events are returned, those up to the head read in the same snapshot
+	// as the events and the epoch: a row stored beyond the head is no
+	// event and is never returned. A stored row that does not fit the log
+	// fails the read with event.ErrCorrupt naming it, and the events
+	// before it in the read's order (the newer ones), checked and good,
+	// are returned with that error, as Read does. ErrNotFound if the
+	// boundary does not exist; ErrInvalid for a limit below 1.
+	ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 }
 
 // LatestReader reads the context of a decision (docs/design.md §4): the last event
@@ -176,6 +196,7 @@ type Store interface {
 	Boundaries
 	Appender
 	Reader
+	BackwardReader
 	LatestReader
 	HeadReader
 	Checkpoints

@@ -21,6 +21,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/gctune"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -547,7 +548,7 @@ func startMeter() *meter {
 	m.cpu, _ = cpuTime()
 	m.gc, m.cycles = gcCPU()
 	m.peak.Store(rss())
-	m.heap.Store(heapLive())
+	m.heap.Store(gctune.HeapLive())
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -582,22 +583,9 @@ func (m *meter) sample() {
 	if v := rss(); v > m.peak.Load() {
 		m.peak.Store(v)
 	}
-	if v := heapLive(); v > m.heap.Load() {
+	if v := gctune.HeapLive(); v > m.heap.Load() {
 		m.heap.Store(v)
 	}
-}
-
-// heapLive is the Go heap that the last garbage collection found live
-// (runtime/metrics /gc/heap/live:bytes): in a node it holds the memory
-// streams' messages too, and the collector lets the heap grow to about
-// twice it (GOGC=100) before the next collection.
-func heapLive() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return int64(s[0].Value.Uint64())
 }
 
 // gcCPU is the CPU time the garbage collector has taken in this process,

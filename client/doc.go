@@ -1,5 +1,5 @@
 // Package client is the Go client of orisun's NATS API (docs/protocol.md):
-// it appends, reads, reads the latest matching event (ReadLatest, the
+// it appends, reads (forward, or newest first: ReadBackward), reads the latest matching event (ReadLatest, the
 // context of a conditional append), lists and creates boundaries, reads the status, and
 // subscribes to a boundary with exactly the semantics of the in-process
 // subscription (docs/design.md §7, I5). It is part of orisun's stable public API

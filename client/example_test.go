@@ -64,3 +64,43 @@ func Example() {
 	// delivered 2 {"seat":2}
 	// subscription ended: true
 }
+
+// The log newest first, a page at a time: each page reads below the last
+// position of the one before, until a page is empty.
+func ExampleClient_ReadBackward() {
+	n, _, stop := nodetest.Start()
+	defer stop()
+	ctx := context.Background()
+	c, err := client.Connect(n.NATSURL(), client.Name("example"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	for seat := 1; seat <= 5; seat++ {
+		in := []event.Input{{Type: "seat.booked", Data: json.RawMessage(fmt.Sprintf(`{"seat":%d}`, seat))}}
+		if _, err := c.Append(ctx, "default", in, nil); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	before := uint64(0) // 0: from the head
+	for {
+		page, err := c.ReadBackward(ctx, "default", before, 2, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if len(page.Events) == 0 {
+			break
+		}
+		for _, e := range page.Events {
+			fmt.Printf("%d %s\n", e.Position, e.Data)
+		}
+		before = page.Events[len(page.Events)-1].Position
+	}
+	// Output:
+	// 5 {"seat":5}
+	// 4 {"seat":4}
+	// 3 {"seat":3}
+	// 2 {"seat":2}
+	// 1 {"seat":1}
+}

@@ -134,11 +134,10 @@ func (c *Client) checkRead(subject, boundary string, after uint64, limit int, q 
 	prev := after
 	for i := range res.Events {
 		e := &res.Events[i]
+		if err := eventOfReply(subject, boundary, i, e, res); err != nil {
+			return err
+		}
 		switch {
-		case e.Boundary != boundary:
-			return badReply(subject, "events[%d] (position %d) is of boundary %q, not %q", i, e.Position, e.Boundary, boundary)
-		case e.Epoch != res.Epoch:
-			return badReply(subject, "events[%d] (position %d) is of epoch %s, the reply's is %s", i, e.Position, e.Epoch, res.Epoch)
 		case e.Position <= prev:
 			return badReply(subject, "events[%d] has position %d, not after %d (positions ascend after the requested %d)", i, e.Position, prev, after)
 		case all && e.Position != prev+1:
@@ -151,6 +150,18 @@ func (c *Client) checkRead(subject, boundary string, after uint64, limit int, q 
 		prev = e.Position
 	}
 	return c.sameEpoch(subject, boundary, res.Epoch)
+}
+
+// eventOfReply checks that events[i] of a read's reply is of the boundary
+// and of the reply's epoch.
+func eventOfReply(subject, boundary string, i int, e *event.Event, res *api.ReadReply) error {
+	switch {
+	case e.Boundary != boundary:
+		return badReply(subject, "events[%d] (position %d) is of boundary %q, not %q", i, e.Position, e.Boundary, boundary)
+	case e.Epoch != res.Epoch:
+		return badReply(subject, "events[%d] (position %d) is of epoch %s, the reply's is %s", i, e.Position, e.Epoch, res.Epoch)
+	}
+	return nil
 }
 
 // checkLatest checks the reply to a read-latest: a real epoch, and an

@@ -130,6 +130,9 @@ func TestImpostorRepliesRefused(t *testing.T) {
 	read := func(after uint64, limit int, q *event.Query) func(c *client.Client) error {
 		return func(c *client.Client) error { _, err := c.Read(ctx, "seats", after, limit, q); return err }
 	}
+	readBack := func(before uint64, limit int, q *event.Query) func(c *client.Client) error {
+		return func(c *client.Client) error { _, err := c.ReadBackward(ctx, "seats", before, limit, q); return err }
+	}
 	latest := func(q *event.Query) func(c *client.Client) error {
 		return func(c *client.Client) error { _, err := c.ReadLatest(ctx, "seats", q); return err }
 	}
@@ -170,6 +173,32 @@ func TestImpostorRepliesRefused(t *testing.T) {
 			`events[0] (position 3, type "a") does not match the query`},
 		{"read with a query that fits", readSubj, readReply(epochA, 9, stored("seats", epochA, 3, "a", "seat:1"), stored("seats", epochA, 7, "a", "seat:1")),
 			read(1, 10, seat1), ""},
+
+		{"backward read that fits", readSubj, readReply(epochA, 3, stored("seats", epochA, 3, "a"), stored("seats", epochA, 2, "a")), readBack(0, 2, nil), ""},
+		{"backward read below a position that fits", readSubj, readReply(epochA, 9, stored("seats", epochA, 3, "a"), stored("seats", epochA, 2, "a")),
+			readBack(4, 2, nil), ""},
+		{"backward read past the head that fits", readSubj, readReply(epochA, 3, stored("seats", epochA, 3, "a")), readBack(100, 1, nil), ""},
+		{"backward read with a query that fits", readSubj, readReply(epochA, 9, stored("seats", epochA, 7, "a", "seat:1"), stored("seats", epochA, 3, "a", "seat:1")),
+			readBack(0, 10, seat1), ""},
+		{"backward read of nothing below 1", readSubj, readReply(epochA, 9), readBack(1, 10, nil), ""},
+		{"backward read ascending", readSubj, readReply(epochA, 9, stored("seats", epochA, 3, "a", "seat:1"), stored("seats", epochA, 7, "a", "seat:1")),
+			readBack(0, 10, seat1), "events[1] has position 7, not below 3"},
+		{"backward read not below the position", readSubj, readReply(epochA, 9, stored("seats", epochA, 4, "a"), stored("seats", epochA, 3, "a")),
+			readBack(4, 10, nil), "events[0] has position 4, not below the requested 4"},
+		{"backward read not from the head", readSubj, readReply(epochA, 3, stored("seats", epochA, 2, "a"), stored("seats", epochA, 1, "a")),
+			readBack(0, 10, nil), "events[0] has position 2, not 3"},
+		{"backward read position missing", readSubj, readReply(epochA, 3, stored("seats", epochA, 3, "a"), stored("seats", epochA, 1, "a")),
+			readBack(0, 10, nil), "events[1] has position 1, not 2"},
+		{"backward read beyond the head", readSubj, readReply(epochA, 2, stored("seats", epochA, 3, "a")), readBack(0, 10, nil),
+			"events[0] has position 3, beyond the head 2"},
+		{"backward read more than the limit", readSubj, readReply(epochA, 3, stored("seats", epochA, 3, "a"), stored("seats", epochA, 2, "a")),
+			readBack(0, 1, nil), "2 events, the request's limit is 1"},
+		{"backward read nothing below the head", readSubj, readReply(epochA, 3), readBack(0, 10, nil), "no events below position 4, though the head is 3"},
+		{"backward read not matching the query", readSubj, readReply(epochA, 3, stored("seats", epochA, 3, "a", "seat:2")), readBack(0, 10, seat1),
+			`events[0] (position 3, type "a") does not match the query`},
+		{"backward read of another boundary", readSubj, readReply(epochA, 3, stored("other", epochA, 3, "a")), readBack(0, 10, nil),
+			`events[0] (position 3) is of boundary "other", not "seats"`},
+		{"backward read all-zero epoch", readSubj, readReply(zero, 0), readBack(0, 10, nil), "all-zero UUID"},
 
 		{"latest all-zero epoch", latestSubj, `{"epoch":"` + zero + `","head":0,"event":null}`, latest(nil), "all-zero UUID"},
 		{"latest beyond the head", latestSubj, func() string {
@@ -329,6 +358,18 @@ func TestRealRepliesAccepted(t *testing.T) {
 		rd, err := c.Read(ctx, "seats", tc.after, tc.limit, tc.q)
 		if err != nil || len(rd.Events) != tc.n || rd.Epoch != res.Epoch {
 			t.Fatalf("read after %d limit %d: %d events, %v", tc.after, tc.limit, len(rd.Events), err)
+		}
+	}
+	for _, tc := range []struct {
+		before uint64
+		limit  int
+		q      *event.Query
+		first  uint64
+		n      int
+	}{{0, 10, nil, 5, 5}, {4, 2, nil, 3, 2}, {1, 10, nil, 0, 0}, {100, 1, nil, 5, 1}, {5, 10, seat1, 4, 4}} {
+		rd, err := c.ReadBackward(ctx, "seats", tc.before, tc.limit, tc.q)
+		if err != nil || len(rd.Events) != tc.n || rd.Epoch != res.Epoch || (tc.n > 0 && rd.Events[0].Position != tc.first) {
+			t.Fatalf("read backward before %d limit %d: %d events, %v", tc.before, tc.limit, len(rd.Events), err)
 		}
 	}
 	if l, err := c.ReadLatest(ctx, "seats", seat1); err != nil || l.Event == nil || l.Event.Position != 5 {

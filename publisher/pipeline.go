@@ -322,7 +322,7 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 		start := fl.starts[0]
 		fl.starts = fl.starts[1:]
 		if r.p.cfg.OnPublished != nil {
-			r.p.cfg.OnPublished(int(pos-start.first+1), time.Since(start.at))
+			r.p.cfg.OnPublished(int(pos-start.first+1), pos, time.Since(start.at))
 		}
 		r.acked = pos
 		r.drifting = false

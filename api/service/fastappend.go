@@ -106,12 +106,21 @@ func (p *plainParser) next(closing byte) (done, ok bool) {
 	return false, false
 }
 
-// str reads a plain string and returns its bytes between the quotes.
-func (p *plainParser) str() ([]byte, bool) {
+// str reads a plain string (printable ASCII, no escape) and returns its
+// bytes between the quotes. Keys are read so: encoding/json matches a key
+// beyond ASCII to a field by Unicode case folding ("tagſ" is "tags"), which
+// the fast path leaves to it.
+func (p *plainParser) str() ([]byte, bool) { return p.quoted(rawjson.Plain) }
+
+// text reads a string value that is plain or valid UTF-8 without escapes
+// (a tag "kunde:é1"), and returns its bytes between the quotes.
+func (p *plainParser) text() ([]byte, bool) { return p.quoted(rawjson.PlainText) }
+
+func (p *plainParser) quoted(scan func([]byte, int) (int, bool)) ([]byte, bool) {
 	if p.i >= len(p.data) || p.data[p.i] != '"' {
 		return nil, false
 	}
-	end, ok := rawjson.Plain(p.data, p.i)
+	end, ok := scan(p.data, p.i)
 	if !ok {
 		return nil, false
 	}
@@ -193,10 +202,10 @@ func (p *plainParser) event(e *event.Input) bool {
 		var s []byte
 		switch f {
 		case 0:
-			s, ok = p.str()
+			s, ok = p.text()
 			e.ID = string(s)
 		case 1:
-			s, ok = p.str()
+			s, ok = p.text()
 			e.Type = string(s)
 		case 2:
 			e.Data, ok = p.raw()
@@ -245,7 +254,7 @@ func (p *plainParser) tags() ([]string, bool) {
 	}
 	tags := make([]string, 0, 4)
 	for {
-		s, ok := p.str()
+		s, ok := p.text()
 		if !ok {
 			return nil, false
 		}

@@ -202,3 +202,29 @@ func FuzzAppendDecoders(f *testing.F) {
 		agree(t, body)
 	})
 }
+
+// TestFastPathTakesUTF8Strings: a tag, type or id beyond ASCII, in valid
+// UTF-8 without escapes, stays on the fast path (the Go client writes them
+// so; the review of issue 22 found one such tag sent a whole request to
+// encoding/json, 3.6 times slower), with the old decoding's result; an
+// invalid byte, a control character or an escape in them, or a key beyond
+// ASCII ("tagſ", which encoding/json folds to "tags"), goes to it.
+func TestFastPathTakesUTF8Strings(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		fast bool
+	}{
+		{`{"events":[{"type":"t","data":{},"tags":["kunde:é1","東京","emoji:🎉"]}]}`, true},
+		{"{\"events\":[{\"type\":\"t\",\"data\":{},\"tags\":[\"line\u2028sep\"]}]}", true},
+		{`{"events":[{"type":"bestellung.geändert","data":{}}]}`, true},
+		{"{\"events\":[{\"type\":\"t\",\"data\":{},\"tags\":[\"bad:\xff\"]}]}", false},
+		{"{\"events\":[{\"type\":\"t\",\"data\":{},\"tags\":[\"half:\xc3\"]}]}", false},
+		{"{\"events\":[{\"type\":\"t\",\"data\":{},\"tags\":[\"ctl:\x01\"]}]}", false},
+		{`{"events":[{"type":"t","data":{},"tags":["esc:\u00e9"]}]}`, false},
+		{`{"events":[{"type":"t","data":{},"tagſ":["a"]}]}`, false},
+	} {
+		if got := agree(t, []byte(c.body)); got != c.fast {
+			t.Errorf("body %q: fast path %v, want %v", c.body, got, c.fast)
+		}
+	}
+}

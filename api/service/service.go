@@ -28,6 +28,9 @@ import (
 type Backend interface {
 	Append(ctx context.Context, boundary string, events []event.Input, cond *event.Condition) (event.AppendResult, error)
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
+	// ReadBackward returns up to limit events below position before (0:
+	// from the head), newest first, matching q.
+	ReadBackward(ctx context.Context, boundary string, before uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 	// ReadLatest returns the last event matching q and the head, from one
 	// snapshot (docs/design.md §4).
 	ReadLatest(ctx context.Context, boundary string, q *event.Query) (event.Latest, error)
@@ -477,7 +480,7 @@ func (s *Service) read(ctx context.Context, req micro.Request) (res any, err err
 		return nil, err
 	}
 	var r api.ReadRequest
-	if err := decode(req.Data(), &r, "the read request", "after, limit and query", checkAll); err != nil {
+	if err := decode(req.Data(), &r, "the read request", "after, limit, query, backwards and before", checkAll); err != nil {
 		return nil, err
 	}
 	limit := api.DefaultReadLimit
@@ -493,9 +496,16 @@ func (s *Service) read(ctx context.Context, req micro.Request) (res any, err err
 	if err := event.ValidateQuery(r.Query); err != nil {
 		return nil, fmt.Errorf("query: %w", err)
 	}
+	if err := checkDirection(&r); err != nil {
+		return nil, err
+	}
 	bd, err := s.be.Boundary(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("read boundary %q: %w", b, err)
+	}
+	if r.Backwards {
+		reached = true
+		return s.readBackward(ctx, b, bd.Head, limit, &r)
 	}
 	if r.After > bd.Head {
 		return nil, fmt.Errorf("%w: after: %d is past the head %d of boundary %q; a reader cannot be ahead of the log "+
@@ -511,6 +521,37 @@ func (s *Service) read(ctx context.Context, req micro.Request) (res any, err err
 	head := bd.Head
 	if n := len(events); n > 0 && events[n-1].Position > head {
 		head = events[n-1].Position
+	}
+	return encodeRead(epoch, head, events, int(s.nc.MaxPayload()))
+}
+
+// checkDirection refuses a read request that mixes the two directions: a
+// backward read starts below before and has no after, a forward read has no
+// before.
+func checkDirection(r *api.ReadRequest) error {
+	switch {
+	case r.Backwards && r.After != 0:
+		return fmt.Errorf("%w: after: %d is for a forward read; a backward read (\"backwards\": true) reads below \"before\" "+
+			"(0: from the head) and takes no after", event.ErrInvalid, r.After)
+	case !r.Backwards && r.Before != 0:
+		return fmt.Errorf("%w: before: %d is for a backward read; send \"backwards\": true with it, or \"after\" for a forward read",
+			event.ErrInvalid, r.Before)
+	}
+	return nil
+}
+
+// readBackward answers a backward read (r.Backwards) of boundary b, whose
+// head was head a moment ago: the events below r.Before, newest first, as
+// many as fit the reply (encodeRead drops the oldest of the page).
+func (s *Service) readBackward(ctx context.Context, b string, head uint64, limit int, r *api.ReadRequest) (any, error) {
+	epoch, events, err := s.be.ReadBackward(ctx, b, r.Before, limit, r.Query)
+	if err != nil {
+		return nil, fmt.Errorf("read boundary %q backward before %d: %w", b, r.Before, err)
+	}
+	// The head was read before the events: report at least the highest
+	// position returned, so that head never trails the events.
+	if len(events) > 0 && events[0].Position > head {
+		head = events[0].Position
 	}
 	return encodeRead(epoch, head, events, int(s.nc.MaxPayload()))
 }

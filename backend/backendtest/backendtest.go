@@ -1,10 +1,10 @@
 // Package backendtest is the conformance suite of the store seam: every
 // promise of package backend (and of docs/design.md §2–§4, §9) as a test that a
 // backend runs against its real database with Run, RunQueue (the append
-// queue, with a group held in flight) and NoGoroutineLeak; BenchAppend and
-// BenchParallel are the benchmarks both backends report, and Create,
-// Prepared, AppendAsync, ReadAll, CheckDense and WantStored serve a
-// backend's own tests.
+// queue, with a group held in flight) and NoGoroutineLeak; BenchAppend,
+// BenchParallel and BenchReadPages are the benchmarks both backends report,
+// and Create, Prepared, AppendAsync, ReadAll, CheckDense and WantStored
+// serve a backend's own tests.
 // It is orisun's machinery, not for import by applications: its API may
 // change without notice, and such a change is not a breaking change of
 // orisun.
@@ -73,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Run("Latest", func(t *testing.T) { t.Parallel(); testLatest(t, open) })
 	t.Run("Decisions", func(t *testing.T) { t.Parallel(); testDecisions(t, open) })
 	t.Run("Read", func(t *testing.T) { t.Parallel(); testRead(t, open) })
+	t.Run("ReadBackward", func(t *testing.T) { t.Parallel(); testReadBackward(t, open, f.Edit) })
 	t.Run("DuplicateTag", func(t *testing.T) { t.Parallel(); testDuplicateTag(t, open) })
 	t.Run("Checkpoints", func(t *testing.T) { t.Parallel(); testCheckpoints(t, open) })
 	t.Run("Leases", func(t *testing.T) { t.Parallel(); testLeases(t, open) })

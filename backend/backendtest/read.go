@@ -43,12 +43,7 @@ var queryEvents = []struct {
 func testRead(t *testing.T, open func(t *testing.T) backend.Store) {
 	t.Run("Queries", func(t *testing.T) {
 		t.Parallel()
-		s := setup(t, open, "shop")
-		in := make([]event.Input, len(queryEvents))
-		for i, qe := range queryEvents {
-			in[i] = ev(qe.typ, qe.tags...)
-		}
-		mustAppend(t, s, "shop", prep(t, "shop", in...), nil)
+		s := setupShop(t, open)
 		all := make([]uint64, len(queryEvents))
 		for i := range all {
 			all[i] = uint64(i + 1)

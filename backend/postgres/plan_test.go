@@ -23,23 +23,8 @@ import (
 func TestQueryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := setup(t, Config{})
-	backendtest.Create(t, s, "big")
-	ctx := context.Background()
 	const n = 20000
-	for start := 0; start < n; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			k := start + i
-			in[i] = event.Input{ID: event.NewID(), Type: fmt.Sprintf("type.%d", k%500), Data: json.RawMessage(`{}`),
-				Tags: []string{fmt.Sprintf("customer:%d", k%5000), fmt.Sprintf("order:%d", k)}}
-		}
-		if _, err := s.Append(ctx, "big", in, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
-		t.Fatal(err)
-	}
+	fillBig(t, s, n)
 	item := func(types []string, tags ...string) *event.Query {
 		return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
 	}

@@ -212,43 +212,28 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 	}
 	sql, fargs := latestSQL(q)
 	args := append([]any{boundary}, fargs...)
-	var (
-		l        event.Latest
-		head     int64
-		pos      *int64
-		id, typ  *string
-		t        *time.Time
-		tags     []string
-		data, md []byte
-	)
-	err := s.pool.QueryRow(ctx, sql, args...).Scan(&l.Epoch, &head, &pos, &id, &typ, &t, &tags, &data, &md)
+	var l event.Latest
+	var e *event.Event
+	var err error
+	l.Epoch, l.Head, e, err = scanBoundaryEvent(s.pool.QueryRow(ctx, sql, args...), boundary)
 	if isNoRows(err) {
 		return event.Latest{}, notFound(op, boundary)
 	}
 	if err != nil {
 		return event.Latest{}, s.translate(op, err)
 	}
-	l.Head = uint64(head)
 	all := sqlstore.MatchesAll(q)
-	if pos == nil {
-		if all && head > 0 {
+	if e == nil {
+		if all && l.Head > 0 {
 			// Every event matches: the one at the head is missing.
 			return event.Latest{}, fmt.Errorf("postgres: %s: %w", op, sqlstore.Hole(boundary, l.Head, l.Head, 0))
 		}
 		return l, nil // nothing matches
 	}
-	e := event.Event{ID: *id, Boundary: boundary, Epoch: l.Epoch, Position: uint64(*pos), Type: *typ,
-		Time: t.UTC(), Tags: tags, Data: data}
-	if e.Tags == nil {
-		e.Tags = []string{}
-	}
-	if md != nil {
-		e.Metadata = md
-	}
-	if err := sqlstore.CheckLatest(&e, l.Head, all, false); err != nil {
+	if err := sqlstore.CheckLatest(e, l.Head, all, false); err != nil {
 		return event.Latest{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	l.Event = &e
+	l.Event = e
 	return l, nil
 }
 

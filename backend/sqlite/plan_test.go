@@ -42,44 +42,9 @@ func fillBig(tb testing.TB, s *Store, n, customers int, data string, typeOf func
 // statements the store runs.
 func TestQueryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
-	s := setup(t, Config{Synchronous: "OFF"})
-	ctx := context.Background()
 	const n = 20000
-	fillBig(t, s, n, 5000, `{}`, func(k int) string {
-		if k%2 == 0 {
-			return "common"
-		}
-		return fmt.Sprintf("type.%d", k%50)
-	})
-	if _, err := s.wdb.ExecContext(ctx, `ANALYZE`); err != nil {
-		t.Fatal(err)
-	}
-	item := func(types []string, tags ...string) *event.Query {
-		return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
-	}
-	plan := func(query string, args ...any) string {
-		t.Helper()
-		rows, err := s.rdb.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
-		if err != nil {
-			t.Fatalf("EXPLAIN %s: %v", query, err)
-		}
-		defer rows.Close()
-		var lines []string
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, detail)
-		}
-		return strings.Join(lines, "\n")
-	}
-	// The tag index is event_tags, aliased t in the statements; a type-only
-	// item reads events aliased y, by the type index or the primary key.
-	const tagIndex = "SEARCH t USING PRIMARY KEY (boundary=? AND tag=?"
-	typeIndexes := []string{"SEARCH y USING COVERING INDEX events_boundary_type_position", "SEARCH y USING INDEX events_boundary_type_position",
-		"SEARCH y USING PRIMARY KEY (boundary=? AND position"}
+	s := planBig(t, n)
+	item, tagIndex, typeIndexes := queryItem, planTagIndex, planTypeIndexes
 	for _, c := range []struct {
 		name    string
 		q       *event.Query
@@ -105,7 +70,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			{"latest", latestSQL, latestArgs},
 			{"condition", condSQL, condArgs},
 		} {
-			p := plan(st.sql, st.args...)
+			p := queryPlan(t, s, st.sql, st.args...)
 			t.Logf("%s by %s:\n%s", st.name, c.name, p)
 			found := false
 			for _, index := range c.indexes {
@@ -192,4 +157,25 @@ func TestLargestQueries(t *testing.T) {
 			t.Fatalf("condition %s: %d, %v, %v; want position 1", c.name, pos, found, err)
 		}
 	}
+}
+
+// queryPlan is SQLite's EXPLAIN QUERY PLAN of a statement on s's read
+// connections, one detail a line.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	rows, err := s.rdb.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", query, err)
+	}
+	defer rows.Close()
+	var lines []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, detail)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -101,12 +101,38 @@ func (s *Store) Heads(ctx context.Context) ([]backend.Head, error) {
 // position order, matching q (nil: all), with the boundary's epoch read in the
 // same snapshot.
 func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
-	op := fmt.Sprintf("read %q after %d", boundary, after)
+	return s.readPage(ctx, fmt.Sprintf("read %q after %d", boundary, after), boundary, limit, q, pageRead{
+		dir:   forward,
+		bound: func(uint64) uint64 { return after },
+		stmt:  func(q *event.Query, bound uint64) (string, []any) { return readSQL(q, boundary, bound, limit) },
+		check: func(head, _ uint64, events []event.Event, dense bool) (int, error) {
+			return sqlstore.CheckPage(boundary, after, head, limit, events, dense, true)
+		},
+	})
+}
+
+// pageRead is what a read of a page (readPage) does in its direction: the
+// bound its statement starts from, given the head of the read's snapshot;
+// its statement; and the check of its events against that head and bound
+// (sqlstore.CheckPage, CheckPageBackward).
+type pageRead struct {
+	dir   direction
+	bound func(head uint64) uint64
+	stmt  func(q *event.Query, bound uint64) (string, []any)
+	check func(head, bound uint64, events []event.Event, dense bool) (good int, err error)
+}
+
+// readPage reads a page of boundary's events matching q (nil: all), with
+// the boundary's epoch, in one read transaction: in WAL mode its snapshot
+// starts with the first SELECT, so the epoch, the head and the events are
+// of one moment. The head and the events being of one snapshot, a position
+// missing or beyond the head, or a text that is not JSON, is a row changed
+// behind orisun's back, named instead of served; the good rows before it
+// are returned with the error (backend.Reader).
+func (s *Store) readPage(ctx context.Context, op, boundary string, limit int, q *event.Query, r pageRead) (string, []event.Event, error) {
 	if err := sqlstore.CheckRead(reads{s}, limit); err != nil {
 		return "", nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	// One read transaction: in WAL mode its snapshot starts with the first
-	// SELECT, so the epoch and the events are of one moment.
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return "", nil, s.translate(op, err)
@@ -122,10 +148,11 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 		return "", nil, s.translate(op, err)
 	}
 	dense := sqlstore.MatchesAll(q)
-	if q, err = rarestTagFirst(ctx, tx, boundary, after, forward, q); err != nil {
+	bound := r.bound(uint64(head))
+	if q, err = rarestTagFirst(ctx, tx, boundary, bound, r.dir, q); err != nil {
 		return "", nil, s.translate(op, err)
 	}
-	text, args := readSQL(q, boundary, after, limit)
+	text, args := r.stmt(q, bound)
 	rows, err := tx.QueryContext(ctx, text, args...)
 	if err != nil {
 		return "", nil, s.translate(op, err)
@@ -150,11 +177,7 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	if err := rows.Err(); err != nil {
 		return "", nil, s.translate(op, err)
 	}
-	// The head and the events are of one snapshot: a position missing or
-	// beyond the head, or a text that is not JSON, is a row changed
-	// behind orisun's back, named instead of served; the good rows before
-	// it are returned with the error (backend.Reader).
-	good, err := sqlstore.CheckPage(boundary, after, uint64(head), limit, events, dense, true)
+	good, err := r.check(uint64(head), bound, events, dense)
 	if badTags != nil && good == len(events) {
 		// Nothing wrong before the row whose tags do not decode (a hole
 		// after it, the page being cut there, is no finding).

@@ -354,24 +354,40 @@ func checkJSON(evs []event.Input) error {
 // readCommand is `orisun read <boundary>`: one page of events.
 func readCommand() *cobra.Command {
 	var (
-		cf    clientFlags
-		after uint64
-		limit int
-		qf    queryFlags
+		cf        clientFlags
+		after     uint64
+		before    uint64
+		backwards bool
+		limit     int
+		qf        queryFlags
 	)
 	c := &cobra.Command{
 		Use:   "read <boundary>",
 		Short: "print a page of a boundary's events",
 		Long: `Prints the events of a boundary after a position, at most --limit of them:
 every event, or with --query-types/--query-tags the ones that match.
+With --backwards, the newest first: the events before --before (without
+it, from the head); the next page is before the last position printed.
 ` + serverNote + eventsNote,
 		Example: `  orisun read default --after 0 --limit 10
   orisun read default --json
-  orisun read default --query-tags order:42`,
+  orisun read default --query-tags order:42
+  orisun read default --backwards --limit 20     # the 20 newest
+  orisun read default --backwards --before 981   # the page before position 981`,
 		Args: oneBoundary,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case backwards && after != 0:
+				return usageErr("--after %d is for a forward read; with --backwards, name the page by --before (default: from the head)", after)
+			case !backwards && before != 0:
+				return usageErr("--before %d is for a backward read: add --backwards, or use --after for a forward read", before)
+			}
 			return cf.run(cmd, func(s *session) error {
-				res, err := s.c.Read(s.ctx, args[0], after, limit, qf.query())
+				read, from := s.c.Read, after
+				if backwards {
+					read, from = s.c.ReadBackward, before
+				}
+				res, err := read(s.ctx, args[0], from, limit, qf.query())
 				if err != nil {
 					return s.fail(err, args[0])
 				}
@@ -383,6 +399,8 @@ every event, or with --query-types/--query-tags the ones that match.
 		},
 	}
 	c.Flags().Uint64Var(&after, "after", 0, "read the events after this position")
+	c.Flags().BoolVar(&backwards, "backwards", false, "read newest first, before --before")
+	c.Flags().Uint64Var(&before, "before", 0, "with --backwards: read the events before this position (default: from the head)")
 	c.Flags().IntVar(&limit, "limit", readLimitDefault, fmt.Sprintf("most events to read (1–%d)", api.MaxReadLimit))
 	qf.add(c.Flags(), "of the query")
 	addClientFlags(c, &cf)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,6 +87,34 @@ func TestCLIAgainstRunningNode(t *testing.T) {
 	code, out, _ = cli(t, "", "read", "default", "--query-types", "order.paid,order.shipped", "--json")
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 || !strings.Contains(lines[0], `"order.paid"`) {
 		t.Fatalf("read --query-types: %d %q", code, out)
+	}
+	// Newest first: from the head, before a position, by a query.
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--backwards"}, []string{"3", "2", "1"}},
+		{[]string{"--backwards", "--limit", "1"}, []string{"3"}},
+		{[]string{"--backwards", "--before", "3"}, []string{"2", "1"}},
+		{[]string{"--backwards", "--before", "1"}, nil},
+		{[]string{"--backwards", "--query-types", "order.placed,order.shipped"}, []string{"3", "1"}},
+	} {
+		code, out, errs = cli(t, "", append([]string{"read", "default"}, c.args...)...)
+		var got []string
+		for line := range strings.Lines(out) {
+			got = append(got, strings.SplitN(line, "\t", 2)[0])
+		}
+		if code != 0 || !slices.Equal(got, c.want) {
+			t.Fatalf("read %v: %d %q %q; want positions %v", c.args, code, out, errs, c.want)
+		}
+	}
+	code, _, errs = cli(t, "", "read", "default", "--backwards", "--after", "2")
+	if code != 2 || !strings.Contains(errs, "--after 2 is for a forward read") {
+		t.Fatalf("read --backwards --after 2: %d %q", code, errs)
+	}
+	code, _, errs = cli(t, "", "read", "default", "--before", "2")
+	if code != 2 || !strings.Contains(errs, "--before 2 is for a backward read: add --backwards") {
+		t.Fatalf("read --before 2: %d %q", code, errs)
 	}
 	code, out, _ = cli(t, "", "latest", "default", "--query-tags", "order:1,vip")
 	if code != 0 || !strings.HasPrefix(out, "head 3\tepoch ") || !strings.Contains(out, "\n1\torder.placed\t") {

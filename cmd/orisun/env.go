@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,10 +91,16 @@ var knownPrefixes = []string{"ORISUN_TEST_", "ORISUN_FAULT_"}
 var clientVariables = []string{"ORISUN_URL"}
 
 // replacedVariables are variables an earlier orisun read, with what to set
-// instead: serve warns about them as about any unknown variable, but says
-// what took their place.
-var replacedVariables = map[string]string{
-	"ORISUN_NATS_DISABLE_MSG_ID": "Nats-Msg-Id is now off unless ORISUN_NATS_MSG_ID=true",
+// instead, given the value set: serve warns about them as about any
+// unknown variable, but says what took their place.
+var replacedVariables = map[string]func(value string) string{
+	"ORISUN_NATS_DISABLE_MSG_ID": func(value string) string {
+		msg := "Nats-Msg-Id is now off unless ORISUN_NATS_MSG_ID=true"
+		if off, err := strconv.ParseBool(value); err == nil && !off {
+			msg += "; it is set to " + value + " here, which kept the header on: set ORISUN_NATS_MSG_ID=true to keep it"
+		}
+		return msg
+	},
 }
 
 // unknown is an ORISUN_* variable that orisun does not read.
@@ -125,13 +132,14 @@ func unknownVariables(environ []string) []unknown {
 	}
 	var out []unknown
 	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
+		name, value, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(name, "ORISUN_") || slices.Contains(known, name) ||
 			slices.ContainsFunc(knownPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
-		u := unknown{name: name, replaced: replacedVariables[name]}
-		if u.replaced != "" {
+		u := unknown{name: name}
+		if replaced, ok := replacedVariables[name]; ok {
+			u.replaced = replaced(value)
 			out = append(out, u)
 			continue
 		}

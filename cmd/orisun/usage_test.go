@@ -350,10 +350,10 @@ func TestUnknownVariables(t *testing.T) {
 	got := unknownVariables([]string{
 		"ORISUN_BACKNED=postgres", "ORISUN_NATS_PROT=4223", "ORISUN_COMPLETELY_DIFFERENT_THING=1",
 		"ORISUN_BACKEND=sqlite", "ORISUN_URL=nats://x:4222", "ORISUN_TEST_PG_URL=postgres://", "ORISUN_FAULT_PROC=a",
-		"PATH=/bin", "NATS_URL=nats://x", "ORISUN_NATS_DISABLE_MSG_ID=false",
+		"PATH=/bin", "NATS_URL=nats://x", "ORISUN_NATS_DISABLE_MSG_ID=true",
 	})
 	want := []unknown{{"ORISUN_BACKNED", "ORISUN_BACKEND", ""}, {"ORISUN_NATS_PROT", "ORISUN_NATS_PORT", ""}, {"ORISUN_COMPLETELY_DIFFERENT_THING", "", ""},
-		{"ORISUN_NATS_DISABLE_MSG_ID", "", replacedVariables["ORISUN_NATS_DISABLE_MSG_ID"]}}
+		{"ORISUN_NATS_DISABLE_MSG_ID", "", replacedVariables["ORISUN_NATS_DISABLE_MSG_ID"]("true")}}
 	if len(got) != len(want) {
 		t.Fatalf("unknownVariables: %v, want %v", got, want)
 	}
@@ -364,6 +364,11 @@ func TestUnknownVariables(t *testing.T) {
 	}
 	if msg, want := got[3].message(), "ORISUN_NATS_DISABLE_MSG_ID is no longer read and is ignored: Nats-Msg-Id is now off unless ORISUN_NATS_MSG_ID=true"; msg != want {
 		t.Errorf("message %q, want %q", msg, want)
+	}
+	// Set to false, it kept the header on: the warning says how to keep it.
+	kept := unknownVariables([]string{"ORISUN_NATS_DISABLE_MSG_ID=false"})
+	if len(kept) != 1 || !strings.HasSuffix(kept[0].message(), "it is set to false here, which kept the header on: set ORISUN_NATS_MSG_ID=true to keep it") {
+		t.Errorf("unknownVariables(DISABLE_MSG_ID=false): %+v", kept)
 	}
 }
 

@@ -63,27 +63,40 @@ func Percent(live, streams int64) int {
 
 // state is the tuner's: its sources and its goroutine.
 type state struct {
+	// life is held through all of Register and remove, the wait for the
+	// goroutine's end included, so that a node starting while the last
+	// one stops never reads the percentage the stopping one set.
+	life sync.Mutex
+	// mu guards the rest; the goroutine takes it, never life.
 	mu      sync.Mutex
 	sources map[int]func() int64
 	next    int
 	stop    chan struct{}
 	done    chan struct{}
 	orig    int  // the percentage found at the first registration
+	set     int  // the percentage the tuner set last
 	retired bool // someone else set the percentage: hands off for good
+	log     *slog.Logger
 }
 
 // tuner is the process's one tuner.
 var tuner state
 
+// interval is Interval; a test shortens it.
+var interval = Interval
+
 // Register adds a source of memory-stream bytes (an embedded server's) and
 // starts the tuner if it is the first. The returned function removes it;
-// after the last, the tuner stops and restores the percentage it found.
-// Without effect when GOGC is set in the environment or the tuner retired.
+// after the last, the tuner stops and puts back the percentage it found,
+// unless someone else changed it meanwhile. Without effect when GOGC is
+// set in the environment or the tuner retired.
 func Register(streams func() int64, log *slog.Logger) (unregister func()) {
 	if os.Getenv("GOGC") != "" {
 		return func() {}
 	}
 	t := &tuner
+	t.life.Lock()
+	defer t.life.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.retired {
@@ -92,10 +105,7 @@ func Register(streams func() int64, log *slog.Logger) (unregister func()) {
 	if t.sources == nil {
 		t.sources = map[int]func() int64{}
 	}
-	id := t.next
-	t.next++
-	t.sources[id] = streams
-	if len(t.sources) == 1 {
+	if len(t.sources) == 0 {
 		t.orig = debug.SetGCPercent(BasePercent)
 		if t.orig != BasePercent {
 			// The program set its own percentage before this node started.
@@ -103,22 +113,28 @@ func Register(streams func() int64, log *slog.Logger) (unregister func()) {
 			t.retire(log, t.orig, BasePercent)
 			return func() {}
 		}
+		t.set, t.log = BasePercent, log
 		t.stop, t.done = make(chan struct{}), make(chan struct{})
-		go run(t.stop, t.done, log)
+		go run(t.stop, t.done)
 	}
+	id := t.next
+	t.next++
+	t.sources[id] = streams
 	var once sync.Once
 	return func() { once.Do(func() { remove(id) }) }
 }
 
 func remove(id int) {
 	t := &tuner
+	t.life.Lock()
+	defer t.life.Unlock()
 	t.mu.Lock()
 	if _, ok := t.sources[id]; !ok {
 		t.mu.Unlock()
 		return
 	}
 	delete(t.sources, id)
-	if len(t.sources) > 0 || t.stop == nil {
+	if len(t.sources) > 0 {
 		t.mu.Unlock()
 		return
 	}
@@ -127,6 +143,16 @@ func remove(id int) {
 	t.mu.Unlock()
 	close(stop)
 	<-done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.retired {
+		return
+	}
+	// Put back what was found, unless the program changed it since the
+	// last tick: then it keeps its own.
+	if found := debug.SetGCPercent(t.orig); found != t.set {
+		debug.SetGCPercent(found)
+	}
 }
 
 // retire stops tuning for the rest of the process. t.mu is held.
@@ -137,45 +163,59 @@ func (t *state) retire(log *slog.Logger, found, set int) {
 		"gc_percent", found, "orisun_set", set)
 }
 
-// run tunes every Interval until stop is closed, then restores the
-// percentage found at the start unless someone else changed it.
-func run(stop, done chan struct{}, log *slog.Logger) {
+// run tunes every Interval until stop is closed.
+func run(stop, done chan struct{}) {
 	defer close(done)
 	t := &tuner
-	set := BasePercent
-	tick := time.NewTicker(Interval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	var sources []func() int64
 	for {
 		select {
 		case <-stop:
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			if !t.retired {
-				debug.SetGCPercent(t.orig)
-			}
 			return
 		case <-tick.C:
 		}
+		// The sources are read outside the lock: a slow server must not
+		// hold up a node's start or stop.
 		t.mu.Lock()
-		var streams int64
+		sources = sources[:0]
 		for _, f := range t.sources {
+			sources = append(sources, f)
+		}
+		t.mu.Unlock()
+		var streams int64
+		for _, f := range sources {
 			streams += f()
 		}
-		p := Percent(heapLive(), streams)
-		if found := debug.SetGCPercent(p); found != set {
-			debug.SetGCPercent(found)
-			t.retire(log, found, set)
+		p := Percent(HeapLive(), streams)
+		t.mu.Lock()
+		if t.retired {
 			t.mu.Unlock()
 			return
 		}
-		set = p
+		if found := debug.SetGCPercent(p); found != t.set {
+			debug.SetGCPercent(found)
+			t.retire(t.log, found, t.set)
+			t.mu.Unlock()
+			return
+		}
+		t.set = p
 		t.mu.Unlock()
 	}
 }
 
-// heapLive is the heap the last collection found live
-// (/gc/heap/live:bytes).
-func heapLive() int64 {
+// Sources is how many sources are registered: 0 when the tuner is off.
+func Sources() int {
+	tuner.mu.Lock()
+	defer tuner.mu.Unlock()
+	return len(tuner.sources)
+}
+
+// HeapLive is the heap the last collection found live
+// (/gc/heap/live:bytes): in a node it holds the memory streams' messages
+// too.
+func HeapLive() int64 {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {

@@ -213,6 +213,28 @@ func Plain(data []byte, i int) (end int, ok bool) {
 	return i, false
 }
 
+// PlainText is Plain that also takes valid UTF-8 beyond ASCII (but no
+// control character, escape or invalid byte): its bytes between the quotes
+// are then still the string itself, as encoding/json would decode it.
+func PlainText(data []byte, i int) (end int, ok bool) {
+	for i++; i < len(data); {
+		c := data[i]
+		if plain[c] {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			return i + 1, c == '"'
+		}
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i + 1, false
+		}
+		i += size
+	}
+	return i, false
+}
+
 func hex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }

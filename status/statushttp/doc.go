@@ -11,6 +11,9 @@
 //	          the stall threshold; 503 with the reasons
 //	/metrics  the same facts as Prometheus metrics, and the node's
 //	          counters and histograms (Options.Collectors)
+//	/console/ the operator's console: the overview, a page that polls
+//	          /status (docs/console.md); its event pages follow the
+//	          access rule of Options.Console
 //
 // Every figure is measured when it is asked for: concurrent requests share
 // one measurement in progress, but none gets a cached one, so a scrape

@@ -38,6 +38,10 @@ type Options struct {
 	// name, or another value shared by the boundaries beyond the node's
 	// cap, whose gauges are then summed (see Metrics). Nil: the name.
 	BoundaryLabel func(boundary string) string
+	// Console is who may open the console's event pages.
+	Console ConsoleAccess
+	// Events is what the console's boundary pages read (nil: none).
+	Events ConsoleSource
 }
 
 // Server is the HTTP listener of a node. Its goroutines (the listener's,
@@ -60,6 +64,11 @@ type Server struct {
 	// after its request arrived or while it waited, never a cached one.
 	fmu    sync.Mutex
 	flight *measurement
+
+	// stopCtx ends when the listener stops: the console's live tails end
+	// with it, so that the shutdown does not wait on them.
+	stopCtx context.Context
+	stopAll context.CancelFunc
 }
 
 type measurement struct {
@@ -80,6 +89,7 @@ func NewServer(src status.Source, opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{src: src, opts: opts, log: opts.Logger}
+	s.stopCtx, s.stopAll = context.WithCancel(context.Background())
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -90,7 +100,7 @@ func NewServer(src status.Source, opts Options) *Server {
 	return s
 }
 
-// Handler serves /status, /healthz, /readyz and /metrics.
+// Handler serves /status, /healthz, /readyz, /metrics and the console.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", s.status)
@@ -100,6 +110,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	s.consoleHandlers(mux)
 	return mux
 }
 
@@ -161,6 +172,7 @@ func (s *Server) shutdown() error {
 	srv := s.srv
 	s.stopping = true
 	s.mu.Unlock()
+	s.stopAll()
 	s.fmu.Lock()
 	m := s.flight
 	s.fmu.Unlock()

@@ -15,13 +15,6 @@ import (
 // beyond the head, named by its own position, not a missing position
 // that was never written (I1).
 func TestCheckPage_I1_I4(t *testing.T) {
-	page := func(positions ...uint64) []event.Event {
-		out := make([]event.Event, len(positions))
-		for i, p := range positions {
-			out[i] = event.Event{Boundary: "b", Position: p, Data: []byte(`{}`)}
-		}
-		return out
-	}
 	notJSON := page(6, 7, 8, 9)
 	notJSON[2].Data = []byte(`{"broken":`)
 	for _, c := range []struct {

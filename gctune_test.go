@@ -11,11 +11,54 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/gctune"
 )
+
+// TestNodeTunesTheCollector: a node with embedded NATS registers its
+// streams with the collector tuner while it runs and removes them when it
+// stops, also when its start fails after NATS started; WithoutGCTuning
+// leaves the tuner off (docs/performance.md, "How much memory a node
+// needs").
+func TestNodeTunesTheCollector(t *testing.T) {
+	if n := gctune.Sources(); n != 0 {
+		t.Fatalf("%d sources before any node", n)
+	}
+	n := setup(t, "", nil)
+	if got := gctune.Sources(); got != 1 {
+		t.Errorf("%d sources with a node running, want 1", got)
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := gctune.Sources(); got != 0 {
+		t.Errorf("%d sources after the node stopped, want 0", got)
+	}
+	off := setup(t, "", nil, orisun.WithoutGCTuning())
+	if got := gctune.Sources(); got != 0 {
+		t.Errorf("%d sources with WithoutGCTuning, want 0", got)
+	}
+	if err := off.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// A start that fails after NATS started (a boundary whose stream does
+	// not fit the memory budget) leaves nothing registered.
+	bad, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, HTTPAddr: "off",
+		NATSMaxMemory: 12 << 20, EventStreamMaxBytes: 8 << 20, Boundaries: []string{"one", "two"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "ORISUN_NATS_MAX_MEMORY") {
+		bad.Stop()
+		t.Fatalf("start with a boundary beyond the budget: %v, want the budget's refusal", err)
+	}
+	if got := gctune.Sources(); got != 0 {
+		t.Errorf("%d sources after a failed start, want 0", got)
+	}
+}
 
 // BenchmarkStreamMemory measures what internal/gctune buys and costs: a
 // node on SQLite fills one memory stream with 150,000 events of 1 KB
-// (about 214 MB of stream), with the tuner ("tuned") and without it
+// (about 225 MB of stream, as JetStream counts it), with the tuner ("tuned") and without it
 // ("gogc=100": GOGC set in the environment turns it off), and reports the
 // process's peak resident set beyond the stream's bytes, the collections
 // and the CPU the fill took (docs/performance.md, "How much memory a node

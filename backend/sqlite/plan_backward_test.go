@@ -1,0 +1,107 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/orisun-io/orisun/backend/backendtest"
+	"github.com/orisun-io/orisun/event"
+)
+
+// TestReadBackwardPlans: on a large boundary, a backward read without a
+// query is one search of the primary key from the bound down, with no
+// sort (no TEMP B-TREE) and no scan of the boundary; with a query it is
+// driven by the indexes the forward read uses (matchSQL), never through a
+// list of every position of a tag or type. EXPLAIN QUERY PLAN of the
+// statement the store runs; and the reads give what the plans promise.
+func TestReadBackwardPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const n = 20000
+	s := planBig(t, n)
+	item, tagIndex, typeIndexes := queryItem, planTagIndex, planTypeIndexes
+	for _, c := range []struct {
+		name    string
+		q       *event.Query
+		indexes []string
+	}{
+		{"every event", nil, []string{"SEARCH events USING PRIMARY KEY (boundary=? AND position<?)"}},
+		{"tag", item(nil, "customer:42"), []string{tagIndex}},
+		{"common tag", item(nil, "all"), []string{tagIndex}},
+		{"two tags", item(nil, "customer:42", "order:42"), []string{tagIndex}},
+		{"type", item([]string{"type.7"}), typeIndexes},
+		{"common type", item([]string{"common"}), typeIndexes},
+		{"type and tag", item([]string{"type.7"}, "customer:42"), []string{tagIndex}},
+	} {
+		for _, top := range []uint64{n, n / 2} {
+			sql, args := readBackwardSQL(c.q, "big", top, 50)
+			p := queryPlan(t, s, sql, args...)
+			t.Logf("backward read by %s up to %d:\n%s", c.name, top, p)
+			found := false
+			for _, index := range c.indexes {
+				found = found || strings.Contains(p, index)
+			}
+			if !found {
+				t.Errorf("backward read by %s: the plan uses none of %q:\n%s", c.name, c.indexes, p)
+			}
+			bads := []string{"SCAN events", "SCAN e ", "SCAN y", "SCAN t", "LIST SUBQUERY"}
+			if c.q == nil {
+				bads = append(bads, "TEMP B-TREE")
+			}
+			for _, bad := range bads {
+				if strings.Contains(p+" ", bad) {
+					t.Errorf("backward read by %s: the plan has %q:\n%s", c.name, bad, p)
+				}
+			}
+		}
+	}
+	_, events, err := s.ReadBackward(ctx, "big", 0, 50, nil)
+	if err != nil || len(events) != 50 || events[0].Position != n || events[49].Position != n-49 {
+		t.Fatalf("backward read from the head: %d events, %v", len(events), err)
+	}
+	_, events, err = s.ReadBackward(ctx, "big", n/2, 3, item(nil, "customer:42"))
+	if err != nil || len(events) != 2 || events[0].Position != 5043 || events[1].Position != 43 {
+		t.Fatalf("backward read by tag below %d: %d events, %v; want positions 5043 and 43", n/2, len(events), err)
+	}
+}
+
+// The tag index is event_tags, aliased t in the statements; a type-only
+// item reads events aliased y, by the type index or the primary key.
+const planTagIndex = "SEARCH t USING PRIMARY KEY (boundary=? AND tag=?"
+
+var planTypeIndexes = []string{"SEARCH y USING COVERING INDEX events_boundary_type_position",
+	"SEARCH y USING INDEX events_boundary_type_position", "SEARCH y USING PRIMARY KEY (boundary=? AND position"}
+
+// planBig opens a store whose boundary big holds n events (fillBig: half
+// of type common, the others of 50 types; tags all, customer:<k mod 5000>,
+// order:<k>), analyzed.
+func planBig(t testing.TB, n int) *Store {
+	t.Helper()
+	s := setup(t, Config{Synchronous: "OFF"})
+	fillBig(t, s, n, 5000, `{}`, func(k int) string {
+		if k%2 == 0 {
+			return "common"
+		}
+		return fmt.Sprintf("type.%d", k%50)
+	})
+	if _, err := s.wdb.ExecContext(context.Background(), `ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// queryItem is a query of one item.
+func queryItem(types []string, tags ...string) *event.Query {
+	return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
+}
+
+// BenchmarkReadBackward reports the time of a 50-event page of a
+// 20,000-event boundary, forward from the start and backward from the
+// head, of every event and of a tag of 4 events. Reporting only:
+//
+//	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench BenchmarkReadBackward ./backend/sqlite/
+func BenchmarkReadBackward(b *testing.B) {
+	backendtest.BenchReadPages(b, planBig(b, 20000), "big", queryItem(nil, "customer:42"))
+}

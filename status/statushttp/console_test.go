@@ -1,0 +1,156 @@
+package statushttp_test
+
+import (
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/orisun-io/orisun/status"
+	"github.com/orisun-io/orisun/status/statushttp"
+)
+
+// startConsole serves a fixed status with the given access rule.
+func startConsole(t *testing.T, access statushttp.ConsoleAccess) *statushttp.Server {
+	t.Helper()
+	src := &fixed{st: status.Status{NodeID: "n1", Store: status.Health{OK: true}, NATS: status.Health{OK: true}}}
+	s := statushttp.NewServer(src, statushttp.Options{Addr: "127.0.0.1:0", Console: access})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	return s
+}
+
+// TestConsoleFiles: the console's page, script and style are served from
+// the binary with their types and a policy that keeps them self-contained,
+// and the listener's root leads to it.
+func TestConsoleFiles(t *testing.T) {
+	s := startConsole(t, statushttp.ConsoleAccess{})
+	for path, ctype := range map[string]string{
+		"/console/":            "text/html",
+		"/console/console.js":  "text/javascript",
+		"/console/console.css": "text/css",
+		"/console/boundary.js": "text/javascript",
+		"/console/boundary/a":  "text/html",
+	} {
+		resp, err := http.Get("http://" + s.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), ctype) {
+			t.Errorf("%s: %d %q, want 200 %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), ctype)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("%s: Content-Security-Policy %q", path, csp)
+		}
+	}
+	code, body := get(t, s.Addr(), "/console/")
+	if code != 200 || !strings.Contains(body, `<script src="console.js"`) || !strings.Contains(body, `<table id="boundaries">`) {
+		t.Fatalf("/console/: %d %s", code, body)
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get("http://" + s.Addr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/console/" {
+		t.Fatalf("/: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestConsoleLoadsNothingFromElsewhere: no page, script or style names
+// another origin (no CDN, no web fonts), and the script never writes HTML
+// from data (names and reasons are shown as text).
+func TestConsoleLoadsNothingFromElsewhere(t *testing.T) {
+	far := regexp.MustCompile(`(?i)(https?:)?//[a-z0-9.-]+\.[a-z]{2,}|@import|url\(|innerHTML|outerHTML|insertAdjacentHTML|document\.write`)
+	err := filepath.WalkDir("console", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if m := far.FindString(string(b)); m != "" {
+			t.Errorf("%s: %q", path, m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsoleEventAccess: the rule of the event pages (docs/console.md,
+// "Access"). Open when nothing needs credentials; off, saying why and how
+// to turn them on, when credentials are needed and none are configured;
+// with credentials configured, a wrong or missing password is refused and
+// the right one passes. The page's own requests (X-Orisun-Console: fetch)
+// get no challenge, so that the browser does not prompt from a background
+// request.
+func TestConsoleEventAccess(t *testing.T) {
+	events := func(s *statushttp.Server, user, password string, hdr ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/console/events", nil)
+		if len(hdr) == 2 {
+			req.Header.Set(hdr[0], hdr[1])
+		}
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b) + " " + resp.Header.Get("WWW-Authenticate")
+	}
+	need := "NATS credentials are configured"
+
+	open := startConsole(t, statushttp.ConsoleAccess{})
+	if code, body := events(open, "", ""); code != http.StatusOK {
+		t.Errorf("open: %d %s", code, body)
+	}
+	if _, body := get(t, open.Addr(), "/console/access"); !strings.Contains(body, `"events": "open"`) {
+		t.Errorf("open: /console/access %s", body)
+	}
+
+	off := startConsole(t, statushttp.ConsoleAccess{NeedCredentials: need})
+	code, body := events(off, "", "")
+	if code != http.StatusForbidden || !strings.Contains(body, need) || !strings.Contains(body, "ORISUN_CONSOLE_USER and ORISUN_CONSOLE_PASSWORD") {
+		t.Errorf("off: %d %s", code, body)
+	}
+	if _, body := get(t, off.Addr(), "/console/access"); !strings.Contains(body, `"events": "off"`) || !strings.Contains(body, need) {
+		t.Errorf("off: /console/access %s", body)
+	}
+
+	for _, need := range []string{need, ""} {
+		login := startConsole(t, statushttp.ConsoleAccess{NeedCredentials: need, User: "ops", Password: "right password"})
+		for _, bad := range [][2]string{{"", ""}, {"ops", "wrong password"}, {"ops", "right passwor"}, {"other", "right password"}} {
+			if code, body := events(login, bad[0], bad[1]); code != http.StatusUnauthorized || !strings.Contains(body, `Basic realm="orisun console"`) {
+				t.Errorf("need %q, %q/%q: %d %s", need, bad[0], bad[1], code, body)
+			}
+		}
+		if code, body := events(login, "ops", "wrong password", "X-Orisun-Console", "fetch"); code != http.StatusUnauthorized || strings.Contains(body, "Basic") {
+			t.Errorf("need %q, the page's own request with a wrong password: %d %s, want 401 without a challenge", need, code, body)
+		}
+		if code, body := events(login, "ops", "right password"); code != http.StatusOK {
+			t.Errorf("need %q, right password: %d %s", need, code, body)
+		}
+		if _, body := get(t, login.Addr(), "/console/access"); !strings.Contains(body, `"events": "login"`) || strings.Contains(body, "right password") {
+			t.Errorf("login: /console/access %s", body)
+		}
+		// The overview needs no login.
+		if code, _ := get(t, login.Addr(), "/console/"); code != 200 {
+			t.Errorf("overview with a login configured: %d", code)
+		}
+	}
+}
