@@ -455,3 +455,93 @@ func TestEnqueueLostNotificationCostsAPollInterval_I4(t *testing.T) {
 		t.Fatalf("read %v, %v; want the one staged event %s", evs, err, id)
 	}
 }
+
+// TestEnqueueUnannouncedMovedWithinPollInterval_I4: orisun_enqueue
+// announces its commit (NOTIFY orisun_staged) only when it sees no
+// committed staged event of the boundary; the mover, after a move that
+// found events, scans again for a quiet period (moverQuiet, 1 s) and then
+// waits. An enqueue that saw a staged event (so did not announce itself)
+// and commits after the mover went quiet is the worst case: it must be
+// moved and relayed within a poll interval (the node's head check),
+// docs/outbox.md "When the mover learns of an enqueue", not after the
+// mover's backstop poll (ORISUN_POLL_BACKSTOP, 30 s by default). The test
+// holds the move of the first event before its commit, enqueues the
+// second meanwhile in an open transaction (the first is then staged and
+// committed: no announcement), lets the move commit, waits out the quiet
+// period, commits the second, and checks that no announcement came.
+func TestEnqueueUnannouncedMovedWithinPollInterval_I4(t *testing.T) {
+	const poll = 500 * time.Millisecond
+	url := pgtest.URL(t)
+	var holding sync.Mutex
+	hold := false
+	inMove, release := make(chan struct{}), make(chan struct{})
+	n := setup(t, "", func(c *orisun.Config) { c.Backend, c.PGURL, c.PollInterval = "postgres", url, poll },
+		testhooks.Option[orisun.Option](testhooks.Hooks{BeforeMoveCommit: func(_ string, first, last uint64) {
+			holding.Lock()
+			h := hold && first <= last
+			hold = hold && !h
+			holding.Unlock()
+			if h {
+				close(inMove)
+				<-release
+			}
+		}}))
+	ctx := context.Background()
+	waitSettled(t, n, 10*time.Second)
+	listener := pgtest.Connect(t, url)
+	if _, err := listener.Exec(ctx, `LISTEN orisun_staged`); err != nil {
+		t.Fatal(err)
+	}
+	announced := func(within time.Duration) bool {
+		wctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := listener.WaitForNotification(wctx)
+		return err == nil
+	}
+	holding.Lock()
+	hold = true
+	holding.Unlock()
+	app := pgtest.Connect(t, url)
+	if _, err := app.Exec(ctx, `SELECT orisun_enqueue('default', '[{"type":"app.first","data":1}]')`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inMove:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first enqueue was not moved")
+	}
+	if !announced(5 * time.Second) {
+		t.Fatal("the first enqueue, to an empty staging, was not announced")
+	}
+	tx := beginTx(t, url)
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT orisun_enqueue('default', '[{"type":"app.second","data":2}]')`); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	testutil.Eventually(t, "the first event in the log", 5*time.Second, 5*time.Millisecond, func() bool {
+		st, err := n.Status(ctx)
+		return err == nil && st.Boundaries[0].Head == 1
+	})
+	// The mover's quiet period (1 s) after its last move that found
+	// anything, and a margin: the mover waits for an announcement now.
+	time.Sleep(1500 * time.Millisecond)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	committed := time.Now()
+	if announced(100 * time.Millisecond) {
+		t.Fatal("the second enqueue, made while the first was staged and committed, was announced")
+	}
+	testutil.Eventually(t, "the unannounced event in the log and the stream within the poll interval and a move",
+		poll+2*time.Second, 5*time.Millisecond, func() bool {
+			st, err := n.Status(ctx)
+			return err == nil && st.Boundaries[0].Head == 2 && st.Boundaries[0].Published == 2
+		})
+	t.Logf("the unannounced enqueue was moved and published %s after its commit (poll interval %s, backstop %s)",
+		time.Since(committed).Round(time.Millisecond), poll, n.Config().PollBackstop)
+	_, evs, err := n.Read(ctx, "default", 0, 10, nil)
+	if err != nil || len(evs) != 2 || evs[1].Type != "app.second" {
+		t.Fatalf("read %v, %v; want app.first then app.second", evs, err)
+	}
+}

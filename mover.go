@@ -24,12 +24,33 @@ type stagedMover interface {
 	StagedBoundaries(ctx context.Context) ([]string, error)
 }
 
+// Once a move has found staged events, the mover scans again every
+// moverScanInterval until it has found nothing for moverQuiet: an enqueue
+// announces its commit only when it sees no committed staged event of the
+// boundary (orisun_enqueue; the announcement's NOTIFY serialises the
+// commits of the transactions that send it), so during a burst the
+// mover's own scans are what find the enqueues. moverScanInterval is the
+// delay an unannounced enqueue waits at most while enqueues keep coming,
+// against one read-only statement per scan that finds nothing (it takes
+// no lock and writes nothing); moverQuiet outlasts the pauses of an
+// application's ordinary traffic (a GC pause, a slow transaction), after
+// which the boundary is idle again and the next enqueue announces itself.
+// An enqueue that committed later than moverQuiet after the move that
+// made it stay silent is found by the node's head check, within
+// ORISUN_POLL_INTERVAL (docs/outbox.md "When the mover learns of an
+// enqueue").
+const (
+	moverScanInterval = 10 * time.Millisecond
+	moverQuiet        = time.Second
+)
+
 // mover moves a boundary's staged events into the log while this node
 // holds the boundary's lease: at the start of each term, when an enqueue's
-// commit is announced (wake), when the node's head check (every poll
-// interval) finds committed staged events of the boundary (wake: a lost
-// announcement costs a poll interval), and every poll backstop in case
-// both fail. Each move is one transaction of at most batch events,
+// commit is announced (wake), every moverScanInterval for moverQuiet after
+// a move that found staged events, when the node's head check (every poll
+// interval) finds committed staged events of the boundary (wake: an
+// enqueue not announced costs at most a poll interval), and every poll
+// backstop in case all fail. Each move is one transaction of at most batch events,
 // fenced by the term (postgres.Store.MoveStaged); a full batch is followed
 // by the next at once. The publisher relays what it moved, woken by the
 // move's commit as by an append's. A move is bounded by half the lease
@@ -86,6 +107,7 @@ func (m *mover) notify() {
 
 func (m *mover) run(ctx context.Context, l backend.Lease) {
 	defer m.failing.Store(nil)
+	var found time.Time // the last move that found staged events
 	for {
 		mctx, cancel := serviceutil.WithTimeout(ctx, m.timeout)
 		r, err := m.store.MoveStaged(mctx, l, m.batch)
@@ -116,11 +138,18 @@ func (m *mover) run(ctx context.Context, l backend.Lease) {
 				m.log.Warn("staged events set aside: their ids are in the log with other content (see orisun_set_aside)",
 					"set_aside", r.SetAside)
 			}
+			if r.Moved+r.Duplicates+r.SetAside > 0 {
+				found = time.Now()
+			}
 			if r.More {
 				continue
 			}
 		}
-		t := time.NewTimer(m.poll)
+		wait := m.poll
+		if !found.IsZero() && time.Since(found) < moverQuiet {
+			wait = moverScanInterval
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -39,17 +39,24 @@ CREATE TABLE orisun_append_limits (
 -- server's uuidv7() where it has one (PostgreSQL 18), else a random UUID
 -- whose first 48 bits are the Unix time in milliseconds and whose version
 -- nibble is 7 (setting bits 52 and 53 turns version 4, 0100, into 0111).
+-- The helpers that orisun_prepare_events calls are PL/pgSQL, not SQL
+-- functions: a SQL function called from PL/pgSQL that the planner does not
+-- inline is parsed and planned again in every transaction (a third of the
+-- validation's CPU was that), where PL/pgSQL keeps its plans for the
+-- session.
 DO $do$
 BEGIN
     IF to_regprocedure('pg_catalog.uuidv7()') IS NOT NULL THEN
         EXECUTE $f$CREATE FUNCTION orisun_uuidv7() RETURNS uuid
-            LANGUAGE sql VOLATILE PARALLEL SAFE AS 'SELECT pg_catalog.uuidv7()'$f$;
+            LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS 'BEGIN RETURN pg_catalog.uuidv7(); END'$f$;
     ELSE
         EXECUTE $f$CREATE FUNCTION orisun_uuidv7() RETURNS uuid
-            LANGUAGE sql VOLATILE PARALLEL SAFE AS $b$
-            SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+            LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $b$
+            BEGIN
+            RETURN encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
                 PLACING substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
-                FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
+                FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid;
+            END
             $b$$f$;
     END IF;
 END
@@ -62,8 +69,10 @@ $do$;
 -- alternative matches a string, which replaces itself); white space
 -- outside strings is dropped. The text must be valid JSON (json input).
 CREATE FUNCTION orisun_json_compact(j json) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT regexp_replace(j::text, '("(?:[^"\\]|\\.)*")|[ \t\n\r]+', '\1', 'g')
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    RETURN regexp_replace(j::text, '("(?:[^"\\]|\\.)*")|[ \t\n\r]+', '\1', 'g');
+END
 $$;
 
 -- orisun_json_string_len is the length in bytes of s encoded as a JSON
@@ -71,12 +80,14 @@ $$;
 -- for '"', '\', and the short escapes, six for other control characters,
 -- '<', '>', '&' (HTML-safe escapes) and U+2028/U+2029.
 CREATE FUNCTION orisun_json_string_len(s text) RETURNS integer
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT octet_length(s) + 2
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    RETURN octet_length(s) + 2
         + (length(s) - length(translate(s, E'"\\\b\f\n\r\t', '')))
         + 5 * (length(s) - length(translate(s, '<>&', '')))
         + 5 * (length(s) - length(regexp_replace(s, '[\x01-\x07\x0b\x0e-\x1f]', '', 'g')))
-        + 3 * (length(s) - length(translate(s, U&'\2028\2029', '')))
+        + 3 * (length(s) - length(translate(s, U&'\2028\2029', '')));
+END
 $$;
 
 -- orisun_encoded_size is stream.EncodedSize: an upper bound of the size of
@@ -84,8 +95,9 @@ $$;
 -- position and time), for an event whose id, boundary and type are valid.
 -- A test holds the two to the same value.
 CREATE FUNCTION orisun_encoded_size(boundary text, id text, type text, tags text[], data text, metadata text)
-RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT
+RETURNS integer LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN
         -- body: {"id":…,"boundary":…,"epoch":"…","position":…,"type":…,
         -- "time":"…","tags":[…],"data":…,"metadata":…}
         -- (id, boundary and type are validated before: no byte of them
@@ -101,7 +113,8 @@ RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         -- Nats-Expected-Last-Sequence and the terminator
         + 15 + octet_length(id) + 4 + 15 + 20 + 4 + 12 + 36 + 4
         + 11 + octet_length(type) + 4 + 11 + 30 + 4 + 11 + octet_length(id) + 4
-        + 10 + 27 + 20 + 4 + 2
+        + 10 + 27 + 20 + 4 + 2;
+END
 $$;
 
 -- orisun_raise raises a caller's error of class OR with the API's code
