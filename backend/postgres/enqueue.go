@@ -17,7 +17,8 @@ import (
 // docs/outbox.md): application transactions stage events without taking
 // the boundary's head row, and the boundary's lease holder moves the
 // committed ones into the log (MoveStaged), woken by a notification on
-// stagedChannel at each enqueue's commit.
+// stagedChannel at the commit of an enqueue that found the boundary's
+// staging empty (the mover scans on its own while events keep coming).
 const (
 	stagedChannel = "orisun_staged" // payload: a boundary with newly staged events
 
@@ -106,9 +107,11 @@ func (s *Store) MoveStaged(ctx context.Context, l backend.Lease, max int) (MoveR
 }
 
 // OnStaged registers fn, called with the boundary of every enqueue
-// committed (on any node: the LISTEN connection delivers the notification
-// of orisun_enqueue's commit), and of every boundary after the LISTEN
-// connection was restored. A hint, as OnAppend's: fn must not block.
+// committed that announced itself (on any node: the LISTEN connection
+// delivers the notification of orisun_enqueue's commit; an enqueue
+// announces itself when the boundary's staging was empty), and of every
+// boundary after the LISTEN connection was restored. A hint, as
+// OnAppend's: fn must not block.
 func (s *Store) OnStaged(fn func(boundary string)) { s.staged.Add(fn) }
 
 // StagedBoundaries lists the boundaries with committed staged events, in

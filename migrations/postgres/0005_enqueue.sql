@@ -65,8 +65,9 @@ CREATE INDEX orisun_set_aside_boundary ON orisun_set_aside (boundary, set_aside_
 -- orisun_enqueue stages events for the boundary's lease holder to move into
 -- the log, and returns how many it staged. It validates as orisun_append
 -- (orisun_prepare_events) and takes no lock of the boundary: its events
--- exist (staged) if and only if the caller commits, and the mover learns
--- of them at the commit (NOTIFY orisun_staged). An id already in the log,
+-- exist (staged) if and only if the caller commits. The mover learns of
+-- them at the commit (NOTIFY orisun_staged) when the boundary's staging
+-- was empty, else by its own scans (below). An id already in the log,
 -- or staged and committed, with the same content is a no-op (not counted);
 -- with other content it is refused (ORCFL), naming the event and the field.
 CREATE FUNCTION orisun_enqueue(boundary text, events json) RETURNS integer
