@@ -917,7 +917,7 @@ func (n *Node) readHeads(ctx context.Context, failing bool) bool {
 
 // wakeStaged wakes the mover of every boundary with committed staged
 // events (PostgreSQL's orisun_enqueue, docs/outbox.md): the part of the
-// head check that catches a lost notification of an enqueue. A mover of a
+// head check that catches an enqueue not announced (lost, or not sent). A mover of a
 // boundary this node does not lead keeps the hint for its next term. A
 // failed read is left to each mover's own backstop poll.
 func (n *Node) wakeStaged(ctx context.Context) {

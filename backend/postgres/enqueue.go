@@ -116,7 +116,7 @@ func (s *Store) OnStaged(fn func(boundary string)) { s.staged.Add(fn) }
 
 // StagedBoundaries lists the boundaries with committed staged events, in
 // one statement: the node's periodic head check wakes their movers with
-// it, so a lost notification of an enqueue costs a poll interval.
+// it, so an enqueue that sent no notification, or lost it, costs a poll interval.
 func (s *Store) StagedBoundaries(ctx context.Context) ([]string, error) {
 	const op = "list the boundaries with staged events"
 	if s.isClosed() {
