@@ -459,33 +459,50 @@ func TestEnqueueLostNotificationCostsAPollInterval_I4(t *testing.T) {
 // TestEnqueueUnannouncedMovedWithinPollInterval_I4: orisun_enqueue
 // announces its commit (NOTIFY orisun_staged) only when it sees no
 // committed staged event of the boundary; the mover, after a move that
-// found events, scans again for a quiet period (moverQuiet, 1 s) and then
-// waits. An enqueue that saw a staged event (so did not announce itself)
-// and commits after the mover went quiet is the worst case: it must be
-// moved and relayed within a poll interval (the node's head check),
-// docs/outbox.md "When the mover learns of an enqueue", not after the
-// mover's backstop poll (ORISUN_POLL_BACKSTOP, 30 s by default). The test
-// holds the move of the first event before its commit, enqueues the
-// second meanwhile in an open transaction (the first is then staged and
-// committed: no announcement), lets the move commit, waits out the quiet
-// period, commits the second, and checks that no announcement came.
+// found events, scans again every 10 ms for a quiet period (1 s) and then
+// waits (docs/outbox.md "When the mover learns of an enqueue"). Each case
+// holds the move of a first event before its commit, enqueues a second
+// meanwhile in an open transaction (the first is then staged and
+// committed: no announcement, which the case checks), lets the move
+// commit, and commits the second:
+//   - within the quiet period, with a poll interval of 20 s: the mover's
+//     own scans find it, within 3 s (not the head check's 20 s);
+//   - after the quiet period, the worst case, with a poll interval of
+//     500 ms: the node's head check finds it within the poll interval and
+//     a move (2.5 s here), not after the mover's backstop poll
+//     (ORISUN_POLL_BACKSTOP, 60 s here).
 func TestEnqueueUnannouncedMovedWithinPollInterval_I4(t *testing.T) {
-	const poll = 500 * time.Millisecond
+	for _, c := range []struct {
+		name       string
+		poll, idle time.Duration // idle: between the move and the commit
+		deadline   time.Duration
+	}{
+		{"within the quiet period", 20 * time.Second, 0, 3 * time.Second},
+		// The quiet period (1 s) and a margin: the mover waits for an
+		// announcement when the second commits.
+		{"after the quiet period", 500 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) { unannouncedEnqueue(t, c.poll, c.idle, c.deadline) })
+	}
+}
+
+func unannouncedEnqueue(t *testing.T, poll, idle, deadline time.Duration) {
 	url := pgtest.URL(t)
 	var holding sync.Mutex
 	hold := false
 	inMove, release := make(chan struct{}), make(chan struct{})
-	n := setup(t, "", func(c *orisun.Config) { c.Backend, c.PGURL, c.PollInterval = "postgres", url, poll },
-		testhooks.Option[orisun.Option](testhooks.Hooks{BeforeMoveCommit: func(_ string, first, last uint64) {
-			holding.Lock()
-			h := hold && first <= last
-			hold = hold && !h
-			holding.Unlock()
-			if h {
-				close(inMove)
-				<-release
-			}
-		}}))
+	n := setup(t, "", func(c *orisun.Config) {
+		c.Backend, c.PGURL, c.PollInterval, c.PollBackstop = "postgres", url, poll, time.Minute
+	}, testhooks.Option[orisun.Option](testhooks.Hooks{BeforeMoveCommit: func(_ string, first, last uint64) {
+		holding.Lock()
+		h := hold && first <= last
+		hold = hold && !h
+		holding.Unlock()
+		if h {
+			close(inMove)
+			<-release
+		}
+	}}))
 	ctx := context.Background()
 	waitSettled(t, n, 10*time.Second)
 	listener := pgtest.Connect(t, url)
@@ -523,23 +540,20 @@ func TestEnqueueUnannouncedMovedWithinPollInterval_I4(t *testing.T) {
 		st, err := n.Status(ctx)
 		return err == nil && st.Boundaries[0].Head == 1
 	})
-	// The mover's quiet period (1 s) after its last move that found
-	// anything, and a margin: the mover waits for an announcement now.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(idle)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	committed := time.Now()
+	testutil.Eventually(t, "the unannounced event in the log and the stream", deadline, 5*time.Millisecond, func() bool {
+		st, err := n.Status(ctx)
+		return err == nil && st.Boundaries[0].Head == 2 && st.Boundaries[0].Published == 2
+	})
+	t.Logf("the unannounced enqueue was moved and published %s after its commit (poll interval %s, backstop %s)",
+		time.Since(committed).Round(time.Millisecond), poll, n.Config().PollBackstop)
 	if announced(100 * time.Millisecond) {
 		t.Fatal("the second enqueue, made while the first was staged and committed, was announced")
 	}
-	testutil.Eventually(t, "the unannounced event in the log and the stream within the poll interval and a move",
-		poll+2*time.Second, 5*time.Millisecond, func() bool {
-			st, err := n.Status(ctx)
-			return err == nil && st.Boundaries[0].Head == 2 && st.Boundaries[0].Published == 2
-		})
-	t.Logf("the unannounced enqueue was moved and published %s after its commit (poll interval %s, backstop %s)",
-		time.Since(committed).Round(time.Millisecond), poll, n.Config().PollBackstop)
 	_, evs, err := n.Read(ctx, "default", 0, 10, nil)
 	if err != nil || len(evs) != 2 || evs[1].Type != "app.second" {
 		t.Fatalf("read %v, %v; want app.first then app.second", evs, err)
