@@ -71,7 +71,7 @@ CREATE INDEX orisun_set_aside_boundary ON orisun_set_aside (boundary, set_aside_
 -- with other content it is refused (ORCFL), naming the event and the field.
 CREATE FUNCTION orisun_enqueue(boundary text, events json) RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -178,7 +178,6 @@ CREATE FUNCTION orisun_move_staged(boundary text, holder text, term bigint, lim 
     OUT moved integer, OUT duplicates integer, OUT set_aside integer,
     OUT first_position bigint, OUT last_position bigint, OUT more boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -267,3 +266,9 @@ BEGIN
     END IF;
 END
 $fn$;
+
+-- orisun_enqueue to orisun_app; the mover is orisun's alone (0004,
+-- orisun_secure).
+SELECT orisun_secure(
+    ARRAY['orisun_enqueue(text, json)', 'orisun_move_staged(text, text, bigint, integer)']::regprocedure[],
+    ARRAY['orisun_enqueue(text, json)']::regprocedure[]);
