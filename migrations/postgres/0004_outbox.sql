@@ -115,6 +115,24 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT regexp_replace(j::text, '("(?:[^"\\]|\\.)*")|[ \t\n\r]+', '\1', 'g')
 $$;
 
+-- orisun_json_same is event.sameJSON for the idempotency of retries: two
+-- compact JSON texts (or two NULLs) are the same event's when they are
+-- the same bytes, or the same bytes once both are HTML-escaped as Go's
+-- json.HTMLEscape does ('<', '>', '&', U+2028, U+2029 written as \u003c,
+-- \u003e, \u0026, \u2028, \u2029). json.Marshal writes those escapes
+-- and package client does not, so the same event can reach the log
+-- either way; a retry through the other path is the same event, not a
+-- conflict. Only raw characters are escaped, so an escaped backslash
+-- followed by "u003c" is never taken for '<'.
+CREATE FUNCTION orisun_json_same(a text, b text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT a IS NOT DISTINCT FROM b OR coalesce(
+        replace(replace(replace(replace(replace(a, '&', E'\\u0026'), '<', E'\\u003c'), '>', E'\\u003e'),
+            U&'\2028', E'\\u2028'), U&'\2029', E'\\u2029')
+        = replace(replace(replace(replace(replace(b, '&', E'\\u0026'), '<', E'\\u003c'), '>', E'\\u003e'),
+            U&'\2028', E'\\u2028'), U&'\2029', E'\\u2029'), false)
+$$;
+
 -- orisun_json_string_len is the length in bytes of s encoded as a JSON
 -- string by Go's encoding/json (stream.EncodedSize): the quotes, two bytes
 -- for '"', '\', and the short escapes, six for other control characters,
@@ -537,7 +555,7 @@ BEGIN
                 fpos := st.position;
             END IF;
             nstored := nstored + 1;
-            IF st.type <> types[i] OR st.data <> datas[i] OR st.metadata IS DISTINCT FROM mds[i] OR st.tags::text <> tagl[i] THEN
+            IF st.type <> types[i] OR NOT orisun_json_same(st.data, datas[i]) OR NOT orisun_json_same(st.metadata, mds[i]) OR st.tags::text <> tagl[i] THEN
                 PERFORM orisun_raise('ORCFL', format('events[%s].id %s is already stored at position %s with other content',
                     i - 1, ids[i], st.position));
             END IF;
