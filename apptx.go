@@ -37,7 +37,12 @@ type AppendFunc func(boundary string, events []Input, cond *Condition) (AppendRe
 // interrupts it). Rolled back too: fn's error (returned as it is), a
 // panic of fn (recovered, returned as an error, the node carries on) and a
 // failed append. fn must not commit or roll back tx, and must not call
-// the node's Append or AppendTx (they wait for the writer fn holds).
+// the node's Append, AppendTx or CreateBoundary: they wait for the writer
+// fn holds, until the deadline rolls the transaction back. A panic in a
+// goroutine that fn starts is not fn's and cannot be recovered: it ends
+// the program, as any unrecovered panic does. The timeout must be below
+// half of Config.LeaseTTL (New refuses it otherwise): the lease renewals
+// need the connection the transaction holds.
 // Stopping the node rolls it back at once (event.ErrClosed).
 //
 // AppendTx needs the SQLite backend; on PostgreSQL, the application's

@@ -56,7 +56,10 @@ func TestAppendTxCommitsOrRollsBackTogether_I1_I2(t *testing.T) {
 	const timeout = time.Second
 	// The node polls once a minute: only the wake-up after AppendTx's
 	// commit gets its last event relayed within the wait below.
-	n := setup(t, "", func(c *orisun.Config) { c.AppendTxTimeout, c.PollInterval = timeout, time.Minute })
+	// The lease TTL is above twice the timeout, as Validate requires.
+	n := setup(t, "", func(c *orisun.Config) {
+		c.AppendTxTimeout, c.LeaseTTL, c.PollInterval = timeout, 3*timeout, time.Minute
+	})
 	ctx := context.Background()
 	err := n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
 		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS app_orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL)`)
@@ -322,7 +325,7 @@ func TestAppendTxRefusedOnPostgres(t *testing.T) {
 // transaction's deadline is a minute here).
 func TestAppendTxEndsWhenTheNodeStops(t *testing.T) {
 	dir := t.TempDir()
-	n := setup(t, dir, func(c *orisun.Config) { c.AppendTxTimeout = time.Minute })
+	n := setup(t, dir, func(c *orisun.Config) { c.AppendTxTimeout, c.LeaseTTL = time.Minute, 3*time.Minute })
 	ctx := context.Background()
 	inside := make(chan struct{})
 	done := make(chan error, 1)

@@ -177,7 +177,10 @@ type Config struct {
 	AppendGroupDelay time.Duration `envconfig:"APPEND_GROUP_DELAY"`
 	// AppendTxTimeout bounds an application transaction on SQLite
 	// (Node.AppendTx): it holds the single writer, and every other append
-	// waits meanwhile; one that runs longer is rolled back.
+	// waits meanwhile; one that runs longer is rolled back. On SQLite it
+	// must be below half of LeaseTTL: the transaction holds the writer's
+	// only connection, which the lease renewals need. Zero takes the
+	// default, or a quarter of LeaseTTL when that is shorter.
 	AppendTxTimeout time.Duration `envconfig:"APPEND_TX_TIMEOUT"`
 	// MaxAppendEvents and MaxAppendBytes bound one append request.
 	MaxAppendEvents int `envconfig:"MAX_APPEND_EVENTS"`

@@ -29,11 +29,12 @@
 // after the commit, in the order it finds them.
 //
 // The package compiles none of orisun's store, relay or embedded server
-// into the application: only packages event and api, and the drivers.
+// into the application: only packages event and api, the small
+// internal encoder package client uses too (internal/eventjson), and the
+// drivers.
 package outbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -44,6 +45,7 @@ import (
 
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/eventjson"
 )
 
 // The statements: the functions of migrations 0004 and 0005.
@@ -63,31 +65,26 @@ var codes = map[string]string{
 }
 
 // encode returns the arguments of the functions: the events as the JSON
-// array of the API's request, and the condition as JSON or nil (SQL NULL).
-// Data and metadata travel as JSON values: one that is not JSON is refused
-// here, naming the event and the field, as the client does.
+// array of the API's request, and the condition as JSON or nil (SQL NULL),
+// written as package client writes them (internal/eventjson): data and
+// metadata as given when compact, nothing HTML-escaped, so an event sent
+// through either is stored as the same bytes. Data or metadata that is not
+// JSON is refused here, naming the event and the field, as the client does.
 func encode(op string, events []event.Input, cond *event.Condition) (evs string, c any, err error) {
 	if len(events) == 0 {
 		// null would be "a JSON null cannot be a list of events"; the
 		// API's words for an empty append are those of [].
 		events = []event.Input{}
 	}
-	b, err := json.Marshal(events)
+	b, err := eventjson.AppendEvents(make([]byte, 0, eventjson.Size(events)), events)
 	if err != nil {
-		for i := range events {
-			if len(events[i].Data) > 0 && !json.Valid(events[i].Data) {
-				return "", nil, fmt.Errorf("%w: %s: events[%d]: data is not valid JSON", event.ErrInvalid, op, i)
-			}
-			if len(events[i].Metadata) > 0 && !json.Valid(events[i].Metadata) {
-				return "", nil, fmt.Errorf("%w: %s: events[%d]: metadata is not valid JSON", event.ErrInvalid, op, i)
-			}
-		}
-		return "", nil, fmt.Errorf("%w: %s: encode the events: %v", event.ErrInvalid, op, err)
+		// err wraps event.ErrInvalid and names the event and the field.
+		return "", nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if cond == nil {
 		return string(b), nil, nil
 	}
-	cb, err := json.Marshal(cond)
+	cb, err := eventjson.AppendJSON(nil, cond)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: %s: encode the condition: %v", event.ErrInvalid, op, err)
 	}

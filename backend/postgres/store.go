@@ -266,6 +266,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	s.checkAppRole(ctx)
 
 	n := writers(cfg.MaxConns)
 	s.workers.Add(n)

@@ -16,6 +16,55 @@
 -- The message names the event (events[i]), the field and the limit, in the
 -- words of the API where there are some.
 
+-- Who may call what (docs/outbox.md "Privileges"). orisun_append and
+-- orisun_enqueue are SECURITY DEFINER: they run with the privileges of
+-- orisun's role (the one that runs the migrations and owns the tables),
+-- so an application needs no privilege on orisun's tables, only EXECUTE
+-- on those two, which the role orisun_app holds: GRANT orisun_app TO the
+-- application's role. Every orisun_ function is revoked from PUBLIC (the
+-- mover, orisun_move_staged, and the helpers are orisun's alone), and the
+-- functions that read or write orisun's tables have their search_path
+-- pinned to orisun's schema and pg_temp last, so that neither a temporary
+-- table nor another schema of the caller's can stand in for orisun's.
+--
+-- orisun_secure does that for the functions of one migration: pin sets the
+-- search_path of those, app are granted to orisun_app. It creates the role
+-- orisun_app (NOLOGIN) when there is none; when orisun's role may not
+-- create roles it warns and goes on, and the node says at every start
+-- what an administrator runs (backend/postgres, checkAppRole). Each
+-- migration that adds a function calls it.
+CREATE FUNCTION orisun_secure(pin regprocedure[], app regprocedure[]) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOREACH f IN ARRAY pin LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
+    END LOOP;
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = current_schema() AND p.proname LIKE 'orisun\_%' LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+    IF to_regrole('orisun_app') IS NULL THEN
+        BEGIN
+            CREATE ROLE orisun_app NOLOGIN;
+        EXCEPTION
+            WHEN insufficient_privilege THEN
+                RAISE WARNING USING MESSAGE = format('role %s may not create roles, so the role orisun_app does not exist: '
+                    'the application cannot call orisun_append or orisun_enqueue until an administrator creates it '
+                    '(docs/outbox.md "Privileges")', current_user);
+            WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created meanwhile by a migration of another database
+        END;
+    END IF;
+    IF to_regrole('orisun_app') IS NOT NULL THEN
+        FOREACH f IN ARRAY app LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO orisun_app', f);
+        END LOOP;
+    END IF;
+END
+$$;
+
 -- The append limits every node enforces, recorded by the nodes at start
 -- (one row): the functions read them, so that an append through SQL is
 -- refused exactly when the API would refuse it. A node whose configured
@@ -73,6 +122,24 @@ LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 BEGIN
     RETURN regexp_replace(j::text, '("(?:[^"\\]|\\.)*")|[ \t\n\r]+', '\1', 'g');
 END
+$$;
+
+-- orisun_json_same is event.sameJSON for the idempotency of retries: two
+-- compact JSON texts (or two NULLs) are the same event's when they are
+-- the same bytes, or the same bytes once both are HTML-escaped as Go's
+-- json.HTMLEscape does ('<', '>', '&', U+2028, U+2029 written as \u003c,
+-- \u003e, \u0026, \u2028, \u2029). json.Marshal writes those escapes
+-- and package client does not, so the same event can reach the log
+-- either way; a retry through the other path is the same event, not a
+-- conflict. Only raw characters are escaped, so an escaped backslash
+-- followed by "u003c" is never taken for '<'.
+CREATE FUNCTION orisun_json_same(a text, b text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT a IS NOT DISTINCT FROM b OR coalesce(
+        replace(replace(replace(replace(replace(a, '&', E'\\u0026'), '<', E'\\u003c'), '>', E'\\u003e'),
+            U&'\2028', E'\\u2028'), U&'\2029', E'\\u2029')
+        = replace(replace(replace(replace(replace(b, '&', E'\\u0026'), '<', E'\\u003c'), '>', E'\\u003e'),
+            U&'\2028', E'\\u2028'), U&'\2029', E'\\u2029'), false)
 $$;
 
 -- orisun_json_string_len is the length in bytes of s encoded as a JSON
@@ -226,7 +293,6 @@ $$;
 CREATE FUNCTION orisun_prepare_events(b text, events json, fn text,
     OUT ids uuid[], OUT types text[], OUT tagl text[], OUT datas text[], OUT mds text[])
 LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
 AS $fn$
 DECLARE
     lim orisun_append_limits;
@@ -400,7 +466,7 @@ $fn$;
 CREATE FUNCTION orisun_append(boundary text, events json, condition json DEFAULT NULL)
 RETURNS TABLE (epoch uuid, first_position bigint, last_position bigint)
 LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -518,7 +584,7 @@ BEGIN
                 fpos := st.position;
             END IF;
             nstored := nstored + 1;
-            IF st.type <> types[i] OR st.data <> datas[i] OR st.metadata IS DISTINCT FROM mds[i] OR st.tags::text <> tagl[i] THEN
+            IF st.type <> types[i] OR NOT orisun_json_same(st.data, datas[i]) OR NOT orisun_json_same(st.metadata, mds[i]) OR st.tags::text <> tagl[i] THEN
                 PERFORM orisun_raise('ORCFL', format('events[%s].id %s is already stored at position %s with other content',
                     i - 1, ids[i], st.position));
             END IF;
@@ -562,3 +628,7 @@ BEGIN
     RETURN QUERY SELECT ep, h + 1, h + n;
 END
 $fn$;
+
+SELECT orisun_secure(
+    ARRAY['orisun_prepare_events(text, json, text)', 'orisun_append(text, json, json)']::regprocedure[],
+    ARRAY['orisun_append(text, json, json)']::regprocedure[]);

@@ -72,7 +72,7 @@ CREATE INDEX orisun_set_aside_boundary ON orisun_set_aside (boundary, set_aside_
 -- with other content it is refused (ORCFL), naming the event and the field.
 CREATE FUNCTION orisun_enqueue(boundary text, events json) RETURNS integer
 LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -101,7 +101,7 @@ BEGIN
     FOR st IN SELECT ev.id, ev.position, ev.type, ev.tags::text AS tags, ev.data::text AS data, ev.metadata::text AS metadata
               FROM orisun_events ev WHERE ev.boundary = b AND ev.id = ANY (ids) LOOP
         i := array_position(ids, st.id);
-        IF st.type <> types[i] OR st.data <> datas[i] OR st.metadata IS DISTINCT FROM mds[i] OR st.tags <> tagl[i] THEN
+        IF st.type <> types[i] OR NOT orisun_json_same(st.data, datas[i]) OR NOT orisun_json_same(st.metadata, mds[i]) OR st.tags <> tagl[i] THEN
             PERFORM orisun_raise('ORCFL', format('events[%s].id: %s is already stored at position %s with other content; '
                 'new events need new ids', i - 1, st.id, st.position));
         END IF;
@@ -142,7 +142,7 @@ BEGIN
                     MESSAGE = format('events[%s].id: %s was staged by a transaction that committed after this one began; retry the transaction',
                         i - 1, ids[i]);
             END IF;
-            IF st.type <> types[i] OR st.data <> datas[i] OR st.metadata IS DISTINCT FROM mds[i] OR st.tags <> tagl[i] THEN
+            IF st.type <> types[i] OR NOT orisun_json_same(st.data, datas[i]) OR NOT orisun_json_same(st.metadata, mds[i]) OR st.tags <> tagl[i] THEN
                 IF st.place = 'log' THEN
                     PERFORM orisun_raise('ORCFL', format('events[%s].id: %s is already stored at position %s with other content; '
                         'new events need new ids', i - 1, ids[i], st.position));
@@ -198,7 +198,6 @@ CREATE FUNCTION orisun_move_staged(boundary text, holder text, term bigint, lim 
     OUT moved integer, OUT duplicates integer, OUT set_aside integer,
     OUT first_position bigint, OUT last_position bigint, OUT more boolean)
 LANGUAGE plpgsql VOLATILE
-SET search_path FROM CURRENT
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -284,8 +283,8 @@ BEGIN
     END IF;
     WITH batch AS (
         SELECT s.*, ev.position AS stored,
-               ev.id IS NOT NULL AND ev.type = s.type AND ev.data::text = s.data::text
-                   AND ev.metadata::text IS NOT DISTINCT FROM s.metadata::text AND ev.tags = s.tags AS same
+               ev.id IS NOT NULL AND ev.type = s.type AND orisun_json_same(ev.data::text, s.data::text)
+                   AND orisun_json_same(ev.metadata::text, s.metadata::text) AND ev.tags = s.tags AS same
         FROM orisun_staged s LEFT JOIN orisun_events ev ON ev.boundary = b AND ev.id = s.id
         WHERE s.seq = ANY (seqs)),
     fresh AS (
@@ -312,3 +311,9 @@ BEGIN
     END IF;
 END
 $fn$;
+
+-- orisun_enqueue to orisun_app; the mover is orisun's alone (0004,
+-- orisun_secure).
+SELECT orisun_secure(
+    ARRAY['orisun_enqueue(text, json)', 'orisun_move_staged(text, text, bigint, integer)']::regprocedure[],
+    ARRAY['orisun_enqueue(text, json)']::regprocedure[]);
