@@ -221,6 +221,37 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 	}
 	wait("the overview again", `document.querySelectorAll('tbody tr').length === 2`, 10*time.Second)
 
+	// The order is by state class, then name: a lag that comes and goes
+	// does not move a row.
+	if same, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`rank({state: "leading", lag_events: 9}) === rank({state: "leading", lag_events: 0})`)); err != nil || !same {
+		t.Errorf("a lagging boundary ranks apart from one without lag (%v): its row would jump as the lag comes and goes", err)
+	}
+	// The filter box: the rows whose name, state or reason hold every
+	// word typed, kept in the address; cleared, all again.
+	typeFilter := func(q string) {
+		t.Helper()
+		js := fmt.Sprintf(`(() => { const f = document.getElementById("filter"); f.value = %q; f.dispatchEvent(new Event("input")); return true })()`, q)
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](js)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("the filter box", `document.getElementById("filter") !== null`, 5*time.Second)
+	if err := chromedp.Do(bctx, chromedp.SendKeys(chromedp.CSS("#filter"), "ORD")); err != nil {
+		t.Fatal(err)
+	}
+	wait("the filter shows orders alone", `document.querySelectorAll('tbody tr').length === 1 &&
+		document.querySelector('tbody tr').dataset.boundary === "orders" && location.search === "?q=ORD" &&
+		document.getElementById("summary").textContent.includes("1 shown")`, 5*time.Second)
+	typeFilter("stalled position")
+	wait("the filter by state and reason shows the stalled boundary", `document.querySelectorAll('tbody tr').length === 1 &&
+		document.querySelector('tbody tr').dataset.boundary === "default"`, 5*time.Second)
+	typeFilter("nothing-like-it")
+	wait("no match, said", `document.querySelectorAll('tbody tr').length === 0 && !document.getElementById("no-match").hidden`, 5*time.Second)
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	wait("the overview unfiltered", `document.querySelectorAll('tbody tr').length === 2 && document.getElementById("no-match").hidden`, 10*time.Second)
+
 	// Narrow and wide windows: nothing wider than the window, screenshots.
 	windows(t, bctx, "console-overview")
 	if errs := consoleErrors(); len(errs) > 0 {
@@ -256,7 +287,8 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	for i := range in {
 		in[i].Tags = []string{fmt.Sprintf("customer:%d", i%9), fmt.Sprintf("order:%d", i+1)}
 	}
-	in[63].Type, in[63].Tags = "order.cancelled", []string{"customer:0", "order:64", "refund"}
+	in[63].Type, in[63].Tags = "order.cancelled", []string{"customer:0", "order:64", "refund", "name:Smith, John", " padded "}
+	in[63].Data = json.RawMessage(`{"b":1,"a":12345678901234567890,"x":1.0}`)
 	if _, err := n.Append(ctx, "orders", in, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -306,11 +338,15 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	wait("the next, older page of the log", `document.querySelector('#log li.event')?.dataset.position === "70" &&
 		document.querySelectorAll('#log li.event').length === 50`, 5*time.Second)
 	doc := eval(`document.querySelector('#log li.event[data-position="64"] pre').textContent`)
+	// The data as stored: the digits beyond 2^53, 1.0, the keys' order.
+	if want := "\"data\": {\n    \"b\": 1,\n    \"a\": 12345678901234567890,\n    \"x\": 1.0\n  }"; !strings.Contains(doc, want) {
+		t.Fatalf("event 64's JSON on the page:\n%s\nwant its data as stored:\n%s", doc, want)
+	}
 	var e orisun.Event
 	if err := json.Unmarshal([]byte(doc), &e); err != nil {
 		t.Fatalf("event 64's JSON on the page: %v\n%s", err, doc)
 	}
-	if e.Position != 64 || e.ID == "" || e.Epoch == "" || e.Time.IsZero() || strings.Join(e.Tags, ",") != "customer:0,order:64,refund" {
+	if e.Position != 64 || e.ID == "" || e.Epoch == "" || e.Time.IsZero() || strings.Join(e.Tags, "|") != "customer:0|order:64|refund|name:Smith, John| padded " {
 		t.Fatalf("event 64 on the page: %+v", e)
 	}
 	// By a tag: click it, and the log holds the events with that tag.
@@ -319,6 +355,25 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	}
 	wait("the log filtered by the tag refund", `location.search.includes("tags=refund") && document.querySelectorAll('#log li.event').length === 1 &&
 		document.querySelector('#log li.event').dataset.position === "64"`, 5*time.Second)
+	// Tags with a comma and edge spaces: by their links, and the form sent
+	// again as the page filled it.
+	// The list shown is marked stale before each click: the wait is for
+	// the list that follows it.
+	stale := `document.querySelectorAll('#log li.event').forEach((l) => { l.dataset.stale = "yes"; }); "marked"`
+	for i, tag := range []string{"name:Smith, John", " padded "} {
+		eval(stale)
+		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#log li.event[data-position="64"] a.tag:nth-of-type(%d)`, 4+i)))); err != nil {
+			t.Fatal(err)
+		}
+		found := fmt.Sprintf(`new URLSearchParams(location.search).getAll("tags").join("|") === %q && !document.querySelector('#log li.event[data-stale]') &&
+			document.querySelectorAll('#log li.event').length === 1 && document.querySelector('#log li.event').dataset.position === "64"`, tag)
+		wait(fmt.Sprintf("the log filtered by the tag %q", tag), found, 5*time.Second)
+		eval(stale)
+		if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#log-form button[type="submit"]`))); err != nil {
+			t.Fatal(err)
+		}
+		wait(fmt.Sprintf("the form sent again keeps the tag %q whole", tag), found, 5*time.Second)
+	}
 	// By a position: the form's "from".
 	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
 		t.Fatal(err)
@@ -360,6 +415,19 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the resumed tail shows the held event", tailed(127), 5*time.Second)
+	// The connection lost (as when the node restarts): Follow goes on
+	// after the last event shown, so an event appended meanwhile shows
+	// (the second review of issue 20: it started from now, and the list
+	// kept the old events above a gap no one could see).
+	eval(`const es = tail.es; es.close(); es.onerror(); "dropped"`)
+	wait("the tail says it was disconnected", `document.getElementById("tail-state").textContent.startsWith("disconnected")`, 5*time.Second)
+	if _, err := n.Append(ctx, "orders", events(1, "order.placed", 32), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-start"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the tail followed again shows the event appended while it was disconnected", tailed(128), 5*time.Second)
 
 	// Narrow and wide windows.
 	windows(t, bctx, "console-boundary")
@@ -385,6 +453,18 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	if b := boundaryOf(t, httpStatus(t, n), "orders"); b.SubsLive+b.SubsCatchingUp != 1 {
 		t.Fatalf("the page's tail is not one subscription in the status: %+v", b)
 	}
+	// Resumed, the tail sends back the epoch of its first start: a
+	// boundary reset while paused (the page's epoch made another, the
+	// connection closed as when 1,000 events were held) ends it, saying
+	// so, instead of following the new epoch.
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-pause"))); err != nil {
+		t.Fatal(err)
+	}
+	eval(`tail.epoch = "e-before-a-reset"; closeTail(); "closed"`)
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-pause"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the resumed tail says the boundary was reset", `document.getElementById("tail-state").textContent.includes("the boundary was reset")`, 5*time.Second)
 	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)
 	}
@@ -392,6 +472,16 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 		b := boundaryOf(t, httpStatus(t, n), "orders")
 		return b.SubsLive == 0 && b.SubsCatchingUp == 0
 	})
+
+	// An address that does not decode (a % escape of no UTF-8) is said,
+	// not a blank page with a script exception.
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+n.HTTPAddr()+"/console/boundary/%FF")); err != nil {
+		t.Fatal(err)
+	}
+	wait("the page of a malformed address says so", `document.getElementById("banner").textContent.includes("does not name a boundary")`, 5*time.Second)
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("the browser's console logged errors:\n%s", strings.Join(errs, "\n"))
+	}
 }
 
 // TestConsoleEventPagesLoginBrowser: with the console's credentials

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -113,6 +114,11 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		in[i].Tags = []string{fmt.Sprintf("order:%d", i%7)}
 	}
 	in[77].Type, in[77].Tags = "order.cancelled", []string{"order:77", "vip"}
+	// Tags with a comma and with spaces at their ends are whole values of
+	// the filter (tags=…&tags=…), found as they were appended.
+	in[5].Tags = []string{"order:5", "name:Smith, John", " padded "}
+	// Its data is shown as stored: digits beyond 2^53, 1.0, key order.
+	in[5].Data = json.RawMessage(`{"b":1,"a":12345678901234567890,"x":1.0,"h":"<&>"}`)
 	if _, err := n.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +205,24 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	if e := p.Events[3]; e.ID == "" || e.Epoch != p.Epoch || e.Time.IsZero() || len(e.Tags) != 1 || e.Tags[0] != "order:3" {
 		t.Fatalf("event 4: %+v", e)
 	}
+	// The text the page shows is the node's, indented from the stored
+	// bytes (the page does not parse and encode the data).
+	_, body := httpGet(t, n, "/console/events/default?from=6")
+	var shown struct {
+		Events []struct {
+			Position uint64 `json:"position"`
+			JSON     string `json:"json"`
+			DataJSON string `json:"data_json"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(body), &shown); err != nil || len(shown.Events) == 0 {
+		t.Fatalf("from 6: %v %.300s", err, body)
+	}
+	wantData := "  \"data\": {\n    \"b\": 1,\n    \"a\": 12345678901234567890,\n    \"x\": 1.0,\n    \"h\": \"<&>\"\n  }\n"
+	if e := shown.Events[0]; e.Position != 6 || !strings.Contains(e.JSON, wantData) || !strings.HasPrefix(e.JSON, "{\n  \"id\": ") ||
+		e.DataJSON != `{"b":1,"a":12345678901234567890,"x":1.0,"h":"<&>"}` {
+		t.Fatalf("event 6 as the page shows it:\n%s\ndata %s\nwant its data as stored:\n%s", e.JSON, e.DataJSON, wantData)
+	}
 	p = read("/console/events/default?from=101")
 	if len(p.Events) != 20 || p.Events[0].Position != 101 || p.More {
 		t.Fatalf("from 101: %d events, more %v", len(p.Events), p.More)
@@ -206,6 +230,16 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	p = read("/console/events/default?tags=vip")
 	if len(p.Events) != 1 || p.Events[0].Position != 78 || p.Events[0].Type != "order.cancelled" {
 		t.Fatalf("tag vip: %+v", p.Events)
+	}
+	for _, q := range []string{"tags=name%3ASmith%2C%20John", "tags=%20padded%20", "tags=name%3ASmith%2C%20John&tags=%20padded%20&tags=order%3A5"} {
+		if p = read("/console/events/default?" + q); len(p.Events) != 1 || p.Events[0].Position != 6 {
+			t.Fatalf("%s: %d events, want position 6 alone", q, len(p.Events))
+		}
+	}
+	for _, q := range []string{"tags=name%3ASmith", "tags=padded", "tags=%20padded%20&tags=vip"} {
+		if p = read("/console/events/default?" + q); len(p.Events) != 0 {
+			t.Fatalf("%s: %d events, want none (a tag is matched whole)", q, len(p.Events))
+		}
 	}
 	p = read("/console/events/default?types=order.placed&tags=order:3")
 	if len(p.Events) != 17 { // 120 events, i%7 == 3: 17 of them
@@ -223,14 +257,7 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("tail: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines := sseLines(resp.Body)
 	next := func(prefix string) string {
 		t.Helper()
 		deadline := time.After(10 * time.Second)
@@ -275,6 +302,32 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		return b.SubsLive == 0 && b.SubsCatchingUp == 0
 	})
 
+	// A resumed tail names the epoch of its events: the boundary's goes
+	// on; another (the boundary reset while the page was paused) ends the
+	// tail, saying so, instead of following the new epoch's positions.
+	for _, c := range []struct{ epoch, want string }{{p.Epoch, "event: live"}, {"e-before-a-reset", "epoch changed"}} {
+		tctx, cancel := context.WithCancel(ctx)
+		req, _ := http.NewRequestWithContext(tctx, "GET", "http://"+n.HTTPAddr()+"/console/events/default/tail?after=121&epoch="+c.epoch, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = sseLines(resp.Body)
+		if c.want == "event: live" {
+			next(c.want)
+		} else if l := next("data:"); !strings.Contains(l, c.epoch) {
+			t.Fatalf("resumed tail start: %s", l)
+		} else if l := next("event: end"); l != "event: end" {
+			t.Fatal(l)
+		} else if l := next("data:"); !strings.Contains(l, c.want) {
+			t.Fatalf("a tail resumed in another epoch: %s, want an end naming %q", l, c.want)
+		}
+		cancel()
+		resp.Body.Close()
+		for range lines {
+		}
+	}
+
 	// The node stopping ends a tail in progress, saying so, and does not
 	// wait on it.
 	resp, err = http.Get("http://" + n.HTTPAddr() + "/console/events/default/tail")
@@ -282,14 +335,7 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	lines = make(chan string, 100)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines = sseLines(resp.Body)
 	next("event: live")
 	next("data:")
 	start := time.Now()
@@ -311,6 +357,20 @@ func TestConsoleBoundaryHTTP(t *testing.T) {
 			t.Fatal("the tail's stream did not end within 5 s of the node's stop")
 		}
 	}
+}
+
+// sseLines sends the lines of a server-sent event stream as they come,
+// and closes when it ends.
+func sseLines(r io.Reader) chan string {
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines
 }
 
 // waitSampling waits for the node's first sample of the boundary with its

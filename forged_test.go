@@ -399,6 +399,18 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 	}
 	defer nc.Close()
 	js := natstest.JetStream(t, nc)
+	// Caught up is said before the live consumer exists: forged before
+	// it, the message can be gone (the node's stream check puts a stream
+	// ahead of the store back) before a consumer meets it, and the
+	// subscription then never meets it (seen once under CI's load).
+	st, err := js.Stream(ctx, stream.Name("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the subscription's live consumer", 30*time.Second, 10*time.Millisecond, func() bool {
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Consumers > 0
+	})
 	m := nats.NewMsg(stream.Subject("default", "real"))
 	m.Header.Set(stream.HeaderPosition, "4")
 	m.Header.Set(stream.HeaderEpoch, epoch)

@@ -110,7 +110,15 @@ func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ Caught
 	}
 	head = max(head, published)
 	s.Appended = h.appRate.Rate(head)
-	h.pending.Seen(head, now)
+	if h.leads.Load() {
+		h.pending.Seen(head, now)
+	} else if h.pending.Marks() > 0 {
+		// Only the leader's lag in seconds reads the marks: a standby
+		// node keeps none (up to history.Len marks of 16 bytes a
+		// boundary otherwise, never read). On taking the lead it counts
+		// the age of what is pending from then.
+		h.pending.Reset()
+	}
 	if known {
 		s.Published = h.pubRate.Rate(published)
 		s.LagEvents = head - published

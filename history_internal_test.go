@@ -97,3 +97,34 @@ func BenchmarkHistorySample1000(b *testing.B) {
 		}
 	}
 }
+
+// TestHistoryStandbyKeepsNoHeadMarks: a node that does not lead the
+// boundary keeps no marks of the heads it sees for the lag in seconds
+// (only the leader's lag reads them): they grew to history.Len a
+// boundary on standby nodes; once it leads it keeps them again, and
+// losing the lead frees them.
+func TestHistoryStandbyKeepsNoHeadMarks(t *testing.T) {
+	var h boundaryHistory
+	now := time.Unix(1_700_000_000, 0)
+	h.noteHead("e1", 1)
+	for i := range 100 {
+		h.raiseHead(uint64(2 + i))
+		h.sample(now.Unix()+int64(i), now.Add(time.Duration(i)*time.Second), busyPub{})
+	}
+	if m := h.pending.Marks(); m != 0 {
+		t.Fatalf("a standby node keeps %d head marks, want none", m)
+	}
+	h.startTerm()
+	for i := range 10 {
+		h.raiseHead(uint64(200 + i))
+		h.sample(now.Unix()+int64(100+i), now.Add(time.Duration(100+i)*time.Second), busyPub{})
+	}
+	if m := h.pending.Marks(); m == 0 {
+		t.Fatal("the leader keeps no head marks: its lag in seconds would be blind")
+	}
+	h.leads.Store(false)
+	h.sample(now.Unix()+200, now.Add(200*time.Second), busyPub{})
+	if m := h.pending.Marks(); m != 0 {
+		t.Fatalf("after losing the lead, %d head marks kept", m)
+	}
+}

@@ -505,7 +505,7 @@ func (s *Service) read(ctx context.Context, req micro.Request) (res any, err err
 	}
 	if r.Backwards {
 		reached = true
-		return s.readBackward(ctx, b, bd.Head, limit, &r)
+		return s.readBackward(ctx, b, bd, limit, &r)
 	}
 	if r.After > bd.Head {
 		return nil, fmt.Errorf("%w: after: %d is past the head %d of boundary %q; a reader cannot be ahead of the log "+
@@ -541,15 +541,23 @@ func checkDirection(r *api.ReadRequest) error {
 }
 
 // readBackward answers a backward read (r.Backwards) of boundary b, whose
-// head was head a moment ago: the events below r.Before, newest first, as
-// many as fit the reply (encodeRead drops the oldest of the page).
-func (s *Service) readBackward(ctx context.Context, b string, head uint64, limit int, r *api.ReadRequest) (any, error) {
+// was bd a moment ago: the events below r.Before, newest first, as many as
+// fit the reply (encodeRead drops the oldest of the page).
+func (s *Service) readBackward(ctx context.Context, b string, bd event.Boundary, limit int, r *api.ReadRequest) (any, error) {
 	epoch, events, err := s.be.ReadBackward(ctx, b, r.Before, limit, r.Query)
 	if err != nil {
 		return nil, fmt.Errorf("read boundary %q backward before %d: %w", b, r.Before, err)
 	}
 	// The head was read before the events: report at least the highest
-	// position returned, so that head never trails the events.
+	// position returned, so that head never trails the events. A head of
+	// another epoch (the boundary reset in between) says nothing of these
+	// events: the highest of them is then the head (0 without any), which
+	// the client's checks of a backward read accept, where the old epoch's
+	// head would make a correct reply look like one that skipped positions.
+	head := bd.Head
+	if epoch != bd.Epoch {
+		head = 0
+	}
 	if len(events) > 0 && events[0].Position > head {
 		head = events[0].Position
 	}

@@ -172,6 +172,12 @@ func (p *Pending) Seen(head uint64, now time.Time) {
 	p.times = append(p.times, now.UnixNano())
 }
 
+// Marks is how many head positions it keeps (at most Len).
+func (p *Pending) Marks() int { return len(p.heads) - p.off }
+
+// Reset forgets every mark and frees their memory.
+func (p *Pending) Reset() { *p = Pending{} }
+
 // Age returns how long the event after published has been known, in
 // seconds: 0 when the head known is published.
 func (p *Pending) Age(published uint64, now time.Time) float32 {

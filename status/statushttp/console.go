@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"time"
 )
 
 // consoleFiles are the console's pages: plain HTML, CSS and JavaScript,
@@ -50,17 +51,25 @@ func (a ConsoleAccess) decide(r *http.Request) eventsDecision {
 		return eventsOff
 	}
 	user, password, ok := r.BasicAuth()
-	if ok && equal(user, a.User) && equal(password, a.Password) {
+	// Both compared, always, and combined without a branch: the time
+	// taken does not tell whether the user was right.
+	if same := equal(user, a.User) & equal(password, a.Password); ok && same == 1 {
 		return eventsAllowed
 	}
 	return eventsAsk
 }
 
-// equal compares in constant time, whatever the lengths.
-func equal(a, b string) bool {
+// equal compares in constant time, whatever the lengths: 1 when a and b
+// are equal, else 0.
+func equal(a, b string) int {
 	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1
+	return subtle.ConstantTimeCompare(ha[:], hb[:])
 }
+
+// FailedLoginDelay is how long a request with wrong credentials waits
+// before its 401: guessing passwords over the listener is slowed down (a
+// request without credentials, the page's first, does not wait).
+const FailedLoginDelay = 250 * time.Millisecond
 
 // consoleHeaders keep the pages self-contained: scripts, styles and data
 // only from this listener, no framing by other sites.
@@ -119,6 +128,15 @@ func (s *Server) eventPage(h http.Handler) http.Handler {
 		case eventsOpen, eventsAllowed:
 			h.ServeHTTP(w, r)
 		case eventsAsk:
+			if _, _, given := r.BasicAuth(); given {
+				t := time.NewTimer(FailedLoginDelay)
+				select {
+				case <-t.C:
+				case <-r.Context().Done():
+					t.Stop()
+					return
+				}
+			}
 			// The console's own scripts ask without the challenge, so
 			// that the browser does not prompt from a background request:
 			// the page offers its login link (/console/login) instead.

@@ -1,6 +1,7 @@
 package statushttp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,27 @@ type ConsoleSource interface {
 
 // PageSize is how many events a page of the console's log holds.
 const PageSize = 50
+
+// maxEpochLen bounds the epoch a tail's request names.
+const maxEpochLen = 256
+
+// DefaultMaxTails is how many live tails a node's listener serves at once:
+// each is a subscription of the node (a consumer, a goroutine or two).
+const DefaultMaxTails = 16
+
+// DefaultTailWriteTimeout bounds one write of a live tail: a client that
+// stopped reading ends the tail and its subscription within it (once the
+// connection's buffers are full, the write fails). A client gone without
+// closing its connection is UserTimeout's.
+const DefaultTailWriteTimeout = 10 * time.Second
+
+// UserTimeout is how long the listener's connections (Linux) let data
+// they sent stay unacknowledged before the kernel aborts them: a client
+// gone without closing (asleep, off the network) fails the next keep-alive
+// of its tail, which then ends with its subscription and frees its slot,
+// within about UserTimeout plus the keep-alive's 15 s, not after TCP's
+// retransmissions (about 15 minutes).
+const UserTimeout = 30 * time.Second
 
 // boundaryHandlers adds one boundary's page, its history, its log and its
 // live tail.
@@ -97,12 +119,13 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 // logPage is one page of the console's log.
 type logPage struct {
 	Epoch string `json:"epoch"`
-	// Head is the boundary's head when the page was read.
+	// Head is the boundary's head when the page was read: at least the
+	// highest position of the page.
 	Head uint64 `json:"head"`
 	// Order is "newest" (highest position first) or "from" (lowest
 	// first).
-	Order  string        `json:"order"`
-	Events []event.Event `json:"events"`
+	Order  string       `json:"order"`
+	Events []shownEvent `json:"events"`
 	// More is true when events may follow the page in its order: the next
 	// page starts after its last event (newest first: below it).
 	More bool `json:"more"`
@@ -113,7 +136,7 @@ type logPage struct {
 }
 
 // events answers GET /console/events/{name}: a page of PageSize events
-// matching the filter (types and tags: an event of one of the types, any
+// matching the filter (types=…&tags=…, one parameter each: an event of one of the types, any
 // without types, that carries every tag, as one item of the API's query).
 // With from=P, from position P on, lowest first; else newest first, below
 // position before=P (from the head without it).
@@ -157,41 +180,108 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := logPage{Head: latest.Head, Order: "newest"}
+	var evs []event.Event
 	if from > 0 {
 		page.Order = "from"
-		page.Epoch, page.Events, err = src.Read(ctx, name, from-1, PageSize, q)
+		page.Epoch, evs, err = src.Read(ctx, name, from-1, PageSize, q)
 	} else {
-		page.Epoch, page.Events, err = src.ReadBackward(ctx, name, before, PageSize, q)
+		page.Epoch, evs, err = src.ReadBackward(ctx, name, before, PageSize, q)
 	}
 	if errors.Is(err, event.ErrCorrupt) {
-		page.Events, page.Error = nil, err.Error()
+		evs, page.Error = nil, err.Error()
 	} else if err != nil {
 		writeEventError(w, err)
 		return
 	}
-	if page.Events == nil {
-		page.Events = []event.Event{}
+	page.Events = make([]shownEvent, len(evs))
+	for i := range evs {
+		page.Events[i] = show(evs[i])
+	}
+	// The head was read before the page: appends committed in between are
+	// in the page, so the head is at least its highest position; a head
+	// of another epoch (the boundary reset in between) says nothing of
+	// the page, whose highest position is then the head known.
+	if page.Epoch != "" && page.Epoch != latest.Epoch {
+		page.Head = 0
+	}
+	for _, e := range evs {
+		page.Head = max(page.Head, e.Position)
 	}
 	if k := len(page.Events); k == PageSize {
 		last := page.Events[k-1].Position
-		page.More = page.Order == "from" && last < latest.Head || page.Order == "newest" && last > 1
+		page.More = page.Order == "from" && last < page.Head || page.Order == "newest" && last > 1
 	}
 	writeJSON(w, http.StatusOK, page)
 }
 
-// queryOf reads the filter of a log or tail request: types and tags,
-// comma-separated.
+// shownEvent is an event as the console sends it: its fields, and the
+// text the page shows, made here from the stored bytes. The page does not
+// parse and encode the data again: a browser would change what it shows
+// (an integer beyond 2^53 rounded, 1.0 written 1, keys reordered).
+type shownEvent struct {
+	event.Event
+	// JSON is the event pretty-printed: id, position, epoch, time, type,
+	// tags, data and metadata (when it has any), data and metadata as
+	// stored, indented.
+	JSON string `json:"json"`
+	// DataJSON is the data as stored, on one line (the page's preview).
+	DataJSON string `json:"data_json"`
+}
+
+// show makes the console's text of e.
+func show(e event.Event) shownEvent {
+	doc := struct {
+		ID       string          `json:"id"`
+		Position uint64          `json:"position"`
+		Epoch    string          `json:"epoch"`
+		Time     time.Time       `json:"time"`
+		Type     string          `json:"type"`
+		Tags     []string        `json:"tags"`
+		Data     json.RawMessage `json:"data"`
+		Metadata json.RawMessage `json:"metadata,omitempty"`
+	}{e.ID, e.Position, e.Epoch, e.Time, e.Type, e.Tags, e.Data, e.Metadata}
+	if doc.Tags == nil {
+		doc.Tags = []string{}
+	}
+	if string(doc.Metadata) == "null" {
+		doc.Metadata = nil
+	}
+	if len(doc.Data) == 0 {
+		doc.Data = json.RawMessage("null")
+	}
+	// Not json.Marshal: it writes <, > and & in the data as \u003c and so
+	// on, which is not what was stored.
+	var compact, indented bytes.Buffer
+	enc := json.NewEncoder(&compact)
+	enc.SetEscapeHTML(false)
+	out := shownEvent{Event: e}
+	if err := enc.Encode(doc); err != nil {
+		// Not JSON: a stored row the read would have refused; say so.
+		out.JSON = fmt.Sprintf("(the event cannot be shown as JSON: %v)", err)
+		out.DataJSON = string(e.Data)
+		return out
+	}
+	_ = json.Indent(&indented, bytes.TrimSpace(compact.Bytes()), "", "  ")
+	out.JSON = indented.String()
+	out.DataJSON = string(bytes.TrimSpace(doc.Data))
+	return out
+}
+
+// queryOf reads the filter of a log or tail request: one parameter per
+// type and per tag (types=a&types=b&tags=x), each value whole, as it was
+// appended: a tag may hold a comma or spaces at its ends. Empty values are
+// no filter.
 func queryOf(v url.Values) (*event.Query, error) {
-	split := func(s string) []string {
+	values := func(key string) []string {
 		var out []string
-		for p := range strings.SplitSeq(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
+		for _, s := range v[key] {
+			if s != "" {
+				out = append(out, s)
 			}
 		}
 		return out
 	}
-	item := event.QueryItem{Types: split(v.Get("types")), Tags: split(v.Get("tags"))}
+	item := event.QueryItem{Types: values("types"), Tags: values("tags")}
 	if len(item.Types) == 0 && len(item.Tags) == 0 {
 		return nil, nil
 	}
@@ -217,7 +307,8 @@ func writeEventError(w http.ResponseWriter, err error) {
 
 // tail answers GET /console/events/{name}/tail?types=…&tags=… with
 // server-sent events: the boundary's events from its head when the
-// request arrives (or after position after=P), catching up from the store
+// request arrives (or after position after=P of epoch=E: a resumed tail),
+// catching up from the store
 // and then following the stream as any subscription (docs/design.md §7),
 // filtered by types and tags. Each event is an "event" message; the
 // subscription going live a "live" one, falling behind a "behind" one;
@@ -228,10 +319,25 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 	if src == nil {
 		return
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "streaming is not supported here"})
+	select {
+	case s.tails <- struct{}{}:
+		defer func() { <-s.tails }()
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf("this node serves %d live tails at once, "+
+			"all taken; close a tail (another page's or tab's) and follow again", cap(s.tails))})
 		return
+	}
+	rc := http.NewResponseController(w)
+	// Each write has its deadline; the connection's next request none.
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	write := func(format string, a ...any) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(s.opts.TailWriteTimeout)); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, format, a...); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 	name := r.PathValue("name")
 	q, err := queryOf(r.URL.Query())
@@ -254,6 +360,15 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		after = p
+		// The epoch the page's last event belongs to (the start message's
+		// of its first tail): a boundary reset while the page was paused
+		// is then the subscription's ErrEpochChanged, an end the page
+		// shows, not positions of another epoch followed on.
+		epoch = r.URL.Query().Get("epoch")
+		if len(epoch) > maxEpochLen {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": fmt.Sprintf("epoch: %d bytes, the limit is %d", len(epoch), maxEpochLen)})
+			return
+		}
 	} else {
 		lctx, lcancel := context.WithTimeout(ctx, s.opts.Timeout)
 		latest, err := src.ReadLatest(lctx, name, nil)
@@ -264,6 +379,10 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 		}
 		after, epoch = latest.Head, latest.Epoch
 	}
+	if err := rc.SetWriteDeadline(time.Now().Add(s.opts.TailWriteTimeout)); err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "streaming is not supported here: " + err.Error()})
+		return
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -273,11 +392,7 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", kind, b); err != nil {
-			return err
-		}
-		fl.Flush()
-		return nil
+		return write("event: %s\ndata: %s\n\n", kind, b)
 	}
 	_ = send("start", map[string]any{"after": after, "epoch": epoch})
 	// Keep-alives let the page (and a proxy) tell a quiet boundary from
@@ -294,7 +409,7 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			return send("event", e)
+			return send("event", show(e))
 		}, event.SubscribeOptions{
 			Epoch: epoch,
 			OnCaughtUp: func(next uint64) {
@@ -320,10 +435,7 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-keep.C:
 			mu.Lock()
-			_, werr := fmt.Fprint(w, ": keep-alive\n\n")
-			if werr == nil {
-				fl.Flush()
-			}
+			werr := write(": keep-alive\n\n")
 			mu.Unlock()
 			if werr != nil {
 				cancel()

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/status/statushttp"
@@ -145,12 +146,79 @@ func TestConsoleEventAccess(t *testing.T) {
 		if code, body := events(login, "ops", "right password"); code != http.StatusOK {
 			t.Errorf("need %q, right password: %d %s", need, code, body)
 		}
+		// A wrong password waits FailedLoginDelay before its 401 (guessing
+		// is slowed down); no password, the page's first request, does not
+		// need to.
+		start := time.Now()
+		if code, _ := events(login, "ops", "wrong password"); code != http.StatusUnauthorized {
+			t.Errorf("need %q, wrong password: %d", need, code)
+		}
+		if took := time.Since(start); took < statushttp.FailedLoginDelay {
+			t.Errorf("need %q: a wrong password answered in %s, before the delay of %s", need, took, statushttp.FailedLoginDelay)
+		}
 		if _, body := get(t, login.Addr(), "/console/access"); !strings.Contains(body, `"events": "login"`) || strings.Contains(body, "right password") {
 			t.Errorf("login: /console/access %s", body)
 		}
 		// The overview needs no login.
 		if code, _ := get(t, login.Addr(), "/console/"); code != 200 {
 			t.Errorf("overview with a login configured: %d", code)
+		}
+	}
+}
+
+// TestConsoleLoopbackHost: a loopback listener answers only to its own
+// names (a guard against DNS rebinding: another site's page whose name
+// resolves to 127.0.0.1 would read the events with the operator's
+// browser). A forged Host is refused with 421 on the status, the console,
+// its event pages, history and tail, and the metrics; localhost, the
+// loopback addresses and the listener's own address pass with any port or
+// none; /healthz and /readyz answer any Host, /readyz without its reasons
+// (they name boundaries, event ids, the store's address and user).
+func TestConsoleLoopbackHost(t *testing.T) {
+	secret := `store failing: dial tcp 10.1.2.3:5432: password authentication failed for user "orisun"`
+	src := &fixed{st: status.Status{NodeID: "n1", Store: status.Health{OK: false, Error: secret}, NATS: status.Health{OK: true}}}
+	s := statushttp.NewServer(src, statushttp.Options{Addr: "127.0.0.1:0"})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	do := func(host, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+s.Addr()+path, nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	guarded := []string{"/status", "/console/", "/console/events", "/console/events/default", "/console/events/default/tail",
+		"/console/history/default", "/console/boundary/default", "/console/access", "/metrics"}
+	for _, host := range []string{"attacker.example", "attacker.example:" + strings.Split(s.Addr(), ":")[1], "localhost.attacker.example", "127.0.0.1.attacker.example"} {
+		for _, path := range guarded {
+			if code, body := do(host, path); code != http.StatusMisdirectedRequest || !strings.Contains(body, "DNS rebinding") || !strings.Contains(body, host) {
+				t.Errorf("Host %s, %s: %d %s, want 421 naming the guard", host, path, code, body)
+			}
+		}
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if code, body := do(host, path); code == http.StatusMisdirectedRequest {
+				t.Errorf("Host %s, %s: %d %s, want it answered", host, path, code, body)
+			}
+		}
+		if code, body := do(host, "/readyz"); code != http.StatusServiceUnavailable || strings.Contains(body, "10.1.2.3") || strings.Contains(body, "reasons") {
+			t.Errorf("Host %s, /readyz: %d %s, want 503 without the reasons", host, code, body)
+		}
+	}
+	if code, body := do("localhost", "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "10.1.2.3") {
+		t.Errorf("Host localhost, /readyz: %d %s, want 503 with the reasons", code, body)
+	}
+	for _, host := range []string{s.Addr(), "localhost", "LOCALHOST:9000", "127.0.0.1", "[::1]", "[::1]:8080", "127.0.0.2:1"} {
+		for _, path := range guarded {
+			if code, body := do(host, path); code == http.StatusMisdirectedRequest {
+				t.Errorf("Host %s, %s: %d %s, want it served", host, path, code, body)
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,13 @@ type Options struct {
 	Console ConsoleAccess
 	// Events is what the console's boundary pages read (nil: none).
 	Events ConsoleSource
+	// MaxTails caps the console's live tails open at once (0:
+	// DefaultMaxTails); one more is refused with 503.
+	MaxTails int
+	// TailWriteTimeout bounds each write of a live tail (0:
+	// DefaultTailWriteTimeout): a client that stopped reading ends its
+	// tail, and its subscription, within it.
+	TailWriteTimeout time.Duration
 }
 
 // Server is the HTTP listener of a node. Its goroutines (the listener's,
@@ -52,6 +60,9 @@ type Server struct {
 	log  *slog.Logger
 	reg  *prometheus.Registry
 	life startstop.Base
+	// connSeen, when a test sets it, sees each accepted connection
+	// after the listener set its options.
+	connSeen func(net.Conn)
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -69,6 +80,9 @@ type Server struct {
 	// with it, so that the shutdown does not wait on them.
 	stopCtx context.Context
 	stopAll context.CancelFunc
+
+	// tails holds a token per live tail open (Options.MaxTails).
+	tails chan struct{}
 }
 
 type measurement struct {
@@ -85,10 +99,16 @@ func NewServer(src status.Source, opts Options) *Server {
 	if opts.StallThreshold <= 0 {
 		opts.StallThreshold = 30 * time.Second
 	}
+	if opts.MaxTails <= 0 {
+		opts.MaxTails = DefaultMaxTails
+	}
+	if opts.TailWriteTimeout <= 0 {
+		opts.TailWriteTimeout = DefaultTailWriteTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger}
+	s := &Server{src: src, opts: opts, log: opts.Logger, tails: make(chan struct{}, opts.MaxTails)}
 	s.stopCtx, s.stopAll = context.WithCancel(context.Background())
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(
@@ -111,7 +131,65 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	s.consoleHandlers(mux)
-	return mux
+	return loopbackHosts(mux)
+}
+
+// loopbackHosts guards a loopback listener against DNS rebinding: a page
+// of another site whose name the attacker turns to 127.0.0.1 reaches the
+// listener from the operator's own browser, with the site's name as its
+// Host. On a loopback listener (one whose connection's local address is a
+// loopback address) only a Host of localhost, a loopback address or the
+// listener's own address, with any port or none, is served; any other
+// is refused with 421, saying why. /healthz and /readyz stay open to any
+// Host, for probes that name the node otherwise; /readyz then answers its
+// code and "ready" only, without the reasons (they name boundaries, event
+// ids, the store's address and user). A listener on another address
+// is reached by other names by design: its event pages need the console's
+// credentials (docs/console.md, "Access").
+func loopbackHosts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		if r.URL.Path == "/healthz" || local == nil || hostAllowed(r.Host, local) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), foreignHost{}, true)))
+			return
+		}
+		http.Error(w, fmt.Sprintf("Host %q is not this listener's: a listener on loopback (ORISUN_HTTP_ADDR=%s) answers only to "+
+			"localhost, 127.0.0.1, [::1] or its own address, with or without the port (a guard against DNS rebinding); "+
+			"to reach it by another name, listen on that address and set ORISUN_CONSOLE_USER and ORISUN_CONSOLE_PASSWORD",
+			r.Host, local.String()), http.StatusMisdirectedRequest)
+	})
+}
+
+// foreignHost marks a request whose Host loopbackHosts did not allow:
+// /readyz answers it without reasons.
+type foreignHost struct{}
+
+// hostAllowed says whether host (a request's Host, with or without a
+// port) may reach a listener on local: always when local is not a
+// loopback address; else only localhost, a loopback address, or local's
+// own address.
+func hostAllowed(host string, local net.Addr) bool {
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return true
+	}
+	name := host
+	// Any port: a tunnel (ssh -L 9000:localhost:8080) keeps the name
+	// and changes the port; a rebinding attack needs a name.
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		name = host[1 : len(host)-1]
+	}
+	if strings.EqualFold(name, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(name)
+	return ip != nil && (ip.IsLoopback() || ip.Equal(tcp.IP))
 }
 
 // Start listens on Options.Addr and serves in the background. A taken
@@ -131,7 +209,16 @@ func (s *Server) listen(context.Context) error {
 		return fmt.Errorf("status HTTP listener on %s (ORISUN_HTTP_ADDR): %w; stop what listens there, or set ORISUN_HTTP_ADDR "+
 			"to a free address (host:port; port 0: a random one) or to off for no listener", s.opts.Addr, err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			// Best effort: without it a vanished client's tail lasts
+			// until TCP gives up.
+			_ = setUserTimeout(c, UserTimeout)
+			if s.connSeen != nil {
+				s.connSeen(c)
+			}
+			return ctx
+		}}
 	s.mu.Lock()
 	s.ln, s.srv = ln, srv
 	s.mu.Unlock()
@@ -246,16 +333,22 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	write := func(code int, rd status.Readiness) {
+		if r.Context().Value(foreignHost{}) != nil {
+			rd.Reasons = nil
+		}
+		writeJSON(w, code, rd)
+	}
 	s.mu.Lock()
 	stopping := s.stopping
 	s.mu.Unlock()
 	if stopping {
-		writeJSON(w, http.StatusServiceUnavailable, status.Readiness{Reasons: []string{"shutting down"}})
+		write(http.StatusServiceUnavailable, status.Readiness{Reasons: []string{"shutting down"}})
 		return
 	}
 	st, err := s.measure(r)
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, status.Readiness{Reasons: []string{err.Error()}})
+		write(http.StatusServiceUnavailable, status.Readiness{Reasons: []string{err.Error()}})
 		return
 	}
 	rd := status.Ready(st, s.opts.StallThreshold, time.Now())
@@ -263,7 +356,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !rd.Ready {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, rd)
+	write(code, rd)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

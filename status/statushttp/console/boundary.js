@@ -6,7 +6,11 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const name = decodeURIComponent(location.pathname.replace(/^\/console\/boundary\//, "").replace(/\/$/, ""));
+// name is the boundary's name from the address; null when the address
+// does not decode (a malformed % escape): the page says so.
+const name = (() => {
+  try { return decodeURIComponent(location.pathname.replace(/^\/console\/boundary\//, "").replace(/\/$/, "")); } catch (e) { return null; }
+})();
 const base = "/console/boundary/" + encodeURIComponent(name);
 const num = new Intl.NumberFormat("en-US");
 const fetchHeaders = { "X-Orisun-Console": "fetch" }; // a 401 without a browser prompt: the page offers its login link
@@ -207,7 +211,8 @@ function filterLink(params, text) {
   return a;
 }
 
-// renderEvent: one event, its header line and its JSON pretty-printed;
+// renderEvent: one event, its header line and its JSON pretty-printed
+// (by the node, from the stored bytes);
 // its tags link to the log filtered by them, its type to its type.
 // Each event is one line (position, type, time, tags, the start of its
 // data) that opens to its whole JSON; the first of a list is open.
@@ -222,11 +227,11 @@ function renderEvent(e) {
   const tags = el("span", "tags");
   for (const t of e.tags || []) tags.append(filterLink({ tags: t }, t));
   head.append(tags);
-  const preview = JSON.stringify(e.data);
+  // The node's text of the stored bytes, not JSON.stringify of what the
+  // browser parsed (which rounds integers beyond 2^53, writes 1.0 as 1).
+  const preview = e.data_json;
   head.append(el("span", "preview", preview.length > 120 ? preview.slice(0, 120) + "…" : preview));
-  const doc = { id: e.id, position: e.position, epoch: e.epoch, time: e.time, type: e.type, tags: e.tags || [], data: e.data };
-  if (e.metadata !== null && e.metadata !== undefined) doc.metadata = e.metadata;
-  box.append(head, el("pre", "json", JSON.stringify(doc, null, 2)));
+  box.append(head, el("pre", "json", e.json));
   li.append(box);
   return li;
 }
@@ -241,24 +246,30 @@ function openFirst(list) {
 // ---- Log ---------------------------------------------------------------
 
 const params = new URLSearchParams(location.search);
-const logState = { view: "newest", from: 1, types: "", tags: "" };
+const logState = { view: "newest", from: 1, types: [], tags: [] };
 readLogParams(params);
 
 // readLogParams takes the log's view from the address: newest first
 // (view=newest, the default, optionally before=P), or from a position
-// (view=from, from=P).
+// (view=from, from=P); the filter is one parameter per type and per tag
+// (types=a&tags=x&tags=y), each a whole value: a tag may hold a comma.
 function readLogParams(p) {
   logState.from = Number(p.get("from")) || 1;
   logState.view = p.get("view") || (p.get("from") ? "from" : "newest");
   logState.before = Number(p.get("before")) || 0;
-  logState.types = p.get("types") || "";
-  logState.tags = p.get("tags") || "";
+  logState.types = p.getAll("types").filter(Boolean);
+  logState.tags = p.getAll("tags").filter(Boolean);
+}
+
+// filterParams adds the filter to p, one parameter per type and tag.
+function filterParams(p) {
+  for (const t of logState.types) p.append("types", t);
+  for (const t of logState.tags) p.append("tags", t);
+  return p;
 }
 
 function logPath(extra) {
-  const p = new URLSearchParams();
-  if (logState.types) p.set("types", logState.types);
-  if (logState.tags) p.set("tags", logState.tags);
+  const p = filterParams(new URLSearchParams());
   for (const [k, v] of Object.entries(extra)) p.set(k, v);
   return "/console/events/" + encodeURIComponent(name) + "?" + p.toString();
 }
@@ -274,7 +285,7 @@ async function loadLog(at) {
     const page = await getJSON(logPath(newest ? (at.before ? { before: String(at.before) } : {}) : { from: String(at.from) }));
     list.replaceChildren(...page.events.map(renderEvent));
     openFirst(list);
-    const filtered = logState.types || logState.tags ? " matches the filter" : "";
+    const filtered = logState.types.length || logState.tags.length ? " matches the filter" : "";
     if (page.error) {
       list.append(el("li", "empty error", "The log cannot be read here: " + page.error));
     } else if (page.events.length === 0) {
@@ -309,13 +320,23 @@ function setupLog() {
     const p = new URLSearchParams();
     p.set("view", $("log-view").value);
     if ($("log-view").value === "from" && $("log-from").value) p.set("from", $("log-from").value);
-    if ($("log-types").value.trim()) p.set("types", $("log-types").value.trim());
-    if ($("log-tags").value.trim()) p.set("tags", $("log-tags").value.trim());
+    for (const t of typed("log-types", "types")) p.append("types", t);
+    for (const t of typed("log-tags", "tags")) p.append("tags", t);
     history.pushState(null, "", base + "?" + p.toString());
     showLogOf(p);
   });
   window.addEventListener("popstate", () => showLogOf(new URLSearchParams(location.search)));
   showLogOf(params);
+}
+
+// typed is the filter of one of the form's boxes: what is typed there,
+// split at commas and trimmed; the filter shown, whole, while the box
+// still holds what the page put there (a tag followed by its link may
+// hold a comma or edge spaces).
+function typed(id, key) {
+  const box = $(id);
+  if (box.value === box.dataset.shown) return logState[key];
+  return box.value.split(",").map((x) => x.trim()).filter(Boolean);
 }
 
 // showLogOf shows the log as the parameters say (view, from, before,
@@ -325,15 +346,22 @@ function showLogOf(p) {
   $("log-view").value = logState.view;
   $("log-from").value = String(logState.from);
   $("log-from").disabled = logState.view === "newest";
-  $("log-types").value = logState.types;
-  $("log-tags").value = logState.tags;
+  for (const [id, key] of [["log-types", "types"], ["log-tags", "tags"]]) {
+    $(id).value = $(id).dataset.shown = logState[key].join(", ");
+  }
   pages.length = 0;
   loadLog(logStart());
 }
 
 // ---- Live tail -----------------------------------------------------------
 
-const tail = { es: null, paused: false, held: [], last: 0, shown: 0 };
+// epoch is the epoch of the tail's first start message: a resumed tail
+// sends it back with its position, so that a boundary reset while paused
+// ends the tail, saying so, instead of following another epoch's
+// positions.
+// resumable: a started tail lost its connection; Follow goes on after the
+// last event shown, in its epoch, so that nothing is skipped unseen.
+const tail = { es: null, paused: false, held: [], last: 0, shown: 0, epoch: "", resumable: false };
 const tailMax = 200;   // events kept on the page
 const heldMax = 1000;  // events held while paused; beyond, the tail closes and resumes from the last shown
 
@@ -349,13 +377,14 @@ function showTail(e) {
 }
 
 function openTail(after) {
-  const p = new URLSearchParams();
-  if (logState.types) p.set("types", logState.types);
-  if (logState.tags) p.set("tags", logState.tags);
-  if (after !== undefined) p.set("after", String(after));
+  const p = filterParams(new URLSearchParams());
+  if (after !== undefined) {
+    p.set("after", String(after));
+    if (tail.epoch) p.set("epoch", tail.epoch);
+  }
   const es = new EventSource("/console/events/" + encodeURIComponent(name) + "/tail?" + p.toString());
   tail.es = es;
-  es.addEventListener("start", (m) => { const d = JSON.parse(m.data); tail.last = d.after; tailState("catching up after position " + num.format(d.after) + "…"); });
+  es.addEventListener("start", (m) => { es.started = true; const d = JSON.parse(m.data); tail.last = d.after; if (!tail.epoch) tail.epoch = d.epoch; tailState("catching up after position " + num.format(d.after) + "…"); });
   es.addEventListener("live", (m) => { tailState("live from position " + num.format(JSON.parse(m.data).next)); });
   es.addEventListener("behind", (m) => { const d = JSON.parse(m.data); tailState("catching up from the store at " + num.format(d.next) + ": " + d.reason); });
   es.addEventListener("event", (m) => {
@@ -368,11 +397,25 @@ function openTail(after) {
     }
     showTail(e);
   });
-  es.addEventListener("end", (m) => { tailState("ended: " + JSON.parse(m.data).reason); closeTail(); });
+  es.addEventListener("end", (m) => {
+    tail.resumable = false;
+    const reason = JSON.parse(m.data).reason;
+    tailState(reason.includes("epoch changed") ? "ended: the boundary was reset (a new epoch) since the events shown; " +
+      "they are not in its log any more · Follow starts again from now (" + reason + ")" : "ended: " + reason);
+    closeTail();
+  });
   es.onerror = () => {
     // The node went away or restarted: EventSource would reconnect to
     // "from now" and skip events; close and offer to follow again.
-    if (es.readyState !== EventSource.CLOSED || tail.es === es) { closeTail(); tailState("disconnected · follow again to go on"); }
+    // Refused before its start (EventSource does not show the answer):
+    // most likely the node's cap of live tails (16) is reached.
+    if (es.readyState !== EventSource.CLOSED || tail.es === es) {
+      const started = es.started;
+      tail.resumable = started;
+      closeTail();
+      tailState(started ? "disconnected · Follow goes on after position " + num.format(tail.last) :
+        "could not follow: the node did not answer, or serves its most live tails (16) already; close other tails and follow again");
+    }
   };
   $("tail-start").hidden = true;
   $("tail-pause").hidden = false;
@@ -386,7 +429,21 @@ function closeTail() {
 
 function setupTail() {
   $("tail-controls").hidden = false;
-  $("tail-start").onclick = () => { tail.paused = false; tail.held = []; openTail(); };
+  $("tail-start").onclick = () => {
+    tail.paused = false;
+    tail.held = [];
+    if (tail.resumable) {
+      // After a lost connection: after the last shown, in its epoch.
+      tail.resumable = false;
+      openTail(tail.last);
+      return;
+    }
+    // From now: what the list shows is another run's, so it goes, and
+    // no gap hides between the two.
+    $("tail").replaceChildren();
+    tail.epoch = "";
+    openTail();
+  };
   $("tail-pause").onclick = () => {
     if (!tail.paused) {
       tail.paused = true;
@@ -402,12 +459,19 @@ function setupTail() {
     if (!tail.es) openTail(tail.last); // closed while paused: go on after the last shown, nothing skipped
     else tailState("live");
   };
-  $("tail-stop").onclick = () => { tail.paused = false; $("tail-pause").textContent = "Pause"; tail.held = []; closeTail(); tailState("stopped"); };
+  $("tail-stop").onclick = () => { tail.paused = false; tail.resumable = false; $("tail-pause").textContent = "Pause"; tail.held = []; closeTail(); tailState("stopped"); };
 }
 
 // ---- Start ---------------------------------------------------------------
 
 async function start() {
+  if (name === null) {
+    $("name").textContent = "?";
+    $("banner").hidden = false;
+    $("banner").textContent = "This address does not name a boundary: " + location.pathname +
+      " is not a valid URL encoding (a % not followed by the UTF-8 of a character). Open the boundary from the overview.";
+    return;
+  }
   $("name").textContent = name;
   document.title = "orisun console · " + name;
   $("history-link").href = "/console/history/" + encodeURIComponent(name);

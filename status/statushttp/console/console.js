@@ -31,15 +31,26 @@ function ago(iso, now) {
   return Math.round(s / 3600) + " h ago";
 }
 
-// rank puts what needs an operator first: stalled, paused, unmeasured,
-// lagging, then the rest, each by name.
+// rank puts what needs an operator first: stalled, paused, unmeasured or
+// warned, then the rest, each by name. Not by lag: a lag that comes and
+// goes every second would make the rows jump under the reader's eye (the
+// lag column and the row's colour show it).
 function rank(b) {
   if (b.state === "stalled") return 0;
   if (b.state === "paused") return 1;
   if (b.error || b.stream_error || b.warning) return 2;
-  if (b.lag_events > 0) return 3;
-  return 4;
+  return 3;
 }
+
+// shown says whether the filter box lets a boundary's row show: every
+// word typed is in its name, state, reason, errors or lease holder.
+function shown(b, words) {
+  if (words.length === 0) return true;
+  const text = [b.name, b.state, b.reason, b.error, b.stream_error, b.warning, b.lease_holder].filter(Boolean).join(" ").toLowerCase();
+  return words.every((w) => text.includes(w));
+}
+function filterWords() { return $("filter").value.toLowerCase().split(/\s+/).filter(Boolean); }
+let lastStatus = null;
 
 function health(name, h) {
   const p = el("span", "pill " + (h.ok ? "ok" : "bad"), name + (h.kind ? " (" + h.kind + ")" : "") + ": " + (h.ok ? "ok" : "failing"));
@@ -80,10 +91,14 @@ function render(st) {
   let summary = bs.length + " boundaries · " + counts.leading + " leading · " + counts.standby + " standby · " +
     counts.paused + " paused · " + counts.stalled + " stalled · lag " + num.format(lag) + " events";
   if (st.placement) summary += " · " + st.placement.live_nodes + " live nodes, fair share " + st.placement.fair_share;
+  const words = filterWords();
+  const visible = bs.filter((b) => shown(b, words));
+  if (words.length) summary += " · " + visible.length + " shown";
   $("summary").textContent = summary;
   $("empty").hidden = bs.length !== 0;
+  $("no-match").hidden = bs.length === 0 || visible.length !== 0;
 
-  const rows = bs.map((b) => {
+  const rows = visible.map((b) => {
     const tr = el("tr", b.state);
     tr.dataset.boundary = b.name;
     if (b.error || b.stream_error) tr.classList.add("error");
@@ -123,6 +138,7 @@ async function poll() {
     const resp = await fetch("/status", { cache: "no-store" });
     const body = await resp.json();
     if (!resp.ok) throw new Error(body.error || resp.status + " " + resp.statusText);
+    lastStatus = body;
     render(body);
     lastOK = Date.now();
     banner.hidden = true;
@@ -163,5 +179,13 @@ async function access() {
 }
 
 document.addEventListener("visibilitychange", () => { if (!document.hidden) poll(); });
+// The filter box: kept in the address (?q=…) so that a filtered overview
+// can be bookmarked; applied at once to the last answer.
+$("filter").value = new URLSearchParams(location.search).get("q") || "";
+$("filter").addEventListener("input", () => {
+  const q = $("filter").value;
+  history.replaceState(null, "", q ? "?q=" + encodeURIComponent(q) : location.pathname);
+  if (lastStatus) render(lastStatus);
+});
 access();
 loop();
