@@ -37,11 +37,7 @@ func browser(t *testing.T) (ctx context.Context, consoleErrors func() []string) 
 		}
 	}
 	if path == "" {
-		msg := "no headless browser: install Debian's chromium (apt-get install chromium) or set ORISUN_TEST_BROWSER"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testutil.Unavailable(t, "no headless browser: install Debian's chromium (apt-get install chromium) or set ORISUN_TEST_BROWSER")
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()))...)

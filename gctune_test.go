@@ -2,15 +2,14 @@ package orisun_test
 
 import (
 	"context"
-	"os"
 	"runtime/metrics"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/bench"
 	"github.com/orisun-io/orisun/internal/gctune"
 )
 
@@ -94,7 +93,7 @@ func fillStream(b *testing.B) {
 			case <-stop:
 				return
 			case <-t.C:
-				if r := residentBytes(); r > peak.Load() {
+				if r := bench.ResidentBytes(); r > peak.Load() {
 					peak.Store(r)
 				}
 			}
@@ -130,18 +129,4 @@ func fillStream(b *testing.B) {
 	if err := n.Stop(); err != nil {
 		b.Fatal(err)
 	}
-}
-
-// residentBytes is the process's resident set (Linux; 0 elsewhere).
-func residentBytes() int64 {
-	raw, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(raw))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
 }

@@ -91,7 +91,10 @@ func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ Caught
 	// second would drop that batch from the published count.
 	var published uint64
 	known := false
-	if h.leads.Load() {
+	// Read once: the published figures and the lag's marks must follow
+	// the same answer when the lead changes during the sample.
+	leads := h.leads.Load()
+	if leads {
 		if t := h.terms.Load(); t != h.term {
 			h.term, h.pubKnown, h.lastPub = t, false, 0
 		}
@@ -110,7 +113,7 @@ func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ Caught
 	}
 	head = max(head, published)
 	s.Appended = h.appRate.Rate(head)
-	if h.leads.Load() {
+	if leads {
 		h.pending.Seen(head, now)
 	} else if h.pending.Marks() > 0 {
 		// Only the leader's lag in seconds reads the marks: a standby

@@ -289,7 +289,8 @@ type streamRead struct {
 // unlistedReaders bounds the streams read on their own at once: when
 // every stream is gone (a memory-storage NATS restarted) each of 1,000
 // boundaries needs a request, and one after the other they took 0.4 s
-// in process and more than the measurement's time from an external NATS.
+// in process (a review's measurement, race build); from an external NATS
+// each adds a network round trip.
 const unlistedReaders = 16
 
 // readUnlisted reads on its own, unlistedReaders at a time, every

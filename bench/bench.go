@@ -547,7 +547,7 @@ func startMeter() *meter {
 	m := &meter{start: time.Now(), stop: make(chan struct{})}
 	m.cpu, _ = cpuTime()
 	m.gc, m.cycles = gcCPU()
-	m.peak.Store(rss())
+	m.peak.Store(ResidentBytes())
 	m.heap.Store(gctune.HeapLive())
 	m.wg.Add(1)
 	go func() {
@@ -580,7 +580,7 @@ func (m *meter) finish() {
 // sample notes the resident set and the live heap if either is the
 // largest yet.
 func (m *meter) sample() {
-	if v := rss(); v > m.peak.Load() {
+	if v := ResidentBytes(); v > m.peak.Load() {
 		m.peak.Store(v)
 	}
 	if v := gctune.HeapLive(); v > m.heap.Load() {

@@ -5,5 +5,5 @@ package bench
 import "time"
 
 func cpuTime() (time.Duration, int64) { return 0, 0 }
-func rss() int64                      { return 0 }
+func ResidentBytes() int64            { return 0 }
 func loadAvg() []float64              { return nil }

@@ -26,9 +26,9 @@ func cpuTime() (time.Duration, int64) {
 	return cpu, maxrss
 }
 
-// rss returns the current resident set in bytes (Linux: /proc/self/statm;
+// ResidentBytes returns the current resident set in bytes (Linux: /proc/self/statm;
 // 0 elsewhere).
-func rss() int64 {
+func ResidentBytes() int64 {
 	b, err := os.ReadFile("/proc/self/statm")
 	if err != nil {
 		return 0

@@ -394,7 +394,9 @@ func (s *Server) tail(w http.ResponseWriter, r *http.Request) {
 		}
 		return write("event: %s\ndata: %s\n\n", kind, b)
 	}
-	_ = send("start", map[string]any{"after": after, "epoch": epoch})
+	if send("start", map[string]any{"after": after, "epoch": epoch}) != nil {
+		return // the client is gone: no subscription for it
+	}
 	// Keep-alives let the page (and a proxy) tell a quiet boundary from
 	// a dead connection. The subscription's handler writes too: mu
 	// orders the writes.

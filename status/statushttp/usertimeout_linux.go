@@ -32,19 +32,3 @@ func setUserTimeout(c net.Conn, d time.Duration) error {
 	}
 	return serr
 }
-
-// userTimeout reads c's TCP_USER_TIMEOUT (tests).
-func userTimeout(c net.Conn) (time.Duration, error) {
-	raw, err := c.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var ms int
-	var gerr error
-	if err := raw.Control(func(fd uintptr) {
-		ms, gerr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout)
-	}); err != nil {
-		return 0, err
-	}
-	return time.Duration(ms) * time.Millisecond, gerr
-}

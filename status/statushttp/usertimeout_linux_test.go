@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,3 +43,19 @@ func TestListenerConnectionsHaveUserTimeout(t *testing.T) {
 type statusOf struct{}
 
 func (statusOf) Status(context.Context) (status.Status, error) { return status.Status{}, nil }
+
+// userTimeout reads c's TCP_USER_TIMEOUT.
+func userTimeout(c net.Conn) (time.Duration, error) {
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var ms int
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		ms, gerr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout)
+	}); err != nil {
+		return 0, err
+	}
+	return time.Duration(ms) * time.Millisecond, gerr
+}
