@@ -175,6 +175,13 @@ type Config struct {
 	// back at once), so a lone caller never waits. Zero takes the default
 	// (AppendGroupDelayDefault); a negative value (-1s) turns waiting off.
 	AppendGroupDelay time.Duration `envconfig:"APPEND_GROUP_DELAY"`
+	// AppendTxTimeout bounds an application transaction on SQLite
+	// (Node.AppendTx): it holds the single writer, and every other append
+	// waits meanwhile; one that runs longer is rolled back. On SQLite it
+	// must be below half of LeaseTTL: the transaction holds the writer's
+	// only connection, which the lease renewals need. Zero takes the
+	// default, or a quarter of LeaseTTL when that is shorter.
+	AppendTxTimeout time.Duration `envconfig:"APPEND_TX_TIMEOUT"`
 	// MaxAppendEvents and MaxAppendBytes bound one append request.
 	MaxAppendEvents int `envconfig:"MAX_APPEND_EVENTS"`
 	MaxAppendBytes  int `envconfig:"MAX_APPEND_BYTES"`

@@ -81,6 +81,15 @@ const (
 	AppendGroupDelayDefault = 200 * time.Microsecond
 	AppendGroupDelayMax     = 100 * time.Millisecond
 
+	// AppendTxTimeoutDefault bounds an application transaction on SQLite
+	// (Node.AppendTx), which holds the single writer while it runs. It
+	// must stay below half of the lease TTL (the lease renewals need that
+	// writer): left unset, it is a quarter of ORISUN_LEASE_TTL when that
+	// is shorter than the default (withDefaults).
+	AppendTxTimeoutDefault = 2 * time.Second
+	AppendTxTimeoutMin     = time.Millisecond
+	AppendTxTimeoutMax     = time.Minute
+
 	MaxAppendEventsDefault = 10_000
 	MaxAppendEventsMin     = 1
 	MaxAppendEventsMax     = 100_000
@@ -138,6 +147,7 @@ func Defaults() Config {
 		LeaseTTL:            LeaseTTLDefault,
 		AppendGroupMax:      AppendGroupMaxDefault,
 		AppendGroupDelay:    AppendGroupDelayDefault,
+		AppendTxTimeout:     AppendTxTimeoutDefault,
 		MaxAppendEvents:     MaxAppendEventsDefault,
 		MaxAppendBytes:      MaxAppendBytesDefault,
 		HTTPAddr:            HTTPAddrDefault,
@@ -173,6 +183,7 @@ func (c Config) withDefaults() Config {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.AppendGroupMax = cmp.Or(c.AppendGroupMax, AppendGroupMaxDefault)
 	c.AppendGroupDelay = cmp.Or(c.AppendGroupDelay, AppendGroupDelayDefault)
+	c.AppendTxTimeout = cmp.Or(c.AppendTxTimeout, max(min(AppendTxTimeoutDefault, c.LeaseTTL/4), AppendTxTimeoutMin))
 	c.MaxAppendEvents = cmp.Or(c.MaxAppendEvents, MaxAppendEventsDefault)
 	c.MaxAppendBytes = cmp.Or(c.MaxAppendBytes, MaxAppendBytesDefault)
 	c.StallThreshold = cmp.Or(c.StallThreshold, StallThresholdDefault)

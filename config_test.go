@@ -103,6 +103,20 @@ func TestConfigWithDefaults(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Config{}.withDefaults():\n got %+v\nwant %+v", got, want)
 	}
+	// Unset, the application transaction's bound stays below half the
+	// lease TTL (a quarter of it when that is shorter than the default).
+	for _, tc := range []struct{ ttl, want time.Duration }{
+		{10 * time.Second, AppendTxTimeoutDefault}, {time.Minute, AppendTxTimeoutDefault},
+		{2 * time.Second, 500 * time.Millisecond}, {LeaseTTLMin, 25 * time.Millisecond},
+	} {
+		c := Config{LeaseTTL: tc.ttl}.withDefaults()
+		if c.AppendTxTimeout != tc.want {
+			t.Errorf("LeaseTTL %s: the default AppendTxTimeout is %s, want %s", tc.ttl, c.AppendTxTimeout, tc.want)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("LeaseTTL %s with the default AppendTxTimeout: %v", tc.ttl, err)
+		}
+	}
 	set := Config{PublishBatch: 7, Boundaries: []string{}, AppendGroupDelay: -1, EventStreamMaxMsgs: -1}.withDefaults()
 	if set.PublishBatch != 7 || set.Boundaries == nil || set.AppendGroupDelay != -1 || set.EventStreamMaxMsgs != -1 {
 		t.Errorf("withDefaults replaced a value that was set: %+v", set)
@@ -292,6 +306,15 @@ func TestValidateMessages(t *testing.T) {
 		{"poll backstop", sqlite(func(c *Config) { c.PollBackstop = time.Microsecond }), []string{`ORISUN_POLL_BACKSTOP: 1µs is outside 1ms–24h`}},
 		{"lease TTL", sqlite(func(c *Config) { c.LeaseTTL = 50 * time.Millisecond }), []string{`ORISUN_LEASE_TTL: 50ms is outside 100ms–1h`}},
 		{"append group max", sqlite(func(c *Config) { c.AppendGroupMax = 0 }), []string{`ORISUN_APPEND_GROUP_MAX: 0 is outside 1–100000`}},
+		// Node.AppendTx holds the SQLite writer that the lease renewals need.
+		{"append tx timeout at half the lease TTL", sqlite(func(c *Config) { c.AppendTxTimeout, c.LeaseTTL = 5*time.Second, 10*time.Second }), []string{
+			`ORISUN_APPEND_TX_TIMEOUT: 5s is not below half of ORISUN_LEASE_TTL (10s): an application transaction (Node.AppendTx) ` +
+				`holds the SQLite writer's only connection, which the lease renewals need; set ORISUN_APPEND_TX_TIMEOUT below 5s or raise ORISUN_LEASE_TTL`}},
+		{"append tx timeout beyond the lease TTL", sqlite(func(c *Config) { c.AppendTxTimeout, c.LeaseTTL = time.Minute, time.Second }), []string{
+			`ORISUN_APPEND_TX_TIMEOUT: 1m is not below half of ORISUN_LEASE_TTL (1s): an application transaction (Node.AppendTx) ` +
+				`holds the SQLite writer's only connection, which the lease renewals need; set ORISUN_APPEND_TX_TIMEOUT below 500ms or raise ORISUN_LEASE_TTL`}},
+		{"append tx timeout below half the lease TTL", sqlite(func(c *Config) { c.AppendTxTimeout, c.LeaseTTL = 4999*time.Millisecond, 10*time.Second }), nil},
+		{"append tx timeout on postgres", postgres(func(c *Config) { c.AppendTxTimeout, c.LeaseTTL = time.Minute, time.Second }), nil},
 		{"append group delay", sqlite(func(c *Config) { c.AppendGroupDelay = time.Second }), []string{
 			`ORISUN_APPEND_GROUP_DELAY: 1s is above 100ms (a negative value turns the wait off)`}},
 		{"append group delay off", sqlite(func(c *Config) { c.AppendGroupDelay = -time.Second }), nil},

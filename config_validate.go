@@ -417,6 +417,16 @@ func (c Config) validateAppends(p *problems) {
 	if c.AppendGroupDelay > AppendGroupDelayMax {
 		p.add("APPEND_GROUP_DELAY", "%s is above %s (a negative value turns the wait off)", c.AppendGroupDelay, limitText(AppendGroupDelayMax))
 	}
+	inRange(p, "APPEND_TX_TIMEOUT", c.AppendTxTimeout, AppendTxTimeoutMin, AppendTxTimeoutMax)
+	// On SQLite, Node.AppendTx holds the writer's only connection, which
+	// the lease renewals need: a transaction as long as half the lease
+	// TTL would let the node's own leases expire behind it.
+	if c.Backend == "sqlite" && c.LeaseTTL >= LeaseTTLMin && c.LeaseTTL <= LeaseTTLMax &&
+		c.AppendTxTimeout >= AppendTxTimeoutMin && c.AppendTxTimeout <= AppendTxTimeoutMax && 2*c.AppendTxTimeout >= c.LeaseTTL {
+		p.add("APPEND_TX_TIMEOUT", "%s is not below half of ORISUN_LEASE_TTL (%s): an application transaction (Node.AppendTx) "+
+			"holds the SQLite writer's only connection, which the lease renewals need; set ORISUN_APPEND_TX_TIMEOUT below %s "+
+			"or raise ORISUN_LEASE_TTL", limitText(c.AppendTxTimeout), limitText(c.LeaseTTL), limitText(c.LeaseTTL/2))
+	}
 	inRange(p, "MAX_APPEND_EVENTS", c.MaxAppendEvents, MaxAppendEventsMin, MaxAppendEventsMax)
 	inRange(p, "MAX_APPEND_BYTES", c.MaxAppendBytes, MaxAppendBytesMin, MaxAppendBytesMax)
 }

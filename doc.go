@@ -24,6 +24,7 @@
 //	client      the Go client of the NATS API
 //	event       the domain types, their validation and the sentinel errors
 //	checkpoint  effectively-once consumers: state and (epoch, position) in one transaction
+//	outbox      appends from the application's own PostgreSQL transaction (pgx, database/sql)
 //	api         the wire types of the NATS API: subjects, bodies, error codes
 //	stream      the JetStream layout: stream names, subjects, headers, body
 //	status      the status document and the readiness judgement

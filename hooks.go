@@ -25,6 +25,9 @@ func init() {
 			if h.InstrumentationOff {
 				n.noInstrumentation = true
 			}
+			if h.BeforeMoveCommit != nil {
+				n.beforeMoveCommit = h.BeforeMoveCommit
+			}
 			if h.PermissionsOff {
 				n.natsSeam = testhooks.NATSPermissionsOff.(func(*natsembed.Config))
 			}

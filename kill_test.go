@@ -19,7 +19,11 @@ import (
 // TestMain lets the test binary run as a child relay process for the kill
 // tests: with ORISUN_TEST_CHILD set it runs childMain instead of the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv("ORISUN_TEST_CHILD") != "" {
+	switch os.Getenv("ORISUN_TEST_CHILD") {
+	case "":
+	case "mover":
+		os.Exit(moverChildMain())
+	default:
 		os.Exit(childMain())
 	}
 	testutil.Main(m)

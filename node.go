@@ -83,6 +83,8 @@ type Node struct {
 	// Hooks for tests (fault points, set through internal/testhooks);
 	// nil in production.
 	afterAck func(boundary string, last uint64)
+	// beforeMoveCommit is testhooks.Hooks.BeforeMoveCommit.
+	beforeMoveCommit func(boundary string, first, last uint64)
 	// brokenCheckpointOrder: see testhooks.Hooks.CheckpointBeforeAck.
 	brokenCheckpointOrder bool
 	wrapStore             func(backend.Store) backend.Store
@@ -186,6 +188,9 @@ type boundaryRunner struct {
 	heldElsewhere atomic.Int64
 	// metrics are the boundary's counters (nil: instrumentation off).
 	metrics *metrics.Boundary
+	// move moves the boundary's staged events into the log while this
+	// node leads (mover.go; nil: the store has none).
+	move *mover
 	// hist is what the console's charts draw (history.go).
 	hist boundaryHistory
 }
@@ -295,6 +300,13 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	if err := n.connectRelay(); err != nil {
 		return err
+	}
+	if r, ok := n.rawStore.(appendLimitsRecorder); ok {
+		// The SQL append function enforces the limits the nodes recorded
+		// (docs/outbox.md): a node with other limits is refused here.
+		if err := r.RecordAppendLimits(ctx, n.limits, n.holder); err != nil {
+			return fmt.Errorf("orisun: %w", err)
+		}
 	}
 	if n.cfg.NATSURL != "" {
 		n.checkExternalNATS()
@@ -460,6 +472,9 @@ func (n *Node) startBoundaries(ctx context.Context) ([]string, error) {
 	n.runCtx, n.cancel = context.WithCancel(context.Background())
 	n.store.OnAppend(n.wake)
 	n.store.OnLeaseReleased(n.leaseReleased)
+	if m, ok := n.rawStore.(stagedMover); ok {
+		m.OnStaged(n.stagedWake)
+	}
 	for _, name := range n.cfg.Boundaries {
 		if _, err := n.createBoundary(ctx, n.store, name); err != nil {
 			return nil, fmt.Errorf("orisun: create boundary %q (ORISUN_BOUNDARIES): %w", name, err)
@@ -603,6 +618,12 @@ func serverName(cfg Config) string {
 	}, cfg.NodeID)
 }
 
+// appendLimitsRecorder is a store whose SQL append function reads the
+// nodes' append limits (PostgreSQL's orisun_append).
+type appendLimitsRecorder interface {
+	RecordAppendLimits(ctx context.Context, lim event.Limits, by string) error
+}
+
 // openStore opens the configured backend.
 func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 	switch n.cfg.Backend {
@@ -613,6 +634,8 @@ func (n *Node) openStore(ctx context.Context) (backend.Store, error) {
 			GroupMaxEvents: n.cfg.AppendGroupMax,
 			GroupDelay:     max(0, n.cfg.AppendGroupDelay),
 			Logger:         n.log.With("component", "postgres"),
+
+			BeforeMoveCommit: n.beforeMoveCommit,
 		})
 		if err != nil {
 			// The store's errors say what failed (connect, migrate) but
@@ -699,6 +722,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		// would only add a hold-off to the stall.
 		r.lease.Stalled = r.stalled
 	}
+	r.move = n.newMover(name)
 	return r
 }
 
@@ -721,7 +745,9 @@ func (r *boundaryRunner) lead(ctx context.Context, l backend.Lease) error {
 	r.hist.startTerm()
 	defer r.hist.leads.Store(false)
 	r.metrics.Lease(metrics.LeaseAcquired)
+	stopMover := r.move.start(ctx, l)
 	err := r.pub.Run(ctx, l)
+	stopMover()
 	r.metrics.Lease(leaseEnd(ctx, err))
 	return err
 }
@@ -885,7 +911,34 @@ func (n *Node) readHeads(ctx context.Context, failing bool) bool {
 			}
 		}
 	}
+	n.wakeStaged(ctx)
 	return false
+}
+
+// wakeStaged wakes the mover of every boundary with committed staged
+// events (PostgreSQL's orisun_enqueue, docs/outbox.md): the part of the
+// head check that catches an enqueue not announced (lost, or not sent). A mover of a
+// boundary this node does not lead keeps the hint for its next term. A
+// failed read is left to each mover's own backstop poll.
+func (n *Node) wakeStaged(ctx context.Context) {
+	sm, ok := n.rawStore.(stagedMover)
+	if !ok {
+		return
+	}
+	rctx, cancel := serviceutil.WithTimeout(ctx, max(n.cfg.PollInterval, 10*time.Second))
+	names, err := sm.StagedBoundaries(rctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Debug("the boundaries with staged events cannot be listed; each mover polls every ORISUN_POLL_BACKSTOP meanwhile", "err", err)
+		}
+		return
+	}
+	for _, name := range names {
+		if r := n.runner(name); r != nil {
+			r.move.notify()
+		}
+	}
 }
 
 // everyPoll runs round once per poll interval until ctx ends, telling it

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
@@ -100,6 +101,12 @@ func (n *Node) measure(ctx context.Context, store backend.Store, js jetstream.Je
 			}
 		}
 	}
+	staged, err := n.measureStaged(ctx)
+	if err != nil {
+		// Every other figure stands; the staged counts are not known, so
+		// the report cannot say that nothing waits.
+		storeDown(fmt.Errorf("staged events (orisun_enqueue) not measured: %w", err))
+	}
 	// The store's figures of every boundary first, then the streams'
 	// figures in one listing: each boundary's stream is read after its
 	// store figures, as streamDrift needs.
@@ -118,6 +125,14 @@ func (n *Node) measure(ctx context.Context, store backend.Store, js jetstream.Je
 			storeDown(err)
 		} else if bst.Published != bst.Head {
 			st.Settled = false
+		}
+		if s, ok := staged[b.Name]; ok {
+			// Committed staged events are committed work that is not
+			// published yet: not settled (I7).
+			fromStaged(bst, s)
+			if s.Staged > 0 {
+				st.Settled = false
+			}
 		}
 		if n.beforeStreamMeasured != nil && st.NATS.OK {
 			n.beforeStreamMeasured(b.Name)
@@ -201,6 +216,32 @@ func fromState(bst *BoundaryStatus, s backend.BoundaryState) {
 	}
 	bst.Head, bst.Published, bst.LagEvents, bst.LagSeconds = s.Boundary.Head, s.Checkpoint, s.Boundary.Head-s.Checkpoint, age
 	bst.LeaseHolder, bst.LeaseTerm, bst.LeaseExpires = s.Lease.Holder, s.Lease.Term, s.Lease.Expires
+}
+
+// measureStaged reads every boundary's staged and set-aside events
+// (orisun_enqueue) in one statement, when the store has them.
+func (n *Node) measureStaged(ctx context.Context) (map[string]postgres.StagedState, error) {
+	sm, ok := n.rawStore.(stagedMover)
+	if !ok {
+		return nil, nil
+	}
+	all, err := sm.StagedStates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]postgres.StagedState, len(all))
+	for _, s := range all {
+		out[s.Boundary] = s
+	}
+	return out, nil
+}
+
+// fromStaged fills the staging figures.
+func fromStaged(bst *BoundaryStatus, s postgres.StagedState) {
+	bst.Staged, bst.SetAside, bst.SetAsideReason = uint64(s.Staged), uint64(s.SetAside), s.Reason
+	if !s.Oldest.IsZero() {
+		bst.StagedSeconds = max(0, time.Since(s.Oldest).Seconds())
+	}
 }
 
 // listStreams reads the info of every orisun stream in one paged listing,
@@ -387,6 +428,7 @@ func (n *Node) localStatus(bst *BoundaryStatus) {
 			"rest when a commit wakes it, or within ORISUN_POLL_INTERVAL", cu, bst.Head)
 	}
 	bst.SubsCatchingUp, bst.SubsLive, bst.SubsFallBacks = r.catchingUp.Load(), r.live.Load(), r.fallBacks.Load()
+	bst.MoveError = r.move.moveError()
 }
 
 // runnerNames lists the boundaries this node runs a publisher for, sorted.

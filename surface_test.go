@@ -28,7 +28,7 @@ const module = "github.com/orisun-io/orisun"
 
 // publicPackages are the packages an application may import, relative to
 // the module ("" is the root package). Everything else is machinery.
-var publicPackages = []string{"", "api", "checkpoint", "client", "event", "status", "stream"}
+var publicPackages = []string{"", "api", "checkpoint", "client", "event", "outbox", "status", "stream"}
 
 // machineryPrefixes are the packages a public package must neither import
 // (directly or not; the root package excepted, it runs the node) nor name
@@ -43,8 +43,10 @@ var machineryPrefixes = []string{
 // clientRuns are the machinery packages a public package may import
 // because the client runs them: the subscription and its retry wait, and
 // the JSON check that event.Prepare and the client's request run on data
-// and metadata (it imports nothing of orisun).
-var clientRuns = []string{"internal/serviceutil", "internal/rawjson"}
+// and metadata (it imports nothing of orisun), and the encoder of an
+// append request's events that the client and package outbox share, so
+// both send the same bytes (it imports event and rawjson only).
+var clientRuns = []string{"internal/serviceutil", "internal/rawjson", "internal/eventjson"}
 
 // machineryNamed: what no public package's exported API may name.
 var machineryNamed = append([]string{"catchup"}, machineryPrefixes...)

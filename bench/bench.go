@@ -26,7 +26,7 @@ import (
 )
 
 // Workloads are the names --only takes, in the order a run does them.
-var Workloads = []string{"relay", "catchup", "append", "api", "latency", "scale"}
+var Workloads = []string{"relay", "catchup", "append", "api", "latency", "scale", "outbox"}
 
 // Config of a run. Zero values take the defaults of the command.
 type Config struct {
@@ -53,6 +53,10 @@ type Config struct {
 	// for LatencyDuration.
 	Rates           []int
 	LatencyDuration time.Duration
+	// OutboxRates are the rates (events/s) of the outbox workload's
+	// latency rows (application transactions calling orisun_enqueue),
+	// each run for LatencyDuration.
+	OutboxRates []int
 	// ScaleBoundaries boundaries, of which ScaleBusy receive ScaleRate
 	// events/s each for LatencyDuration; ScaleIdle is the idle window.
 	ScaleBoundaries int
@@ -97,6 +101,7 @@ func Defaults() Config {
 		Callers:         []int{1, 16, 64, 256},
 		Rates:           []int{1000, 5000, 20000},
 		LatencyDuration: 10 * time.Second,
+		OutboxRates:     []int{1000, 5000},
 		ScaleBoundaries: 1000,
 		ScaleBusy:       5,
 		ScaleRate:       100,
@@ -149,6 +154,11 @@ func (c *Config) Validate() error {
 	for _, r := range c.Rates {
 		if r < 1 || r > 1_000_000 {
 			return bad("rates", "%d events/s is outside 1–1000000", r)
+		}
+	}
+	for _, r := range c.OutboxRates {
+		if r < 1 || r > 1_000_000 {
+			return bad("outbox-rates", "%d events/s is outside 1–1000000", r)
 		}
 	}
 	if c.ScaleBoundaries < 1 || c.ScaleBoundaries > 100_000 {
@@ -217,7 +227,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		LoadStart: loadAvg(),
 		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
-			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, Callers: cfg.Callers, Workloads: cfg.Only,
+			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, OutboxRates: cfg.OutboxRates, Callers: cfg.Callers, Workloads: cfg.Only,
 			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes,
 			MsgID: cfg.MsgID},
 	}
@@ -311,6 +321,11 @@ func (r *runner) run(ctx context.Context) (err error) {
 	}
 	if r.cfg.wants("scale") {
 		if err := r.scale(ctx); err != nil {
+			return err
+		}
+	}
+	if r.cfg.wants("outbox") {
+		if err := r.outbox(ctx); err != nil {
 			return err
 		}
 	}

@@ -34,6 +34,7 @@ func tiny(backend, pgURL string) Config {
 		AppendDuration:  200 * time.Millisecond,
 		Callers:         []int{1, 4},
 		Rates:           []int{50, 200},
+		OutboxRates:     []int{50},
 		LatencyDuration: 500 * time.Millisecond,
 		ScaleBoundaries: 20,
 		ScaleBusy:       2,
@@ -379,13 +380,17 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 		if !(row.RSSMB > 0) || !(row.HeapLiveMB > 0) {
 			t.Errorf("%s %q: RSS %v MB, live heap %v MB", row.Workload, row.Name, row.RSSMB, row.HeapLiveMB)
 		}
-		onServer := row.Workload != "backlog" && row.Name != "raw_insert" && row.Name != "raw_read"
+		onServer := row.Workload != "backlog" && row.Name != "raw_insert" && row.Name != "raw_read" && row.Name != "app_tx"
 		if onServer && row.StreamBytes <= 0 {
 			t.Errorf("%s %q: stream bytes %d, want what its server's streams hold", row.Workload, row.Name, row.StreamBytes)
 		}
 	}
 	wantRows := map[string]int{"backlog": 1, "relay": 1, "catchup": 1, "append": len(cfg.Callers) + 1, "api": len(cfg.Callers) + 1 + len(cfg.Rates),
-		"latency": len(cfg.Rates), "scale": 3}
+		"latency": len(cfg.Rates), "scale": 3, "outbox": 0}
+	checkOutbox(t, rep, cfg)
+	if cfg.Backend == "postgres" {
+		wantRows["outbox"] = 2 + len(cfg.OutboxRates)
+	}
 	for w, n := range wantRows {
 		if rows[w] != n {
 			t.Errorf("%d %s rows, want %d", rows[w], w, n)
@@ -417,6 +422,52 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 	}
 }
 
+// checkOutbox checks the outbox workload's part of a report: on
+// PostgreSQL the limit app_tx, the rows of orisun_enqueue and orisun_append
+// compared with it, every enqueued or appended event published, the
+// enqueue row's drain measured, and a latency row per outbox rate; on
+// SQLite a note that it does not apply.
+func checkOutbox(t *testing.T, rep *Report, cfg Config) {
+	t.Helper()
+	if cfg.Backend != "postgres" {
+		if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "outbox: not applicable on sqlite") }) {
+			t.Errorf("no note that the outbox workload does not apply on SQLite: %q", rep.Notes)
+		}
+		return
+	}
+	if l := rep.Limit("app_tx"); l == nil || l.Events <= 0 || !finitePositive(l.EventsPerSec) {
+		t.Errorf("limit app_tx: %+v", l)
+	}
+	for _, name := range []string{"outbox orisun_enqueue: events published = events appended", "outbox orisun_append: events published = events appended"} {
+		if !slices.ContainsFunc(rep.Checks, func(c Check) bool { return c.Name == name && c.Got > 0 }) {
+			t.Errorf("no check %q with events", name)
+		}
+	}
+	for _, rate := range cfg.OutboxRates {
+		name := fmt.Sprintf("outbox latency %d/s: events received = events enqueued", rate)
+		if !slices.ContainsFunc(rep.Checks, func(c Check) bool { return c.Name == name && c.Got > 0 }) {
+			t.Errorf("no check %q with events", name)
+		}
+	}
+	for _, row := range rep.Rows {
+		if row.Workload != "outbox" {
+			continue
+		}
+		if row.TargetRate > 0 {
+			if row.Events <= 0 || !(row.P50Ms > 0) || row.P50Ms > row.P99Ms {
+				t.Errorf("outbox %q: %d events, p50 %v p99 %v", row.Name, row.Events, row.P50Ms, row.P99Ms)
+			}
+			continue
+		}
+		if row.Limit != "app_tx" || !finitePositive(row.Ratio) {
+			t.Errorf("outbox %q: limit %q, ratio %v; want app_tx and a finite positive ratio", row.Name, row.Limit, row.Ratio)
+		}
+		if strings.Contains(row.Name, outboxEnqueue) && !(row.DrainMs > 0) {
+			t.Errorf("outbox %q: drain %v ms, want the time to the last enqueued event in the log", row.Name, row.DrainMs)
+		}
+	}
+}
+
 // TestConfigErrors: bad settings are refused with an error naming the
 // setting, before anything is created.
 func TestConfigErrors(t *testing.T) {
@@ -430,6 +481,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Events = 0 }, "events"},
 		{func(c *Config) { c.EventBytes = 1 << 30 }, "event-bytes"},
 		{func(c *Config) { c.Rates = []int{0} }, "rates"},
+		{func(c *Config) { c.OutboxRates = []int{0} }, "outbox-rates"},
 		{func(c *Config) { c.Callers = []int{-1} }, "callers"},
 		{func(c *Config) { c.AppendDuration = 0 }, "append-duration"},
 		{func(c *Config) { c.LatencyDuration = -time.Second }, "duration"},

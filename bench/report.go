@@ -31,6 +31,9 @@ type Report struct {
 	// Checks are the consistency checks of the run (events out = events
 	// in); a run with a failed check returns an error too.
 	Checks []Check `json:"checks"`
+	// Notes say what the run did not measure and why (the outbox
+	// workload on SQLite).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Settings echo what the run was asked to do.
@@ -40,6 +43,7 @@ type Settings struct {
 	AppendDuration  time.Duration `json:"append_duration_ns"`
 	LatencyDuration time.Duration `json:"latency_duration_ns"`
 	Rates           []int         `json:"rates"`
+	OutboxRates     []int         `json:"outbox_rates,omitempty"`
 	Callers         []int         `json:"callers"`
 	Workloads       []string      `json:"workloads"`
 	ScaleBoundaries int           `json:"scale_boundaries"`
@@ -55,7 +59,8 @@ type Settings struct {
 
 // Row is one measured figure.
 type Row struct {
-	// Workload is append, relay, catchup, latency, scale or limit.
+	// Workload is append, api, relay, catchup, latency, scale, outbox or
+	// limit.
 	Workload string  `json:"workload"`
 	Name     string  `json:"name"`
 	Events   int64   `json:"events"`
@@ -122,7 +127,10 @@ type Row struct {
 	// likewise p99.9. Above 1 is slower than the limit.
 	P99Ratio  float64 `json:"p99_ratio,omitempty"`
 	P999Ratio float64 `json:"p999_ratio,omitempty"`
-	Note      string  `json:"note,omitempty"`
+	// DrainMs is, for the outbox workload's orisun_enqueue row, how long
+	// after the row's last commit every enqueued event was in the log.
+	DrainMs float64 `json:"drain_ms,omitempty"`
+	Note    string  `json:"note,omitempty"`
 }
 
 // LimitRatio is a row's ratio to one more limit.
@@ -221,6 +229,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	notes := false
+	for _, n := range r.Notes {
+		if !notes {
+			b.WriteString("notes:\n")
+			notes = true
+		}
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
 	for _, x := range append(append([]Row{}, r.Limits...), r.Rows...) {
 		if x.Note != "" {
 			if !notes {

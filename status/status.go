@@ -117,6 +117,19 @@ type BoundaryStatus struct {
 	SubsCatchingUp int64 `json:"subscriptions_catching_up"`
 	SubsLive       int64 `json:"subscriptions_live"`
 	SubsFallBacks  int64 `json:"subscription_fall_backs"`
+	// Staged counts the events that application transactions enqueued
+	// (orisun_enqueue, PostgreSQL) and committed, not yet moved into the
+	// log by the lease holder; StagedSeconds is the age of the oldest of
+	// them (0 when none). A growing count is a mover that is behind.
+	// SetAside counts the enqueued events the mover set aside (their id is
+	// in the log with other content), SetAsideReason is the latest one's.
+	// MoveError is this node's mover's last error while its moves fail.
+	// All absent on SQLite (docs/outbox.md).
+	Staged         uint64  `json:"staged,omitempty"`
+	StagedSeconds  float64 `json:"staged_seconds,omitempty"`
+	SetAside       uint64  `json:"set_aside,omitempty"`
+	SetAsideReason string  `json:"set_aside_reason,omitempty"`
+	MoveError      string  `json:"move_error,omitempty"`
 	// Error is set when the store's figures of the boundary (head,
 	// published, lag, lease) could not be measured; they are then zero, not
 	// guessed. StreamError is the same for the stream's figures.

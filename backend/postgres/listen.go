@@ -10,8 +10,9 @@ import (
 )
 
 // listen keeps a LISTEN connection open until ctx ends, calling the
-// OnAppend callbacks with the boundary of every notification of a commit
-// and the OnLeaseReleased callbacks with that of every released lease:
+// OnAppend callbacks with the boundary of every notification of a commit,
+// the OnLeaseReleased callbacks with that of every released lease and the
+// OnStaged callbacks with that of every committed enqueue:
 // commits and releases of other stores (other nodes) wake this one without
 // waiting for a poll. On a
 // lost connection it reconnects with exponential back-off between
@@ -104,6 +105,8 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 			s.notify(n.Payload)
 		case n.Channel == leaseChannel:
 			s.releases.Notify(n.Payload)
+		case n.Channel == stagedChannel:
+			s.staged.Notify(n.Payload)
 		}
 	}
 }
@@ -117,6 +120,7 @@ func (s *Store) wakeAll(ctx context.Context) {
 	}
 	for _, b := range bs {
 		s.notify(b.Name)
+		s.staged.Notify(b.Name)
 	}
 }
 

@@ -92,3 +92,26 @@ func (s *Store) inMigrationTx(ctx context.Context, op string, fn func(tx pgx.Tx)
 	}
 	return nil
 }
+
+// sqlAppRoleGranted is whether the role orisun_app exists and may call
+// orisun_append and orisun_enqueue (migration 0004, orisun_secure).
+const sqlAppRoleGranted = `SELECT to_regrole('orisun_app') IS NOT NULL
+    AND has_function_privilege('orisun_app', 'orisun_append(text, json, json)', 'EXECUTE')
+    AND has_function_privilege('orisun_app', 'orisun_enqueue(text, json)', 'EXECUTE')`
+
+// checkAppRole warns when the role the applications are granted
+// (docs/outbox.md "Privileges") is missing or lacks its grants: the
+// migrations create it only when orisun's role may create roles.
+func (s *Store) checkAppRole(ctx context.Context) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, sqlAppRoleGranted).Scan(&ok); err != nil {
+		s.log.Warn("postgres: cannot check the role orisun_app", "err", err)
+		return
+	}
+	if !ok {
+		s.log.Warn("postgres: the role orisun_app does not exist or may not execute orisun_append and orisun_enqueue " +
+			"(orisun's role may not create roles): applications cannot append in their own transactions until an " +
+			"administrator runs CREATE ROLE orisun_app NOLOGIN and orisun's role runs GRANT EXECUTE ON FUNCTION " +
+			"orisun_append(text, json, json), orisun_enqueue(text, json) TO orisun_app (docs/outbox.md \"Privileges\")")
+	}
+}

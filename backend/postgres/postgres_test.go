@@ -1077,6 +1077,56 @@ func TestHeadsHeld_I7(t *testing.T) {
 	}
 }
 
+// TestHeadsHeldThroughReleasedSavepoint_I7: a head row updated inside a
+// savepoint that was then released (orisun_append called in a SAVEPOINT,
+// docs/outbox.md) is held by the top transaction until it ends, and Heads
+// says so: the row's xmax is then the savepoint's subtransaction id, which
+// pg_locks no longer lists, so a read that matched xmax against pg_locks
+// said "not held" while every append of the boundary waited. A savepoint
+// rolled back releases the row, and Heads says that too.
+func TestHeadsHeldThroughReleasedSavepoint_I7(t *testing.T) {
+	t.Parallel()
+	s := setup(t, Config{})
+	backendtest.Create(t, s, "saved", "undone")
+	ctx := context.Background()
+	held := func() map[string]bool {
+		t.Helper()
+		hs, err := s.Heads(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, h := range hs {
+			m[h.Boundary.Name] = h.Held
+		}
+		return m
+	}
+	conn := connect(t, s)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// Give the top transaction an id of its own first, as an application
+	// that wrote its own rows before the savepoint has.
+	for _, q := range []string{`SELECT pg_current_xact_id()`,
+		`SAVEPOINT a`, `UPDATE orisun_boundaries SET head = head WHERE name = 'saved'`, `RELEASE SAVEPOINT a`,
+		`SAVEPOINT b`, `UPDATE orisun_boundaries SET head = head WHERE name = 'undone'`, `ROLLBACK TO SAVEPOINT b`} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if h := held(); !h["saved"] || h["undone"] {
+		t.Fatalf("held %v: want saved held (released savepoint), undone free (rolled-back savepoint)", h)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := held(); h["saved"] || h["undone"] {
+		t.Fatalf("held %v after the commit, want neither", h)
+	}
+}
+
 // TestHeadsHeldByAGroup_I7: Heads reports a head row held by a real group
 // transaction of this store, not only by a transaction that updates the row
 // directly. The group takes the row, then updates it inside a savepoint; a

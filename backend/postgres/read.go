@@ -68,15 +68,35 @@ func (r reads) Translate(op string, err error) error { return r.s.translate(op, 
 
 // sqlSelectHeads reads every boundary's head and whether a transaction
 // that is still open has taken its head row: the row's xmax is the id of
-// the last transaction that updated or locked it, and pg_locks lists a
-// transactionid lock for every transaction in progress. It reads and
-// writes nothing else, unlike the probe (FOR SHARE NOWAIT, a row lock of
-// its own), so one statement a poll interval covers every boundary. A row
-// locked by several transactions at once (a multixact xmax) reads as not
-// held; the publisher's own probe is what the status reports.
-const sqlSelectHeads = `SELECT b.name, b.epoch::text, b.head, l.transactionid IS NOT NULL
-FROM orisun_boundaries b
-LEFT JOIN (SELECT DISTINCT transactionid FROM pg_locks WHERE locktype = 'transactionid') l ON l.transactionid = b.xmax
+// the last transaction that updated or locked it, and pg_xact_status says
+// whether that transaction is still in progress. A subtransaction counts:
+// after orisun_append inside a savepoint that was then released, xmax is
+// the savepoint's own id, which pg_locks no longer lists (its lock passed
+// to the top transaction) but which is in progress until the top
+// transaction ends (docs/outbox.md).
+//
+// xmax is 32 bits; pg_xact_status takes the 64-bit id. age(xmax) is the
+// distance from xmax to the next id to be assigned (as this statement
+// first read it), so xmax + age is that next id's low 32 bits; the
+// statement's snapshot xmax (64 bits, at most that next id and close
+// below it) gives its high bits, and the id is the next id less age. Only
+// an age above 0 is asked about: the id is then in the past, never "in the
+// future", which pg_xact_status refuses with an error. CASE keeps that
+// order of evaluation. A row locked by several transactions at once has a
+// multixact id for xmax, not a transaction's: it reads as not held (or,
+// rarely, as held by an unrelated transaction, which costs one probe); the
+// publisher's own probe is what the status reports.
+//
+// It reads and writes nothing else, unlike the probe (FOR SHARE NOWAIT, a
+// row lock of its own), so one statement a poll interval covers every
+// boundary.
+const sqlSelectHeads = `WITH s AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS nx)
+SELECT b.name, b.epoch::text, b.head,
+       CASE WHEN b.xmax::text::bigint >= 3 AND age(b.xmax) > 0 AND x.fx >= 3
+            THEN pg_xact_status(x.fx::text::xid8) IS NOT DISTINCT FROM 'in progress' ELSE false END
+FROM orisun_boundaries b CROSS JOIN s
+CROSS JOIN LATERAL (SELECT s.nx + ((b.xmax::text::bigint + age(b.xmax) - s.nx % 4294967296) % 4294967296 + 4294967296) % 4294967296
+                           - age(b.xmax) AS fx) x
 ORDER BY b.name`
 
 // Heads reads every boundary's head in one statement (backend.HeadReader).

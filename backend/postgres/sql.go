@@ -284,7 +284,7 @@ const (
 	sqlRollbackToRelease = "ROLLBACK TO SAVEPOINT " + savepoint + "; RELEASE SAVEPOINT " + savepoint
 	notifyChannel        = "orisun_events"
 	leaseChannel         = "orisun_leases" // payload: a boundary whose lease was released
-	sqlListen            = "LISTEN " + notifyChannel + "; LISTEN " + leaseChannel
+	sqlListen            = "LISTEN " + notifyChannel + "; LISTEN " + leaseChannel + "; LISTEN " + stagedChannel
 	uniqueIDKey          = "orisun_events_boundary_id_key"
 	eventsPKey           = "orisun_events_pkey"
 	// sqlFirstBeyond finds the stored row beyond the head $2 that an

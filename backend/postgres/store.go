@@ -69,6 +69,11 @@ type Config struct {
 	// back-off of the LISTEN connection's reconnects (defaults 100ms, 5s).
 	ListenReconnectMin time.Duration
 	ListenReconnectMax time.Duration
+	// BeforeMoveCommit, a test seam, is called inside each MoveStaged
+	// transaction after the events were moved and before the commit,
+	// with the positions they took (first > last: none). Never set in
+	// production.
+	BeforeMoveCommit func(boundary string, first, last uint64)
 }
 
 func (c *Config) setDefaults() {
@@ -161,6 +166,8 @@ type Store struct {
 	callbacks backend.Callbacks
 	// releases are the OnLeaseReleased callbacks.
 	releases backend.Callbacks
+	// staged are the OnStaged callbacks (enqueue.go).
+	staged backend.Callbacks
 
 	// waiting counts appends queued and not yet taken by a group; groups
 	// counts group transactions begun, batches the pipelined batches (round
@@ -259,6 +266,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	s.checkAppRole(ctx)
 
 	n := writers(cfg.MaxConns)
 	s.workers.Add(n)

@@ -54,22 +54,30 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), err)
 	}
 	r := sqlstore.NewRequest(ctx, boundary, events, cond)
-	s.waiting.Add(1)
-	select {
-	case s.requests <- r:
-		s.waiting.Add(-1)
-	case <-ctx.Done():
-		s.waiting.Add(-1)
-		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), ctx.Err())
-	case <-s.closing:
-		s.waiting.Add(-1)
-		return event.AppendResult{}, errClosed(op())
+	if err := toWriter(s, ctx, s.requests, r, op); err != nil {
+		return event.AppendResult{}, err
 	}
 	rep, abandoned := r.Wait()
 	if abandoned {
 		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), ctx.Err())
 	}
 	return rep.Res, rep.Err
+}
+
+// toWriter hands v to the writer goroutine on ch, counted among the
+// waiting (s.waiting) until the writer takes it. An error: ctx ended or the
+// store closes first, and the writer never got v.
+func toWriter[T any](s *Store, ctx context.Context, ch chan<- T, v T, op func() string) error {
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	select {
+	case ch <- v:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sqlite: %s: %w", op(), ctx.Err())
+	case <-s.closing:
+		return errClosed(op())
+	}
 }
 
 // writer is the one goroutine that appends. It takes the first waiting
@@ -99,6 +107,11 @@ func (s *Store) writer() {
 			case <-s.closing:
 				return
 			case first = <-s.requests:
+			case l := <-s.lends:
+				// An application transaction (Transact) has the
+				// writer's connection until it ends.
+				<-l.done
+				continue
 			}
 		}
 		group := []*sqlstore.Request{first}

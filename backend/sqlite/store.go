@@ -129,8 +129,11 @@ type Store struct {
 	// so a request is either taken by the writer or never sent: nothing is
 	// left behind in a buffer when the writer stops.
 	requests chan *sqlstore.Request
-	closing  chan struct{} // closed by Close
-	done     chan struct{} // closed when the writer goroutine has returned
+	// lends carries application transactions (Transact) to the writer
+	// goroutine, which stands aside for each between two groups.
+	lends   chan *lend
+	closing chan struct{} // closed by Close
+	done    chan struct{} // closed when the writer goroutine has returned
 
 	closeOnce sync.Once
 	closeErr  error
@@ -200,6 +203,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log:      cfg.Logger.With("backend", "sqlite", "dir", dir),
 		lock:     lock,
 		requests: make(chan *sqlstore.Request),
+		lends:    make(chan *lend),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
 		now:      time.Now,

@@ -68,6 +68,7 @@ minutes; Ctrl-C stops it and cleans up.`,
 	fs.DurationVar(&cfg.AppendDuration, "append-duration", cfg.AppendDuration, "duration of each append row and of the raw insert")
 	fs.DurationVar(&cfg.LatencyDuration, "duration", cfg.LatencyDuration, "duration of each fixed-rate latency row and of the busy scale row")
 	fs.Var(&rates, "rates", "fixed rates of the latency rows, events/s, comma-separated")
+	fs.Var((*intList)(&cfg.OutboxRates), "outbox-rates", "fixed rates of the outbox workload's latency rows (application transactions calling orisun_enqueue, PostgreSQL), events/s, comma-separated")
 	fs.Var(&callers, "callers", "concurrent callers of the single-event append rows, comma-separated")
 	fs.StringVar(&only, "only", "", "run only these workloads, comma-separated: "+strings.Join(bench.Workloads, ","))
 	fs.IntVar(&cfg.ScaleBoundaries, "scale-boundaries", cfg.ScaleBoundaries, "boundaries of the scale workload")

@@ -70,6 +70,7 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"--backend", "postgres", "--pg-url", ""}, "pg-url"},
 		{[]string{"--rates", "1000,fast"}, "rates"},
 		{[]string{"--callers", "0"}, "callers"},
+		{[]string{"--outbox-rates", "0"}, "outbox-rates"},
 		{[]string{"--events", "-5"}, "events"},
 		{[]string{"--only", "relay,teleport"}, "only"},
 		{[]string{"--log-level", "loud"}, "log-level"},

@@ -157,3 +157,38 @@ func firstLine(s string) string {
 	}
 	return s
 }
+
+// LoginRole creates a login role of the test's own on the server, member of
+// the roles in memberOf (e.g. orisun_app), with no other privilege, and
+// returns the URL of dbURL's database as that role. The role and what it
+// was granted in dbURL's database are dropped when the test ends (close
+// its connections with t.Cleanup after calling LoginRole).
+func LoginRole(t testing.TB, dbURL string, memberOf ...string) string {
+	t.Helper()
+	name := dbPrefix + "role_" + randomHex(t, 6)
+	in := ""
+	if len(memberOf) > 0 {
+		quoted := make([]string, len(memberOf))
+		for i, r := range memberOf {
+			quoted[i] = pgx.Identifier{r}.Sanitize()
+		}
+		in = " IN ROLE " + strings.Join(quoted, ", ")
+	}
+	Exec(t, "CREATE ROLE "+name+" LOGIN"+in)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := adminExec(ctx, dbURL, "DROP OWNED BY "+name); err != nil {
+			t.Errorf("pgtest: drop what role %s owns: %v", name, err)
+		}
+		if err := adminExec(ctx, ServerURL(t), "DROP ROLE "+name); err != nil {
+			t.Errorf("pgtest: drop role %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: parse a test database URL: %v", err)
+	}
+	u.User = url.User(name)
+	return u.String()
+}

@@ -46,6 +46,11 @@ type Hooks struct {
 	// writes fail is not reported unless its reads fail. For measuring
 	// what the instrumentation costs only (BenchmarkAPIMetrics).
 	InstrumentationOff bool
+	// BeforeMoveCommit is called inside each transaction that moves a
+	// boundary's staged events into the log (PostgreSQL's orisun_enqueue),
+	// after the move and before the commit, with the positions the events
+	// took (first > last: none): the fault point of the mover's kill test.
+	BeforeMoveCommit func(boundary string, first, last uint64)
 }
 
 // NATSPermissionsOff is a func(*natsembed.Config) that sets a server

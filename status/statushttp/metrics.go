@@ -30,12 +30,14 @@ var (
 	descHeld      = prometheus.NewDesc("orisun_lease_held", "1 when this node holds the boundary's lease.", bl, nil)
 	descSubs      = prometheus.NewDesc("orisun_subscriptions", "This node's subscriptions of the boundary, by phase.", []string{"boundary", "phase"}, nil)
 	descFallBacks = prometheus.NewDesc("orisun_subscription_fall_backs_total", "How often a live subscription of this node went back to the store.", bl, nil)
+	descStaged    = prometheus.NewDesc("orisun_boundary_staged_events", "Events enqueued by committed application transactions (orisun_enqueue, PostgreSQL) and not yet moved into the log; growing: the mover is behind.", bl, nil)
+	descSetAside  = prometheus.NewDesc("orisun_boundary_set_aside_events", "Enqueued events the mover set aside, their id being in the log with other content (PostgreSQL; see /status for the latest reason).", bl, nil)
 	descScrapeErr = prometheus.NewDesc("orisun_status_scrape_error", "1 when the status could not be measured at all during this scrape.", nil, nil)
 )
 
 var allDescs = []*prometheus.Desc{descInfo, descStoreUp, descNATSUp, descSettled, descMeasured, descHead, descPublished,
 	descLagEvents, descLagSecs, descFirst, descLast, descMsgs, descBytes, descState, descSince, descTerm, descHeld,
-	descSubs, descFallBacks, descScrapeErr}
+	descSubs, descFallBacks, descStaged, descSetAside, descScrapeErr}
 
 // collector measures the status on every scrape.
 type collector struct {
@@ -106,6 +108,9 @@ func Metrics(st status.Status, label func(string) string) []prometheus.Metric {
 				gauge(descTerm, float64(b.LeaseTerm), n),
 				gauge(descHeld, b2f(b.LeaseHolder != "" && b.LeaseHolder == st.LeaseHolder), n),
 			)
+			if st.Store.Kind == "postgres" {
+				ms = append(ms, gauge(descStaged, float64(b.Staged), n), gauge(descSetAside, float64(b.SetAside), n))
+			}
 		}
 		if b.StreamError == "" {
 			ms = append(ms,
@@ -117,7 +122,7 @@ func Metrics(st status.Status, label func(string) string) []prometheus.Metric {
 		}
 	}
 	if rest != nil {
-		ms = append(ms, rest.metrics()...)
+		ms = append(ms, rest.metrics(st.Store.Kind)...)
 	}
 	return ms
 }
@@ -126,7 +131,7 @@ func Metrics(st status.Status, label func(string) string) []prometheus.Metric {
 // boundary labels into one set of series, so that a node with a thousand
 // boundaries exports a bounded number of them and the usual alerts still
 // fire: the publisher states count boundaries (a stalled one among them
-// shows as orisun_publisher_state{state="stalled"} >= 1), lag_events and
+// shows as orisun_publisher_state{state="stalled"} >= 1), lag_events, staged and set-aside events and
 // the stream's messages and bytes are sums, lag_seconds is the largest,
 // lease_held counts the leases this node holds, measured is 1 only when
 // every one was measured. Positions, terms and the stream's sequences of
@@ -138,6 +143,7 @@ type others struct {
 	states                  map[status.State]int
 	catchingUp, live, falls int64
 	lagEvents, msgs, bytes  uint64
+	staged, setAside        uint64
 	lagSeconds              float64
 	held                    int
 	storeMeasured, streamOK bool
@@ -153,6 +159,8 @@ func (o *others) add(b status.BoundaryStatus, holder string) {
 	if b.Error == "" {
 		o.storeMeasured = true
 		o.lagEvents += b.LagEvents
+		o.staged += b.Staged
+		o.setAside += b.SetAside
 		o.lagSeconds = max(o.lagSeconds, b.LagSeconds)
 		if b.LeaseHolder != "" && b.LeaseHolder == holder {
 			o.held++
@@ -165,7 +173,7 @@ func (o *others) add(b status.BoundaryStatus, holder string) {
 	}
 }
 
-func (o *others) metrics() []prometheus.Metric {
+func (o *others) metrics(kind string) []prometheus.Metric {
 	l := o.label
 	ms := []prometheus.Metric{gauge(descMeasured, b2f(o.measured), l)}
 	for _, s := range status.States {
@@ -182,6 +190,9 @@ func (o *others) metrics() []prometheus.Metric {
 			gauge(descLagSecs, o.lagSeconds, l),
 			gauge(descHeld, float64(o.held), l),
 		)
+		if kind == "postgres" {
+			ms = append(ms, gauge(descStaged, float64(o.staged), l), gauge(descSetAside, float64(o.setAside), l))
+		}
 	}
 	if o.streamOK {
 		ms = append(ms, gauge(descMsgs, float64(o.msgs), l), gauge(descBytes, float64(o.bytes), l))

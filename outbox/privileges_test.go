@@ -1,0 +1,133 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/outbox"
+)
+
+// sqlState is the SQLSTATE of err, "" when it has none.
+func sqlStateOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// TestAppRolePrivileges (docs/outbox.md "Privileges"): an application's
+// login role that is a member of orisun_app and holds no privilege on
+// orisun's tables appends and enqueues in its own transaction (the
+// functions are SECURITY DEFINER), and can neither write orisun's tables
+// (move the head, insert at a position, remove staged events) nor call the
+// mover or a helper; a role outside orisun_app cannot call the functions;
+// and temporary tables named like orisun's do not stand in for them inside
+// the functions (their search_path is pinned, pg_temp last).
+func TestAppRolePrivileges(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	appURL := pgtest.LoginRole(t, f.url, "orisun_app")
+	strangerURL := pgtest.LoginRole(t, f.url)
+	admin := pgtest.Connect(t, f.url)
+	app := pgtest.Connect(t, appURL)
+	var role string
+	if err := app.QueryRow(ctx, `SELECT current_user`).Scan(&role); err != nil {
+		t.Fatal(err)
+	}
+	// The application's own table is the application's.
+	if _, err := admin.Exec(ctx, `GRANT INSERT ON orders TO `+role); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO orders (id, customer) VALUES (1, 'c-1')`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := outbox.Append(ctx, tx, "orders", []event.Input{placed(1), placed(2)}, nil)
+	if err != nil {
+		t.Fatalf("orisun_append as a member of orisun_app: %v", err)
+	}
+	if res.First != 1 || res.Last != 2 {
+		t.Fatalf("append: positions %d..%d, want 1..2", res.First, res.Last)
+	}
+	if n, err := outbox.Enqueue(ctx, tx, "orders", []event.Input{placed(3)}); err != nil || n != 1 {
+		t.Fatalf("orisun_enqueue as a member of orisun_app: %d, %v", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := logOf(t, f); len(got) != 2 {
+		t.Fatalf("the log holds %v, want the 2 appended events", got)
+	}
+	if got := staged(t, f); len(got) != 1 {
+		t.Fatalf("staged: %v, want the 1 enqueued event", got)
+	}
+
+	// What the application's role may not do, each refused for want of a
+	// privilege (42501), and nothing of it written.
+	for _, q := range []string{
+		`UPDATE orisun_boundaries SET head = head + 10 WHERE name = 'orders'`,
+		`INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
+		 VALUES ('orders', 100, gen_random_uuid(), 'order.forged', now(), '{}', '{}')`,
+		`DELETE FROM orisun_staged`,
+		`SELECT * FROM orisun_move_staged('orders', 'x', 1, 10)`,
+		`SELECT * FROM orisun_prepare_events('orders', '[{"type":"t","data":{}}]', 'x')`,
+		`SELECT holder, term FROM orisun_leases`,
+	} {
+		_, err := app.Exec(ctx, q)
+		if code := sqlStateOf(err); code != "42501" {
+			t.Errorf("%s as the application's role: %v (SQLSTATE %q), want 42501 insufficient_privilege", q, err, code)
+		}
+	}
+	// A role that is not a member of orisun_app cannot call the functions.
+	stranger := pgtest.Connect(t, strangerURL)
+	for _, q := range []string{
+		`SELECT * FROM orisun_append('orders', '[{"type":"order.placed","data":{}}]')`,
+		`SELECT orisun_enqueue('orders', '[{"type":"order.placed","data":{}}]')`,
+	} {
+		_, err := stranger.Exec(ctx, q)
+		if code := sqlStateOf(err); code != "42501" {
+			t.Errorf("%s as a role outside orisun_app: %v (SQLSTATE %q), want 42501", q, err, code)
+		}
+	}
+
+	// Temporary tables named like orisun's: a limit of one event and a
+	// head of 1000. The functions read orisun's tables all the same.
+	for _, q := range []string{
+		`CREATE TEMP TABLE orisun_append_limits (singleton boolean, max_append_events integer, max_append_bytes integer,
+		 max_event_bytes integer, recorded_by text, recorded_at timestamptz)`,
+		`INSERT INTO orisun_append_limits VALUES (true, 1, 1, 1, 'app', now())`,
+		`CREATE TEMP TABLE orisun_boundaries (name text, epoch uuid, head bigint)`,
+		`INSERT INTO orisun_boundaries VALUES ('orders', gen_random_uuid(), 1000)`,
+	} {
+		if _, err := app.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	tx, err = app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = outbox.Append(ctx, tx, "orders", []event.Input{placed(4), placed(5)}, nil)
+	if err != nil {
+		t.Fatalf("append beside temporary tables named like orisun's: %v", err)
+	}
+	if res.First != 3 || res.Last != 4 {
+		t.Fatalf("append beside temporary tables: positions %d..%d, want 3..4", res.First, res.Last)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := logOf(t, f); len(got) != 4 {
+		t.Fatalf("the log holds %v, want 4 events", got)
+	}
+}
