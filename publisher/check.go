@@ -97,7 +97,7 @@ func (r *run) explainPublish(ctx context.Context, err error) error {
 	var other *otherStreamError
 	var apiErr *jetstream.APIError
 	noStream := errors.Is(err, jetstream.ErrNoStreamResponse) || errors.As(err, &other)
-	wrongLast := errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	wrongLast := errors.As(err, &apiErr) && wrongLastSequence(apiErr)
 	if !noStream && !wrongLast {
 		return err
 	}
@@ -121,6 +121,13 @@ func (r *run) explainPublish(ctx context.Context, err error) error {
 		return &driftError{fmt.Sprintf("%v: stream %s takes %s as it should; checking it again", err, name, list(cfg.Subjects))}
 	}
 	return err
+}
+
+// wrongLastSequence says whether JetStream refused a publish because the
+// stream's last sequence was not the one expected: a replicated stream
+// answers that with a code of its own.
+func wrongLastSequence(e *jetstream.APIError) bool {
+	return e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 // otherStreamError is a publish acknowledged by another stream than the

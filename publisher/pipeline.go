@@ -38,7 +38,8 @@ func (r *run) drain(ctx context.Context, next uint64) error {
 	// Acknowledgements are awaited even when ctx ends: a clean stop
 	// finishes and checkpoints what it started.
 	actx := context.WithoutCancel(ctx)
-	fl := &flight{r: r, ck: r.startCheckpointer(actx)}
+	fl := &flight{r: r, ck: r.startCheckpointer(actx), batch: r.newBatcher(ctx)}
+	defer fl.batch.close()
 	var pre chan readResult
 	defer func() {
 		if pre != nil {
@@ -234,6 +235,9 @@ func (r *run) read(ctx context.Context, next uint64) readResult {
 type flight struct {
 	r  *run
 	ck *checkpointer
+	// batch publishes large pages as one batch each (batch.go); nil: one
+	// message at a time.
+	batch *batcher
 	// futures and positions of the messages in flight, oldest first.
 	futures   []jetstream.PubAckFuture
 	positions []uint64
@@ -253,6 +257,13 @@ type batchStart struct {
 // previous position as the stream's last sequence (I2), awaiting the
 // oldest acknowledgement whenever Window messages are in flight.
 func (fl *flight) send(ctx context.Context, events []event.Event) error {
+	// A full page comes from a backlog, where the acknowledgement per
+	// message is most of the publishing's cost: one batch. A shorter one
+	// (live traffic) goes through the window of single publishes, which
+	// does not wait for a commit between pages.
+	if fl.batch != nil && len(events) == fl.r.p.cfg.BatchSize {
+		return fl.sendBatch(ctx, events)
+	}
 	p := fl.r.p
 	fl.ends = append(fl.ends, events[len(events)-1].Position)
 	fl.starts = append(fl.starts, batchStart{first: events[0].Position, at: time.Now()})
@@ -271,13 +282,8 @@ func (fl *flight) send(ctx context.Context, events []event.Event) error {
 		}
 		f, err := p.cfg.JS.PublishMsgAsync(msg, jetstream.WithExpectLastSequence(e.Position-1),
 			jetstream.WithStallWait(p.cfg.AckTimeout))
-		if errors.Is(err, nats.ErrMaxPayload) {
-			return fmt.Errorf("publish position %d (event %s): the message is %d bytes, more than the NATS max payload: "+
-				"it was not written through orisun's append (which checks the limit); raise ORISUN_NATS_MAX_PAYLOAD or repair the row: %w",
-				e.Position, e.ID, len(msg.Data)+headerSize(msg.Header), err)
-		}
 		if err != nil {
-			return fmt.Errorf("publish position %d: %w", e.Position, err)
+			return publishError(e, msg, err)
 		}
 		fl.futures = append(fl.futures, f)
 		fl.positions = append(fl.positions, e.Position)
@@ -321,27 +327,37 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 		fl.ends = fl.ends[1:]
 		start := fl.starts[0]
 		fl.starts = fl.starts[1:]
-		if r.p.cfg.OnPublished != nil {
-			r.p.cfg.OnPublished(int(pos-start.first+1), pos, time.Since(start.at))
-		}
-		r.acked = pos
-		r.drifting = false
-		r.p.markProgress()
-		r.p.setState(status.StateLeading, "publishing", nil)
-		if r.p.cfg.AfterAck != nil {
-			r.p.cfg.AfterAck(pos)
-		}
-		fl.ck.save(pos)
-		select {
-		case <-fl.ck.failed:
-			// An earlier checkpoint failed (a lost lease): stop here
-			// rather than after another batch.
+		if err := fl.acked(start.first, pos, start.at); err != nil {
 			i++
-			return false, fl.ck.failure()
-		default:
+			return false, err
 		}
 	}
 	return false, nil
+}
+
+// acked records a batch from first to last, sent from at on, as wholly
+// acknowledged, and hands its checkpoint to the checkpointer (after the
+// AfterAck hook). An earlier checkpoint that failed (a lost lease) is
+// returned: the run stops here rather than after another batch.
+func (fl *flight) acked(first, last uint64, at time.Time) error {
+	r := fl.r
+	if r.p.cfg.OnPublished != nil {
+		r.p.cfg.OnPublished(int(last-first+1), last, time.Since(at))
+	}
+	r.acked = last
+	r.drifting = false
+	r.p.markProgress()
+	r.p.setState(status.StateLeading, "publishing", nil)
+	if r.p.cfg.AfterAck != nil {
+		r.p.cfg.AfterAck(last)
+	}
+	fl.ck.save(last)
+	select {
+	case <-fl.ck.failed:
+		return fl.ck.failure()
+	default:
+		return nil
+	}
 }
 
 // errWoken is await's answer when a wake-up came before the acknowledgement.
@@ -367,7 +383,7 @@ func (r *run) await(ctx context.Context, f jetstream.PubAckFuture, pos uint64, w
 		return nil
 	case err := <-f.Err():
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		if errors.As(err, &apiErr) && wrongLastSequence(apiErr) {
 			return fmt.Errorf("publish position %d refused: the stream's last sequence is not %d (another publisher, or the stream changed): %w",
 				pos, pos-1, err)
 		}

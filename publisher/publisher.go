@@ -110,6 +110,8 @@ type Config struct {
 type Publisher struct {
 	cfg Config
 	log *slog.Logger
+	// batches counts the pages published as one batch (batch.go).
+	batches atomic.Uint64
 
 	// life owns every goroutine of the publisher: each Run's, its
 	// prefetches and the removal of its verification readers. ctx ends at

@@ -194,6 +194,9 @@ appending:
 	if !errors.Is(badErr, event.ErrLeaseLost) {
 		t.Fatalf("stale publisher ended with %v, want ErrLeaseLost", badErr)
 	}
+	if publisher.BatchesSent(good)+publisher.BatchesSent(bad) == 0 {
+		t.Fatal("no page went as one batch: the test did not try the batches' expected last sequences (backlog of 100, pages of 50)")
+	}
 	head := func() uint64 { b, _ := e.store.Boundary(ctx, "b"); return b.Head }
 	testutil.Eventually(t, "the checkpoint to reach the head", 20*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == head() })
 	cancel()
@@ -213,6 +216,40 @@ appending:
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 		t.Fatalf("out-of-place publish: got %v, want wrong last sequence", err)
+	}
+}
+
+// TestBacklogPublishedInBatches_I2_I3: a backlog's full pages go as one
+// batch each, every message at its position (I2) and the checkpoint at
+// the last acknowledged batch (I3); the short pages of live appends after
+// it go one message at a time, in the same stream.
+func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
+	e := setup(t)
+	e.append(t, 1000)
+	wake := make(chan struct{}, 1)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 100, Window: 8,
+		PollInterval: 20 * time.Millisecond, Wake: wake})
+	stop := run(t, p, e.lease(t))
+	testutil.Eventually(t, "the checkpoint at 1000", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1000 })
+	if n := publisher.BatchesSent(p); n != 10 {
+		t.Fatalf("%d pages went as one batch, want the 10 full pages of 100", n)
+	}
+	for range 5 {
+		e.append(t, 3)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	testutil.Eventually(t, "the checkpoint at 1015", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1015 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := publisher.BatchesSent(p); n != 10 {
+		t.Fatalf("%d pages went as one batch after the live appends, want 10: short pages go one message at a time", n)
+	}
+	if last := e.checkStream(t); last != 1015 {
+		t.Fatalf("stream last %d, want 1015", last)
 	}
 }
 

@@ -87,6 +87,11 @@ func Config(boundary, epoch string, lim Limits, firstSeq uint64) jetstream.Strea
 		Metadata:    map[string]string{MetaEpoch: epoch, MetaBoundary: boundary},
 
 		ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: ConsumerInactiveMax},
+		// The publisher sends a backlog's pages as fast-ingest batches
+		// where the server allows them (nats-server 2.14 and later; an
+		// older one ignores the field and the publisher sends one
+		// message at a time).
+		AllowBatchPublish: true,
 	}
 	if lim.MaxBytes > 0 {
 		cfg.MaxBytes = lim.MaxBytes

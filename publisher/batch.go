@@ -1,0 +1,240 @@
+// Fast-ingest batches: how a run publishes a large page of events as one
+// JetStream batch (nats-server 2.14 and later, a stream with
+// allow_batched), acknowledged every few hundred messages and at its
+// commit instead of once per message (docs/design.md §5,
+// docs/performance.md "Fast-ingest batches").
+
+package publisher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/stream"
+)
+
+// batchAckEvery is the most messages the server may leave unacknowledged
+// within a batch (it starts at 10 and doubles up to this, or less when
+// other batches are open on the stream); the run keeps at most two such
+// windows unacknowledged.
+const batchAckEvery = 500
+
+// batcher is a run's way to publish batches: the inbox the server answers
+// on, the answers, and the batches sent so far. nil when the stream does
+// not allow batches (an older server, or a stream created otherwise), or
+// when messages carry Nats-Msg-Id (a duplicate id is skipped inside a
+// batch, where a single publish says it was a duplicate).
+type batcher struct {
+	nc      *nats.Conn
+	inbox   string
+	sub     *nats.Subscription
+	replies chan *nats.Msg
+	n       uint64
+}
+
+// newBatcher subscribes to the answers of the run's batches when the
+// boundary's stream allows them; nil otherwise, and on any error (the run
+// then publishes one message at a time, as before).
+func (r *run) newBatcher(ctx context.Context) *batcher {
+	p := r.p
+	if p.cfg.MsgID {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
+	s, err := p.cfg.JS.Stream(ictx, stream.Name(p.cfg.Boundary))
+	cancel()
+	if err != nil || !s.CachedInfo().Config.AllowBatchPublish {
+		return nil
+	}
+	nc := p.cfg.JS.Conn()
+	b := &batcher{nc: nc, inbox: nc.NewRespInbox(), replies: make(chan *nats.Msg, 256)}
+	if b.sub, err = nc.ChanSubscribe(b.inbox+".>", b.replies); err != nil {
+		return nil
+	}
+	return b
+}
+
+// close ends the subscription.
+func (b *batcher) close() {
+	if b != nil {
+		_ = b.sub.Unsubscribe()
+	}
+}
+
+// batchReply is an answer on a batch's reply subjects: a flow
+// acknowledgement ("ack": the first seq messages are stored; send up to
+// msgs more), a message's error ("err", at seq), a gap ("gap"), or, with
+// no type, the commit's PubAck (the stream and the sequence of the
+// batch's last message, and its count) or an error of the batch.
+type batchReply struct {
+	Type   string              `json:"type"`
+	Seq    uint64              `json:"seq"`
+	Msgs   int                 `json:"msgs"`
+	Stream string              `json:"stream"`
+	Batch  string              `json:"batch"`
+	Count  int                 `json:"count"`
+	Error  *jetstream.APIError `json:"error"`
+}
+
+// sendBatch publishes events (consecutive positions) as one batch. It
+// awaits every single publish in flight first, so that the batch is the
+// only one open on the stream and every message before it is stored. Each
+// message expects the previous position as the stream's last sequence
+// (I2); the server checks that for every message of a batch and ends the
+// batch at the first that fails it, keeping those before it
+// (TestFastIngestChecksExpectedLastSequence). The last message commits the
+// batch, and its PubAck, the stream's sequence of that message, says
+// every message of the batch is stored: then, and only then, the batch is
+// checkpointed (I3), as a batch of single publishes is at its last
+// acknowledgement.
+func (fl *flight) sendBatch(ctx context.Context, events []event.Event) error {
+	if err := fl.settle(ctx, 0); err != nil {
+		return err
+	}
+	p, b := fl.r.p, fl.batch
+	b.n++
+	id := strconv.FormatUint(b.n, 36)
+	n := len(events)
+	first, last := events[0].Position, events[n-1].Position
+	start := time.Now()
+	timer := time.NewTimer(p.cfg.AckTimeout)
+	defer timer.Stop()
+	acked, every := 0, 10
+	for i := range events {
+		e := &events[i]
+		if e.Position != first+uint64(i) {
+			return fmt.Errorf("store returned position %d at index %d of a batch from %d: a gap in the store", e.Position, i, first)
+		}
+		msg, err := stream.Message(e, false)
+		if err != nil {
+			return err
+		}
+		msg.Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(e.Position-1, 10)}
+		msg.Reply = b.reply(id, i+1, n)
+		if err := b.nc.PublishMsg(msg); err != nil {
+			return publishError(e, msg, err)
+		}
+		// At most two flow windows unacknowledged; the last message is
+		// the commit, answered by the PubAck below.
+		for i+1 < n && i+1-acked >= 2*every {
+			r, err := fl.batchReply(ctx, timer, id, first)
+			if err != nil {
+				return err
+			}
+			if r.Type == "" {
+				return fmt.Errorf("publish batch of positions %d to %d: acknowledged at %d of %d messages (%+v)", first, last, i+1, n, r)
+			}
+			acked, every = int(r.Seq), max(r.Msgs, 1)
+			timer.Reset(p.cfg.AckTimeout)
+		}
+	}
+	for {
+		r, err := fl.batchReply(ctx, timer, id, first)
+		if err != nil {
+			return err
+		}
+		if r.Type == "ack" {
+			continue
+		}
+		if name := stream.Name(p.cfg.Boundary); r.Stream != name {
+			return &otherStreamError{pos: last, got: r.Stream, stream: name}
+		}
+		if r.Seq != last || r.Count != n {
+			return fmt.Errorf("batch of positions %d to %d acknowledged with %d messages up to stream sequence %d: refusing to continue out of place",
+				first, last, r.Count, r.Seq)
+		}
+		break
+	}
+	p.batches.Add(1)
+	return fl.acked(first, last, start)
+}
+
+// reply is the reply subject of message i (from 1) of batch id of n
+// messages: <inbox>.<id>.<ack every>.fail.<i>.<operation>.$FI, the
+// operation 0 (start) for the first, 2 (commit) for the last, else 1
+// (append). "fail": a message missing in between ends the batch.
+func (b *batcher) reply(id string, i, n int) string {
+	op := "1"
+	switch {
+	case i == n:
+		op = "2"
+	case i == 1:
+		op = "0"
+	}
+	return b.inbox + "." + id + "." + strconv.Itoa(batchAckEvery) + ".fail." + strconv.Itoa(i) + "." + op + ".$FI"
+}
+
+// batchReply returns the next answer for batch id (answers of earlier
+// batches are passed over): a flow acknowledgement or the PubAck. An
+// error, a gap, no answer within the timer, or ctx's end is an error.
+func (fl *flight) batchReply(ctx context.Context, timer *time.Timer, id string, first uint64) (batchReply, error) {
+	p, b := fl.r.p, fl.batch
+	prefix := b.inbox + "." + id + "."
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-b.replies:
+		case <-timer.C:
+			return batchReply{}, fmt.Errorf("publish batch from position %d: no acknowledgement within %s", first, p.cfg.AckTimeout)
+		case <-ctx.Done():
+			return batchReply{}, fmt.Errorf("publish batch from position %d: %w", first, ctx.Err())
+		}
+		if !strings.HasPrefix(m.Subject, prefix) {
+			continue
+		}
+		var r batchReply
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			return r, fmt.Errorf("publish batch from position %d: an answer that is no JSON (%q): %w", first, m.Data, err)
+		}
+		switch {
+		case r.Error != nil:
+			// The message the error is of: the answer's seq for an
+			// "err", else the one the reply subject numbers.
+			pos := first
+			if i := batchSeq(m.Subject); r.Type == "err" && r.Seq > 0 {
+				pos = first + r.Seq - 1
+			} else if i > 0 {
+				pos = first + i - 1
+			}
+			if wrongLastSequence(r.Error) {
+				return r, fmt.Errorf("publish position %d refused: the stream's last sequence is not %d (another publisher, or the stream changed): %w",
+					pos, pos-1, r.Error)
+			}
+			return r, fmt.Errorf("publish position %d (in a batch from %d): %w", pos, first, r.Error)
+		case r.Type == "gap":
+			return r, fmt.Errorf("publish batch from position %d: the server reports a gap in the batch (%s)", first, m.Data)
+		case r.Type != "" && r.Type != "ack":
+			return r, fmt.Errorf("publish batch from position %d: an answer of unknown type %q", first, r.Type)
+		}
+		return r, nil
+	}
+}
+
+// batchSeq is the message number in a batch's reply subject, 0 if none.
+func batchSeq(subject string) uint64 {
+	parts := strings.Split(subject, ".")
+	if len(parts) < 4 {
+		return 0
+	}
+	i, _ := strconv.ParseUint(parts[len(parts)-3], 10, 64)
+	return i
+}
+
+// publishError is the error of a publish the client refused to send.
+func publishError(e *event.Event, msg *nats.Msg, err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("publish position %d (event %s): the message is %d bytes, more than the NATS max payload: "+
+			"it was not written through orisun's append (which checks the limit); raise ORISUN_NATS_MAX_PAYLOAD or repair the row: %w",
+			e.Position, e.ID, len(msg.Data)+headerSize(msg.Header), err)
+	}
+	return fmt.Errorf("publish position %d: %w", e.Position, err)
+}
