@@ -13,7 +13,7 @@ import (
 // by a quarter at a time, so the values of a group of 1 KB events were
 // copied about five times over on their way into the statement, and that
 // garbage was a fifth of all the node's allocations under the api
-// workload (docs/performance.md, "The group commit's values"). The first
+// workload (docs/performance.md, "The append path's garbage"). The first
 // of the event columns goes as a presized value: pgx encodes what it
 // wraps, into the buffer grown first by room for all the columns. It is an
 // encode plan wrapper (pgtype.Map.TryWrapEncodePlanFuncs), so it works in
