@@ -39,6 +39,20 @@ type presizer interface{ presized() (any, int) }
 // there too.
 type textBytes [][]byte
 
+// textBytes is a pgtype.ArrayGetter: pgx encodes it as an array directly,
+// where a [][]byte went through its reflection-based slice wrapper.
+
+func (a textBytes) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a textBytes) Index(i int) any { return a[i] }
+
+func (a textBytes) IndexType() any { return []byte(nil) }
+
 // registerTypes makes m encode presized values and textBytes. It is every
 // pool connection's AfterConnect.
 func registerTypes(m *pgtype.Map) {
