@@ -1088,13 +1088,15 @@ func (unanswered) Err() <-chan error            { return nil }
 
 // TestAckTimeoutBoundsEachWait: the publisher's one timer for its
 // acknowledgements (reset for each message, issue 22) bounds each wait by
-// AckTimeout, not the run: events appended one at a time over four times
-// AckTimeout are all published without a timeout; and an acknowledgement
-// that never comes ends the wait after AckTimeout, naming its position.
+// AckTimeout, not the run: events appended one at a time over two and a
+// half times AckTimeout are all published without a timeout; and an
+// acknowledgement that never comes ends the wait after AckTimeout, naming
+// its position. (AckTimeout is a second: an acknowledgement on a loaded
+// machine may take a good part of 200 ms.)
 func TestAckTimeoutBoundsEachWait(t *testing.T) {
 	e := setup(t)
 	js := &heldAcks{JetStream: e.js}
-	const ackTimeout = 200 * time.Millisecond
+	const ackTimeout = time.Second
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: js, BatchSize: 50, Window: 8,
 		PollInterval: 5 * time.Millisecond, AckTimeout: ackTimeout})
 	var timedOut atomic.Value
@@ -1114,7 +1116,7 @@ func TestAckTimeoutBoundsEachWait(t *testing.T) {
 	run(t, p, e.lease(t))
 	start := time.Now()
 	n := 0
-	for time.Since(start) < 4*ackTimeout {
+	for time.Since(start) < 5*ackTimeout/2 {
 		e.append(t, 1)
 		n++
 		time.Sleep(20 * time.Millisecond)

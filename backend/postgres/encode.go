@@ -39,9 +39,9 @@ type presizer interface{ presized() (any, int) }
 // there too.
 type textBytes [][]byte
 
-// textBytes is a pgtype.ArrayGetter: pgx encodes it as an array directly,
-// where a [][]byte went through its reflection-based slice wrapper.
-
+// Dimensions, Index and IndexType make textBytes a pgtype.ArrayGetter,
+// which pgx encodes as an array directly, where a [][]byte went through
+// its reflection-based slice wrapper.
 func (a textBytes) Dimensions() []pgtype.ArrayDimension {
 	if a == nil {
 		return nil

@@ -21,11 +21,11 @@ var appendStatementParams = &pgconn.StatementDescription{ParamOIDs: []uint32{
 	pgtype.TextArrayOID, pgtype.TextArrayOID,
 }}
 
-// kilobyteEvents are n prepared events of 1 KB of data, as the api
-// workload of orisun bench appends them.
+// kilobyteEvents are n prepared events of 1 KB of data, the size the api
+// workload of orisun bench appends, each with a tag.
 func kilobyteEvents(tb testing.TB, n int) []event.Input {
 	tb.Helper()
-	data, _ := json.Marshal(map[string]string{"pad": string(bytes.Repeat([]byte("x"), 1010))})
+	data, _ := json.Marshal(map[string]string{"note": string(bytes.Repeat([]byte("x"), 1010))})
 	in := make([]event.Input, n)
 	for i := range in {
 		in[i] = event.Input{Type: "bench.event", Data: data, Tags: []string{"customer:" + strconv.Itoa(i)}}
