@@ -540,6 +540,8 @@ type meter struct {
 	end    time.Time
 	cpuEnd time.Duration
 	maxrss int64
+	// alloc and allocEnd are heapAllocs at the start and the end.
+	alloc, allocEnd uint64
 }
 
 func startMeter() *meter {
@@ -547,6 +549,7 @@ func startMeter() *meter {
 	m := &meter{start: time.Now(), stop: make(chan struct{})}
 	m.cpu, _ = cpuTime()
 	m.gc, m.cycles = gcCPU()
+	m.alloc = heapAllocs()
 	m.peak.Store(ResidentBytes())
 	m.heap.Store(gctune.HeapLive())
 	m.wg.Add(1)
@@ -571,6 +574,7 @@ func (m *meter) finish() {
 		m.end = time.Now()
 		m.cpuEnd, m.maxrss = cpuTime()
 		m.gcEnd, m.cyEnd = gcCPU()
+		m.allocEnd = heapAllocs()
 		close(m.stop)
 		m.wg.Wait()
 		m.sample()
@@ -604,13 +608,24 @@ func gcCPU() (float64, int64) {
 	return secs, cycles
 }
 
+// heapAllocs is the bytes this process has allocated in the Go heap so
+// far (/gc/heap/allocs:bytes).
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		return s[0].Value.Uint64()
+	}
+	return 0
+}
+
 // row finishes the meter and returns a row of events over the wall time.
 func (m *meter) row(workload, name string, events int64, eventBytes int) Row {
 	m.finish()
 	secs := m.end.Sub(m.start).Seconds()
 	cpu := (m.cpuEnd - m.cpu).Seconds()
 	row := Row{Workload: workload, Name: name, Events: events, Seconds: secs,
-		CPUSeconds: cpu, GCCPUSeconds: m.gcEnd - m.gc, GCCycles: m.cyEnd - m.cycles, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6, HeapLiveMB: float64(m.heap.Load()) / 1e6}
+		CPUSeconds: cpu, GCCPUSeconds: m.gcEnd - m.gc, GCCycles: m.cyEnd - m.cycles, AllocMB: float64(m.allocEnd-m.alloc) / 1e6, RSSMB: float64(m.peak.Load()) / 1e6, MaxRSSMB: float64(m.maxrss) / 1e6, HeapLiveMB: float64(m.heap.Load()) / 1e6}
 	if secs > 0 {
 		row.EventsPerSec = float64(events) / secs
 		row.MBPerSec = float64(events) * float64(eventBytes) / 1e6 / secs

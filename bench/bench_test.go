@@ -348,6 +348,9 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 			t.Errorf("%s %q: %d collections, %v gc cpu s of %v", row.Workload, row.Name, row.GCCycles, row.GCCPUSeconds, row.CPUSeconds)
 		}
 		cycles += row.GCCycles
+		if row.Events > 0 && !(row.AllocMB > 0) {
+			t.Errorf("%s %q: %d events and %v MB allocated", row.Workload, row.Name, row.Events, row.AllocMB)
+		}
 	}
 	// A small row may allocate less than the collector's goal, but the
 	// relay of the backlog does not.

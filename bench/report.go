@@ -95,6 +95,10 @@ type Row struct {
 	// on the collector's goal, not on what else runs on the machine.
 	GCCPUSeconds float64 `json:"gc_cpu_s"`
 	GCCycles     int64   `json:"gc_cycles"`
+	// AllocMB is what this process allocated in the Go heap over the
+	// workload (/gc/heap/allocs:bytes): the garbage the collector's work
+	// follows, which, unlike its CPU, the machine's load does not move.
+	AllocMB float64 `json:"alloc_mb"`
 	// RSSMB is the largest resident set sampled during the workload,
 	// MaxRSSMB the process's peak so far (getrusage maxrss). In the api
 	// rows the process is the node's alone: the client is another one.

@@ -179,17 +179,25 @@ func Prepare(boundary string, in []Input, lim Limits) ([]Input, error) {
 		return nil, fmt.Errorf("%w: events: the append holds %d events, the limit is %d", ErrTooLarge, len(in), lim.MaxAppendEvents)
 	}
 	out := make([]Input, len(in))
-	seen := make(map[string]int, len(in))
+	// The ids seen: a map for a large append; a few are compared with
+	// each other (a map per append was a tenth of what Prepare allocated
+	// for a single event).
+	var seen map[string]int
+	if len(in) > fewEvents {
+		seen = make(map[string]int, len(in))
+	}
 	total := 0
 	for i := range in {
 		e, err := prepareOne(&in[i])
 		if err != nil {
 			return nil, fmt.Errorf("events[%d]: %w", i, err)
 		}
-		if j, dup := seen[e.ID]; dup {
+		if j, dup := firstID(out[:i], seen, e.ID); dup {
 			return nil, fmt.Errorf("%w: events[%d].id: %s is also the id of events[%d]; ids must be unique", ErrInvalid, i, e.ID, j)
 		}
-		seen[e.ID] = i
+		if seen != nil {
+			seen[e.ID] = i
+		}
 		size := rawSize(&e)
 		if lim.EncodedSize != nil {
 			size = lim.EncodedSize(boundary, &e)
@@ -206,6 +214,25 @@ func Prepare(boundary string, in []Input, lim Limits) ([]Input, error) {
 		out[i] = e
 	}
 	return out, nil
+}
+
+// fewEvents is the most events of an append whose ids Prepare compares
+// with each other rather than look up in a map.
+const fewEvents = 8
+
+// firstID returns the index of id among the events before (in seen when
+// it is not nil).
+func firstID(before []Input, seen map[string]int, id string) (int, bool) {
+	if seen != nil {
+		j, ok := seen[id]
+		return j, ok
+	}
+	for j := range before {
+		if before[j].ID == id {
+			return j, true
+		}
+	}
+	return 0, false
 }
 
 func rawSize(e *Input) int {

@@ -3,6 +3,7 @@ package event_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -244,6 +245,42 @@ func TestPrepareRefusesBadJSON(t *testing.T) {
 		out, err := event.Prepare("b", in, event.Limits{})
 		if !errors.Is(err, event.ErrInvalid) || !strings.HasPrefix(err.Error(), "events[1]: ") || !strings.Contains(err.Error(), c.want) || out != nil {
 			t.Errorf("%s: got %v (%d events), want ErrInvalid for events[1] containing %q and no events", c.name, err, len(out), c.want)
+		}
+	}
+}
+
+// TestPrepareRefusesDuplicateIDs: an id given twice in one append is
+// refused, naming both events, in appends of a few events (whose ids are
+// compared with each other) and of many (looked up in a map), with the
+// second at every place; ids that differ only in case are the same id.
+// Appends of distinct ids, and of ids left to Prepare, pass.
+func TestPrepareRefusesDuplicateIDs(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3, 8, 9, 100} {
+		in := make([]event.Input, n)
+		for i := range in {
+			in[i] = event.Input{ID: event.NewID(), Type: "t", Data: json.RawMessage(`1`)}
+		}
+		if _, err := event.Prepare("b", in, event.Limits{}); err != nil {
+			t.Fatalf("%d distinct ids: %v", n, err)
+		}
+		anon := make([]event.Input, n)
+		for i := range anon {
+			anon[i] = event.Input{Type: "t", Data: json.RawMessage(`1`)}
+		}
+		if _, err := event.Prepare("b", anon, event.Limits{}); err != nil {
+			t.Fatalf("%d generated ids: %v", n, err)
+		}
+		for first := range n {
+			for second := first + 1; second < n; second++ {
+				dup := append([]event.Input(nil), in...)
+				dup[second].ID = strings.ToUpper(in[first].ID)
+				_, err := event.Prepare("b", dup, event.Limits{})
+				want := fmt.Sprintf("events[%d].id: %s is also the id of events[%d]", second, in[first].ID, first)
+				if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), want) {
+					t.Fatalf("%d events, id of %d again at %d: %v, want %q", n, first, second, err, want)
+				}
+			}
 		}
 	}
 }

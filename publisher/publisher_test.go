@@ -1099,3 +1099,76 @@ func TestStoreGoneBackStallsIdlePublisher_I7(t *testing.T) {
 		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
 	})
 }
+
+// heldAcks is the real JetStream whose acknowledgements of positions past
+// holdAfter (0: none held) never reach the publisher: the messages are
+// published, their futures never answer.
+type heldAcks struct {
+	jetstream.JetStream
+	holdAfter atomic.Uint64
+}
+
+func (h *heldAcks) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	f, err := h.JetStream.PublishMsgAsync(m, opts...)
+	pos, _ := strconv.ParseUint(m.Header.Get(stream.HeaderPosition), 10, 64)
+	if err != nil || h.holdAfter.Load() == 0 || pos <= h.holdAfter.Load() {
+		return f, err
+	}
+	return unanswered{f}, nil
+}
+
+// unanswered is a future that never answers.
+type unanswered struct{ jetstream.PubAckFuture }
+
+func (unanswered) Ok() <-chan *jetstream.PubAck { return nil }
+func (unanswered) Err() <-chan error            { return nil }
+
+// TestAckTimeoutBoundsEachWait: the publisher's one timer for its
+// acknowledgements (reset for each message, issue 22) bounds each wait by
+// AckTimeout, not the run: events appended one at a time over two and a
+// half times AckTimeout are all published without a timeout; and an
+// acknowledgement that never comes ends the wait after AckTimeout, naming
+// its position. (AckTimeout is a second: an acknowledgement on a loaded
+// machine may take a good part of 200 ms.)
+func TestAckTimeoutBoundsEachWait(t *testing.T) {
+	e := setup(t)
+	js := &heldAcks{JetStream: e.js}
+	const ackTimeout = time.Second
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: js, BatchSize: 50, Window: 8,
+		PollInterval: 5 * time.Millisecond, AckTimeout: ackTimeout})
+	var timedOut atomic.Value
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if st := p.Status(); strings.Contains(st.Reason, "no acknowledgement") {
+				timedOut.Store(st.Reason)
+			}
+			time.Sleep(2 * time.Millisecond)
+			if js.holdAfter.Load() != 0 {
+				return
+			}
+		}
+	}()
+	run(t, p, e.lease(t))
+	start := time.Now()
+	n := 0
+	for time.Since(start) < 5*ackTimeout/2 {
+		e.append(t, 1)
+		n++
+		time.Sleep(20 * time.Millisecond)
+	}
+	testutil.Eventually(t, "every event published", 10*time.Second, 10*time.Millisecond, func() bool {
+		return e.checkpoint() == uint64(n)
+	})
+	js.holdAfter.Store(uint64(n))
+	<-done
+	if r := timedOut.Load(); r != nil {
+		t.Fatalf("a wait timed out while every acknowledgement came: %s", r)
+	}
+	e.append(t, 1)
+	testutil.Eventually(t, "the held acknowledgement timed out", 10*time.Second, 5*time.Millisecond, func() bool {
+		st := p.Status()
+		return strings.Contains(st.Reason, fmt.Sprintf("publish position %d: no acknowledgement within %s", n+1, ackTimeout))
+	})
+}

@@ -620,14 +620,19 @@ func (g *groupRun) runSteps(run []int) []step {
 // both encodings, so the text-format query modes a URL can choose
 // (default_query_exec_mode=exec or simple_protocol) work too.
 type eventColumns struct {
-	ids               []pgtype.UUID
-	types, tags, data []string
-	metadata          []pgtype.Text
+	ids         []pgtype.UUID
+	types, tags []string
+	// data are the events' bytes, not copies (see textBytes).
+	data     textBytes
+	metadata []pgtype.Text
 	// textIDs are the ids as given, kept only once one is not a canonical
 	// UUID (from a caller that skipped event.Prepare): then they go as
 	// text, for PostgreSQL to judge as it would any uuid input, never as a
 	// zero UUID.
 	textIDs []string
+	// size is what the columns take in the binary format: the room the
+	// statement's values are given at once (see presized).
+	size int
 }
 
 func (c *eventColumns) add(events []event.Input) {
@@ -635,7 +640,7 @@ func (c *eventColumns) add(events []event.Input) {
 		// Most appends are one run or one request: room for it at once.
 		n := len(events)
 		c.ids, c.types = make([]pgtype.UUID, 0, n), make([]string, 0, n)
-		c.tags, c.data, c.metadata = make([]string, 0, n), make([]string, 0, n), make([]pgtype.Text, 0, n)
+		c.tags, c.data, c.metadata = make([]string, 0, n), make(textBytes, 0, n), make([]pgtype.Text, 0, n)
 	}
 	for k := range events {
 		in := &events[k]
@@ -652,20 +657,27 @@ func (c *eventColumns) add(events []event.Input) {
 		}
 		c.types = append(c.types, in.Type)
 		c.tags = append(c.tags, arrayLiteral(in.Tags))
-		c.data = append(c.data, string(in.Data))
+		c.data = append(c.data, in.Data)
 		md := pgtype.Text{}
 		if len(in.Metadata) > 0 {
 			md = pgtype.Text{String: string(in.Metadata), Valid: true}
 		}
 		c.metadata = append(c.metadata, md)
+		// Each element is its bytes after a 4-byte length; an id is 16
+		// bytes in binary, 36 as text.
+		c.size += 5*4 + 36 + len(in.Type) + len(c.tags[len(c.tags)-1]) + len(in.Data) + len(in.Metadata)
 	}
 }
 
+// arrayHeaders is room for the headers of the five arrays of eventColumns
+// (20 bytes each in the binary format) and the values after them.
+const arrayHeaders = 5*20 + 64
+
 // args are the bind values $1…$7 of the append statement.
 func (c *eventColumns) args(boundary string) []any {
-	var ids any = c.ids
+	var ids any = presized[[]pgtype.UUID]{c.ids, c.size + arrayHeaders}
 	if c.textIDs != nil {
-		ids = c.textIDs
+		ids = presized[[]string]{c.textIDs, c.size + arrayHeaders}
 	}
 	return []any{boundary, int64(len(c.ids)), ids, c.types, c.tags, c.data, c.metadata}
 }

@@ -140,19 +140,22 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	defer rows.Close()
 	var epoch pgtype.Text
 	var head pgtype.Int8
-	events := make([]event.Event, 0, min(limit, 256))
+	events := make([]event.Event, 0, sqlstore.PageCap(limit))
+	// Scanned into for every row, declared once (each would be a heap
+	// allocation per row): every Scan sets each of them anew, the slices
+	// and strings to new ones.
+	var (
+		ep   pgtype.Text
+		pos  pgtype.Int8
+		id   pgtype.UUID
+		typ  pgtype.Text
+		t    pgtype.Timestamptz
+		tags []string
+		data []byte
+		md   []byte
+		h    pgtype.Int8
+	)
 	for rows.Next() {
-		var (
-			ep   pgtype.Text
-			pos  pgtype.Int8
-			id   pgtype.UUID
-			typ  pgtype.Text
-			t    pgtype.Timestamptz
-			tags []string
-			data []byte
-			md   []byte
-			h    pgtype.Int8
-		)
 		if err := rows.Scan(&ep, &pos, &id, &typ, &t, &tags, &data, &md, &h); err != nil {
 			return "", nil, s.translate(op, err)
 		}

@@ -70,7 +70,7 @@ func (s *Store) ReadBackward(ctx context.Context, boundary string, before uint64
 		head  uint64
 		found bool
 	)
-	events := make([]event.Event, 0, min(limit, 256))
+	events := make([]event.Event, 0, sqlstore.PageCap(limit))
 	for rows.Next() {
 		var e *event.Event
 		if epoch, head, e, err = scanBoundaryEvent(rows, boundary); err != nil {

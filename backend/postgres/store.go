@@ -228,6 +228,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// itself, whatever the URL or the role says (see sqlGenericPlans).
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
+	poolCfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		registerTypes(c.TypeMap())
+		return nil
+	}
 	// The listener's application name is the pool's with a suffix, so
 	// operators (and tests) can tell it apart in pg_stat_activity.
 	listenCfg := poolCfg.ConnConfig.Copy()

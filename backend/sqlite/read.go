@@ -158,7 +158,7 @@ func (s *Store) readPage(ctx context.Context, op, boundary string, limit int, q 
 		return "", nil, s.translate(op, err)
 	}
 	defer rows.Close()
-	events := make([]event.Event, 0, min(limit, 256))
+	events := make([]event.Event, 0, sqlstore.PageCap(limit))
 	var badTags error
 	for rows.Next() {
 		e, err := scanEvent(rows, boundary, epoch)

@@ -33,6 +33,7 @@ func benchCommand() *cobra.Command {
 		callers    = intList(cfg.Callers)
 		only       string
 		cpuprofile string
+		memprofile string
 		logLevel   string
 		saved      string
 		msgID      = false
@@ -51,7 +52,7 @@ minutes; Ctrl-C stops it and cleans up.`,
   orisun bench --only relay --events 200000 --cpuprofile relay.prof --json > relay.json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cfg, benchOptions{asJSON, quiet, rates, callers, only, cpuprofile, logLevel, saved, msgID},
+			return runBench(cfg, benchOptions{asJSON, quiet, rates, callers, only, cpuprofile, memprofile, logLevel, saved, msgID},
 				cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -77,6 +78,7 @@ minutes; Ctrl-C stops it and cleans up.`,
 	fs.DurationVar(&cfg.ScaleIdle, "scale-idle", cfg.ScaleIdle, "idle window of the scale workload")
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", cfg.StreamMaxBytes, "byte limit of every event stream (JetStream reserves it in memory per stream)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the api workload: the node's process)")
+	fs.StringVar(&memprofile, "memprofile", "", "write the allocations of the whole run (a pprof allocs profile) to this file at its end (with the api workload: the node's process)")
 	fs.StringVar(&cfg.ClientCPUProfile, "client-cpuprofile", "", "write a CPU profile of the api workload's client process to this file")
 	fs.BoolVar(&msgID, "msg-id", msgID, "give every message Nats-Msg-Id, as ORISUN_NATS_MSG_ID=true does (the node's default is without)")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
@@ -107,6 +109,7 @@ type benchOptions struct {
 	asJSON, quiet    bool
 	rates, callers   intList
 	only, cpuprofile string
+	memprofile       string
 	logLevel, saved  string
 	msgID            bool
 }
@@ -141,6 +144,18 @@ func runBench(cfg bench.Config, o benchOptions, stdout, stderr io.Writer) error 
 			return exit(exitFailure, fmt.Errorf("--cpuprofile: %w", err))
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.memprofile != "" {
+		f, err := os.Create(o.memprofile)
+		if err != nil {
+			return usageErr("--memprofile: %v", err)
+		}
+		defer f.Close()
+		defer func() {
+			if werr := pprof.Lookup("allocs").WriteTo(f, 0); werr != nil {
+				fmt.Fprintf(stderr, "--memprofile: %v\n", werr)
+			}
+		}()
 	}
 	fmt.Fprint(stderr, plan(cfg))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

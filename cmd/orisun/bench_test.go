@@ -20,8 +20,14 @@ func TestBenchCommand(t *testing.T) {
 		"--rates", "50", "--callers", "2", "--scale-boundaries", "5", "--scale-busy", "1", "--scale-rate", "10",
 		"--scale-idle", "100ms"}
 	var stdout, stderr bytes.Buffer
-	if code := run(append(tiny, "--json"), &stdout, &stderr); code != 0 {
+	memprofile := filepath.Join(t.TempDir(), "bench.mem")
+	if code := run(append(tiny, "--json", "--memprofile", memprofile), &stdout, &stderr); code != 0 {
 		t.Fatalf("orisun bench --json: exit %d\n%s", code, stderr.String())
+	}
+	// The allocation profile is written at the end: a gzipped pprof
+	// profile.
+	if b, err := os.ReadFile(memprofile); err != nil || len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--memprofile wrote %d bytes (%v), want a gzipped pprof profile", len(b), err)
 	}
 	var rep bench.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
@@ -74,6 +80,7 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"--events", "-5"}, "events"},
 		{[]string{"--only", "relay,teleport"}, "only"},
 		{[]string{"--log-level", "loud"}, "log-level"},
+		{[]string{"--memprofile", "/nonexistent-dir/bench.mem"}, "memprofile"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		t.Setenv("ORISUN_PG_URL", "")
