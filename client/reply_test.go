@@ -16,6 +16,7 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -44,14 +45,7 @@ func (im *impostor) set(subject, body string) {
 // the server over TCP.
 func startImpostor(t *testing.T) (*impostor, func() *client.Client) {
 	t.Helper()
-	srv, err := natsembed.New(natsembed.Config{StoreDir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := natstest.Server(t, natsembed.Config{})
 	nc, err := srv.Connect("impostor")
 	if err != nil {
 		t.Fatal(err)

@@ -46,14 +46,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: dir + "/js"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Stop)
+	ns := natstest.Server(t, natsembed.Config{})
 	nc, err := ns.Connect("test")
 	if err != nil {
 		t.Fatal(err)

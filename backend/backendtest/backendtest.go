@@ -102,6 +102,22 @@ func Create(t testing.TB, s backend.Store, boundaries ...string) {
 	}
 }
 
+// Fill appends n events to boundary, 1,000 an append: event k (from 0) is
+// ev(k). It is how a backend's tests build a large boundary (the query
+// plan tests, the read benchmarks); each backend chooses its events.
+func Fill(t testing.TB, s backend.Store, boundary string, n int, ev func(k int) event.Input) {
+	t.Helper()
+	for start := 0; start < n; start += 1000 {
+		in := make([]event.Input, min(1000, n-start))
+		for i := range in {
+			in[i] = ev(start + i)
+		}
+		if _, err := s.Append(context.Background(), boundary, in, nil); err != nil {
+			t.Fatalf("append events %d to %d of %d to %q: %v", start, start+len(in)-1, n, boundary, err)
+		}
+	}
+}
+
 // ev is a raw input; prep normalises inputs the way the core does before an
 // append (event.Prepare), so the suite appends what a backend really gets.
 func ev(typ string, tags ...string) event.Input {

@@ -19,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -135,14 +136,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 			if _, err := s.Append(ctx, "default", prepared, nil); err != nil {
 				t.Fatal(err)
 			}
-			ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: filepath.Join(dir, "js")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ns.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer ns.Stop()
+			ns := natstest.Server(t, natsembed.Config{})
 			nc, err := ns.Connect("control")
 			if err != nil {
 				t.Fatal(err)
