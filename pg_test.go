@@ -3,6 +3,7 @@ package orisun_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestSlowAppenderMakesPublisherWait_I1_I4_I7: on PostgreSQL a transaction
@@ -110,17 +112,13 @@ func TestSubscriberOnDemotedNodeReadsStore_I5(t *testing.T) {
 expires_at = clock_timestamp() + interval '1 hour' WHERE boundary = 'default'`, stB.LeaseHolder); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testutil.Until(t, "node-a to step down", 15*time.Second, 50*time.Millisecond, func() error {
 		st, _ := a.Status(ctx)
 		if len(st.Boundaries) == 1 && st.Boundaries[0].State == "standby" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node-a never stepped down: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("status %+v", st)
+	})
 	if _, err := b.Append(ctx, "default", events(10, "y", 16), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/status"
 )
@@ -113,9 +114,8 @@ func grepLines(body, prefix string) string {
 // and ok (when given) accepts it.
 func waitState(t testing.TB, n *orisun.Node, boundary string, state string, timeout time.Duration, ok func(orisun.BoundaryStatus) bool) orisun.BoundaryStatus {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last orisun.BoundaryStatus
-	for time.Now().Before(deadline) {
+	testutil.Until(t, fmt.Sprintf("boundary %s to reach state %s", boundary, state), timeout, 50*time.Millisecond, func() error {
 		st := httpStatus(t, n)
 		for _, b := range st.Boundaries {
 			if b.Name == boundary {
@@ -123,11 +123,10 @@ func waitState(t testing.TB, n *orisun.Node, boundary string, state string, time
 			}
 		}
 		if string(last.State) == state && (ok == nil || ok(last)) {
-			return last
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("boundary %s never reached state %s in %s; last: %+v", boundary, state, timeout, last)
+		return fmt.Errorf("last: %+v", last)
+	})
 	return last
 }
 
@@ -454,17 +453,13 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 		t.Fatalf("stalled status (want the reason to name position 4, published 3 of 6): %+v", s)
 	}
 	t.Logf("stalled reason: %s", s.Reason)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Until(t, "/readyz to report the stall past the threshold", 30*time.Second, 100*time.Millisecond, func() error {
 		code, body := httpGet(t, n, "/readyz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "stalled since") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz with a stall past the threshold: %d %s", code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("/readyz: %d %s", code, body)
+	})
 	if _, last := checkStream(t, n, "default"); last != 3 {
 		t.Fatalf("the stream went past the unpublishable position: last %d", last)
 	}

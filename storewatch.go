@@ -252,14 +252,7 @@ func (w *storeWatch) health() (ok bool, since time.Time, what string, readsFail 
 // watch settles the failing kinds and runs the write probe (p nil: none)
 // every interval while a kind fails, until ctx ends.
 func (w *storeWatch) watch(ctx context.Context, p writeProber, interval time.Duration) {
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for serviceutil.Sleep(ctx, interval) {
 		w.settle(time.Now())
 		if p != nil && w.failing.Load() != 0 {
 			start := time.Now()
@@ -273,7 +266,6 @@ func (w *storeWatch) watch(ctx context.Context, p writeProber, interval time.Dur
 				w.m.StoreError(metrics.OpProbeWrite)
 			}
 		}
-		t.Reset(interval)
 	}
 }
 

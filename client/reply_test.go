@@ -46,11 +46,7 @@ func (im *impostor) set(subject, body string) {
 func startImpostor(t *testing.T) (*impostor, func() *client.Client) {
 	t.Helper()
 	srv := natstest.Server(t, natsembed.Config{})
-	nc, err := srv.Connect("impostor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Orisun(t, srv, "impostor")
 	im := &impostor{replies: map[string]string{}}
 	if _, err := nc.Subscribe(api.SubjectPrefix+".>", func(m *nats.Msg) {
 		im.mu.Lock()

@@ -47,11 +47,7 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(func() { store.Close() })
 	ns := natstest.Server(t, natsembed.Config{})
-	nc, err := ns.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Orisun(t, ns, "test")
 	js := natstest.JetStream(t, nc)
 	if _, _, err := store.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
@@ -151,11 +147,7 @@ func TestStalePublisherCannotMisplace_I6_I3(t *testing.T) {
 	stale, current := e.deposed(t)
 
 	// The stale publisher gets its own connection, as another node would.
-	nc2, err := e.ns.Connect("stale")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc2.Close()
+	nc2 := natstest.Orisun(t, e.ns, "stale")
 	js2, _ := jetstream.New(nc2)
 	good := e.publisher(e.js, make(chan struct{}, 1))
 	bad := e.publisher(js2, make(chan struct{}, 1))
@@ -202,7 +194,7 @@ appending:
 	// by JetStream itself.
 	_, evs, _ := e.store.Read(ctx, "b", 4, 1, nil)
 	msg, _ := stream.Message(&evs[0], false)
-	_, err = js2.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(4))
+	_, err := js2.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(4))
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 		t.Fatalf("out-of-place publish: got %v, want wrong last sequence", err)

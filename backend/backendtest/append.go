@@ -13,6 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 func testAppend(t *testing.T, open func(t *testing.T) backend.Store) {
@@ -330,18 +331,9 @@ func testIdempotency(t *testing.T, open func(t *testing.T) backend.Store) {
 			in := batch(t, "orders", 3, "order.placed")
 			results := make([]event.AppendResult, copies)
 			errs := make([]error, copies)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for c := range copies {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					results[c], errs[c] = s.Append(context.Background(), "orders", in, nil)
-				}()
-			}
-			close(start)
-			wg.Wait()
+			testutil.AtOnce(copies, func(c int) {
+				results[c], errs[c] = s.Append(context.Background(), "orders", in, nil)
+			})
 			for c := range copies {
 				if errs[c] != nil {
 					t.Fatalf("round %d, copy %d: %v", round, c, errs[c])
@@ -370,42 +362,36 @@ func testGroupCommit(t *testing.T, open func(t *testing.T) backend.Store) {
 		for round := range rounds {
 			type outcome struct {
 				kind string
+				b    string
 				in   []event.Input
+				cond *event.Condition
 				res  event.AppendResult
 				err  error
 			}
 			out := make([]outcome, requests)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
 			for i := range out {
 				o := &out[i]
-				var b string
-				var cond *event.Condition
 				switch i % 4 {
 				case 0:
-					o.kind, b = "missing boundary", "missing"
-					o.in = batch(t, b, 2, "order.placed")
+					o.kind, o.b = "missing boundary", "missing"
+					o.in = batch(t, o.b, 2, "order.placed")
 				case 1:
-					o.kind, b = "id conflict", "orders"
-					o.in = append(batch(t, b, 1, "order.placed"),
-						prep(t, b, event.Input{ID: seeded[0].ID, Type: "not.the.seed", Data: json.RawMessage(`1`)})...)
+					o.kind, o.b = "id conflict", "orders"
+					o.in = append(batch(t, o.b, 1, "order.placed"),
+						prep(t, o.b, event.Input{ID: seeded[0].ID, Type: "not.the.seed", Data: json.RawMessage(`1`)})...)
 				case 2:
-					o.kind, b = "failed condition", "orders"
-					o.in = batch(t, b, 2, "order.placed")
-					cond = &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
+					o.kind, o.b = "failed condition", "orders"
+					o.in = batch(t, o.b, 2, "order.placed")
+					o.cond = &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
 				default:
-					o.kind, b = "valid", "orders"
-					o.in = batch(t, b, 2, "order.placed")
+					o.kind, o.b = "valid", "orders"
+					o.in = batch(t, o.b, 2, "order.placed")
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					o.res, o.err = s.Append(context.Background(), b, o.in, cond)
-				}()
 			}
-			close(start)
-			wg.Wait()
+			testutil.AtOnce(requests, func(i int) {
+				o := &out[i]
+				o.res, o.err = s.Append(context.Background(), o.b, o.in, o.cond)
+			})
 			for i, o := range out {
 				var target error
 				switch o.kind {

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
@@ -99,6 +100,34 @@ func Create(t testing.TB, s backend.Store, boundaries ...string) {
 		if _, _, err := s.CreateBoundary(context.Background(), name); err != nil {
 			t.Fatalf("CreateBoundary(%q): %v", name, err)
 		}
+	}
+}
+
+// Notified returns a callback for OnAppend or OnLeaseReleased that sends
+// the boundary it is called with on the channel it returns, which holds n
+// (a full channel drops it: a callback must not block).
+func Notified(n int) (<-chan string, func(boundary string)) {
+	ch := make(chan string, n)
+	return ch, func(boundary string) {
+		select {
+		case ch <- boundary:
+		default:
+		}
+	}
+}
+
+// WantNotified waits up to timeout for the next boundary on ch (from
+// Notified) and fails the test unless it comes and is want; what names
+// the callback in the failure.
+func WantNotified(t testing.TB, ch <-chan string, want string, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("%s(%q), want %q", what, got, want)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("%s was not called for %q within %s", what, want, timeout)
 	}
 }
 

@@ -137,11 +137,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 				t.Fatal(err)
 			}
 			ns := natstest.Server(t, natsembed.Config{})
-			nc, err := ns.Connect("control")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
+			nc := natstest.Orisun(t, ns, "control")
 			js, _ := jetstream.New(nc)
 			b, _ := s.Boundary(ctx, "default")
 			if _, err := js.CreateStream(ctx, stream.Config("default", b.Epoch, stream.Limits{}, 1)); err != nil {
@@ -313,17 +309,13 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 	if _, err := n.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Until(t, "the node to settle", 60*time.Second, 50*time.Millisecond, func() error {
 		st, err := n.Status(ctx)
 		if err == nil && st.Settled {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never settled: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("status %+v (%v)", st, err)
+	})
 	rec, err := NewRecorder(filepath.Join(dir, "h.jsonl"), "consumers#1")
 	if err != nil {
 		t.Fatal(err)
