@@ -76,6 +76,16 @@ func events(n int, typ string, size int) []orisun.Input {
 	return out
 }
 
+// appendSettled appends evs to boundary default of n and waits up to
+// timeout until the node has published them (waitSettled).
+func appendSettled(t testing.TB, ctx context.Context, n *orisun.Node, evs []orisun.Input, timeout time.Duration) orisun.Status {
+	t.Helper()
+	if _, err := n.Append(ctx, "default", evs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return waitSettled(t, n, timeout)
+}
+
 // waitSettled waits until every boundary's published position equals its head.
 func waitSettled(t testing.TB, n *orisun.Node, timeout time.Duration) orisun.Status {
 	t.Helper()
@@ -808,10 +818,7 @@ func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
 	})
 	quiet := ss.readsOf("quiet")
 	for round := 1; round <= 3; round++ {
-		if _, err := n.Append(ctx, "default", events(5, "x", 16), nil); err != nil {
-			t.Fatal(err)
-		}
-		st := waitSettled(t, n, 20*time.Second)
+		st := appendSettled(t, ctx, n, events(5, "x", 16), 20*time.Second)
 		for _, b := range st.Boundaries {
 			if b.Name == "default" && (b.Head != uint64(5*round) || b.Published != b.Head) {
 				t.Fatalf("round %d: default head %d published %d, want %d", round, b.Head, b.Published, 5*round)

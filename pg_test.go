@@ -24,10 +24,7 @@ import (
 func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 	n, url := pgNode(t, 100*time.Millisecond)
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(5, "before", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 10*time.Second)
+	appendSettled(t, ctx, n, events(5, "before", 16), 10*time.Second)
 
 	// The slow appender: takes the head row as an append does, and holds it.
 	tx := beginTx(t, url)
@@ -89,10 +86,7 @@ func TestSubscriberOnDemotedNodeReadsStore_I5(t *testing.T) {
 		return func(c *orisun.Config) { c.Backend, c.PGURL, c.NodeID = "postgres", url, id }
 	}
 	a := setup(t, "", pg("node-a"))
-	if _, err := a.Append(ctx, "default", events(10, "x", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, a, 10*time.Second)
+	appendSettled(t, ctx, a, events(10, "x", 16), 10*time.Second)
 	r := newRecorder(0)
 	live := make(chan uint64, 4)
 	stop := subscribe(t, a, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: func(n uint64) { live <- n }})
@@ -119,10 +113,7 @@ expires_at = clock_timestamp() + interval '1 hour' WHERE boundary = 'default'`, 
 		}
 		return fmt.Errorf("status %+v", st)
 	})
-	if _, err := b.Append(ctx, "default", events(10, "y", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, b, 10*time.Second)
+	appendSettled(t, ctx, b, events(10, "y", 16), 10*time.Second)
 	waitDelivered(t, r, 20, 10*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -159,10 +150,7 @@ func TestUnreachablePostgresAtStart(t *testing.T) {
 func TestPollingPublishesWithoutNotification_I4(t *testing.T) {
 	n, url := pgNode(t, 300*time.Millisecond)
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(2, "notified", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 20*time.Second)
+	appendSettled(t, ctx, n, events(2, "notified", 16), 20*time.Second)
 
 	// Three events appended the way the store appends them (the head row
 	// drawn, the events inserted, one transaction), minus the NOTIFY.

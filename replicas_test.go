@@ -172,10 +172,7 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 		}
 	}
 	first := setup(t, "", cfg(1))
-	if _, err := first.Append(ctx, "default", events(5, "before", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, first, 30*time.Second)
+	appendSettled(t, ctx, first, events(5, "before", 32), 30*time.Second)
 	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -198,10 +195,7 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 	if !strings.Contains(warning, "keeps 1 replica(s), not the 3") || !strings.Contains(warning, "non-clustered") {
 		t.Fatalf("warning %q does not say what was refused and JetStream's reason", warning)
 	}
-	if _, err := second.Append(ctx, "default", events(5, "after", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, second, 30*time.Second)
+	appendSettled(t, ctx, second, events(5, "after", 32), 30*time.Second)
 	if first, last := checkStream(t, second, "default"); first != 1 || last != 10 {
 		t.Fatalf("stream %d..%d, want 1..10", first, last)
 	}

@@ -142,10 +142,7 @@ func TestStatusLeadingAndStandby_I7(t *testing.T) {
 	waitState(t, a, "default", "leading", 30*time.Second, nil)
 	b := setup(t, "", func(c *orisun.Config) { pg(c); c.NodeID = "node-b" })
 	ctx := context.Background()
-	if _, err := a.Append(ctx, "default", events(7, "status.test", 64), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, a, 30*time.Second)
+	appendSettled(t, ctx, a, events(7, "status.test", 64), 30*time.Second)
 
 	sa := waitState(t, a, "default", "leading", 10*time.Second, func(s orisun.BoundaryStatus) bool { return s.Published == 7 })
 	sb := waitState(t, b, "default", "standby", 10*time.Second, nil)
@@ -214,10 +211,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		c.EventStreamMaxBytes = 64 << 10
 	}, orisun.WithLogger(slog.New(logs)))
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(5, "fill", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(5, "fill", 32), 30*time.Second)
 	fillMemory(t, n)
 	if _, err := n.Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
 		t.Fatal(err)
@@ -329,10 +323,7 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 		c.LeaseTTL = 2 * time.Second
 	})
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(4, "before", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(4, "before", 32), 30*time.Second)
 
 	srv.Stop(t)
 	s := waitState(t, n, "default", "stalled", 60*time.Second, nil)
@@ -440,10 +431,7 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 		c.StallThreshold = 200 * time.Millisecond
 	}, orisun.WithLogger(slog.New(logs)))
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(3, "ok", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(3, "ok", 32), 30*time.Second)
 	insertRaw(t, url, "default", "raw.big", `{"p":"`+strings.Repeat("x", 8000)+`"}`)
 	if _, err := n.Append(ctx, "default", events(2, "later", 32), nil); err != nil {
 		t.Fatal(err)

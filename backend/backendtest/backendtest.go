@@ -294,6 +294,20 @@ func wantErr(t testing.TB, what string, err, target error) {
 	}
 }
 
+// wantRetriesConflict sends each retry to orders, where it overlaps a
+// stored append without being it, and wants event.ErrConflict for each and
+// the head still at want: a conflicting retry writes nothing.
+func wantRetriesConflict(t testing.TB, s backend.Store, retries map[string][]event.Input, want uint64) {
+	t.Helper()
+	for name, retry := range retries {
+		_, err := s.Append(context.Background(), "orders", retry, nil)
+		wantErr(t, "retry "+name, err, event.ErrConflict)
+	}
+	if h := head(t, s, "orders"); h != want {
+		t.Fatalf("head = %d, want %d: a conflicting retry writes nothing", h, want)
+	}
+}
+
 func ids(events []event.Input) []string {
 	out := make([]string, len(events))
 	for i := range events {
