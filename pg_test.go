@@ -37,12 +37,7 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 		appended <- err
 	}()
 	var reason string
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.HasPrefix(reason, "waiting") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the status never said it waits; last reason %q", reason)
-		}
-		time.Sleep(50 * time.Millisecond)
+	testutil.Until(t, "the status to say it waits", 10*time.Second, 50*time.Millisecond, func() error {
 		st, err := n.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +47,11 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 			t.Fatalf("head %d published %d while the slow appender holds the row: want 5, 5",
 				st.Boundaries[0].Head, st.Boundaries[0].Published)
 		}
-	}
+		if !strings.HasPrefix(reason, "waiting") {
+			return fmt.Errorf("last reason %q", reason)
+		}
+		return nil
+	})
 	t.Logf("status while held: %s", reason)
 	select {
 	case err := <-appended:

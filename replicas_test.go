@@ -95,24 +95,19 @@ func TestStreamReplicasUpdated(t *testing.T) {
 	}
 
 	nodes = start(3)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testutil.Until(t, "the stream at 3 replicas after the restart with ORISUN_NATS_STREAM_REPLICAS=3", 90*time.Second, 200*time.Millisecond, func() error {
 		info, err = streamInfo(t, nodes[0], "default")
 		if err == nil && info.Config.Replicas == 3 && info.Cluster != nil && len(info.Cluster.Replicas) == 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var warnings []string
-			for _, n := range nodes {
-				if st, err := n.Status(ctx); err == nil && len(st.Boundaries) == 1 {
-					warnings = append(warnings, st.Boundaries[0].Warning)
-				}
+		var warnings []string
+		for _, n := range nodes {
+			if st, err := n.Status(ctx); err == nil && len(st.Boundaries) == 1 {
+				warnings = append(warnings, st.Boundaries[0].Warning)
 			}
-			t.Fatalf("stream not at 3 replicas after the restart with ORISUN_NATS_STREAM_REPLICAS=3: %+v (cluster %+v, err %v); warnings %q",
-				info.Config.Replicas, info.Cluster, err, warnings)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("%+v (cluster %+v, err %v); warnings %q", info.Config.Replicas, info.Cluster, err, warnings)
+	})
 	if _, err := nodes[2].Append(ctx, "default", events(10, "r3", 64), nil); err != nil {
 		t.Fatal(err)
 	}

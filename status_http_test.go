@@ -346,15 +346,14 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 	if st.Store.OK || st.Store.Error == "" || st.Settled {
 		t.Fatalf("store down but the status says %+v", st)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	var code int
 	var body string
-	for time.Now().Before(deadline) {
-		if code, body = httpGet(t, n, "/readyz"); code == http.StatusServiceUnavailable && strings.Contains(body, "stalled since") {
-			break
+	testutil.Until(t, "/readyz to report the stall past the threshold", 30*time.Second, 100*time.Millisecond, func() error {
+		if code, body = httpGet(t, n, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "stalled since") {
+			return fmt.Errorf("/readyz: %d %s", code, body)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store failing") || !strings.Contains(body, "stalled since") {
 		t.Fatalf("/readyz with the store down and a stall past the threshold: %d %s", code, body)
 	}
