@@ -76,10 +76,7 @@ func TestAccessControl_S13_I2_I4(t *testing.T) {
 func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := n.Append(ctx, "default", events(20, "access.test", 64), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(20, "access.test", 64), 30*time.Second)
 
 	for name, opts := range map[string][]nats.Option{"no credentials": nil, "wrong credentials": wrong} {
 		if creds == nil {
@@ -154,10 +151,7 @@ func checkAccess(t *testing.T, n *orisun.Node, base, creds, wrong []nats.Option)
 		}
 	}
 	// And the relay still publishes (I4).
-	if _, err := n.Append(ctx, "default", events(10, "access.test", 64), nil); err != nil {
-		t.Fatal(err)
-	}
-	st := waitSettled(t, n, 30*time.Second)
+	st := appendSettled(t, ctx, n, events(10, "access.test", 64), 30*time.Second)
 	if b := st.Boundaries[0]; b.Head != 30 || b.StreamLast != 30 || b.StreamFirst != 1 {
 		t.Fatalf("after new appends: head %d, stream %d..%d, want 30 and 1..30", b.Head, b.StreamFirst, b.StreamLast)
 	}

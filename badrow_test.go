@@ -65,10 +65,7 @@ func badRows(t *testing.T, n *orisun.Node, db *rawDB, logs *logCounter) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	if _, err := n.Append(ctx, "default", events(5, "ok", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(5, "ok", 32), 30*time.Second)
 
 	// 1. A published row deleted: every read that reaches it names it.
 	db.exec(t, "CREATE TABLE saved AS SELECT * FROM "+db.events+" WHERE boundary = 'default' AND position = 3")
@@ -397,10 +394,7 @@ func TestStatusCaughtUpIsWhatThePublisherSaw_I7(t *testing.T) {
 		c.PollInterval, c.PollBackstop = time.Hour, time.Hour
 	})
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(3, "told", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(3, "told", 32), 30*time.Second)
 	db := openRaw(t, "sqlite", dir, "")
 	db.exec(t, `UPDATE boundaries SET head = head + 1 WHERE name = 'default'`)
 	db.exec(t, `INSERT INTO events (boundary, position, id, type, time, tags, data)

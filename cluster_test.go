@@ -48,8 +48,8 @@ func clusterNode(t *testing.T, pgURL, id string, port int, routes []string, muta
 // leaderOf returns the index of the node whose publisher leads boundary.
 func leaderOf(t *testing.T, nodes []*orisun.Node, boundary string, timeout time.Duration) int {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	leader := -1
+	testutil.Eventually(t, fmt.Sprintf("a node to lead %q", boundary), timeout, 50*time.Millisecond, func() bool {
 		for i, n := range nodes {
 			st, err := n.Status(context.Background())
 			if err != nil {
@@ -57,15 +57,14 @@ func leaderOf(t *testing.T, nodes []*orisun.Node, boundary string, timeout time.
 			}
 			for _, b := range st.Boundaries {
 				if b.Name == boundary && b.State == status.StateLeading {
-					return i
+					leader = i
+					return true
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no node leads %q within %s", boundary, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
+	return leader
 }
 
 // TestEmbeddedCluster_I2_I5: three nodes on one PostgreSQL join their

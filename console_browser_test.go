@@ -137,10 +137,7 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 	if _, err := n.Append(ctx, "orders", events(3, "order.placed", 32), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Append(ctx, "default", events(5, "ok", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(5, "ok", 32), 30*time.Second)
 	url := "http://" + n.HTTPAddr() + "/console/"
 	cell := func(boundary, class string) string {
 		return fmt.Sprintf(`document.querySelector('tr[data-boundary=%q] td.%s')`, boundary, class)

@@ -3,6 +3,7 @@ package orisun_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testhooks"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -216,18 +218,14 @@ func TestPublishMeetingChangedSubjectsNamesIt_I7(t *testing.T) {
 // eventuallyLogged waits until one line of the log holds every part.
 func eventuallyLogged(t *testing.T, logs *syncBuffer, parts ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Until(t, fmt.Sprintf("a log line holding %q", parts), 10*time.Second, 10*time.Millisecond, func() error {
 		for _, line := range strings.Split(logs.String(), "\n") {
 			if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line holds %q; log:\n%s", parts, logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("the log:\n%s", logs.String())
+	})
 }
 
 // TestStreamLimitsChangedRestored_I5: limits someone lowered on the stream

@@ -182,6 +182,21 @@ func settle(t *testing.T, store *postgres.Store) {
 	testutil.Eventually(t, "settled", 60*time.Second, 20*time.Millisecond, func() bool { return settledOn(store) })
 }
 
+// finish ends a run's appends and checks what they left: the appender
+// halts, the relay settles (the checkpoint at the head), the checkpoint
+// monitor (nil: none) stops, failing the test on a decrease (I3), and every
+// acknowledged append is in the store (checkAcked, whose count it
+// returns).
+func (a *appender) finish(t *testing.T, store *postgres.Store, monitor func() uint64) int {
+	t.Helper()
+	a.halt()
+	settle(t, store)
+	if monitor != nil {
+		monitor()
+	}
+	return a.checkAcked(t, store)
+}
+
 // checkAcked asserts that every acknowledged append is in the store at its
 // position (nothing acknowledged is lost).
 func (a *appender) checkAcked(t *testing.T, store *postgres.Store) int {
@@ -237,10 +252,7 @@ func TestFailoverAfterSIGKILL_I2_I4_I6(t *testing.T) {
 	t.Logf("takeover: node-b held the lease %s after the SIGKILL (TTL %s) and checkpointed new events %s after it; took over from checkpoint %d",
 		took.Round(time.Millisecond), ttl, published.Round(time.Millisecond), cpAtKill)
 	time.Sleep(500 * time.Millisecond)
-	app.halt()
-	settle(t, store)
-	monitor()
-	n := app.checkAcked(t, store)
+	n := app.finish(t, store, monitor)
 	first, last := streamOf(t, b, store)
 	head, _ := store.Boundary(context.Background(), "default")
 	// node-a published and checkpointed 1..c, with c ≥ cpAtKill (a
@@ -313,10 +325,7 @@ func TestStoppedLeaderStepsDown_I3_I6(t *testing.T) {
 	if err := b.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	app.halt()
-	settle(t, store)
-	monitor()
-	app.checkAcked(t, store)
+	app.finish(t, store, monitor)
 	// Whatever either node published is in place (I2).
 	streamOf(t, a, store)
 	streamOf(t, b, store)
@@ -351,10 +360,7 @@ WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name LIKE 'orisun
 	srv.CrashRestart(t)
 	cp2, _ := store.Checkpoint(context.Background(), "default")
 	waitCheckpoint(t, store, "publishing after the PostgreSQL restart", cp2, 60*time.Second)
-	app.halt()
-	settle(t, store)
-	monitor()
-	n := app.checkAcked(t, store)
+	n := app.finish(t, store, monitor)
 	first, last := streamOf(t, a, store)
 	head, _ := store.Boundary(context.Background(), "default")
 	if first != 1 || last != head.Head {
@@ -399,9 +405,7 @@ func TestCleanStopHandsOverAtOnce_I6(t *testing.T) {
 	waitCheckpoint(t, store, "node-b to publish past node-a's checkpoint", cpAtStop, 30*time.Second)
 	t.Logf("node-b held the lease %s after node-a's SIGTERM (TTL %s), %s after node-a exited",
 		time.Since(stopped).Round(time.Millisecond), ttl, took.Round(time.Millisecond))
-	app.halt()
-	settle(t, store)
-	app.checkAcked(t, store)
+	app.finish(t, store, nil)
 	first, last := streamOf(t, b, store)
 	head, _ := store.Boundary(ctx, "default")
 	if first > cpAtStop+1 || last != head.Head {

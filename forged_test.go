@@ -447,10 +447,7 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 // needs to know.
 func threeRealEvents(t *testing.T, ctx context.Context, n *orisun.Node) string {
 	t.Helper()
-	if _, err := n.Append(ctx, "default", events(3, "real", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(3, "real", 32), 30*time.Second)
 	bs, err := n.Boundaries(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/internal/history"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 )
 
 // The console's history (docs/console.md, "Charts of the last 15
@@ -137,19 +138,13 @@ func (h *boundaryHistory) sample(sec int64, now time.Time, pub interface{ Caught
 func (n *Node) sampleHistory(ctx context.Context) {
 	var runners []*boundaryRunner
 	var last int64
-	t := time.NewTimer(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	next := time.Now().Truncate(time.Second).Add(time.Second)
+	for serviceutil.Sleep(ctx, time.Until(next)) {
 		now := time.Now()
+		next = now.Truncate(time.Second).Add(time.Second)
 		if now.Unix() <= last {
 			// Still the second sampled last (the clock was set back):
 			// a second sample would be dropped with its counts.
-			t.Reset(time.Until(now.Truncate(time.Second).Add(time.Second)))
 			continue
 		}
 		last = now.Unix()
@@ -164,7 +159,6 @@ func (n *Node) sampleHistory(ctx context.Context) {
 			r.hist.sample(sec, now, r.pub)
 		}
 		clear(runners)
-		t.Reset(time.Until(now.Truncate(time.Second).Add(time.Second)))
 	}
 }
 

@@ -92,10 +92,7 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 			}))
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			if _, err := n.Append(ctx, "default", events(5, "before", 32), nil); err != nil {
-				t.Fatal(err)
-			}
-			waitSettled(t, n, 30*time.Second)
+			appendSettled(t, ctx, n, events(5, "before", 32), 30*time.Second)
 
 			// The hog: an application taking every consumer slot.
 			hog, err := jetstream.New(dialApp(t, n, mode.app))
@@ -155,17 +152,11 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 
 			// orisun relays, also through a sync that verifies the stream.
 			fs.armed.Store(true)
-			if _, err := n.Append(ctx, "default", events(20, "during", 32), nil); err != nil {
-				t.Fatal(err)
-			}
-			waitSettled(t, n, 30*time.Second)
+			appendSettled(t, ctx, n, events(20, "during", 32), 30*time.Second)
 			if fs.armed.Load() {
 				t.Fatal("no checkpoint write was attempted: the forced sync did not happen")
 			}
-			if _, err := n.Append(ctx, "default", events(5, "after", 32), nil); err != nil {
-				t.Fatal(err)
-			}
-			st := waitSettled(t, n, 30*time.Second)
+			st := appendSettled(t, ctx, n, events(5, "after", 32), 30*time.Second)
 			if st.Boundaries[0].Published != 30 {
 				t.Fatalf("published %d, want 30", st.Boundaries[0].Published)
 			}

@@ -945,17 +945,9 @@ func (n *Node) wakeStaged(ctx context.Context) {
 // whether the last round failed (so that a failure is logged once, and its
 // end once).
 func (n *Node) everyPoll(ctx context.Context, round func(ctx context.Context, failing bool) bool) {
-	t := time.NewTimer(n.cfg.PollInterval)
-	defer t.Stop()
 	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for serviceutil.Sleep(ctx, n.cfg.PollInterval) {
 		failing = round(ctx, failing)
-		t.Reset(n.cfg.PollInterval)
 	}
 }
 

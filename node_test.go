@@ -76,20 +76,28 @@ func events(n int, typ string, size int) []orisun.Input {
 	return out
 }
 
+// appendSettled appends evs to boundary default of n and waits up to
+// timeout until the node has published them (waitSettled).
+func appendSettled(t testing.TB, ctx context.Context, n *orisun.Node, evs []orisun.Input, timeout time.Duration) orisun.Status {
+	t.Helper()
+	if _, err := n.Append(ctx, "default", evs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return waitSettled(t, n, timeout)
+}
+
 // waitSettled waits until every boundary's published position equals its head.
 func waitSettled(t testing.TB, n *orisun.Node, timeout time.Duration) orisun.Status {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st, err := n.Status(context.Background())
-		if err == nil && st.Settled {
-			return st
+	var st orisun.Status
+	testutil.Until(t, "the node to settle", timeout, 20*time.Millisecond, func() error {
+		var err error
+		if st, err = n.Status(context.Background()); err != nil || !st.Settled {
+			return fmt.Errorf("not settled: %+v (err %v)", st, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled within %s: %+v (err %v)", timeout, st, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 // recorder is a handler that records positions and ids, checking order.
@@ -187,19 +195,18 @@ func (l *liveSignal) wait(t testing.TB, what string, ended <-chan error) {
 
 func waitDelivered(t testing.TB, r *recorder, pos uint64, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for r.delivered() < pos {
-		r.mu.Lock()
-		err := r.err
-		r.mu.Unlock()
-		if err != nil {
-			t.Fatalf("subscription failed: %v", err)
+	testutil.Until(t, fmt.Sprintf("position %d to be delivered", pos), timeout, 10*time.Millisecond, func() error {
+		if d := r.delivered(); d < pos {
+			r.mu.Lock()
+			err := r.err
+			r.mu.Unlock()
+			if err != nil {
+				t.Fatalf("subscription failed: %v", err)
+			}
+			return fmt.Errorf("delivered %d of %d", d, pos)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered %d of %d within %s", r.delivered(), pos, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // checkAgainstStore asserts that r received exactly the store's events
@@ -811,10 +818,7 @@ func TestSharedHeadReadWakesPublishers_I4(t *testing.T) {
 	})
 	quiet := ss.readsOf("quiet")
 	for round := 1; round <= 3; round++ {
-		if _, err := n.Append(ctx, "default", events(5, "x", 16), nil); err != nil {
-			t.Fatal(err)
-		}
-		st := waitSettled(t, n, 20*time.Second)
+		st := appendSettled(t, ctx, n, events(5, "x", 16), 20*time.Second)
 		for _, b := range st.Boundaries {
 			if b.Name == "default" && (b.Head != uint64(5*round) || b.Published != b.Head) {
 				t.Fatalf("round %d: default head %d published %d, want %d", round, b.Head, b.Published, 5*round)

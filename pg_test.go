@@ -3,6 +3,7 @@ package orisun_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestSlowAppenderMakesPublisherWait_I1_I4_I7: on PostgreSQL a transaction
@@ -22,10 +24,7 @@ import (
 func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 	n, url := pgNode(t, 100*time.Millisecond)
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(5, "before", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 10*time.Second)
+	appendSettled(t, ctx, n, events(5, "before", 16), 10*time.Second)
 
 	// The slow appender: takes the head row as an append does, and holds it.
 	tx := beginTx(t, url)
@@ -38,12 +37,7 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 		appended <- err
 	}()
 	var reason string
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.HasPrefix(reason, "waiting") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the status never said it waits; last reason %q", reason)
-		}
-		time.Sleep(50 * time.Millisecond)
+	testutil.Until(t, "the status to say it waits", 10*time.Second, 50*time.Millisecond, func() error {
 		st, err := n.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -53,7 +47,11 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 			t.Fatalf("head %d published %d while the slow appender holds the row: want 5, 5",
 				st.Boundaries[0].Head, st.Boundaries[0].Published)
 		}
-	}
+		if !strings.HasPrefix(reason, "waiting") {
+			return fmt.Errorf("last reason %q", reason)
+		}
+		return nil
+	})
 	t.Logf("status while held: %s", reason)
 	select {
 	case err := <-appended:
@@ -87,10 +85,7 @@ func TestSubscriberOnDemotedNodeReadsStore_I5(t *testing.T) {
 		return func(c *orisun.Config) { c.Backend, c.PGURL, c.NodeID = "postgres", url, id }
 	}
 	a := setup(t, "", pg("node-a"))
-	if _, err := a.Append(ctx, "default", events(10, "x", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, a, 10*time.Second)
+	appendSettled(t, ctx, a, events(10, "x", 16), 10*time.Second)
 	r := newRecorder(0)
 	live := make(chan uint64, 4)
 	stop := subscribe(t, a, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: func(n uint64) { live <- n }})
@@ -110,21 +105,14 @@ func TestSubscriberOnDemotedNodeReadsStore_I5(t *testing.T) {
 expires_at = clock_timestamp() + interval '1 hour' WHERE boundary = 'default'`, stB.LeaseHolder); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testutil.Until(t, "node-a to step down", 15*time.Second, 50*time.Millisecond, func() error {
 		st, _ := a.Status(ctx)
 		if len(st.Boundaries) == 1 && st.Boundaries[0].State == "standby" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node-a never stepped down: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if _, err := b.Append(ctx, "default", events(10, "y", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, b, 10*time.Second)
+		return fmt.Errorf("status %+v", st)
+	})
+	appendSettled(t, ctx, b, events(10, "y", 16), 10*time.Second)
 	waitDelivered(t, r, 20, 10*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -161,10 +149,7 @@ func TestUnreachablePostgresAtStart(t *testing.T) {
 func TestPollingPublishesWithoutNotification_I4(t *testing.T) {
 	n, url := pgNode(t, 300*time.Millisecond)
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(2, "notified", 16), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 20*time.Second)
+	appendSettled(t, ctx, n, events(2, "notified", 16), 20*time.Second)
 
 	// Three events appended the way the store appends them (the head row
 	// drawn, the events inserted, one transaction), minus the NOTIFY.

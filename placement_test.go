@@ -36,18 +36,12 @@ func leadCounts(nodes []*orisun.Node) []int {
 
 func waitCounts(t *testing.T, nodes []*orisun.Node, want []int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var got []int
-	for {
-		got = leadCounts(nodes)
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			return
+	testutil.Until(t, fmt.Sprintf("boundaries led per node %v", want), timeout, 100*time.Millisecond, func() error {
+		if got := leadCounts(nodes); fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("boundaries led per node: %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("boundaries led per node: %v, want %v within %s", got, want, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestPlacementSpreadsBoundaries: on one PostgreSQL and a shared NATS, the
@@ -173,8 +167,7 @@ func TestPlacementCountsHeartbeats(t *testing.T) {
 // waitLiveNodes waits until every node's placement counts want live nodes.
 func waitLiveNodes(t *testing.T, nodes []*orisun.Node, want int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testutil.Until(t, fmt.Sprintf("every node to count %d live nodes", want), timeout, 100*time.Millisecond, func() error {
 		var got []int
 		for _, n := range nodes {
 			st, err := n.Status(context.Background())
@@ -188,14 +181,11 @@ func waitLiveNodes(t *testing.T, nodes []*orisun.Node, want int, timeout time.Du
 		for _, g := range got {
 			all = all && g == want
 		}
-		if all {
-			return
+		if !all {
+			return fmt.Errorf("live nodes counted per node: %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("live nodes counted per node: %v, want %d each within %s", got, want, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // leaseTerms returns each boundary's lease holder and term, as the store

@@ -95,24 +95,19 @@ func TestStreamReplicasUpdated(t *testing.T) {
 	}
 
 	nodes = start(3)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testutil.Until(t, "the stream at 3 replicas after the restart with ORISUN_NATS_STREAM_REPLICAS=3", 90*time.Second, 200*time.Millisecond, func() error {
 		info, err = streamInfo(t, nodes[0], "default")
 		if err == nil && info.Config.Replicas == 3 && info.Cluster != nil && len(info.Cluster.Replicas) == 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var warnings []string
-			for _, n := range nodes {
-				if st, err := n.Status(ctx); err == nil && len(st.Boundaries) == 1 {
-					warnings = append(warnings, st.Boundaries[0].Warning)
-				}
+		var warnings []string
+		for _, n := range nodes {
+			if st, err := n.Status(ctx); err == nil && len(st.Boundaries) == 1 {
+				warnings = append(warnings, st.Boundaries[0].Warning)
 			}
-			t.Fatalf("stream not at 3 replicas after the restart with ORISUN_NATS_STREAM_REPLICAS=3: %+v (cluster %+v, err %v); warnings %q",
-				info.Config.Replicas, info.Cluster, err, warnings)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("%+v (cluster %+v, err %v); warnings %q", info.Config.Replicas, info.Cluster, err, warnings)
+	})
 	if _, err := nodes[2].Append(ctx, "default", events(10, "r3", 64), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -172,10 +167,7 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 		}
 	}
 	first := setup(t, "", cfg(1))
-	if _, err := first.Append(ctx, "default", events(5, "before", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, first, 30*time.Second)
+	appendSettled(t, ctx, first, events(5, "before", 32), 30*time.Second)
 	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -198,10 +190,7 @@ func TestStreamReplicasRefusedIsReported(t *testing.T) {
 	if !strings.Contains(warning, "keeps 1 replica(s), not the 3") || !strings.Contains(warning, "non-clustered") {
 		t.Fatalf("warning %q does not say what was refused and JetStream's reason", warning)
 	}
-	if _, err := second.Append(ctx, "default", events(5, "after", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, second, 30*time.Second)
+	appendSettled(t, ctx, second, events(5, "after", 32), 30*time.Second)
 	if first, last := checkStream(t, second, "default"); first != 1 || last != 10 {
 		t.Fatalf("stream %d..%d, want 1..10", first, last)
 	}

@@ -26,10 +26,7 @@ func TestReplySubjectGap_S13_I5_I7(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := n.Append(ctx, "default", events(3, "real", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(3, "real", 32), 30*time.Second)
 
 	app, err := nats.Connect(n.NATSURL()) // no credentials: the application principal
 	if err != nil {

@@ -530,10 +530,7 @@ func TestCleanStopHandsOverWithinASecond_I4_I6(t *testing.T) {
 		nodes[leader] = startPGProc(t, leader, leader, dirs[leader], pgURL, ttl)
 		leader, standby = standby, leader
 	}
-	app.halt()
-	settle(t, store)
-	monitor()
-	app.checkAcked(t, store)
+	app.finish(t, store, monitor)
 	streamOf(t, &relay{Process: nodes[leader].Process, id: leader, port: nodes[leader].port}, store)
 	worst := slices.Max(took)
 	var ms []string

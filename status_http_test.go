@@ -21,6 +21,7 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/status"
 )
@@ -113,9 +114,8 @@ func grepLines(body, prefix string) string {
 // and ok (when given) accepts it.
 func waitState(t testing.TB, n *orisun.Node, boundary string, state string, timeout time.Duration, ok func(orisun.BoundaryStatus) bool) orisun.BoundaryStatus {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last orisun.BoundaryStatus
-	for time.Now().Before(deadline) {
+	testutil.Until(t, fmt.Sprintf("boundary %s to reach state %s", boundary, state), timeout, 50*time.Millisecond, func() error {
 		st := httpStatus(t, n)
 		for _, b := range st.Boundaries {
 			if b.Name == boundary {
@@ -123,11 +123,10 @@ func waitState(t testing.TB, n *orisun.Node, boundary string, state string, time
 			}
 		}
 		if string(last.State) == state && (ok == nil || ok(last)) {
-			return last
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("boundary %s never reached state %s in %s; last: %+v", boundary, state, timeout, last)
+		return fmt.Errorf("last: %+v", last)
+	})
 	return last
 }
 
@@ -143,10 +142,7 @@ func TestStatusLeadingAndStandby_I7(t *testing.T) {
 	waitState(t, a, "default", "leading", 30*time.Second, nil)
 	b := setup(t, "", func(c *orisun.Config) { pg(c); c.NodeID = "node-b" })
 	ctx := context.Background()
-	if _, err := a.Append(ctx, "default", events(7, "status.test", 64), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, a, 30*time.Second)
+	appendSettled(t, ctx, a, events(7, "status.test", 64), 30*time.Second)
 
 	sa := waitState(t, a, "default", "leading", 10*time.Second, func(s orisun.BoundaryStatus) bool { return s.Published == 7 })
 	sb := waitState(t, b, "default", "standby", 10*time.Second, nil)
@@ -215,10 +211,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 		c.EventStreamMaxBytes = 64 << 10
 	}, orisun.WithLogger(slog.New(logs)))
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(5, "fill", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(5, "fill", 32), 30*time.Second)
 	fillMemory(t, n)
 	if _, err := n.Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
 		t.Fatal(err)
@@ -330,10 +323,7 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 		c.LeaseTTL = 2 * time.Second
 	})
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(4, "before", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(4, "before", 32), 30*time.Second)
 
 	srv.Stop(t)
 	s := waitState(t, n, "default", "stalled", 60*time.Second, nil)
@@ -356,15 +346,14 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 	if st.Store.OK || st.Store.Error == "" || st.Settled {
 		t.Fatalf("store down but the status says %+v", st)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	var code int
 	var body string
-	for time.Now().Before(deadline) {
-		if code, body = httpGet(t, n, "/readyz"); code == http.StatusServiceUnavailable && strings.Contains(body, "stalled since") {
-			break
+	testutil.Until(t, "/readyz to report the stall past the threshold", 30*time.Second, 100*time.Millisecond, func() error {
+		if code, body = httpGet(t, n, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "stalled since") {
+			return fmt.Errorf("/readyz: %d %s", code, body)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store failing") || !strings.Contains(body, "stalled since") {
 		t.Fatalf("/readyz with the store down and a stall past the threshold: %d %s", code, body)
 	}
@@ -441,10 +430,7 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 		c.StallThreshold = 200 * time.Millisecond
 	}, orisun.WithLogger(slog.New(logs)))
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(3, "ok", 32), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(3, "ok", 32), 30*time.Second)
 	insertRaw(t, url, "default", "raw.big", `{"p":"`+strings.Repeat("x", 8000)+`"}`)
 	if _, err := n.Append(ctx, "default", events(2, "later", 32), nil); err != nil {
 		t.Fatal(err)
@@ -454,17 +440,13 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 		t.Fatalf("stalled status (want the reason to name position 4, published 3 of 6): %+v", s)
 	}
 	t.Logf("stalled reason: %s", s.Reason)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Until(t, "/readyz to report the stall past the threshold", 30*time.Second, 100*time.Millisecond, func() error {
 		code, body := httpGet(t, n, "/readyz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "stalled since") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz with a stall past the threshold: %d %s", code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("/readyz: %d %s", code, body)
+	})
 	if _, last := checkStream(t, n, "default"); last != 3 {
 		t.Fatalf("the stream went past the unpublishable position: last %d", last)
 	}

@@ -21,11 +21,7 @@ import (
 func TestStatusStreamNotListed(t *testing.T) {
 	ctx := context.Background()
 	ns := natstest.Server(t, natsembed.Config{})
-	nc, err := ns.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Orisun(t, ns, "test")
 	js := natstest.JetStream(t, nc)
 	cfg := stream.Config("b", "ep1", stream.Limits{}, 0)
 	if _, err := js.CreateStream(ctx, cfg); err != nil {

@@ -42,10 +42,7 @@ func TestStalledLeaderStepsDown_I2_I4_I5(t *testing.T) {
 	if leaderOf(t, []*orisun.Node{a}, "default", 30*time.Second) != 0 {
 		t.Fatal("node A does not lead")
 	}
-	if _, err := a.Append(ctx, "default", events(20, "before", 64), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, a, 30*time.Second)
+	appendSettled(t, ctx, a, events(20, "before", 64), 30*time.Second)
 	b := setup(t, "", cfg("orisun", "s3cret"))
 	c := setup(t, "", cfg("orisun", "s3cret"))
 	nodes := []*orisun.Node{a, b, c}

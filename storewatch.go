@@ -252,14 +252,7 @@ func (w *storeWatch) health() (ok bool, since time.Time, what string, readsFail 
 // watch settles the failing kinds and runs the write probe (p nil: none)
 // every interval while a kind fails, until ctx ends.
 func (w *storeWatch) watch(ctx context.Context, p writeProber, interval time.Duration) {
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for serviceutil.Sleep(ctx, interval) {
 		w.settle(time.Now())
 		if p != nil && w.failing.Load() != 0 {
 			start := time.Now()
@@ -273,7 +266,6 @@ func (w *storeWatch) watch(ctx context.Context, p writeProber, interval time.Dur
 				w.m.StoreError(metrics.OpProbeWrite)
 			}
 		}
-		t.Reset(interval)
 	}
 }
 
@@ -287,18 +279,30 @@ type watchedStore struct {
 
 // watchStore wraps s, keeping the optional interfaces of s that the node
 // uses: backend.StateReader (the status's one-statement measurement) and
-// the publisher's HeadProber.
+// the publisher's HeadProber. Each optional interface is a piece of its
+// own (watchedStates, watchedProbe) embedded beside the watchedStore only
+// when s has it.
 func watchStore(s backend.Store, w *storeWatch) backend.Store {
 	ws := watchedStore{Store: s, w: w}
 	sr, states := s.(backend.StateReader)
 	hp, probes := s.(headProber)
 	switch {
 	case states && probes:
-		return watchedStatesProbe{watchedStates{ws, sr}, watchedProbe{ws, hp}}
+		return struct {
+			watchedStore
+			watchedStates
+			watchedProbe
+		}{ws, watchedStates{w, sr}, watchedProbe{w, hp}}
 	case states:
-		return watchedStates{ws, sr}
+		return struct {
+			watchedStore
+			watchedStates
+		}{ws, watchedStates{w, sr}}
 	case probes:
-		return watchedProbe{ws, hp}
+		return struct {
+			watchedStore
+			watchedProbe
+		}{ws, watchedProbe{w, hp}}
 	default:
 		return ws
 	}
@@ -309,8 +313,9 @@ type headProber interface {
 	HeadLocked(ctx context.Context, boundary string) (bool, error)
 }
 
+// watchedStates is backend.StateReader seen through a storeWatch.
 type watchedStates struct {
-	watchedStore
+	w  *storeWatch
 	sr backend.StateReader
 }
 
@@ -320,8 +325,9 @@ func (s watchedStates) BoundaryStates(ctx context.Context) ([]backend.BoundarySt
 	return r, err
 }
 
+// watchedProbe is a headProber seen through a storeWatch.
 type watchedProbe struct {
-	watchedStore
+	w  *storeWatch
 	hp headProber
 }
 
@@ -329,15 +335,6 @@ func (s watchedProbe) HeadLocked(ctx context.Context, boundary string) (bool, er
 	r, err := s.hp.HeadLocked(ctx, boundary)
 	s.w.done(ctx, metrics.OpHeadLocked, kindRead, err)
 	return r, err
-}
-
-type watchedStatesProbe struct {
-	watchedStates
-	p watchedProbe
-}
-
-func (s watchedStatesProbe) HeadLocked(ctx context.Context, boundary string) (bool, error) {
-	return s.p.HeadLocked(ctx, boundary)
 }
 
 func (s watchedStore) CreateBoundary(ctx context.Context, name string) (event.Boundary, bool, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/metrics"
 	"github.com/orisun-io/orisun/internal/serviceutil"
@@ -132,6 +133,89 @@ func TestStoreWatchDeadlines(t *testing.T) {
 			}
 			if n := logs.count("store failing"); (n == 1) != c.want {
 				t.Fatalf("%q logged %d times; want failing: %v", "store failing", n, c.want)
+			}
+		})
+	}
+}
+
+// watchFake is a store whose reads fail with err; statesPart and
+// probePart add the optional interfaces watchStore keeps.
+type watchFake struct {
+	backend.Store
+	err error
+}
+
+func (f watchFake) Boundary(context.Context, string) (event.Boundary, error) {
+	return event.Boundary{}, f.err
+}
+
+type statesPart struct{ err error }
+
+func (p statesPart) BoundaryStates(context.Context) ([]backend.BoundaryState, error) {
+	return nil, p.err
+}
+
+type probePart struct{ err error }
+
+func (p probePart) HeadLocked(context.Context, string) (bool, error) { return false, p.err }
+
+// TestWatchStoreKeepsOptionalInterfaces: the watched store has
+// backend.StateReader and the publisher's HeadProber exactly when the
+// store has them, and their calls, like the store's, reach the store and
+// tell the watch of a failure.
+func TestWatchStoreKeepsOptionalInterfaces(t *testing.T) {
+	down := fmt.Errorf("read: %w: connection refused", event.ErrUnavailable)
+	fake := watchFake{err: down}
+	for _, c := range []struct {
+		name           string
+		s              backend.Store
+		states, probes bool
+	}{
+		{"neither", fake, false, false},
+		{"states", struct {
+			watchFake
+			statesPart
+		}{fake, statesPart{down}}, true, false},
+		{"probe", struct {
+			watchFake
+			probePart
+		}{fake, probePart{down}}, false, true},
+		{"both", struct {
+			watchFake
+			statesPart
+			probePart
+		}{fake, statesPart{down}, probePart{down}}, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			calls := map[string]func(s backend.Store) error{
+				"Boundary": func(s backend.Store) error { _, err := s.Boundary(ctx, "b"); return err },
+			}
+			ws := watchStore(c.s, newStoreWatch(slog.New(slog.DiscardHandler), metrics.New(0)))
+			if _, ok := ws.(backend.StateReader); ok != c.states {
+				t.Fatalf("the watched store is a StateReader: %v, the store: %v", ok, c.states)
+			} else if ok {
+				calls["BoundaryStates"] = func(s backend.Store) error {
+					_, err := s.(backend.StateReader).BoundaryStates(ctx)
+					return err
+				}
+			}
+			if _, ok := ws.(headProber); ok != c.probes {
+				t.Fatalf("the watched store is a HeadProber: %v, the store: %v", ok, c.probes)
+			} else if ok {
+				calls["HeadLocked"] = func(s backend.Store) error {
+					_, err := s.(headProber).HeadLocked(ctx, "b")
+					return err
+				}
+			}
+			for name, call := range calls {
+				w := newStoreWatch(slog.New(slog.DiscardHandler), metrics.New(0))
+				if err := call(watchStore(c.s, w)); !errors.Is(err, down) {
+					t.Fatalf("%s: %v, want the store's %v", name, err, down)
+				}
+				if ok, _, what, readsFail := w.health(); ok || !readsFail {
+					t.Fatalf("after a failed %s: ok %v, reads fail %v (%q); want the reads failing", name, ok, readsFail, what)
+				}
 			}
 		})
 	}

@@ -59,10 +59,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	logger, logs := capture()
 	n := setup(t, dir, withHTTP, orisun.WithLogger(logger))
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(10, "before", 256), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(10, "before", 256), 30*time.Second)
 
 	// Leave about 1.5 MB, and fill it with appends.
 	filler := filepath.Join(dir, "filler")
@@ -317,10 +314,7 @@ func TestCallerDeadlineIsNoStoreFailure(t *testing.T) {
 	logger, logs := capture()
 	n := setup(t, dir, withHTTP, orisun.WithLogger(logger))
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(3, "before", 64), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, n, 30*time.Second)
+	appendSettled(t, ctx, n, events(3, "before", 64), 30*time.Second)
 
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlite.DBFile)+"?_pragma=busy_timeout(10000)")
 	if err != nil {

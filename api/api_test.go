@@ -15,6 +15,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
@@ -235,21 +236,17 @@ func TestBoundariesAndStatusThroughAPI(t *testing.T) {
 	}
 	// The status is the node's status document (docs/design.md §8); wait until
 	// the new boundary's event is published.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Until(t, "the new boundary's event to be published", 30*time.Second, 20*time.Millisecond, func() error {
 		var st orisun.Status
 		ok(t, nc, "orisun.api.status", `{}`, &st)
 		if st.NodeID != n.Config().NodeID || len(st.Boundaries) != 3 {
 			t.Fatalf("status %+v", st)
 		}
 		if st.Settled && st.Boundaries[1].Published == 1 && st.Boundaries[1].StreamLast == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("not settled: %+v", st)
+	})
 }
 
 // TestBadRequests: every bad request gets its code in the header and the
@@ -367,24 +364,11 @@ func firstID(t *testing.T, nc *nats.Conn) string {
 func TestReadPageFitsMaxPayload(t *testing.T) {
 	t.Parallel()
 	n, nc := setup(t)
-	var evs []orisun.Input
-	for i := 0; i < 20; i++ {
-		evs = append(evs, orisun.Input{Type: "big", Data: json.RawMessage(fmt.Sprintf(`"%s"`, strings.Repeat("y", 1500)))})
-	}
-	if _, err := n.Append(context.Background(), "default", evs, nil); err != nil {
-		t.Fatal(err)
-	}
+	appendBig(t, n)
 	var after uint64
 	pages := 0
 	for {
-		var rd api.ReadReply
-		msg := request(t, nc, "orisun.api.read.default", fmt.Sprintf(`{"after":%d,"limit":10000}`, after))
-		if len(msg.Data) > maxPayload {
-			t.Fatalf("reply of %d bytes exceeds the max payload", len(msg.Data))
-		}
-		if err := json.Unmarshal(msg.Data, &rd); err != nil {
-			t.Fatal(err)
-		}
+		rd := readPage(t, nc, fmt.Sprintf(`{"after":%d,"limit":10000}`, after))
 		if len(rd.Events) == 0 {
 			break
 		}
@@ -402,6 +386,34 @@ func TestReadPageFitsMaxPayload(t *testing.T) {
 	if after != 20 || pages < 3 {
 		t.Fatalf("read up to %d in %d pages", after, pages)
 	}
+}
+
+// appendBig appends 20 events of 1,500 bytes to default: more than one
+// page of maxPayload holds.
+func appendBig(t *testing.T, n *orisun.Node) {
+	t.Helper()
+	var evs []orisun.Input
+	for range 20 {
+		evs = append(evs, orisun.Input{Type: "big", Data: json.RawMessage(fmt.Sprintf(`"%s"`, strings.Repeat("y", 1500)))})
+	}
+	if _, err := n.Append(context.Background(), "default", evs, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readPage reads a page of default with the request body, and fails the
+// test unless the reply fits maxPayload.
+func readPage(t *testing.T, nc *nats.Conn, body string) api.ReadReply {
+	t.Helper()
+	msg := request(t, nc, "orisun.api.read.default", body)
+	if len(msg.Data) > maxPayload {
+		t.Fatalf("reply of %d bytes exceeds the max payload", len(msg.Data))
+	}
+	var rd api.ReadReply
+	if err := json.Unmarshal(msg.Data, &rd); err != nil {
+		t.Fatal(err)
+	}
+	return rd
 }
 
 // TestStopAnswersUnavailable: after Stop no request hangs on a half-stopped

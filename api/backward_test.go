@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/orisun-io/orisun"
@@ -71,24 +70,11 @@ func TestBackwardReadThroughAPI(t *testing.T) {
 func TestBackwardReadPageFitsMaxPayload(t *testing.T) {
 	t.Parallel()
 	n, nc := setup(t)
-	var evs []orisun.Input
-	for range 20 {
-		evs = append(evs, orisun.Input{Type: "big", Data: json.RawMessage(fmt.Sprintf(`"%s"`, strings.Repeat("y", 1500)))})
-	}
-	if _, err := n.Append(context.Background(), "default", evs, nil); err != nil {
-		t.Fatal(err)
-	}
+	appendBig(t, n)
 	var got []uint64
 	before, pages := uint64(0), 0
 	for {
-		var rd api.ReadReply
-		msg := request(t, nc, "orisun.api.read.default", fmt.Sprintf(`{"backwards":true,"before":%d,"limit":10000}`, before))
-		if len(msg.Data) > maxPayload {
-			t.Fatalf("reply of %d bytes exceeds the max payload", len(msg.Data))
-		}
-		if err := json.Unmarshal(msg.Data, &rd); err != nil {
-			t.Fatal(err)
-		}
+		rd := readPage(t, nc, fmt.Sprintf(`{"backwards":true,"before":%d,"limit":10000}`, before))
 		if len(rd.Events) == 0 {
 			break
 		}

@@ -114,21 +114,17 @@ func TestWithTheNATSCLI(t *testing.T) {
 			Hdrs    string `json:"hdrs"`
 			Data    string `json:"data"`
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testutil.Until(t, fmt.Sprintf("nats stream get ORISUN_default %d", seq), 30*time.Second, 50*time.Millisecond, func() error {
 			bin := testutil.Build(t, natsCLIBinary)
 			home := t.TempDir()
 			cmd := exec.Command(bin, "--server", url, "stream", "get", "ORISUN_default", fmt.Sprint(seq), "--json")
 			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
 			out, err := cmd.Output()
 			if err == nil && json.Unmarshal(out, &msg) == nil && msg.Seq == seq {
-				break
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("nats stream get ORISUN_default %d: %v %s", seq, err, out)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return fmt.Errorf("%v %s", err, out)
+		})
 		hdrs, _ := base64.StdEncoding.DecodeString(msg.Hdrs)
 		data, _ := base64.StdEncoding.DecodeString(msg.Data)
 		pos := regexp.MustCompile(`Orisun-Position: (\d+)`).FindSubmatch(hdrs)

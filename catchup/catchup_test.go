@@ -19,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -71,11 +72,7 @@ func (r *relay) startNATS() {
 	if err := srv.Start(); err != nil {
 		r.t.Fatal(err)
 	}
-	nc, err := srv.Connect("test-publisher")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(nc.Close)
+	nc := natstest.Orisun(r.t, srv, "test-publisher")
 	r.srv = srv
 	r.js, err = jetstream.New(nc)
 	if err != nil {

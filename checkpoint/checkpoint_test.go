@@ -20,6 +20,7 @@ import (
 	"github.com/orisun-io/orisun/checkpoint"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // The in-process node is a Subscriber; the NATS client will be one too.
@@ -350,25 +351,21 @@ func TestRunResumes_I5(t *testing.T) {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- p.cp.Run(rctx, n, fn) }()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testutil.Until(t, fmt.Sprintf("the checkpoint at %d", head), 60*time.Second, 20*time.Millisecond, func() error {
 			st, err := p.cp.Load(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if st.Position == head {
-				break
+				return nil
 			}
 			select {
 			case err := <-done:
 				t.Fatalf("Run ended at %d of %d: %v", st.Position, head, err)
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("checkpoint at %d, want %d", st.Position, head)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("checkpoint at %d", st.Position)
+		})
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Run after cancel: %v", err)

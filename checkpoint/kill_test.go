@@ -29,11 +29,35 @@ import (
 func TestMain(m *testing.M) {
 	switch os.Getenv("ORISUN_TEST_CHILD") {
 	case "consumer":
-		os.Exit(consumerMain())
+		os.Exit(childMain("consumer", "kill-consumer", consumerMain))
 	case "naive":
-		os.Exit(naiveMain())
+		os.Exit(childMain("naive consumer", "naive-consumer", naiveMain))
 	}
 	testutil.Main(m)
+}
+
+// childMain runs a consumer child process: it opens what both consumers
+// use, a pool on the database of ORISUN_TEST_PROJECTION_URL and a client
+// named clientName of the node at ORISUN_TEST_NATS_URL, and runs run with
+// them. run returns only with an error: the child writes it on stderr,
+// after name, and exits with status 1.
+func childMain(name, clientName string, run func(ctx context.Context, pool *pgxpool.Pool, c *client.Client) error) int {
+	ctx := context.Background()
+	err := func() error {
+		pool, err := pgxpool.New(ctx, os.Getenv("ORISUN_TEST_PROJECTION_URL"))
+		if err != nil {
+			return fmt.Errorf("pool: %w", err)
+		}
+		defer pool.Close()
+		c, err := client.Connect(os.Getenv("ORISUN_TEST_NATS_URL"), client.Name(clientName))
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		defer c.Close()
+		return run(ctx, pool, c)
+	}()
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	return 1
 }
 
 // consumerMain projects boundary "default" into the PostgreSQL database of
@@ -45,33 +69,17 @@ func TestMain(m *testing.M) {
 // The event source is the NATS client connected to the parent's leading
 // node (ORISUN_TEST_NATS_URL): catch-up through the API, then live from the
 // stream, so the kills land in the live path too.
-func consumerMain() int {
-	ctx := context.Background()
-	url := os.Getenv("ORISUN_TEST_PROJECTION_URL")
-	fail := func(what string, err error) int {
-		fmt.Fprintf(os.Stderr, "consumer: %s: %v\n", what, err)
-		return 1
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return fail("pool", err)
-	}
-	defer pool.Close()
+func consumerMain(ctx context.Context, pool *pgxpool.Pool, c *client.Client) error {
 	if _, err := pool.Exec(ctx, pgAppliedTable); err != nil {
-		return fail("projection table", err)
+		return fmt.Errorf("projection table: %w", err)
 	}
 	cp, err := checkpoint.NewPG(pool, "kill-projection", "default")
 	if err != nil {
-		return fail("checkpoint", err)
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := cp.EnsureSchema(ctx); err != nil {
-		return fail("schema", err)
+		return fmt.Errorf("schema: %w", err)
 	}
-	c, err := client.Connect(os.Getenv("ORISUN_TEST_NATS_URL"), client.Name("kill-consumer"))
-	if err != nil {
-		return fail("client", err)
-	}
-	defer c.Close()
 	err = cp.Run(ctx, c, func(ctx context.Context, tx pgx.Tx, e event.Event) error {
 		if _, err := tx.Exec(ctx, pgApply, int64(e.Position)); err != nil {
 			return err
@@ -79,40 +87,24 @@ func consumerMain() int {
 		fmt.Fprintf(os.Stdout, "applied %d\n", e.Position)
 		return nil
 	})
-	return fail("run", err)
+	return fmt.Errorf("run: %w", err)
 }
 
 // naiveMain is the negative control's consumer: it commits the projection's
 // write and its checkpoint in two transactions, the mistake the helper
 // exists to prevent. At position ORISUN_TEST_HANG_AT it stops between the
 // two, so that the parent's SIGKILL lands exactly there.
-func naiveMain() int {
-	ctx := context.Background()
-	url := os.Getenv("ORISUN_TEST_PROJECTION_URL")
+func naiveMain(ctx context.Context, pool *pgxpool.Pool, c *client.Client) error {
 	hangAt, _ := strconv.ParseUint(os.Getenv("ORISUN_TEST_HANG_AT"), 10, 64)
-	fail := func(what string, err error) int {
-		fmt.Fprintf(os.Stderr, "naive consumer: %s: %v\n", what, err)
-		return 1
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return fail("pool", err)
-	}
-	defer pool.Close()
 	if _, err := pool.Exec(ctx, pgAppliedTable+`; CREATE TABLE IF NOT EXISTS naive_checkpoint (id int PRIMARY KEY, position bigint NOT NULL);
 		INSERT INTO naive_checkpoint VALUES (1, 0) ON CONFLICT DO NOTHING`); err != nil {
-		return fail("tables", err)
+		return fmt.Errorf("tables: %w", err)
 	}
 	var after int64
 	if err := pool.QueryRow(ctx, `SELECT position FROM naive_checkpoint`).Scan(&after); err != nil {
-		return fail("checkpoint", err)
+		return fmt.Errorf("checkpoint: %w", err)
 	}
-	n, err := client.Connect(os.Getenv("ORISUN_TEST_NATS_URL"), client.Name("naive-consumer"))
-	if err != nil {
-		return fail("client", err)
-	}
-	defer n.Close()
-	err = n.Subscribe(ctx, "default", uint64(after), func(ctx context.Context, e event.Event) error {
+	err := c.Subscribe(ctx, "default", uint64(after), func(ctx context.Context, e event.Event) error {
 		if _, err := pool.Exec(ctx, pgApply, int64(e.Position)); err != nil {
 			return err
 		}
@@ -123,7 +115,7 @@ func naiveMain() int {
 		_, err := pool.Exec(ctx, `UPDATE naive_checkpoint SET position = $1`, int64(e.Position))
 		return err
 	}, client.SubscribeOptions{})
-	return fail("subscribe", err)
+	return fmt.Errorf("subscribe: %w", err)
 }
 
 // startConsumer starts this test binary as a consumer child process
@@ -217,8 +209,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testutil.Until(t, "the final consumer to reach the head", 3*time.Minute, 50*time.Millisecond, func() error {
 		st, err := cp.Load(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -227,16 +218,13 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 			if st.Epoch != epoch {
 				t.Fatalf("checkpoint of epoch %s, the boundary's is %s", st.Epoch, epoch)
 			}
-			break
+			return nil
 		}
 		if p.Exited() {
 			t.Fatalf("the final consumer ended at %d of %d; its output:\n%s", st.Position, head, p.Tail(20))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the final consumer reached %d of %d in 3 minutes", st.Position, head)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("it reached %d of %d", st.Position, head)
+	})
 	p.Signal(syscall.SIGKILL)
 	p.Wait()
 

@@ -278,19 +278,16 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	}
 	// The stream holds 1..50 before the subscription starts, so that it
 	// goes live on a fed stream.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	testutil.Until(t, "the stream to hold 1..50", 30*time.Second, 20*time.Millisecond, func() error {
 		st, err := c.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.Settled && st.Boundaries[0].StreamLast == 50 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not published: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("not published: %+v", st)
+	})
 	rec := newRecorder(0)
 	live := make(chan struct{}, 10)
 	subCtx, cancel := context.WithCancel(ctx)
@@ -340,21 +337,17 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Until(t, "the publisher to stall", 30*time.Second, 20*time.Millisecond, func() error {
 		st, err := c.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.Boundaries[0].State == "stalled" {
 			t.Logf("publisher: %s", st.Boundaries[0].Reason)
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publisher not stalled: %+v", st.Boundaries[0])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("publisher not stalled: %+v", st.Boundaries[0])
+	})
 	rec.waitFor(t, 100, 30*time.Second)
 	// The stream is fed no more; these come from the store only.
 	if _, err := c.Append(ctx, "default", batch(50, "a"), nil); err != nil {
@@ -366,6 +359,35 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAgainstStore(t, c, rec, 150)
+}
+
+// TestSubscribeEndsWhenClientClosed: closing the client ends a live
+// subscription with event.ErrClosed (it looks every 200 ms) instead of
+// leaving it to retry forever.
+func TestSubscribeEndsWhenClientClosed(t *testing.T) {
+	t.Parallel()
+	c := startNode(t, orisun.Config{DataDir: t.TempDir(), NATSPort: -1})
+	ctx := context.Background()
+	if _, err := c.Append(ctx, "default", batch(3, "a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(0)
+	done := make(chan error, 1)
+	go func() { done <- c.Subscribe(ctx, "default", 0, rec.handle, client.SubscribeOptions{}) }()
+	rec.waitFor(t, 3, 30*time.Second)
+	c.Close()
+	var err error
+	testutil.Eventually(t, "the subscription to end after its client closed", 30*time.Second, 10*time.Millisecond, func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(err, event.ErrClosed) {
+		t.Fatalf("the subscription ended with %v, want event.ErrClosed", err)
+	}
 }
 
 // startNode starts a node in this process with cfg and connects a client

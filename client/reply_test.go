@@ -16,6 +16,7 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -44,19 +45,8 @@ func (im *impostor) set(subject, body string) {
 // the server over TCP.
 func startImpostor(t *testing.T) (*impostor, func() *client.Client) {
 	t.Helper()
-	srv, err := natsembed.New(natsembed.Config{StoreDir: t.TempDir(), Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := srv.Connect("impostor")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := natstest.Server(t, natsembed.Config{})
+	nc := natstest.Orisun(t, srv, "impostor")
 	im := &impostor{replies: map[string]string{}}
 	if _, err := nc.Subscribe(api.SubjectPrefix+".>", func(m *nats.Msg) {
 		im.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/catchup"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -31,17 +32,10 @@ func (c *Client) Subscribe(ctx context.Context, boundary string, after uint64, h
 	defer cancel()
 	// A closed client ends the subscription instead of retrying forever.
 	go func() {
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
+		for serviceutil.Sleep(ctx, 200*time.Millisecond) {
+			if c.nc.IsClosed() {
+				cancel()
 				return
-			case <-t.C:
-				if c.nc.IsClosed() {
-					cancel()
-					return
-				}
 			}
 		}
 	}()

@@ -9,6 +9,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/internal/startstop/startstoptest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/lease"
 )
 
@@ -45,13 +46,7 @@ func TestRunnerStartStopStress(t *testing.T) {
 			if err := r.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for leading.Load() == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the runner does not lead")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			testutil.Eventually(t, "the runner to lead", 10*time.Second, time.Millisecond, func() bool { return leading.Load() != 0 })
 		}
 		return r
 	}, startstoptest.Options{

@@ -103,11 +103,7 @@ func TestAppUserPermissions_S13(t *testing.T) {
 }
 
 func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option) {
-	in, err := s.Connect("orisun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(in.Close)
+	in := natstest.Orisun(t, s, "orisun")
 	// orisun's connection answers API requests and discovery, and can
 	// publish events.
 	for _, subject := range []string{"orisun.api.>", "$SRV.PING"} {
@@ -227,11 +223,7 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 // closed the hole, and the subscription could be allowed.
 func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
 	s := natstest.Server(t, natsembed.Config{})
-	in, err := s.Connect("orisun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(in.Close)
+	in := natstest.Orisun(t, s, "orisun")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js := natstest.JetStream(t, in)
@@ -391,11 +383,7 @@ func TestBoundaryCreationIsTheAdmins_S13(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			s := natstest.Server(t, mode.cfg)
-			in, err := s.Connect("orisun")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(in.Close)
+			in := natstest.Orisun(t, s, "orisun")
 			if _, err := in.Subscribe("orisun.api.>", func(m *nats.Msg) { m.Respond([]byte(`{"ok":true}`)) }); err != nil {
 				t.Fatal(err)
 			}

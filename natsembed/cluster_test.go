@@ -52,22 +52,19 @@ func TestClusterRouteAuthAndTLS(t *testing.T) {
 	}
 	defer nc.Close()
 	js := natstest.JetStream(t, nc)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Until(t, "an R3 stream", 30*time.Second, 100*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3"}, Storage: jetstream.MemoryStorage, Replicas: 3})
 		cancel()
 		if err == nil {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			for i, s := range servers {
-				t.Logf("server %d routes to %v", i, s.Peers())
-			}
-			t.Fatalf("no R3 stream within 30s: %v", err)
+		routes := make([][]string, len(servers))
+		for i, s := range servers {
+			routes[i] = s.Peers()
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("%w (the servers route to %v)", err, routes)
+	})
 	for i, s := range servers {
 		peers := s.Peers()
 		if len(peers) != 2 || slices.Contains(peers, "n3") {

@@ -57,16 +57,8 @@ func TestMonitor(t *testing.T) {
 // so, rather than running without the monitoring that was asked for.
 func TestMonitorPortInUse(t *testing.T) {
 	t.Parallel()
-	s, _ := natsembed.New(natsembed.Config{Port: -1, StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second,
-		Monitor: &natsembed.Monitor{Port: testutil.TakenPort(t)}})
-	err := s.Start()
-	if err == nil {
-		s.Stop()
-		t.Fatal("started with its monitor port in use")
-	}
-	if !strings.Contains(err.Error(), "monitor port") {
-		t.Fatalf("error does not say the monitor port is taken: %v", err)
-	}
+	startRefused(t, natsembed.Config{Port: -1, StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second,
+		Monitor: &natsembed.Monitor{Port: testutil.TakenPort(t)}}, "its monitor port in use", "monitor port")
 }
 
 func getJSON(t *testing.T, url string, v any) {

@@ -44,18 +44,29 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestPortInUse(t *testing.T) {
-	s, _ := natsembed.New(natsembed.Config{Port: testutil.TakenPort(t), StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second})
 	start := time.Now()
-	err := s.Start()
-	if err == nil {
-		s.Stop()
-		t.Fatal("started on a port in use")
-	}
-	if !strings.Contains(err.Error(), "address already in use") {
-		t.Fatalf("error does not say the port is in use: %v", err)
-	}
+	startRefused(t, natsembed.Config{Port: testutil.TakenPort(t), StoreDir: t.TempDir(), ReadyTimeout: 30 * time.Second},
+		"its port in use", "address already in use")
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("took %s to report a taken port", took)
+	}
+}
+
+// startRefused starts a server with cfg and fails the test unless Start
+// fails with an error that holds want; taken says what was in use.
+func startRefused(t *testing.T, cfg natsembed.Config, taken, want string) {
+	t.Helper()
+	s, err := natsembed.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start()
+	if err == nil {
+		s.Stop()
+		t.Fatalf("started with %s", taken)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("error does not say %q (%s): %v", want, taken, err)
 	}
 }
 
@@ -102,11 +113,7 @@ func TestStreamBytes(t *testing.T) {
 	if got := s.StreamBytes(); got != 0 {
 		t.Fatalf("StreamBytes %d before any stream, want 0", got)
 	}
-	nc, err := s.Connect("t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Orisun(t, s, "t")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -22,11 +22,7 @@ import (
 // reads, so a stream left alone is not a request that never ran.
 func TestReplyAimedAtJetStreamAPIActsOnNothing_S13(t *testing.T) {
 	s := natstest.Server(t, natsembed.Config{})
-	orisun, err := s.Connect("orisun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orisun.Close()
+	orisun := natstest.Orisun(t, s, "orisun")
 	js := natstest.JetStream(t, orisun)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -25,11 +25,7 @@ const sysUser, sysPassword = "operator", "sys-s3cret"
 func startWithStream(t *testing.T, cfg natsembed.Config) (*natsembed.Server, jetstream.Stream) {
 	t.Helper()
 	s := natstest.Server(t, cfg)
-	nc, err := s.Connect("orisun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Orisun(t, s, "orisun")
 	js := natstest.JetStream(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

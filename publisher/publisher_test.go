@@ -46,19 +46,8 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: dir + "/js"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Stop)
-	nc, err := ns.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	ns := natstest.Server(t, natsembed.Config{})
+	nc := natstest.Orisun(t, ns, "test")
 	js := natstest.JetStream(t, nc)
 	if _, _, err := store.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
@@ -75,6 +64,16 @@ func (e *env) append(t testing.TB, n int) {
 	if _, err := e.store.Append(context.Background(), "b", in, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// head reads the one boundary's head (backend.HeadReader).
+func (e *env) head(t testing.TB) backend.Head {
+	t.Helper()
+	hs, err := e.store.Heads(context.Background())
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("Heads = %+v, %v", hs, err)
+	}
+	return hs[0]
 }
 
 // lease takes the boundary's lease for node n, for a minute.
@@ -158,11 +157,7 @@ func TestStalePublisherCannotMisplace_I6_I3(t *testing.T) {
 	stale, current := e.deposed(t)
 
 	// The stale publisher gets its own connection, as another node would.
-	nc2, err := e.ns.Connect("stale")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc2.Close()
+	nc2 := natstest.Orisun(t, e.ns, "stale")
 	js2, _ := jetstream.New(nc2)
 	good := e.publisher(e.js, make(chan struct{}, 1))
 	bad := e.publisher(js2, make(chan struct{}, 1))
@@ -212,7 +207,7 @@ appending:
 	// by JetStream itself.
 	_, evs, _ := e.store.Read(ctx, "b", 4, 1, nil)
 	msg, _ := stream.Message(&evs[0], false)
-	_, err = js2.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(4))
+	_, err := js2.PublishMsg(ctx, msg, jetstream.WithExpectLastSequence(4))
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 		t.Fatalf("out-of-place publish: got %v, want wrong last sequence", err)
@@ -794,7 +789,6 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 // head row held by an open transaction or for another epoch.
 func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	e := setup(t)
-	ctx := context.Background()
 	e.append(t, 2)
 	wake := make(chan struct{}, 1)
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 8,
@@ -805,20 +799,12 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	head := func() backend.Head {
-		t.Helper()
-		hs, err := e.store.Heads(ctx)
-		if err != nil || len(hs) != 1 {
-			t.Fatalf("Heads = %+v, %v", hs, err)
-		}
-		return hs[0]
-	}
 	testutil.Eventually(t, "the first 2 events published", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 2 })
 	// Idle at 2: a head of 2 is not behind; a held row or another epoch is.
 	testutil.Eventually(t, "the publisher idle at the head", 10*time.Second, 10*time.Millisecond, func() bool {
-		return p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: head().Boundary.Epoch, Head: 3}})
+		return p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: e.head(t).Boundary.Epoch, Head: 3}})
 	})
-	h := head()
+	h := e.head(t)
 	if p.Behind(h) {
 		t.Fatalf("Behind(%+v) = true for a publisher idle at the head", h)
 	}
@@ -839,7 +825,7 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	// Three events appended without a wake-up: the hour-long poll would
 	// leave them unpublished; the shared read finds the publisher behind.
 	e.append(t, 3)
-	h = head()
+	h = e.head(t)
 	if h.Boundary.Head != 5 || !p.Behind(h) {
 		t.Fatalf("after appending 3 without a wake-up: Behind(%+v) = %v, want head 5 and true", h, p.Behind(h))
 	}
@@ -852,7 +838,7 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 		t.Fatalf("stream last %d, want 5", last)
 	}
 	testutil.Eventually(t, "the publisher idle at 5, not behind", 10*time.Second, 10*time.Millisecond, func() bool {
-		return !p.Behind(head()) && p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: h.Boundary.Epoch, Head: 6}})
+		return !p.Behind(e.head(t)) && p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: h.Boundary.Epoch, Head: 6}})
 	})
 }
 
@@ -1065,16 +1051,8 @@ func TestStoreGoneBackStallsIdlePublisher_I7(t *testing.T) {
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50,
 		PollInterval: time.Hour, Wake: wake})
 	run(t, p, e.lease(t))
-	head := func() backend.Head {
-		t.Helper()
-		hs, err := e.store.Heads(ctx)
-		if err != nil || len(hs) != 1 {
-			t.Fatalf("Heads = %+v, %v", hs, err)
-		}
-		return hs[0]
-	}
 	testutil.Eventually(t, "the publisher idle at 5", 10*time.Second, 10*time.Millisecond, func() bool {
-		return e.checkpoint() == 5 && !p.Behind(head()) && p.Status().State == status.StateLeading
+		return e.checkpoint() == 5 && !p.Behind(e.head(t)) && p.Status().State == status.StateLeading
 	})
 	db, err := sql.Open("sqlite", filepath.Join(e.dir, sqlite.DBFile))
 	if err != nil {
@@ -1090,7 +1068,7 @@ func TestStoreGoneBackStallsIdlePublisher_I7(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if h := head(); h.Boundary.Head != 3 || !p.Behind(h) {
+	if h := e.head(t); h.Boundary.Head != 3 || !p.Behind(h) {
 		t.Fatalf("Behind(%+v) = false: a head below the published 5 must wake the publisher", h)
 	}
 	wake <- struct{}{}

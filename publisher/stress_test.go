@@ -3,6 +3,7 @@ package publisher_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/startstop/startstoptest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
@@ -77,13 +79,12 @@ func TestPublisherStartStopStress(t *testing.T) {
 		go func() { lp.ran <- p.Run(context.Background(), l) }()
 		// Stopped while it publishes: the round begins once the first
 		// batch is acknowledged.
-		deadline := time.Now().Add(10 * time.Second)
-		for p.Status().State != status.StateLeading {
-			if time.Now().After(deadline) {
-				t.Fatalf("the publisher does not lead: %+v", p.Status())
+		testutil.Until(t, "the publisher to lead", 10*time.Second, time.Millisecond, func() error {
+			if st := p.Status(); st.State != status.StateLeading {
+				return fmt.Errorf("status %+v", st)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return nil
+		})
 		return lp
 	}, startstoptest.Options{
 		Rounds: 15,

@@ -46,10 +46,7 @@ func (b resetBetween) ReadBackward(_ context.Context, name string, before uint64
 // from the head down): the reply's head is now the highest event's.
 func TestReadBackwardAcrossReset(t *testing.T) {
 	ns := natstest.Server(t, natsembed.Config{})
-	nc, err := ns.ConnectAPI("backward-api")
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := natstest.API(t, ns, "backward-api")
 	be := resetBetween{old: "0190f0c0-0000-7000-8000-00000000000a", now: "0190f0c0-0000-7000-8000-00000000000b"}
 	s, err := service.Start(nc, be, service.Config{})
 	if err != nil {

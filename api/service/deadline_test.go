@@ -33,10 +33,7 @@ func (b hangingBackend) Boundaries(ctx context.Context) ([]event.Boundary, error
 // the caller's answer (docs/operations.md, "When the store fails").
 func TestRequestTimeoutIsOwnDeadline(t *testing.T) {
 	ns := natstest.Server(t, natsembed.Config{})
-	nc, err := ns.ConnectAPI("deadline-api")
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := natstest.API(t, ns, "deadline-api")
 	be := hangingBackend{own: make(chan bool, 1)}
 	s, err := service.Start(nc, be, service.Config{RequestTimeout: 50 * time.Millisecond})
 	if err != nil {

@@ -60,16 +60,9 @@ func (s *stressed) Start(ctx context.Context) error {
 // handler's, the connection's).
 func TestServiceStartStopStress(t *testing.T) {
 	ns := natstest.Server(t, natsembed.Config{})
-	client, err := ns.Connect("stress-client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	client := natstest.Orisun(t, ns, "stress-client")
 	startstoptest.Stress(t, func(t testing.TB) startstoptest.Part {
-		nc, err := ns.ConnectAPI("stress-api")
-		if err != nil {
-			t.Fatal(err)
-		}
+		nc := natstest.API(t, ns, "stress-api")
 		return &stressed{Service: service.New(nc, slowBackend{}, service.Config{}), nc: nc, client: client}
 	}, startstoptest.Options{
 		Rounds: 20,

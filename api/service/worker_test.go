@@ -36,10 +36,7 @@ func (b goroutineBackend) Boundaries(context.Context) ([]event.Boundary, error) 
 // TestMain fails otherwise).
 func TestRequestGoroutinesKept(t *testing.T) {
 	ns := natstest.Server(t, natsembed.Config{})
-	nc, err := ns.ConnectAPI("worker-api")
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := natstest.API(t, ns, "worker-api")
 	be := goroutineBackend{ids: make(chan string, 100)}
 	s, err := service.Start(nc, be, service.Config{})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 func testAppend(t *testing.T, open func(t *testing.T) backend.Store) {
@@ -246,16 +247,14 @@ func testIdempotency(t *testing.T, open func(t *testing.T) backend.Store) {
 			"tags":     func(e *event.Input) { e.Tags = []string{"b", "c"} },
 			"no tags":  func(e *event.Input) { e.Tags = []string{} },
 		}
+		retries := map[string][]event.Input{}
 		for name, change := range variants {
 			retry := []event.Input{in[0], in[1]}
 			retry[1].Tags = append([]string(nil), in[1].Tags...)
 			change(&retry[1])
-			_, err := s.Append(t.Context(), "orders", retry, nil)
-			wantErr(t, "retry with other "+name, err, event.ErrConflict)
+			retries["with other "+name] = retry
 		}
-		if h := head(t, s, "orders"); h != 2 {
-			t.Fatalf("head = %d, want 2: a conflicting retry writes nothing", h)
-		}
+		wantRetriesConflict(t, s, retries, 2)
 	})
 
 	t.Run("RetryAcrossHTMLEscaping", func(t *testing.T) {
@@ -288,19 +287,13 @@ func testIdempotency(t *testing.T, open func(t *testing.T) backend.Store) {
 		in := batch(t, "orders", 3, "order.placed")
 		mustAppend(t, s, "orders", in, nil)
 		fresh := batch(t, "orders", 1, "order.placed")
-		for name, retry := range map[string][]event.Input{
+		wantRetriesConflict(t, s, map[string][]event.Input{
 			"stored then new":  {in[0], in[1], in[2], fresh[0]},
 			"new then stored":  {fresh[0], in[0]},
 			"stored in middle": {in[0], fresh[0], in[2]},
 			"reordered":        {in[1], in[0], in[2]},
 			"with a gap":       {in[0], in[2]},
-		} {
-			_, err := s.Append(t.Context(), "orders", retry, nil)
-			wantErr(t, "retry "+name, err, event.ErrConflict)
-		}
-		if h := head(t, s, "orders"); h != 3 {
-			t.Fatalf("head = %d, want 3: a conflicting retry writes nothing", h)
-		}
+		}, 3)
 	})
 
 	t.Run("RetryIgnoresConditionOfStoredAppend", func(t *testing.T) {
@@ -330,18 +323,9 @@ func testIdempotency(t *testing.T, open func(t *testing.T) backend.Store) {
 			in := batch(t, "orders", 3, "order.placed")
 			results := make([]event.AppendResult, copies)
 			errs := make([]error, copies)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for c := range copies {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					results[c], errs[c] = s.Append(context.Background(), "orders", in, nil)
-				}()
-			}
-			close(start)
-			wg.Wait()
+			testutil.AtOnce(copies, func(c int) {
+				results[c], errs[c] = s.Append(context.Background(), "orders", in, nil)
+			})
 			for c := range copies {
 				if errs[c] != nil {
 					t.Fatalf("round %d, copy %d: %v", round, c, errs[c])
@@ -370,42 +354,36 @@ func testGroupCommit(t *testing.T, open func(t *testing.T) backend.Store) {
 		for round := range rounds {
 			type outcome struct {
 				kind string
+				b    string
 				in   []event.Input
+				cond *event.Condition
 				res  event.AppendResult
 				err  error
 			}
 			out := make([]outcome, requests)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
 			for i := range out {
 				o := &out[i]
-				var b string
-				var cond *event.Condition
 				switch i % 4 {
 				case 0:
-					o.kind, b = "missing boundary", "missing"
-					o.in = batch(t, b, 2, "order.placed")
+					o.kind, o.b = "missing boundary", "missing"
+					o.in = batch(t, o.b, 2, "order.placed")
 				case 1:
-					o.kind, b = "id conflict", "orders"
-					o.in = append(batch(t, b, 1, "order.placed"),
-						prep(t, b, event.Input{ID: seeded[0].ID, Type: "not.the.seed", Data: json.RawMessage(`1`)})...)
+					o.kind, o.b = "id conflict", "orders"
+					o.in = append(batch(t, o.b, 1, "order.placed"),
+						prep(t, o.b, event.Input{ID: seeded[0].ID, Type: "not.the.seed", Data: json.RawMessage(`1`)})...)
 				case 2:
-					o.kind, b = "failed condition", "orders"
-					o.in = batch(t, b, 2, "order.placed")
-					cond = &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
+					o.kind, o.b = "failed condition", "orders"
+					o.in = batch(t, o.b, 2, "order.placed")
+					o.cond = &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"seed"}}}}, After: 0}
 				default:
-					o.kind, b = "valid", "orders"
-					o.in = batch(t, b, 2, "order.placed")
+					o.kind, o.b = "valid", "orders"
+					o.in = batch(t, o.b, 2, "order.placed")
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					o.res, o.err = s.Append(context.Background(), b, o.in, cond)
-				}()
 			}
-			close(start)
-			wg.Wait()
+			testutil.AtOnce(requests, func(i int) {
+				o := &out[i]
+				o.res, o.err = s.Append(context.Background(), o.b, o.in, o.cond)
+			})
 			for i, o := range out {
 				var target error
 				switch o.kind {

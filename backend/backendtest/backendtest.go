@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
@@ -98,6 +99,50 @@ func Create(t testing.TB, s backend.Store, boundaries ...string) {
 	for _, name := range boundaries {
 		if _, _, err := s.CreateBoundary(context.Background(), name); err != nil {
 			t.Fatalf("CreateBoundary(%q): %v", name, err)
+		}
+	}
+}
+
+// Notified returns a callback for OnAppend or OnLeaseReleased that sends
+// the boundary it is called with on the channel it returns, which holds n
+// (a full channel drops it: a callback must not block).
+func Notified(n int) (<-chan string, func(boundary string)) {
+	ch := make(chan string, n)
+	return ch, func(boundary string) {
+		select {
+		case ch <- boundary:
+		default:
+		}
+	}
+}
+
+// WantNotified waits up to timeout for the next boundary on ch (from
+// Notified) and fails the test unless it comes and is want; what names
+// the callback in the failure.
+func WantNotified(t testing.TB, ch <-chan string, want string, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("%s(%q), want %q", what, got, want)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("%s was not called for %q within %s", what, want, timeout)
+	}
+}
+
+// Fill appends n events to boundary, 1,000 an append: event k (from 0) is
+// ev(k). It is how a backend's tests build a large boundary (the query
+// plan tests, the read benchmarks); each backend chooses its events.
+func Fill(t testing.TB, s backend.Store, boundary string, n int, ev func(k int) event.Input) {
+	t.Helper()
+	for start := 0; start < n; start += 1000 {
+		in := make([]event.Input, min(1000, n-start))
+		for i := range in {
+			in[i] = ev(start + i)
+		}
+		if _, err := s.Append(context.Background(), boundary, in, nil); err != nil {
+			t.Fatalf("append events %d to %d of %d to %q: %v", start, start+len(in)-1, n, boundary, err)
 		}
 	}
 }
@@ -246,6 +291,20 @@ func wantErr(t testing.TB, what string, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("%s: err = %v, want one matching %v", what, err, target)
+	}
+}
+
+// wantRetriesConflict sends each retry to orders, where it overlaps a
+// stored append without being it, and wants event.ErrConflict for each and
+// the head still at want: a conflicting retry writes nothing.
+func wantRetriesConflict(t testing.TB, s backend.Store, retries map[string][]event.Input, want uint64) {
+	t.Helper()
+	for name, retry := range retries {
+		_, err := s.Append(context.Background(), "orders", retry, nil)
+		wantErr(t, "retry "+name, err, event.ErrConflict)
+	}
+	if h := head(t, s, "orders"); h != want {
+		t.Fatalf("head = %d, want %d: a conflicting retry writes nothing", h, want)
 	}
 }
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 func tagQuery(tags ...string) event.Query {
@@ -100,33 +100,26 @@ func testConditions(t *testing.T, open func(t *testing.T) backend.Store) {
 			h := head(t, s, "claims")
 			tag := fmt.Sprintf("claim-%d", round)
 			type outcome struct {
-				in  []event.Input
-				res event.AppendResult
-				err error
+				in   []event.Input
+				cond *event.Condition
+				res  event.AppendResult
+				err  error
 			}
-			racing := make([]outcome, racers)
-			others := make([]outcome, bystanders)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			run := func(o *outcome, cond *event.Condition) {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					o.res, o.err = s.Append(context.Background(), "claims", o.in, cond)
-				}()
-			}
+			all := make([]outcome, racers+bystanders)
+			racing, others := all[:racers], all[racers:]
 			for i := range racing {
 				racing[i].in = batch(t, "claims", 1+i%2, "seat.claimed", tag)
-				run(&racing[i], &event.Condition{Query: tagQuery(tag), After: h})
+				racing[i].cond = &event.Condition{Query: tagQuery(tag), After: h}
 			}
 			for i := range others {
 				own := fmt.Sprintf("other-%d-%d", round, i)
 				others[i].in = batch(t, "claims", 1, "seat.claimed", own)
-				run(&others[i], &event.Condition{Query: tagQuery(own), After: h})
+				others[i].cond = &event.Condition{Query: tagQuery(own), After: h}
 			}
-			close(start)
-			wg.Wait()
+			testutil.AtOnce(len(all), func(i int) {
+				o := &all[i]
+				o.res, o.err = s.Append(context.Background(), "claims", o.in, o.cond)
+			})
 
 			winner := -1
 			for i, o := range racing {

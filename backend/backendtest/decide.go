@@ -294,11 +294,9 @@ func testDecisions(t *testing.T, open func(t *testing.T) backend.Store) {
 	type count struct {
 		Reserved int `json:"reserved"`
 	}
-	var wg sync.WaitGroup
 	results := make([]int, clients) // the seat number reserved, 0: sold out
 	errs := make([]error, clients)
 	conflicts := make([]int, clients)
-	start := make(chan struct{})
 	// Every client's first read happens before any append: all 32 first
 	// decisions are taken from the same head, so exactly one of them can
 	// land and the other 31 must conflict, whatever the scheduling. A
@@ -306,61 +304,54 @@ func testDecisions(t *testing.T, open func(t *testing.T) backend.Store) {
 	// ten without a conflict and fail the count below.
 	var firstReads sync.WaitGroup
 	firstReads.Add(clients)
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			readDone := sync.OnceFunc(firstReads.Done)
-			defer readDone() // a client that fails early never blocks the others
-			<-start
-			for round := 0; ; round++ {
-				l, err := s.Latest(context.Background(), "shows", q)
-				if err != nil {
-					errs[c] = err
-					return
-				}
-				if round == 0 {
-					readDone()
-					firstReads.Wait()
-				}
-				var n count
-				if l.Event != nil {
-					if err := json.Unmarshal(l.Event.Data, &n); err != nil {
-						errs[c] = err
-						return
-					}
-				}
-				if n.Reserved >= seats {
-					return // sold out: the decision says no
-				}
-				data, _ := json.Marshal(count{Reserved: n.Reserved + 1})
-				in, err := event.Prepare("shows", []event.Input{{Type: "seat.reserved", Data: data,
-					Tags: []string{"show:42", fmt.Sprintf("client:%d", c)}}}, event.Limits{})
-				if err != nil {
-					errs[c] = err
-					return
-				}
-				_, err = s.Append(context.Background(), "shows", in, &event.Condition{Query: *q, After: l.Head})
-				var ce *event.ConflictError
-				switch {
-				case err == nil:
-					results[c] = n.Reserved + 1
-					return
-				case errors.As(err, &ce):
-					if ce.Position <= l.Head {
-						errs[c] = fmt.Errorf("conflict at %d, not after the head %d that was read", ce.Position, l.Head)
-						return
-					}
-					conflicts[c]++ // someone else reserved meanwhile: decide again
-				default:
+	testutil.AtOnce(clients, func(c int) {
+		readDone := sync.OnceFunc(firstReads.Done)
+		defer readDone() // a client that fails early never blocks the others
+		for round := 0; ; round++ {
+			l, err := s.Latest(context.Background(), "shows", q)
+			if err != nil {
+				errs[c] = err
+				return
+			}
+			if round == 0 {
+				readDone()
+				firstReads.Wait()
+			}
+			var n count
+			if l.Event != nil {
+				if err := json.Unmarshal(l.Event.Data, &n); err != nil {
 					errs[c] = err
 					return
 				}
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+			if n.Reserved >= seats {
+				return // sold out: the decision says no
+			}
+			data, _ := json.Marshal(count{Reserved: n.Reserved + 1})
+			in, err := event.Prepare("shows", []event.Input{{Type: "seat.reserved", Data: data,
+				Tags: []string{"show:42", fmt.Sprintf("client:%d", c)}}}, event.Limits{})
+			if err != nil {
+				errs[c] = err
+				return
+			}
+			_, err = s.Append(context.Background(), "shows", in, &event.Condition{Query: *q, After: l.Head})
+			var ce *event.ConflictError
+			switch {
+			case err == nil:
+				results[c] = n.Reserved + 1
+				return
+			case errors.As(err, &ce):
+				if ce.Position <= l.Head {
+					errs[c] = fmt.Errorf("conflict at %d, not after the head %d that was read", ce.Position, l.Head)
+					return
+				}
+				conflicts[c]++ // someone else reserved meanwhile: decide again
+			default:
+				errs[c] = err
+				return
+			}
+		}
+	})
 	sold := map[int]int{}
 	for c := range clients {
 		if errs[c] != nil {

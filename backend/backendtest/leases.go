@@ -2,7 +2,6 @@ package backendtest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -315,45 +314,24 @@ func testLeases(t *testing.T, open func(t *testing.T) backend.Store) {
 	t.Run("ReleaseIsAnnounced", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "orders", "billing")
-		released := make(chan string, 16)
-		s.OnLeaseReleased(func(boundary string) {
-			select {
-			case released <- boundary:
-			default:
-			}
-		})
+		released, notify := Notified(16)
+		s.OnLeaseReleased(notify)
 		l := acquire(t, s, "billing", "n1", longTTL)
 		if err := s.ReleaseLease(t.Context(), l); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case b := <-released:
-			if b != "billing" {
-				t.Fatalf("OnLeaseReleased(%q), want billing", b)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("OnLeaseReleased was not called for a released lease")
-		}
+		WantNotified(t, released, "billing", 10*time.Second, "OnLeaseReleased")
 	})
 
 	t.Run("ConcurrentAcquireOneWinner", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "orders")
 		const nodes = 8
-		var wg sync.WaitGroup
 		got := make([]backend.Lease, nodes)
 		errs := make([]error, nodes)
-		start := make(chan struct{})
-		for i := range nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got[i], errs[i] = s.AcquireLease(context.Background(), "orders", "node-"+string(rune('a'+i)), nil, longTTL)
-			}()
-		}
-		close(start)
-		wg.Wait()
+		testutil.AtOnce(nodes, func(i int) {
+			got[i], errs[i] = s.AcquireLease(context.Background(), "orders", "node-"+string(rune('a'+i)), nil, longTTL)
+		})
 		winners := 0
 		for i := range nodes {
 			if errs[i] == nil {

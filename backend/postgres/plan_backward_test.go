@@ -66,20 +66,12 @@ func TestReadBackwardPlans(t *testing.T) {
 // type.<k mod 500> and the tags customer:<k mod 5000> and order:<k>.
 func fillBig(t testing.TB, s *Store, n int) {
 	t.Helper()
-	ctx := context.Background()
 	backendtest.Create(t, s, "big")
-	for start := 0; start < n; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			k := start + i
-			in[i] = event.Input{ID: event.NewID(), Type: fmt.Sprintf("type.%d", k%500), Data: json.RawMessage(`{}`),
-				Tags: []string{fmt.Sprintf("customer:%d", k%5000), fmt.Sprintf("order:%d", k)}}
-		}
-		if _, err := s.Append(ctx, "big", in, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
+	backendtest.Fill(t, s, "big", n, func(k int) event.Input {
+		return event.Input{ID: event.NewID(), Type: fmt.Sprintf("type.%d", k%500), Data: json.RawMessage(`{}`),
+			Tags: []string{fmt.Sprintf("customer:%d", k%5000), fmt.Sprintf("order:%d", k)}}
+	})
+	if _, err := s.pool.Exec(context.Background(), `ANALYZE orisun_events`); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -79,15 +79,9 @@ func TestReadPlanIsOneRangeScan(t *testing.T) {
 	s := setup(t, Config{})
 	backendtest.Create(t, s, "big")
 	ctx := context.Background()
-	for start := 0; start < 20000; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			in[i] = event.Input{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{"x"}}
-		}
-		if _, err := s.Append(ctx, "big", in, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	backendtest.Fill(t, s, "big", 20000, func(int) event.Input {
+		return event.Input{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{"x"}}
+	})
 	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
 		t.Fatal(err)
 	}
@@ -130,15 +124,9 @@ func TestPlanCacheModes(t *testing.T) {
 		return out
 	}
 	const n = 20000
-	for start := 0; start < n; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			in[i] = event.Input{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{fmt.Sprintf("entity:%d", (start+i)%64)}}
-		}
-		if _, err := s.Append(ctx, "big", prep(t, in), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	backendtest.Fill(t, s, "big", n, func(k int) event.Input {
+		return prep(t, []event.Input{{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{fmt.Sprintf("entity:%d", k%64)}}})[0]
+	})
 	if _, err := s.pool.Exec(ctx, `ANALYZE orisun_events`); err != nil {
 		t.Fatal(err)
 	}

@@ -537,18 +537,9 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 	const stores = 6
 	opened := make([]*Store, stores)
 	errs := make([]error, stores)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			opened[i], errs[i] = Open(context.Background(), Config{URL: dbURL})
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testutil.AtOnce(stores, func(i int) {
+		opened[i], errs[i] = Open(context.Background(), Config{URL: dbURL})
+	})
 	for i, s := range opened {
 		if errs[i] != nil {
 			t.Fatalf("Open %d: %v", i, errs[i])
@@ -711,14 +702,9 @@ func TestNotifyAcrossStores(t *testing.T) {
 	a := setup(t, Config{URL: dbURL})
 	b := setup(t, Config{URL: withAppName(t, dbURL, "store_b"), ListenReconnectMin: 10 * time.Millisecond, ListenReconnectMax: 100 * time.Millisecond})
 	backendtest.Create(t, a, "orders")
-	woken := make(chan string, 1024)
-	b.OnAppend(func(boundary string) {
-		select {
-		case woken <- boundary:
-		default:
-		}
-	})
-	testutil.Eventually(t, "b listens", 20*time.Second, 2*time.Millisecond, func() bool { return b.listens.Load() == 1 && listenerPID(t, b) != 0 })
+	woken, notify := backendtest.Notified(1024)
+	b.OnAppend(notify)
+	waitListens(t, b)
 
 	expectWake := func(what string) {
 		t.Helper()
@@ -757,21 +743,11 @@ func TestReleaseAnnouncedAcrossStores(t *testing.T) {
 	a := setup(t, Config{URL: dbURL})
 	b := setup(t, Config{URL: withAppName(t, dbURL, "store_b")})
 	backendtest.Create(t, a, "orders")
-	released := make(chan string, 16)
-	b.OnLeaseReleased(func(boundary string) {
-		select {
-		case released <- boundary:
-		default:
-		}
-	})
-	appended := make(chan string, 16)
-	b.OnAppend(func(boundary string) {
-		select {
-		case appended <- boundary:
-		default:
-		}
-	})
-	testutil.Eventually(t, "b listens", 20*time.Second, 2*time.Millisecond, func() bool { return b.listens.Load() == 1 && listenerPID(t, b) != 0 })
+	released, notifyRelease := backendtest.Notified(16)
+	b.OnLeaseReleased(notifyRelease)
+	appended, notifyAppend := backendtest.Notified(16)
+	b.OnAppend(notifyAppend)
+	waitListens(t, b)
 	ctx := t.Context()
 	l, err := a.AcquireLease(ctx, "orders", "node-a", nil, time.Minute)
 	if err != nil {
@@ -780,14 +756,7 @@ func TestReleaseAnnouncedAcrossStores(t *testing.T) {
 	if err := a.ReleaseLease(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-released:
-		if got != "orders" {
-			t.Fatalf("b's OnLeaseReleased(%q), want orders", got)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("store b was not told of store a's release")
-	}
+	backendtest.WantNotified(t, released, "orders", 20*time.Second, "b's OnLeaseReleased")
 	if len(appended) != 0 {
 		t.Fatalf("a release woke b's OnAppend callbacks (%q): it is no commit of events", <-appended)
 	}
@@ -807,6 +776,13 @@ func TestReleaseAnnouncedAcrossStores(t *testing.T) {
 	if len(released) != 0 {
 		t.Fatalf("a release of a lease not held was announced (%q)", <-released)
 	}
+}
+
+// waitListens waits until store b's listener (its first) has connected
+// and runs LISTEN.
+func waitListens(t *testing.T, b *Store) {
+	t.Helper()
+	testutil.Eventually(t, "b listens", 20*time.Second, 2*time.Millisecond, func() bool { return b.listens.Load() == 1 && listenerPID(t, b) != 0 })
 }
 
 // withAppName sets application_name in a URL, so a test can tell a store's
@@ -1174,18 +1150,14 @@ FOR EACH ROW EXECUTE FUNCTION test_wait();`); err != nil {
 		t.Fatal("no head for orders")
 		return false
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !held() {
+	testutil.Eventually(t, "Heads to report the head row held while a group transaction holds it (its COMMIT waits)", 30*time.Second, 20*time.Millisecond, func() bool {
 		select {
 		case r := <-out:
 			t.Fatalf("the append finished (%+v) while its COMMIT should wait", r)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("Heads never reported the head row held while a group transaction held it (its COMMIT waits)")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return held()
+	})
 	unlock()
 	if r := <-out; r.Err != nil || r.Res.First != 1 {
 		t.Fatalf("append after the COMMIT went on: %+v", r)

@@ -48,7 +48,7 @@ func TestProbeWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin.Close(ctx)
-	eventually(t, "an append on a read-only-by-default database", func() error { _, err := s.Append(ctx, "b", in(), nil); return err })
+	testutil.Until(t, "an append on a read-only-by-default database", 30*time.Second, 20*time.Millisecond, func() error { _, err := s.Append(ctx, "b", in(), nil); return err })
 	if err := s.ProbeWrite(ctx); err != nil {
 		t.Fatalf("probe where appends succeed: %v", err)
 	}
@@ -61,25 +61,13 @@ func TestProbeWrite(t *testing.T) {
 	}
 	t.Logf("server stopped: probe %v", perr)
 	srv.Start(t)
-	eventually(t, "the probe once the server is back", func() error { return s.ProbeWrite(ctx) })
+	testutil.Until(t, "the probe once the server is back", 30*time.Second, 20*time.Millisecond, func() error { return s.ProbeWrite(ctx) })
 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ProbeWrite(ctx); !errors.Is(err, event.ErrClosed) {
 		t.Fatalf("probe on a closed store: %v", err)
-	}
-}
-
-// eventually retries f for up to 30 s until it succeeds.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for err := f(); err != nil; err = f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -164,8 +152,8 @@ WHERE c.relname = 'orisun_write_probe'`).Scan(&where); err != nil || where != "s
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the probe once space is freed", func() error { return s.ProbeWrite(ctx) })
-	eventually(t, "an append once space is freed", func() error { _, err := s.Append(ctx, "b", big(), nil); return err })
+	testutil.Until(t, "the probe once space is freed", 30*time.Second, 20*time.Millisecond, func() error { return s.ProbeWrite(ctx) })
+	testutil.Until(t, "an append once space is freed", 30*time.Second, 20*time.Millisecond, func() error { _, err := s.Append(ctx, "b", big(), nil); return err })
 	var rows int
 	if err := admin.QueryRow(ctx, `SELECT count(*) FROM orisun_write_probe`).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("the probe's table holds %d rows (%v), want none", rows, err)

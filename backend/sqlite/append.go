@@ -44,13 +44,7 @@ func (s *Store) Append(ctx context.Context, boundary string, events []event.Inpu
 	// The operation's name is formatted only for an error: every append
 	// passes here.
 	op := func() string { return fmt.Sprintf("append to %q", boundary) }
-	if len(events) == 0 {
-		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w: events: the append holds no events; send at least one", op(), event.ErrInvalid)
-	}
-	if s.closed() {
-		return event.AppendResult{}, errClosed(op())
-	}
-	if err := ctx.Err(); err != nil {
+	if err := sqlstore.CheckAppend(ctx, reads{s}, events); err != nil {
 		return event.AppendResult{}, fmt.Errorf("sqlite: %s: %w", op(), err)
 	}
 	r := sqlstore.NewRequest(ctx, boundary, events, cond)

@@ -17,19 +17,11 @@ import (
 // "all", "customer:<k mod customers>" and "order:<k>".
 func fillBig(tb testing.TB, s *Store, n, customers int, data string, typeOf func(k int) string) {
 	tb.Helper()
-	ctx := context.Background()
 	backendtest.Create(tb, s, "big")
-	for start := 0; start < n; start += 1000 {
-		in := make([]event.Input, 1000)
-		for i := range in {
-			k := start + i
-			in[i] = event.Input{ID: event.NewID(), Type: typeOf(k), Data: json.RawMessage(data),
-				Tags: []string{"all", fmt.Sprintf("customer:%d", k%customers), fmt.Sprintf("order:%d", k)}}
-		}
-		if _, err := s.Append(ctx, "big", in, nil); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	backendtest.Fill(tb, s, "big", n, func(k int) event.Input {
+		return event.Input{ID: event.NewID(), Type: typeOf(k), Data: json.RawMessage(data),
+			Tags: []string{"all", fmt.Sprintf("customer:%d", k%customers), fmt.Sprintf("order:%d", k)}}
+	})
 }
 
 // TestQueryPlansUseIndexes: on a large boundary, a read, a read-latest and a

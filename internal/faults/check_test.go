@@ -19,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -135,19 +136,8 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 			if _, err := s.Append(ctx, "default", prepared, nil); err != nil {
 				t.Fatal(err)
 			}
-			ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: filepath.Join(dir, "js")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ns.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer ns.Stop()
-			nc, err := ns.Connect("control")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
+			ns := natstest.Server(t, natsembed.Config{})
+			nc := natstest.Orisun(t, ns, "control")
 			js, _ := jetstream.New(nc)
 			b, _ := s.Boundary(ctx, "default")
 			if _, err := js.CreateStream(ctx, stream.Config("default", b.Epoch, stream.Limits{}, 1)); err != nil {
@@ -319,17 +309,13 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 	if _, err := n.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Until(t, "the node to settle", 60*time.Second, 50*time.Millisecond, func() error {
 		st, err := n.Status(ctx)
 		if err == nil && st.Settled {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never settled: %+v", st)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("status %+v (%v)", st, err)
+	})
 	rec, err := NewRecorder(filepath.Join(dir, "h.jsonl"), "consumers#1")
 	if err != nil {
 		t.Fatal(err)

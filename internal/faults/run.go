@@ -15,6 +15,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/serviceutil"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -149,20 +150,11 @@ func (a *Appender) Run(ctx context.Context) {
 			if try%20 == 0 {
 				a.Rec.Write(Record{Kind: KindNote, Note: "append failed, retrying with the same ids: " + err.Error()})
 			}
-			pause(ctx, 100*time.Millisecond)
+			serviceutil.Sleep(ctx, 100*time.Millisecond)
 		}
 		if a.Pause > 0 {
-			pause(ctx, a.Pause)
+			serviceutil.Sleep(ctx, a.Pause)
 		}
-	}
-}
-
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 

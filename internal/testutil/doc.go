@@ -1,13 +1,14 @@
-// Package testutil is the one home of orisun's test scaffolding: waiting
-// for a condition (Eventually), a background load or monitor owned by the
-// test (Every), free loopback ports (FreePort, FreePorts) and a taken one
-// (TakenPort), building a binary once per test binary (Build,
-// OrisunBinary), running a child process and reading its output
-// (StartProcess, StartNode), a small file system to fill as a full disk
-// (MountTmpfs, FreeBytes, FillFile), the rows of README.md's configuration
-// table (ReadmeVariables), and the goroutine-leak checks: Main, which
-// every package's TestMain calls, and NoLeaks for a single test. Being
-// internal, it is orisun's machinery: its API may change without notice.
+// Package testutil is the one home of orisun's test scaffolding: waiting for
+// a condition (Eventually, Until), a background load or monitor owned by the
+// test (Every), racing callers released together (AtOnce), free loopback
+// ports (FreePort, FreePorts) and a taken one (TakenPort), building a binary
+// once per test binary (Build, OrisunBinary), running a child process and
+// reading its output (StartProcess, StartNode), a small file system to fill
+// as a full disk (MountTmpfs, FreeBytes, FillFile), the rows of README.md's
+// configuration table (ReadmeVariables), and the goroutine-leak checks:
+// Main, which every package's TestMain calls, and NoLeaks for a single test.
+// Being internal, it is orisun's machinery: its API may change without
+// notice.
 //
 // Every package with tests has
 //

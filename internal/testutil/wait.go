@@ -16,16 +16,45 @@ import (
 // batch) polls faster.
 func Eventually(t testing.TB, what string, timeout, tick time.Duration, ok func() bool) time.Duration {
 	t.Helper()
+	took, done := wait(timeout, tick, ok)
+	if !done {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+	return took
+}
+
+// Until is Eventually for a wait whose failure should say where it
+// stopped: check returns nil once the condition holds, and until then an
+// error that says what it saw (the state reached so far), which the
+// failure ends with: "timed out after <timeout> waiting for <what>: <the
+// last error>". Like Eventually, it returns how long the wait took, and
+// check may call t.Fatal to end the wait early (a process that died).
+func Until(t testing.TB, what string, timeout, tick time.Duration, check func() error) time.Duration {
+	t.Helper()
+	var last error
+	took, done := wait(timeout, tick, func() bool {
+		last = check()
+		return last == nil
+	})
+	if !done {
+		t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, last)
+	}
+	return took
+}
+
+// wait calls ok at once and then at every tick until it returns true
+// (done) or timeout has passed.
+func wait(timeout, tick time.Duration, ok func() bool) (took time.Duration, done bool) {
 	start := time.Now()
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	for !ok() {
 		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return time.Since(start), false
 		}
 		<-ticker.C
 	}
-	return time.Since(start)
+	return time.Since(start), true
 }
 
 // Every calls fn in a goroutine of the test, again and again, interval

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,30 @@ func TestEventually(t *testing.T) {
 	})
 	if msg != "timed out after 50ms waiting for never" {
 		t.Fatalf("failed with %q", msg)
+	}
+}
+
+// TestUntil: the wait ends once check returns nil; a timeout's failure
+// names what it waited for and ends with check's last error.
+func TestUntil(t *testing.T) {
+	calls := 0
+	Until(t, "the third call", 5*time.Second, time.Millisecond, func() error {
+		calls++
+		if calls < 3 {
+			return fmt.Errorf("call %d", calls)
+		}
+		return nil
+	})
+	if calls != 3 {
+		t.Fatalf("returned after %d calls, want 3", calls)
+	}
+	calls = 0
+	msg := failing(t, func(tb testing.TB) {
+		Until(tb, "never", 50*time.Millisecond, 10*time.Millisecond, func() error { calls++; return fmt.Errorf("at %d", calls) })
+		tb.Errorf("Until returned though check never returned nil")
+	})
+	if want := fmt.Sprintf("timed out after 50ms waiting for never: at %d", calls); msg != want {
+		t.Fatalf("failed with %q, want %q", msg, want)
 	}
 }
 

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/orisun-io/orisun/event"
@@ -39,6 +40,19 @@ type Request struct {
 type Reply struct {
 	Res event.AppendResult
 	Err error
+}
+
+// CheckAppend checks an append before it is queued: that it holds events,
+// that the store is open and that its caller still waits. Its errors carry
+// no backend prefix and no operation.
+func CheckAppend(ctx context.Context, db DB, events []event.Input) error {
+	if len(events) == 0 {
+		return fmt.Errorf("%w: events: the append holds no events; send at least one", event.ErrInvalid)
+	}
+	if db.Closed() {
+		return Closed()
+	}
+	return ctx.Err()
 }
 
 // NewRequest returns a queued request.

@@ -85,3 +85,37 @@ func TestIsDomain(t *testing.T) {
 		t.Fatal("IsDomain took a driver's error for the core's")
 	}
 }
+
+// closedDB is a DB whose only answer is whether the store is closed.
+type closedDB struct {
+	DB
+	closed bool
+}
+
+func (d closedDB) Closed() bool { return d.closed }
+
+// TestCheckAppend: an append of no events is invalid whatever the store;
+// then a closed store refuses it, then a caller that gave up gets its
+// context's error; an append that passes all three gets nil.
+func TestCheckAppend(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	one := []event.Input{{Type: "t"}}
+	for _, c := range []struct {
+		name   string
+		ctx    context.Context
+		closed bool
+		events []event.Input
+		want   error
+	}{
+		{"no events, closed", done, true, nil, event.ErrInvalid},
+		{"closed, caller gone", done, true, one, event.ErrClosed},
+		{"caller gone", done, false, one, context.Canceled},
+		{"admitted", context.Background(), false, one, nil},
+	} {
+		err := CheckAppend(c.ctx, closedDB{closed: c.closed}, c.events)
+		if !errors.Is(err, c.want) || (err == nil) != (c.want == nil) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}

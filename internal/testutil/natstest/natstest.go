@@ -23,8 +23,33 @@ import (
 func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url, opts...)
+	return opened(t, nc, err, "to "+url)
+}
+
+// Orisun opens an in-process connection to s as orisun itself
+// (natsembed.Server.Connect), named name, and closes it when the test
+// ends; it fails the test if it cannot connect.
+func Orisun(t testing.TB, s *natsembed.Server, name string) *nats.Conn {
+	t.Helper()
+	nc, err := s.Connect(name)
+	return opened(t, nc, err, name+" to the embedded server as orisun")
+}
+
+// API opens an in-process connection to s as the API service
+// (natsembed.Server.ConnectAPI), named name, and closes it when the test
+// ends; it fails the test if it cannot connect.
+func API(t testing.TB, s *natsembed.Server, name string) *nats.Conn {
+	t.Helper()
+	nc, err := s.ConnectAPI(name)
+	return opened(t, nc, err, name+" to the embedded server as the API")
+}
+
+// opened returns nc, to be closed when the test ends, or fails the test
+// when the connection (connect what) failed with err.
+func opened(t testing.TB, nc *nats.Conn, err error, what string) *nats.Conn {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("connect to %s: %v", url, err)
+		t.Fatalf("connect %s: %v", what, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
