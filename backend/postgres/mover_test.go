@@ -1,0 +1,180 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orisun-io/orisun/internal/testutil"
+
+	"github.com/orisun-io/orisun/internal/pgtest"
+)
+
+// TestMoveHeldBackByRowLock_I1: a staged row that another session holds a
+// row lock on (here FOR KEY SHARE, as a foreign key's check takes it)
+// holds back its call and every call behind it: the move fails, naming the
+// session's pid, and moves nothing, so no call is split and nothing is
+// moved ahead of the held one; once the lock ends, everything moves, whole
+// calls in the order of the calls. With SKIP LOCKED the move took the
+// unlocked half of the first call and the second call, and left the locked
+// row behind, to be moved later at a position after the second call.
+func TestMoveHeldBackByRowLock_I1(t *testing.T) {
+	t.Parallel()
+	s, url, l := enqueueSetup(t)
+	ctx := context.Background()
+	conn := pgtest.Connect(t, url)
+	enqueueCommitted(t, conn, "b", typeEvents("first", 2))
+	enqueueCommitted(t, conn, "b", typeEvents("second", 2))
+	locker := pgtest.Connect(t, url)
+	var pid int
+	if err := locker.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM orisun_staged WHERE type = 'first' AND data::text = '1' FOR KEY SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := s.MoveStaged(mctx, l, 100)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", pid)) {
+		t.Fatalf("move with a staged row locked by pid %d: %+v, %v; want an error naming the pid", pid, r, err)
+	}
+	t.Logf("the move's error: %v", err)
+	if st := stagedOf(t, s, "b"); st.Staged != 4 {
+		t.Fatalf("%d staged after the refused move, want all 4", st.Staged)
+	}
+	if all := readAll(t, s, "b"); len(all) != 0 {
+		t.Fatalf("the refused move wrote %d events", len(all))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := moveAll(t, s, l, 100); r.Moved != 4 {
+		t.Fatalf("moved %+v once the lock ended, want 4", r)
+	}
+	all := readAll(t, s, "b")
+	checkDense(t, all)
+	want := []string{"first 0", "first 1", "second 0", "second 1"}
+	for i, e := range all {
+		if got := e.Type + " " + string(e.Data); got != want[i] {
+			t.Fatalf("position %d holds %s, want %s", e.Position, got, want[i])
+		}
+	}
+}
+
+// TestMoveSetsAsideEventsOverTheCurrentLimit: the limits row can be
+// lowered after an event was staged (docs/outbox.md "Changing the
+// limits"): the mover checks each event's encoded size against the row's
+// max_event_bytes when it moves it, and sets aside, with the reason, an
+// event too large for NATS now, instead of putting into the log what the
+// publisher could not publish; the events behind it move.
+func TestMoveSetsAsideEventsOverTheCurrentLimit(t *testing.T) {
+	t.Parallel()
+	s, url, l := enqueueSetup(t)
+	ctx := context.Background()
+	conn := pgtest.Connect(t, url)
+	enqueueCommitted(t, conn, "b", `[{"type":"big","data":"`+strings.Repeat("x", 3000)+`"},{"type":"small","data":1}]`)
+	enqueueCommitted(t, conn, "b", typeEvents("behind", 1))
+	if _, err := conn.Exec(ctx, `UPDATE orisun_append_limits SET max_event_bytes = 2000`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.MoveStaged(ctx, l, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Moved != 2 || r.SetAside != 1 || r.First != 1 || r.Last != 2 {
+		t.Fatalf("move: %+v, want 2 moved at 1..2 and 1 set aside", r)
+	}
+	all := readAll(t, s, "b")
+	checkDense(t, all)
+	if len(all) != 2 || all[0].Type != "small" || all[1].Type != "behind" {
+		t.Fatalf("log %v, want small then behind", all)
+	}
+	st := stagedOf(t, s, "b")
+	if st.Staged != 0 || st.SetAside != 1 || !strings.Contains(st.Reason, "max_event_bytes") || !strings.Contains(st.Reason, "2000") {
+		t.Fatalf("staging %+v, want 1 set aside naming max_event_bytes 2000", st)
+	}
+	t.Logf("reason: %s", st.Reason)
+}
+
+// TestMoveBoundOnTheServer: a move whose process stops answering inside
+// its transaction (here: the hook before the commit sleeps, as a frozen
+// process would, past the move's deadline) ends on the server at the
+// deadline of its context (idle_in_transaction_session_timeout of the
+// move's transaction): the lease row, which the move reads FOR SHARE and
+// the holder's renewals update, is free again within the bound, and the
+// events stay staged for the next move. Without the bound on the server
+// the lease row stayed held for the whole sleep: a renewal would wait for
+// it, and the node lose its lease.
+func TestMoveBoundOnTheServer(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	var frozen atomic.Bool
+	inHook := make(chan struct{})
+	s := setup(t, Config{URL: url, BeforeMoveCommit: func(string, uint64, uint64) {
+		if frozen.Load() {
+			close(inHook)
+			time.Sleep(3 * time.Second)
+		}
+	}})
+	ctx := context.Background()
+	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordAppendLimits(ctx, outboxLimits, "test"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.AcquireLease(ctx, "b", "mover", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, url)
+	enqueueCommitted(t, conn, "b", typeEvents("staged", 2))
+	frozen.Store(true)
+	moved := make(chan error, 1)
+	go func() {
+		mctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := s.MoveStaged(mctx, l, 100)
+		moved <- err
+	}()
+	leaseFree := func() bool {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT 1 FROM orisun_leases WHERE boundary = 'b' FOR UPDATE NOWAIT`)
+		return err == nil
+	}
+	start := time.Now()
+	<-inHook
+	if leaseFree() {
+		t.Fatal("the lease row is free while the move is in its transaction")
+	}
+	// The lease row free within the bound and a margin (a deadline, not a
+	// timing assertion), while the process still sleeps in its hook.
+	testutil.Eventually(t, "the lease row free", 2*time.Second, 20*time.Millisecond, leaseFree)
+	t.Logf("the lease row was free %s after the move began (bound 300ms)", time.Since(start).Round(time.Millisecond))
+	err = <-moved
+	if err == nil || !strings.Contains(err.Error(), "did not end within") {
+		t.Fatalf("the frozen move: %v, want its bound named", err)
+	}
+	t.Logf("the move's error: %v", err)
+	frozen.Store(false)
+	if st := stagedOf(t, s, "b"); st.Staged != 2 {
+		t.Fatalf("%d staged after the move was ended, want 2", st.Staged)
+	}
+	if r := moveAll(t, s, l, 100); r.Moved != 2 {
+		t.Fatalf("the next moves: %+v, want 2 moved", r)
+	}
+	checkDense(t, readAll(t, s, "b"))
+}
