@@ -123,23 +123,43 @@ func TestOutboxRelaysExactlyCommitted_I1_I2_I4(t *testing.T) {
 	}
 }
 
-// TestOutboxNodeLimitsMustMatch: every node on one database records its
-// append limits for orisun_append, and a node started with other limits is
-// refused at start, naming its own and the recorded ones.
-func TestOutboxNodeLimitsMustMatch(t *testing.T) {
+// TestOutboxNodeLimitsRollingChange: every node on one database checks
+// its append limits against those recorded for orisun_append and
+// orisun_enqueue: a node that accepts less than the row allows is refused
+// at start, naming its own and the recorded ones; one that accepts more
+// starts (docs/outbox.md "Changing the limits": the row is lowered first,
+// raised last), and so does one with the lower limits once the row was
+// lowered.
+func TestOutboxNodeLimitsRollingChange(t *testing.T) {
 	_, url := pgNode(t, 100*time.Millisecond)
-	bad, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, Backend: "postgres", PGURL: url,
-		Boundaries: []string{"default"}, MaxAppendEvents: 5})
-	if err != nil {
-		t.Fatal(err)
+	start := func(maxEvents int) error {
+		t.Helper()
+		n, err := orisun.New(orisun.Config{DataDir: t.TempDir(), NATSPort: -1, Backend: "postgres", PGURL: url,
+			Boundaries: []string{"default"}, MaxAppendEvents: maxEvents})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = n.Start(ctx)
+		if serr := n.Stop(); err == nil && serr != nil {
+			t.Fatal(serr)
+		}
+		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = bad.Start(ctx)
-	_ = bad.Stop()
+	err := start(5)
 	if err == nil || !strings.Contains(err.Error(), "ORISUN_MAX_APPEND_EVENTS 5") ||
 		!strings.Contains(err.Error(), fmt.Sprintf("max_append_events %d", orisun.MaxAppendEventsDefault)) {
-		t.Fatalf("start with other limits: %v, want a refusal naming both", err)
+		t.Fatalf("start with lower limits: %v, want a refusal naming both", err)
+	}
+	if err := start(orisun.MaxAppendEventsDefault + 1); err != nil {
+		t.Fatalf("start with higher limits than the row's: %v", err)
+	}
+	if _, err := pgtest.Connect(t, url).Exec(context.Background(), `UPDATE orisun_append_limits SET max_append_events = 5`); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(5); err != nil {
+		t.Fatalf("start with the lowered row's limits: %v", err)
 	}
 }
 
