@@ -306,7 +306,7 @@ func watchStore(s backend.Store, w *storeWatch) backend.Store {
 
 // headProber is publisher.HeadProber.
 type headProber interface {
-	HeadLocked(ctx context.Context, boundary string) (bool, error)
+	HeadHolder(ctx context.Context, boundary string) (string, error)
 }
 
 type watchedStates struct {
@@ -325,8 +325,8 @@ type watchedProbe struct {
 	hp headProber
 }
 
-func (s watchedProbe) HeadLocked(ctx context.Context, boundary string) (bool, error) {
-	r, err := s.hp.HeadLocked(ctx, boundary)
+func (s watchedProbe) HeadHolder(ctx context.Context, boundary string) (string, error) {
+	r, err := s.hp.HeadHolder(ctx, boundary)
 	s.w.done(ctx, metrics.OpHeadLocked, kindRead, err)
 	return r, err
 }
@@ -336,8 +336,8 @@ type watchedStatesProbe struct {
 	p watchedProbe
 }
 
-func (s watchedStatesProbe) HeadLocked(ctx context.Context, boundary string) (bool, error) {
-	return s.p.HeadLocked(ctx, boundary)
+func (s watchedStatesProbe) HeadHolder(ctx context.Context, boundary string) (string, error) {
+	return s.p.HeadHolder(ctx, boundary)
 }
 
 func (s watchedStore) CreateBoundary(ctx context.Context, name string) (event.Boundary, bool, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/orisun-io/orisun/internal/testutil"
 
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -177,4 +178,99 @@ func TestMoveBoundOnTheServer(t *testing.T) {
 		t.Fatalf("the next moves: %+v, want 2 moved", r)
 	}
 	checkDense(t, readAll(t, s, "b"))
+}
+
+// TestMoveEmptyLocksNothing: a move that finds nothing staged takes no
+// lock and writes nothing (the mover scans every 10 ms while enqueues come
+// in): the head row's xmax and version are unchanged, the probe finds no
+// holder, and a REPEATABLE READ transaction whose snapshot predates the
+// move appends with orisun_append afterwards without a serialization
+// failure. When every move took the head row first, the row changed under
+// the snapshot (40001) and the status saw a holder at every scan.
+func TestMoveEmptyLocksNothing(t *testing.T) {
+	t.Parallel()
+	s, url, l := enqueueSetup(t)
+	ctx := context.Background()
+	conn := pgtest.Connect(t, url)
+	row := func() string {
+		var v string
+		if err := conn.QueryRow(ctx, `SELECT ctid::text || ' ' || xmin::text || ' ' || xmax::text FROM orisun_boundaries WHERE name = 'b'`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	rr, err := pgtest.Connect(t, url).BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rr.Rollback(ctx) }()
+	if _, err := rr.Exec(ctx, `SELECT head FROM orisun_boundaries`); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	before := row()
+	for range 3 {
+		if r, err := s.MoveStaged(ctx, l, 100); err != nil || r.Moved+r.Duplicates+r.SetAside != 0 {
+			t.Fatalf("an empty move: %+v, %v", r, err)
+		}
+	}
+	if after := row(); after != before {
+		t.Fatalf("the head row (ctid, xmin, xmax) was %s before the empty moves, %s after: they wrote or locked it", before, after)
+	}
+	if h, err := s.HeadHolder(ctx, "b"); err != nil || h != "" {
+		t.Fatalf("probe after the empty moves: holder %q, %v; want none", h, err)
+	}
+	if _, err := sqlAppend(ctx, rr, "b", typeEvents("rr", 1), nil); err != nil {
+		t.Fatalf("orisun_append under REPEATABLE READ after empty moves: %v", err)
+	}
+	if err := rr.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHeadHolderNamesTheTransaction: the probe names the transaction that
+// holds the head row, the same one at every probe while it holds it,
+// another one for the next holder, none once it is free (I7: the publisher
+// says "held since" only for one holder seen at two probes).
+func TestHeadHolderNamesTheTransaction(t *testing.T) {
+	t.Parallel()
+	s, url := outboxSetup(t)
+	ctx := context.Background()
+	holder := func() string {
+		h, err := s.HeadHolder(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	if h := holder(); h != "" {
+		t.Fatalf("holder %q of a free row", h)
+	}
+	var seen []string
+	for i := range 2 {
+		tx, err := pgtest.Connect(t, url).Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sqlAppend(ctx, tx, "b", typeEvents("held", 1), nil); err != nil {
+			t.Fatal(err)
+		}
+		var xid string
+		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		a, b := holder(), holder()
+		if a == "" || a != b || a != xid {
+			t.Fatalf("holder %d: probes %q and %q, the transaction is %s", i, a, b, xid)
+		}
+		seen = append(seen, a)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if h := holder(); h != "" {
+			t.Fatalf("holder %q after the commit", h)
+		}
+	}
+	if seen[0] == seen[1] {
+		t.Fatalf("two transactions named alike: %v", seen)
+	}
 }
