@@ -274,3 +274,44 @@ func TestHeadHolderNamesTheTransaction(t *testing.T) {
 		t.Fatalf("two transactions named alike: %v", seen)
 	}
 }
+
+// TestMoveBatchFloorIsMaxAppendEvents: the move's batch has
+// max_append_events for its floor (docs/outbox.md "How large a move is"):
+// orisun_enqueue refuses a call of more events than the limits row's
+// max_append_events (ORBIG, naming the limit), and a call of that many,
+// larger than the mover's batch, moves whole in one move, its events
+// consecutive, with the call behind it in the next move.
+func TestMoveBatchFloorIsMaxAppendEvents(t *testing.T) {
+	t.Parallel()
+	s, url, l := enqueueSetup(t)
+	ctx := context.Background()
+	conn := pgtest.Connect(t, url)
+	if _, err := conn.Exec(ctx, `UPDATE orisun_append_limits SET max_append_events = 10`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sqlEnqueue(ctx, tx, "b", typeEvents("over", 11))
+	_ = tx.Rollback(ctx)
+	if pe := pgErr(t, err); pe.Code != "ORBIG" || !strings.Contains(pe.Message, "the limit is 10") {
+		t.Fatalf("a call of 11 events: %s %q, want ORBIG naming the limit 10", pe.Code, pe.Message)
+	}
+	enqueueCommitted(t, conn, "b", typeEvents("whole", 10))
+	enqueueCommitted(t, conn, "b", typeEvents("next", 2))
+	r, err := s.MoveStaged(ctx, l, 3)
+	if err != nil || r.Moved != 10 || !r.More {
+		t.Fatalf("a move of batch 3: %+v, %v; want the whole call of 10 and more to come", r, err)
+	}
+	if r := moveAll(t, s, l, 3); r.Moved != 2 {
+		t.Fatalf("then %+v, want the 2 of the next call", r)
+	}
+	all := readAll(t, s, "b")
+	checkDense(t, all)
+	for i, e := range all[:10] {
+		if e.Type != "whole" || string(e.Data) != fmt.Sprint(i) {
+			t.Fatalf("position %d holds %s %s, want whole %d", e.Position, e.Type, e.Data, i)
+		}
+	}
+}
