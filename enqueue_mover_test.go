@@ -17,7 +17,7 @@ import (
 // waits for a transaction that wrote the next position into the log
 // behind orisun's back and stays open) holds the lease row FOR SHARE,
 // which the node's renewals update. The move is bounded by a third of
-// the lease TTL (900 ms here), so the node keeps its lease in the same
+// the lease TTL (1.2 s here), so the node keeps its lease in the same
 // term while the moves fail, and the status's move_error says the move
 // did not end within its bound; once the transaction ends, the staged
 // event moves. With the earlier bound, max(TTL/2, 1 s), a move outlasted
@@ -25,11 +25,18 @@ import (
 func TestEnqueueMoveBoundKeepsLease(t *testing.T) {
 	url := pgtest.URL(t)
 	n := setup(t, "", func(c *orisun.Config) {
-		c.Backend, c.PGURL, c.LeaseTTL = "postgres", url, 900*time.Millisecond
+		c.Backend, c.PGURL, c.LeaseTTL = "postgres", url, 1200*time.Millisecond
 	})
 	ctx := context.Background()
-	st := waitSettled(t, n, 10*time.Second)
-	term := st.Boundaries[0].LeaseTerm
+	var term uint64
+	testutil.Eventually(t, "the node leading in a term", 10*time.Second, 20*time.Millisecond, func() bool {
+		st, err := n.Status(ctx)
+		if err != nil || !st.Settled || st.Boundaries[0].State != status.StateLeading {
+			return false
+		}
+		term = st.Boundaries[0].LeaseTerm
+		return term > 0
+	})
 	blocker := beginTx(t, url)
 	defer func() { _ = blocker.Rollback(ctx) }()
 	if _, err := blocker.Exec(ctx, `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
@@ -60,7 +67,7 @@ func TestEnqueueMoveBoundKeepsLease(t *testing.T) {
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st = waitSettled(t, n, 10*time.Second)
+	st := waitSettled(t, n, 10*time.Second)
 	if b := st.Boundaries[0]; b.Head != 1 || b.LeaseTerm != term || b.MoveError != "" {
 		t.Fatalf("after the blocker ended: head %d, term %d (was %d), move_error %q", b.Head, b.LeaseTerm, term, b.MoveError)
 	}
@@ -132,4 +139,38 @@ func TestEnqueueRowLockShownInStatus_I7(t *testing.T) {
 			t.Fatalf("position %d holds data %s, want %d: the calls moved out of order", e.Position, e.Data, i+1)
 		}
 	}
+}
+
+// TestEnqueueNeverSettledBeforeMoved_I7: after each committed enqueue the
+// status is polled until it says settled; a settled report must count the
+// event under the head. The status reads the staging and the heads in two
+// statements: with the heads read first, a move committing between the two
+// showed the event nowhere (head before it, staging after it), and the
+// report said settled with a committed event not in the head.
+func TestEnqueueNeverSettledBeforeMoved_I7(t *testing.T) {
+	n, url := pgNode(t, 50*time.Millisecond)
+	ctx := context.Background()
+	waitSettled(t, n, 10*time.Second)
+	app := pgtest.Connect(t, url)
+	reports := 0
+	for i := 1; i <= 150; i++ {
+		if _, err := app.Exec(ctx, `SELECT orisun_enqueue('default', '[{"type":"app.staged","data":1}]')`); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			st, err := n.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reports++
+			if !st.Settled {
+				continue
+			}
+			if h := st.Boundaries[0].Head; h != uint64(i) {
+				t.Fatalf("enqueue %d committed; a settled status says head %d, staged %d (after %d reports)", i, h, st.Boundaries[0].Staged, reports)
+			}
+			break
+		}
+	}
+	t.Logf("%d status reports", reports)
 }
