@@ -17,7 +17,7 @@ import (
 // waits for a transaction that wrote the next position into the log
 // behind orisun's back and stays open) holds the lease row FOR SHARE,
 // which the node's renewals update. The move is bounded by a third of
-// the lease TTL (1.2 s here), so the node keeps its lease in the same
+// the lease TTL (900 ms here), so the node keeps its lease in the same
 // term while the moves fail, and the status's move_error says the move
 // did not end within its bound; once the transaction ends, the staged
 // event moves. With the earlier bound, max(TTL/2, 1 s), a move outlasted
@@ -25,7 +25,7 @@ import (
 func TestEnqueueMoveBoundKeepsLease(t *testing.T) {
 	url := pgtest.URL(t)
 	n := setup(t, "", func(c *orisun.Config) {
-		c.Backend, c.PGURL, c.LeaseTTL = "postgres", url, 1200*time.Millisecond
+		c.Backend, c.PGURL, c.LeaseTTL = "postgres", url, 900*time.Millisecond
 	})
 	ctx := context.Background()
 	var term uint64
