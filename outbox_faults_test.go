@@ -391,24 +391,14 @@ func TestEnqueueInFlightDuringPostgresCrash_I1_I4(t *testing.T) {
 // an error before COMMIT was sent: the server aborts the transaction), or
 // "unknown" (COMMIT sent, its answer lost).
 func crashEnqueue(ctx context.Context, conn *pgx.Conn, g, i int) ([]string, string) {
-	ids := make([]string, 1+(g+i)%3)
-	var b strings.Builder
-	b.WriteString("[")
-	for k := range ids {
-		ids[k] = event.NewID()
-		if k > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"id":%q,"type":"app.enqueued","data":{"g":%d,"i":%d,"k":%d}}`, ids[k], g, i, k)
-	}
-	b.WriteString("]")
+	ids, events := enqueuedEvents(g, i)
 	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	tx, err := conn.Begin(tctx)
 	if err != nil {
 		return ids, "failed"
 	}
-	if _, err := tx.Exec(tctx, `SELECT orisun_enqueue('default', $1::json)`, b.String()); err != nil {
+	if _, err := tx.Exec(tctx, `SELECT orisun_enqueue('default', $1::json)`, events); err != nil {
 		_ = tx.Rollback(tctx)
 		return ids, "failed"
 	}

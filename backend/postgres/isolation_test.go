@@ -68,44 +68,7 @@ func TestOutboxRepeatableReadAndSerializable_I1(t *testing.T) {
 					}
 				})
 			}
-			stop := make(chan struct{})
-			var aux sync.WaitGroup
-			aux.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := s.Append(ctx, "b", prepared(t, 1), nil); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-			aux.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := s.MoveStaged(ctx, l, 16); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-			wg.Wait()
-			close(stop)
-			aux.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			moveAll(t, s, l, 64)
-			all := readAll(t, s, "b")
-			checkDense(t, all)
+			all := appendAndMove(t, s, l, errs)(wg.Wait)
 			seen := map[string]bool{}
 			for _, e := range all {
 				if e.Type == "go" {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
 
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -313,5 +316,47 @@ func TestMoveBatchFloorIsMaxAppendEvents(t *testing.T) {
 		if e.Type != "whole" || string(e.Data) != fmt.Sprint(i) {
 			t.Fatalf("position %d holds %s %s, want whole %d", e.Position, e.Type, e.Data, i)
 		}
+	}
+}
+
+// appendAndMove runs a Go appender of one event at a time and a mover of
+// batches of 16 on boundary b, beside the application transactions of a
+// test, which send their errors to errs. finish waits for the application
+// transactions (wait), stops both, fails the test on any error, moves what
+// is left, and returns the log, checked dense.
+func appendAndMove(t *testing.T, s *Store, l backend.Lease, errs chan error) (finish func(wait func()) []event.Event) {
+	t.Helper()
+	ctx := context.Background()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	loop := func(step func() error) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := step(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	loop(func() error { _, err := s.Append(ctx, "b", prepared(t, 1), nil); return err })
+	loop(func() error { _, err := s.MoveStaged(ctx, l, 16); return err })
+	return func(wait func()) []event.Event {
+		wait()
+		close(done)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		moveAll(t, s, l, 64)
+		all := readAll(t, s, "b")
+		checkDense(t, all)
+		return all
 	}
 }
