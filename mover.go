@@ -135,7 +135,7 @@ func (m *mover) run(ctx context.Context, l backend.Lease) {
 			return
 		case err != nil:
 			if m.failing.Load() == nil {
-				m.log.Warn("staged events cannot be moved into the log; retrying every ORISUN_POLL_INTERVAL", "err", err)
+				m.log.Warn("staged events cannot be moved into the log; retrying every ORISUN_POLL_INTERVAL", "move_bound", m.timeout, "err", err)
 			}
 			why := err.Error()
 			m.failing.Store(&why)
