@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
-	"github.com/orisun-io/orisun/internal/testutil"
-
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // TestMoveHeldBackByRowLock_I1: a staged row that another session holds a

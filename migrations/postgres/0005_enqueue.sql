@@ -191,8 +191,9 @@ $fn$;
 -- A visible row that another session holds a row lock on (FOR KEY SHARE
 -- of a foreign key, an operator's SELECT … FOR UPDATE) fails the move
 -- (55P03, lock_not_available, NOWAIT) rather than being skipped: skipping
--- it split its call and moved the calls behind it ahead of it, or left it
--- behind for good. The caller names the blocking session (MoveStaged).
+-- it split its call and moved the calls behind it ahead of it, and moved
+-- the row itself only after them, or never while the lock stayed. The
+-- caller names the blocking session (MoveStaged).
 -- Each event whose id is not in the log gets the next position; one
 -- stored with the same content is dropped as a retry; one stored with
 -- other content, or whose encoded size is now over the limits row's
