@@ -135,14 +135,17 @@ func (s *Store) MoveStaged(ctx context.Context, l backend.Lease, batch int) (Mov
 // still running holds a row lock on, and that transaction's session: the
 // row's xmax is the locker's transaction id (or a subtransaction's), and
 // every transaction holds the lock of its own id, which pg_locks lists
-// with the session's pid. Rows locked by several sessions at once have a
-// multixact id for xmax instead, which matches no pid here: then the first
-// row with an xmax is named without one.
-const sqlStagedLocker = `SELECT s.call, s.id::text, s.xmax::text, l.pid
+// with the session's pid; a prepared transaction (PREPARE TRANSACTION)
+// has no session, but its name (gid) is in pg_prepared_xacts. Rows locked
+// by several sessions at once have a multixact id for xmax instead, which
+// matches neither: then the first row with an xmax is named without one.
+const sqlStagedLocker = `SELECT s.call, s.id::text, s.xmax::text, l.pid, p.gid
 FROM orisun_staged s
-LEFT JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = s.xmax AND l.mode = 'ExclusiveLock' AND l.granted
+LEFT JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = s.xmax AND l.mode = 'ExclusiveLock'
+    AND l.granted AND l.pid IS NOT NULL
+LEFT JOIN pg_prepared_xacts p ON p.transaction = s.xmax
 WHERE s.boundary = $1 AND s.xmax <> '0'::xid
-ORDER BY l.pid IS NULL, s.call, s.seq LIMIT 1`
+ORDER BY l.pid IS NULL AND p.gid IS NULL, s.call, s.seq LIMIT 1`
 
 // moveBlocked is the error of a move that found a staged row locked by
 // another session (cause), naming that session when it still holds it.
@@ -152,7 +155,8 @@ func (s *Store) moveBlocked(op, boundary string, cause *pgconn.PgError) error {
 	var call int64
 	var id, xmax string
 	var pid *int32
-	err := s.pool.QueryRow(ctx, sqlStagedLocker, boundary).Scan(&call, &id, &xmax, &pid)
+	var gid *string
+	err := s.pool.QueryRow(ctx, sqlStagedLocker, boundary).Scan(&call, &id, &xmax, &pid, &gid)
 	const rest = "; the events of that call, and every call staged after it, wait for the lock to end so that " +
 		"none is split or moved ahead of it (docs/outbox.md, \"Locks on staged rows\")"
 	switch {
@@ -160,6 +164,10 @@ func (s *Store) moveBlocked(op, boundary string, cause *pgconn.PgError) error {
 		return fmt.Errorf("postgres: %s: staged event %s (enqueue call %d) is locked by the transaction %s of pid %d "+
 			"(a row lock: SELECT … FOR SHARE/UPDATE, or a foreign key's check); end that transaction, or "+
 			"SELECT pg_terminate_backend(%d)%s: %w: %s", op, id, call, xmax, *pid, *pid, rest, event.ErrUnavailable, describe(cause))
+	case err == nil && gid != nil:
+		return fmt.Errorf("postgres: %s: staged event %s (enqueue call %d) is locked by the prepared transaction %q "+
+			"(transaction %s; PREPARE TRANSACTION, it has no session); finish it with COMMIT PREPARED or ROLLBACK PREPARED%s: %w: %s",
+			op, id, call, *gid, xmax, rest, event.ErrUnavailable, describe(cause))
 	case err == nil:
 		return fmt.Errorf("postgres: %s: staged event %s (enqueue call %d) is locked by several transactions at once "+
 			"(multixact %s; the extension pgrowlocks names them)%s: %w: %s", op, id, call, xmax, rest, event.ErrUnavailable, describe(cause))

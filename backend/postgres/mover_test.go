@@ -360,3 +360,44 @@ func appendAndMove(t *testing.T, s *Store, l backend.Lease, errs chan error) (fi
 		return all
 	}
 }
+
+// TestMoveHeldBackByPreparedTransaction: a staged row locked by a prepared
+// transaction (PREPARE TRANSACTION, which keeps its locks with no session
+// until COMMIT or ROLLBACK PREPARED) holds the move back like any row
+// lock, and the error names the prepared transaction instead of a pid;
+// once it is rolled back, the events move. On a server of its own, with
+// max_prepared_transactions above 0.
+func TestMoveHeldBackByPreparedTransaction(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.StartServer(t, "max_prepared_transactions=4")
+	s := setup(t, Config{URL: srv.URL})
+	ctx := context.Background()
+	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordAppendLimits(ctx, outboxLimits, "test"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.AcquireLease(ctx, "b", "mover", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, srv.URL)
+	enqueueCommitted(t, conn, "b", typeEvents("staged", 2))
+	for _, q := range []string{`BEGIN`, `SELECT 1 FROM orisun_staged WHERE data::text = '0' FOR KEY SHARE`, `PREPARE TRANSACTION 'orisun-test-locker'`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_, err = s.MoveStaged(ctx, l, 100)
+	if err == nil || !strings.Contains(err.Error(), `prepared transaction "orisun-test-locker"`) {
+		t.Fatalf("move with a staged row locked by a prepared transaction: %v, want it named", err)
+	}
+	t.Logf("the move's error: %v", err)
+	if _, err := conn.Exec(ctx, `ROLLBACK PREPARED 'orisun-test-locker'`); err != nil {
+		t.Fatal(err)
+	}
+	if r := moveAll(t, s, l, 100); r.Moved != 2 {
+		t.Fatalf("moved %+v once the prepared transaction ended, want 2", r)
+	}
+}
