@@ -123,23 +123,13 @@ func TestMoveBoundOnTheServer(t *testing.T) {
 	url := pgtest.URL(t)
 	var frozen atomic.Bool
 	inHook := make(chan struct{})
-	s := setup(t, Config{URL: url, BeforeMoveCommit: func(string, uint64, uint64) {
+	s, l := moverSetup(t, Config{URL: url, BeforeMoveCommit: func(string, uint64, uint64) {
 		if frozen.Load() {
 			close(inHook)
 			time.Sleep(3 * time.Second)
 		}
 	}})
 	ctx := context.Background()
-	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RecordAppendLimits(ctx, outboxLimits, "test"); err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.AcquireLease(ctx, "b", "mover", nil, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	conn := pgtest.Connect(t, url)
 	enqueueCommitted(t, conn, "b", typeEvents("staged", 2))
 	frozen.Store(true)
@@ -168,7 +158,7 @@ func TestMoveBoundOnTheServer(t *testing.T) {
 	// timing assertion), while the process still sleeps in its hook.
 	testutil.Eventually(t, "the lease row free", 2*time.Second, 20*time.Millisecond, leaseFree)
 	t.Logf("the lease row was free %s after the move began (bound 300ms)", time.Since(start).Round(time.Millisecond))
-	err = <-moved
+	err := <-moved
 	if err == nil || !strings.Contains(err.Error(), "did not end within") {
 		t.Fatalf("the frozen move: %v, want its bound named", err)
 	}
@@ -370,7 +360,34 @@ func appendAndMove(t *testing.T, s *Store, l backend.Lease, errs chan error) (fi
 func TestMoveHeldBackByPreparedTransaction(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.StartServer(t, "max_prepared_transactions=4")
-	s := setup(t, Config{URL: srv.URL})
+	s, l := moverSetup(t, Config{URL: srv.URL})
+	ctx := context.Background()
+	conn := pgtest.Connect(t, srv.URL)
+	enqueueCommitted(t, conn, "b", typeEvents("staged", 2))
+	for _, q := range []string{`BEGIN`, `SELECT 1 FROM orisun_staged WHERE data::text = '0' FOR KEY SHARE`, `PREPARE TRANSACTION 'orisun-test-locker'`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_, err := s.MoveStaged(ctx, l, 100)
+	if err == nil || !strings.Contains(err.Error(), `prepared transaction "orisun-test-locker"`) {
+		t.Fatalf("move with a staged row locked by a prepared transaction: %v, want it named", err)
+	}
+	t.Logf("the move's error: %v", err)
+	if _, err := conn.Exec(ctx, `ROLLBACK PREPARED 'orisun-test-locker'`); err != nil {
+		t.Fatal(err)
+	}
+	if r := moveAll(t, s, l, 100); r.Moved != 2 {
+		t.Fatalf("moved %+v once the prepared transaction ended, want 2", r)
+	}
+}
+
+// moverSetup opens a store with cfg, creates boundary "b", records the
+// limits and takes b's lease as "mover": enqueueSetup for a store of the
+// test's own configuration or server.
+func moverSetup(t *testing.T, cfg Config) (*Store, backend.Lease) {
+	t.Helper()
+	s := setup(t, cfg)
 	ctx := context.Background()
 	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
@@ -382,22 +399,5 @@ func TestMoveHeldBackByPreparedTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := pgtest.Connect(t, srv.URL)
-	enqueueCommitted(t, conn, "b", typeEvents("staged", 2))
-	for _, q := range []string{`BEGIN`, `SELECT 1 FROM orisun_staged WHERE data::text = '0' FOR KEY SHARE`, `PREPARE TRANSACTION 'orisun-test-locker'`} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	_, err = s.MoveStaged(ctx, l, 100)
-	if err == nil || !strings.Contains(err.Error(), `prepared transaction "orisun-test-locker"`) {
-		t.Fatalf("move with a staged row locked by a prepared transaction: %v, want it named", err)
-	}
-	t.Logf("the move's error: %v", err)
-	if _, err := conn.Exec(ctx, `ROLLBACK PREPARED 'orisun-test-locker'`); err != nil {
-		t.Fatal(err)
-	}
-	if r := moveAll(t, s, l, 100); r.Moved != 2 {
-		t.Fatalf("moved %+v once the prepared transaction ended, want 2", r)
-	}
+	return s, l
 }
