@@ -63,24 +63,14 @@ func startEnqueuers(t *testing.T, url string, n int) *enqueuers {
 // table) and the enqueue, then the commit or a rollback.
 func (e *enqueuers) one(conn *pgx.Conn, g, i int) error {
 	ctx := context.Background()
-	ids := make([]string, 1+(g+i)%3)
-	var b strings.Builder
-	b.WriteString("[")
-	for k := range ids {
-		ids[k] = event.NewID()
-		if k > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"id":%q,"type":"app.enqueued","data":{"g":%d,"i":%d,"k":%d}}`, ids[k], g, i, k)
-	}
-	b.WriteString("]")
+	ids, events := enqueuedEvents(g, i)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	var staged int
-	if err := tx.QueryRow(ctx, `SELECT orisun_enqueue('default', $1::json)`, b.String()).Scan(&staged); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT orisun_enqueue('default', $1::json)`, events).Scan(&staged); err != nil {
 		return err
 	}
 	if staged != len(ids) {
@@ -105,6 +95,23 @@ func (e *enqueuers) one(conn *pgx.Conn, g, i int) error {
 		}
 	}
 	return nil
+}
+
+// enqueuedEvents is the JSON array of transaction i of worker g: 1 to 3
+// events of type app.enqueued with ids of their own, returned too.
+func enqueuedEvents(g, i int) (ids []string, events string) {
+	ids = make([]string, 1+(g+i)%3)
+	var b strings.Builder
+	b.WriteString("[")
+	for k := range ids {
+		ids[k] = event.NewID()
+		if k > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"id":%q,"type":"app.enqueued","data":{"g":%d,"i":%d,"k":%d}}`, ids[k], g, i, k)
+	}
+	b.WriteString("]")
+	return ids, b.String()
 }
 
 // wait stops the goroutines, fails the test on their errors, and returns

@@ -50,12 +50,13 @@ const (
 // a move that found staged events, when the node's head check (every poll
 // interval) finds committed staged events of the boundary (wake: an
 // enqueue not announced costs at most a poll interval), and every poll
-// backstop in case all fail. Each move is one transaction of at most batch events,
-// fenced by the term (postgres.Store.MoveStaged); a full batch is followed
-// by the next at once. The publisher relays what it moved, woken by the
-// move's commit as by an append's. A move is bounded by half the lease
-// TTL: once it holds the lease row (FOR SHARE), the holder's renewal waits
-// for it.
+// backstop in case all fail. Each move is one transaction of at most batch events
+// in whole enqueue calls (and always the first call whole: orisun_enqueue
+// refuses a call of more than max_append_events, which is thus the batch's
+// floor), fenced by the term (postgres.Store.MoveStaged); a full batch is
+// followed by the next at once. The publisher relays what it moved, woken
+// by the move's commit as by an append's. A move is bounded by a third of
+// the lease TTL (moveBound), in this process and on the server.
 type mover struct {
 	store    stagedMover
 	boundary string
@@ -78,9 +79,21 @@ func (n *Node) newMover(b string) *mover {
 		return nil
 	}
 	return &mover{store: m, boundary: b, batch: n.cfg.AppendGroupMax, poll: n.cfg.PollBackstop,
-		retry: n.cfg.PollInterval, timeout: max(n.cfg.LeaseTTL/2, time.Second), log: n.log.With("component", "mover", "boundary", b),
+		retry: n.cfg.PollInterval, timeout: moveBound(n.cfg.LeaseTTL), log: n.log.With("component", "mover", "boundary", b),
 		wake: make(chan struct{}, 1)}
 }
+
+// moveBound is how long a move may take with a lease TTL of ttl. Once a
+// move holds the lease row (FOR SHARE), the holder's renewals, every TTL/3
+// and each bounded by the lease's expiry, wait for it: a move allowed half
+// the TTL or more (it was max(TTL/2, 1 s)) could make a node with a short
+// TTL drop its own lease. A third leaves the renewal that waited for a
+// whole move another third of the TTL. A move that cannot end within it
+// (a call too large for the database's speed, a lock that never comes) is
+// rolled back and retried, and the status's move_error says so: raise
+// ORISUN_LEASE_TTL, or lower the limits (docs/outbox.md, "How long a move
+// may take").
+func moveBound(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
 
 // start runs the mover for the term l until ctx ends or stop is called;
 // stop returns once it has. A nil mover starts nothing.
@@ -122,7 +135,7 @@ func (m *mover) run(ctx context.Context, l backend.Lease) {
 			return
 		case err != nil:
 			if m.failing.Load() == nil {
-				m.log.Warn("staged events cannot be moved into the log; retrying every ORISUN_POLL_INTERVAL", "err", err)
+				m.log.Warn("staged events cannot be moved into the log; retrying every ORISUN_POLL_INTERVAL", "move_bound", m.timeout, "err", err)
 			}
 			why := err.Error()
 			m.failing.Store(&why)
@@ -135,7 +148,8 @@ func (m *mover) run(ctx context.Context, l backend.Lease) {
 				m.log.Info("staged events are moved again")
 			}
 			if r.SetAside > 0 {
-				m.log.Warn("staged events set aside: their ids are in the log with other content (see orisun_set_aside)",
+				m.log.Warn("staged events set aside: their ids are in the log with other content, or they are over the limits "+
+					"row's max_event_bytes (see orisun_set_aside and its reason column)",
 					"set_aside", r.SetAside)
 			}
 			if r.Moved+r.Duplicates+r.SetAside > 0 {

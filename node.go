@@ -303,7 +303,8 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	if r, ok := n.rawStore.(appendLimitsRecorder); ok {
 		// The SQL append function enforces the limits the nodes recorded
-		// (docs/outbox.md): a node with other limits is refused here.
+		// (docs/outbox.md): a node that accepts less than the row allows is
+		// refused here.
 		if err := r.RecordAppendLimits(ctx, n.limits, n.holder); err != nil {
 			return fmt.Errorf("orisun: %w", err)
 		}

@@ -310,7 +310,7 @@ func watchStore(s backend.Store, w *storeWatch) backend.Store {
 
 // headProber is publisher.HeadProber.
 type headProber interface {
-	HeadLocked(ctx context.Context, boundary string) (bool, error)
+	HeadHolder(ctx context.Context, boundary string) (string, error)
 }
 
 // watchedStates is backend.StateReader seen through a storeWatch.
@@ -331,8 +331,8 @@ type watchedProbe struct {
 	hp headProber
 }
 
-func (s watchedProbe) HeadLocked(ctx context.Context, boundary string) (bool, error) {
-	r, err := s.hp.HeadLocked(ctx, boundary)
+func (s watchedProbe) HeadHolder(ctx context.Context, boundary string) (string, error) {
+	r, err := s.hp.HeadHolder(ctx, boundary)
 	s.w.done(ctx, metrics.OpHeadLocked, kindRead, err)
 	return r, err
 }

@@ -157,7 +157,7 @@ func (p statesPart) BoundaryStates(context.Context) ([]backend.BoundaryState, er
 
 type probePart struct{ err error }
 
-func (p probePart) HeadLocked(context.Context, string) (bool, error) { return false, p.err }
+func (p probePart) HeadHolder(context.Context, string) (string, error) { return "", p.err }
 
 // TestWatchStoreKeepsOptionalInterfaces: the watched store has
 // backend.StateReader and the publisher's HeadProber exactly when the
@@ -203,8 +203,8 @@ func TestWatchStoreKeepsOptionalInterfaces(t *testing.T) {
 			if _, ok := ws.(headProber); ok != c.probes {
 				t.Fatalf("the watched store is a HeadProber: %v, the store: %v", ok, c.probes)
 			} else if ok {
-				calls["HeadLocked"] = func(s backend.Store) error {
-					_, err := s.(headProber).HeadLocked(ctx, "b")
+				calls["HeadHolder"] = func(s backend.Store) error {
+					_, err := s.(headProber).HeadHolder(ctx, "b")
 					return err
 				}
 			}

@@ -60,7 +60,11 @@ func (r *run) idleWait() time.Duration {
 // idleReason says why there is nothing to publish. An append transaction
 // that holds the head row across two looks (ProbeInterval or more apart)
 // is reported with the time it was first seen: its events get positions
-// only when it commits, so the publisher waits and skips nothing.
+// only when it commits, so the publisher waits and skips nothing. The same
+// transaction must hold it at both looks (a transaction holds its row lock
+// until it ends, so it held the row all along): short transactions that
+// take the row one after another, each seen by one look, are a busy
+// boundary, not a held one (I7).
 //
 // The probe runs at most once per ProbeInterval: on PostgreSQL it is a row
 // lock (FOR SHARE NOWAIT), a write with a commit of its own, and a
@@ -87,20 +91,21 @@ func (r *run) idleReason(ctx context.Context) string {
 
 func (r *run) probeReason(ctx context.Context, prober HeadProber) string {
 	const caughtUp = "caught up: every committed event is published"
-	held, err := prober.HeadLocked(ctx, r.p.cfg.Boundary)
-	if err != nil || !held {
-		r.heldSince = time.Time{}
+	holder, err := prober.HeadHolder(ctx, r.p.cfg.Boundary)
+	if err != nil || holder == "" {
+		r.heldSince, r.heldBy = time.Time{}, ""
 		return caughtUp
 	}
 	now := time.Now().UTC()
-	if r.heldSince.IsZero() {
-		r.heldSince = now
+	if r.heldSince.IsZero() || holder != r.heldBy {
+		r.heldSince, r.heldBy = now, holder
 	}
 	if now.Sub(r.heldSince) < r.p.cfg.ProbeInterval {
 		return caughtUp
 	}
 	return "waiting: an append transaction has held the boundary's head row since " +
-		r.heldSince.Format(time.RFC3339) + "; its events get positions when it commits, nothing is skipped meanwhile"
+		r.heldSince.Format(time.RFC3339) + " (transaction " + holder + ", the row's xmax); " +
+		"its events get positions when it commits, nothing is skipped meanwhile"
 }
 
 // headWentBack reads the boundary's head when Behind asked for it, and

@@ -38,8 +38,10 @@ type Store interface {
 // HeadProber is implemented by stores where an append transaction can hold
 // a boundary's head row open (PostgreSQL): it lets the status say that the
 // publisher waits for an uncommitted append instead of calling it idle.
+// HeadHolder names the transaction holding the row ("" when none does), so
+// that a succession of short holders is not taken for one long one.
 type HeadProber interface {
-	HeadLocked(ctx context.Context, boundary string) (bool, error)
+	HeadHolder(ctx context.Context, boundary string) (string, error)
 }
 
 // Config of one boundary's publisher.
@@ -271,9 +273,10 @@ type run struct {
 	// acked is the last position JetStream acknowledged; saved the last
 	// checkpoint written.
 	acked, saved uint64
-	// heldSince is when the head row was first seen held by an append
-	// transaction while there was nothing to publish.
+	// heldSince is when the head row was first seen held by heldBy, an
+	// append transaction, while there was nothing to publish.
 	heldSince time.Time
+	heldBy    string
 	// synced is true once a sync of this run succeeded; known is the
 	// stream's last sequence that sync left (the run's own, or proven to
 	// be the store's): with acked, what this run knows the stream holds

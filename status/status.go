@@ -122,7 +122,8 @@ type BoundaryStatus struct {
 	// log by the lease holder; StagedSeconds is the age of the oldest of
 	// them (0 when none). A growing count is a mover that is behind.
 	// SetAside counts the enqueued events the mover set aside (their id is
-	// in the log with other content), SetAsideReason is the latest one's.
+	// in the log with other content, or they are over the limits row's
+	// max_event_bytes lowered since), SetAsideReason is the latest one's.
 	// MoveError is this node's mover's last error while its moves fail.
 	// All absent on SQLite (docs/outbox.md).
 	Staged         uint64  `json:"staged,omitempty"`

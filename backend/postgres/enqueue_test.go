@@ -507,7 +507,6 @@ func TestEnqueueConcurrentWithAppends_I1(t *testing.T) {
 	const writers, rounds = 32, 5
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+2)
-	stop := make(chan struct{})
 	for w := range writers {
 		wg.Add(1)
 		go func() {
@@ -545,46 +544,7 @@ func TestEnqueueConcurrentWithAppends_I1(t *testing.T) {
 			}
 		}()
 	}
-	var aux sync.WaitGroup
-	aux.Add(2)
-	go func() {
-		defer aux.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := s.Append(ctx, "b", prepared(t, 1), nil); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}()
-	go func() {
-		defer aux.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := s.MoveStaged(ctx, l, 16); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}()
-	wg.Wait()
-	close(stop)
-	aux.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	moveAll(t, s, l, 64)
-	all := readAll(t, s, "b")
-	checkDense(t, all)
+	all := appendAndMove(t, s, l, errs)(wg.Wait)
 	seen := map[string]bool{}
 	kept := 0
 	for _, e := range all {

@@ -416,7 +416,8 @@ func TestOutboxInvalidInput(t *testing.T) {
 
 // TestOutboxLimits: orisun_append refuses appends over the limits the nodes
 // recorded; with no limits recorded it refuses every append (ORUNV); a
-// node with other limits than the recorded ones is refused, naming both.
+// node that accepts less than the recorded limits is refused, naming both,
+// and one that accepts more starts (a rolling change of the limits).
 func TestOutboxLimits(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -445,12 +446,25 @@ func TestOutboxLimits(t *testing.T) {
 	if err := s.RecordAppendLimits(ctx, lim, "node-b"); err != nil {
 		t.Fatalf("the same limits again: %v", err)
 	}
-	other := lim
-	other.MaxAppendBytes = 2048
-	err := s.RecordAppendLimits(ctx, other, "node-c")
-	if err == nil || !strings.Contains(err.Error(), "ORISUN_MAX_APPEND_BYTES 2048") || !strings.Contains(err.Error(), "max_append_bytes 1024") ||
-		!strings.Contains(err.Error(), "node-a") {
-		t.Fatalf("other limits: %v, want both named", err)
+	// A node that accepts more than the row starts (the row was lowered
+	// first, or is raised last: docs/outbox.md "Changing the limits"); one
+	// that accepts less is refused, naming both.
+	higher := lim
+	higher.MaxAppendBytes, higher.MaxEventBytes = 2048, 4096
+	if err := s.RecordAppendLimits(ctx, higher, "node-c"); err != nil {
+		t.Fatalf("limits above the row's: %v", err)
+	}
+	for _, lower := range []event.Limits{
+		{MaxAppendEvents: 1, MaxAppendBytes: 2048, MaxEventBytes: 4096},
+		{MaxAppendEvents: 2, MaxAppendBytes: 1000, MaxEventBytes: 4096},
+		{MaxAppendEvents: 2, MaxAppendBytes: 2048, MaxEventBytes: 1099},
+	} {
+		err := s.RecordAppendLimits(ctx, lower, "node-d")
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("ORISUN_MAX_APPEND_EVENTS %d, ORISUN_MAX_APPEND_BYTES %d, NATS max payload %d",
+			lower.MaxAppendEvents, lower.MaxAppendBytes, lower.MaxEventBytes)) ||
+			!strings.Contains(err.Error(), "max_append_events 2, max_append_bytes 1024, max_event_bytes 1100") || !strings.Contains(err.Error(), "node-a") {
+			t.Fatalf("limits %+v below the row's: %v, want a refusal naming both", lower, err)
+		}
 	}
 	for _, c := range []struct{ events, code, message string }{
 		{`[{"type":"a","data":1},{"type":"a","data":1},{"type":"a","data":1}]`, "ORBIG", "events: the append holds 3 events, the limit is 2"},

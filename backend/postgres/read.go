@@ -240,32 +240,54 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 	return l, nil
 }
 
-// HeadLocked reports whether a transaction holds the boundary's head row at
-// this moment: an append in flight, or one held open by a slow appender. The
-// publisher asks it when it finds nothing new to publish, to say in its
-// status that it waits for an uncommitted append rather than that it is
-// idle. The probe is one statement in its own implicit transaction (FOR
-// SHARE NOWAIT): it never waits, and its lock ends with the statement on the
+// HeadHolder reports which transaction holds the boundary's head row at
+// this moment, "" when none does: an append in flight, or one held open by
+// a slow appender. The publisher asks it when it finds nothing new to
+// publish, to say in its status that it waits for an uncommitted append
+// rather than that it is idle, and says so only when the same transaction
+// holds the row at two probes a probe interval apart: a quick succession
+// of short holders (the Go appends, the mover's moves, short application
+// transactions) is not one long holder (I7).
+//
+// The probe is one statement in its own implicit transaction (FOR SHARE
+// NOWAIT): it never waits, and its lock ends with the statement on the
 // server, even if this process is frozen right after sending it. (An
 // explicit BEGIN … ROLLBACK around it held the lock for as long as a
-// SIGSTOPped node slept, and every append of the boundary waited.)
-func (s *Store) HeadLocked(ctx context.Context, boundary string) (bool, error) {
+// SIGSTOPped node slept, and every append of the boundary waited.) When it
+// finds the row held, a plain read of the row's xmax names the holder: the
+// id of the transaction (or subtransaction) that locked or updated it
+// last, which the holder's own lock keeps there until it ends; a row
+// locked by several transactions at once has a multixact id there
+// instead, as stable while they hold it. An xmax of 0 means the holder
+// ended between the two statements: not held.
+func (s *Store) HeadHolder(ctx context.Context, boundary string) (string, error) {
 	op := fmt.Sprintf("probe the head row of %q", boundary)
 	if s.isClosed() {
-		return false, errClosed(op)
+		return "", errClosed(op)
 	}
 	var one int
 	err := s.pool.QueryRow(ctx, sqlProbeHead, boundary).Scan(&one)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
-		return true, nil
 	case isNoRows(err):
-		return false, notFound(op, boundary)
+		return "", notFound(op, boundary)
 	case err != nil:
-		return false, s.translate(op, err)
+		return "", s.translate(op, err)
+	default:
+		return "", nil
 	}
-	return false, nil
+	var xmax string
+	err = s.pool.QueryRow(ctx, sqlHeadXmax, boundary).Scan(&xmax)
+	switch {
+	case isNoRows(err):
+		return "", notFound(op, boundary)
+	case err != nil:
+		return "", s.translate(op, err)
+	case xmax == "0":
+		return "", nil
+	}
+	return xmax, nil
 }
 
 // sqlBoundaryStates reads every boundary's head, checkpoint, lease and the

@@ -186,6 +186,9 @@ RETURNING checkpoint`
 	// sqlProbeHead conflicts with the head row's FOR NO KEY UPDATE lock of
 	// an append transaction and never waits for it.
 	sqlProbeHead = `SELECT 1 FROM orisun_boundaries WHERE name = $1 FOR SHARE NOWAIT`
+	// sqlHeadXmax names the head row's holder once sqlProbeHead found it
+	// held (HeadHolder).
+	sqlHeadXmax = `SELECT xmax::text FROM orisun_boundaries WHERE name = $1`
 	// sqlCheckpointRefusal says why a save changed nothing.
 	sqlCheckpointRefusal = `SELECT b.head, l.holder, l.term
 FROM orisun_boundaries b LEFT JOIN orisun_leases l ON l.boundary = b.name

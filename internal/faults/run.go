@@ -256,15 +256,15 @@ func (s *RecordingStore) AcquireLease(ctx context.Context, boundary, holder stri
 	return l, err
 }
 
-// HeadLocked keeps the publisher's probe of PostgreSQL (its status reason
+// HeadHolder keeps the publisher's probe of PostgreSQL (its status reason
 // while an append holds the head row).
-func (s *RecordingStore) HeadLocked(ctx context.Context, boundary string) (bool, error) {
+func (s *RecordingStore) HeadHolder(ctx context.Context, boundary string) (string, error) {
 	if p, ok := s.Store.(interface {
-		HeadLocked(ctx context.Context, boundary string) (bool, error)
+		HeadHolder(ctx context.Context, boundary string) (string, error)
 	}); ok {
-		return p.HeadLocked(ctx, boundary)
+		return p.HeadHolder(ctx, boundary)
 	}
-	return false, nil
+	return "", nil
 }
 
 // ReadStream reads every message of a boundary's stream (headers only) and

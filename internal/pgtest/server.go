@@ -24,8 +24,9 @@ type Server struct {
 // StartServer starts a throwaway PostgreSQL on a free loopback port with
 // the binaries scripts/test found (ORISUN_TEST_PG_BIN, run as
 // ORISUN_TEST_PG_OSUSER), and stops and removes it when the test ends. It
-// fails the test when those variables are not set.
-func StartServer(t testing.TB) *Server {
+// fails the test when those variables are not set. Each of settings
+// ("name=value") is passed to the server as -c name=value.
+func StartServer(t testing.TB, settings ...string) *Server {
 	t.Helper()
 	bin := os.Getenv(EnvBin)
 	if bin == "" {
@@ -47,6 +48,9 @@ func StartServer(t testing.TB) *Server {
 	s.run(t, "initdb", "-D", s.data, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
 	port := testutil.FreePort(t)
 	s.opts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s", port, dir)
+	for _, kv := range settings {
+		s.opts += " -c " + kv
+	}
 	s.Start(t)
 	t.Cleanup(func() {
 		_ = s.command("pg_ctl", "-D", s.data, "-m", "immediate", "-w", "-t", "30", "stop").Run()

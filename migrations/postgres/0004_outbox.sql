@@ -68,9 +68,10 @@ $$;
 -- The append limits every node enforces, recorded by the nodes at start
 -- (one row): the functions read them, so that an append through SQL is
 -- refused exactly when the API would refuse it. A node whose configured
--- limits differ from the row is refused at start, naming both; the row is
--- changed by an operator (docs/outbox.md) before the nodes restart with the
--- new limits.
+-- limits are below the row's is refused at start, naming both; an operator
+-- lowers the row first and raises it last (docs/outbox.md "Changing the
+-- limits"), and the mover sets aside a staged event over a lowered
+-- max_event_bytes (0005).
 CREATE TABLE orisun_append_limits (
     singleton         boolean     NOT NULL DEFAULT true,
     max_append_events integer     NOT NULL,

@@ -183,17 +183,25 @@ $fn$;
 -- log, for the lease holder holder in term term only. It takes the head
 -- row as an append does; then the lease row, read FOR SHARE, must name
 -- them, unexpired in the database's clock, so a takeover waits for this
--- transaction and a stale holder moves nothing (ORLST). Then at most lim
--- events (whole calls; a call larger than lim alone) in the order of the
--- calls, skipping rows another transaction has locked (SKIP LOCKED; rows
--- of transactions still open are not visible at all, so they never hold
--- the mover back). Each event whose id
--- is not in the log gets the next position; one stored with the same
--- content is dropped as a retry; one stored with other content is set
--- aside with the reason. All of them leave orisun_staged in the same
--- transaction: each staged event enters the log at most once, and does
--- unless its transaction never committed. The events' time is the move's.
--- more: the batch was full (more may wait).
+-- transaction and a stale holder moves nothing (ORLST). Then whole calls,
+-- in the order of the calls, up to lim events (and always the first call
+-- whole, whatever its size: orisun_enqueue refuses a call of more than
+-- max_append_events, so that is the batch's floor). Rows of transactions
+-- still open are not visible at all, so they never hold the mover back.
+-- A visible row that another session holds a row lock on (FOR KEY SHARE
+-- of a foreign key, an operator's SELECT … FOR UPDATE) fails the move
+-- (55P03, lock_not_available, NOWAIT) rather than being skipped: skipping
+-- it split its call and moved the calls behind it ahead of it, and moved
+-- the row itself only after them, or never while the lock stayed. The
+-- caller names the blocking session (MoveStaged).
+-- Each event whose id is not in the log gets the next position; one
+-- stored with the same content is dropped as a retry; one stored with
+-- other content, or whose encoded size is now over the limits row's
+-- max_event_bytes (lowered since the enqueue, docs/outbox.md "Changing the
+-- limits"), is set aside with the reason. All of them leave orisun_staged
+-- in the same transaction: each staged event enters the log at most once,
+-- and does unless its transaction never committed. The events' time is
+-- the move's. more: the batch was full (more may wait).
 CREATE FUNCTION orisun_move_staged(boundary text, holder text, term bigint, lim integer,
     OUT moved integer, OUT duplicates integer, OUT set_aside integer,
     OUT first_position bigint, OUT last_position bigint, OUT more boolean)
@@ -206,6 +214,7 @@ DECLARE
     seqs bigint[];
     calls bigint[];
     moved_at timestamptz;
+    max_bytes integer;
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         PERFORM orisun_raise('ORINV', format('lim is %s; it must be at least 1', lim));
@@ -258,12 +267,15 @@ BEGIN
     moved_at := clock_timestamp();
     first_position := h + 1;
     last_position := h;
+    SELECT lm.max_event_bytes INTO max_bytes FROM orisun_append_limits lm;
     -- Every statement from here sees what committed before the head row
     -- was granted (READ COMMITTED). Rows of transactions still open are
-    -- not seen at all; SKIP LOCKED passes rows another mover holds.
+    -- not seen at all; a row someone else has locked fails the move
+    -- (NOWAIT): the move must not wait for it holding the head and lease
+    -- rows, nor pass it.
     SELECT array_agg(sg.seq ORDER BY sg.call, sg.seq), array_agg(sg.call ORDER BY sg.call, sg.seq) INTO seqs, calls
     FROM (SELECT s.seq, s.call FROM orisun_staged s WHERE s.boundary = b ORDER BY s.call, s.seq LIMIT lim + 1
-          FOR UPDATE SKIP LOCKED) sg;
+          FOR UPDATE NOWAIT) sg;
     IF seqs IS NULL THEN
         RETURN;
     END IF;
@@ -278,17 +290,20 @@ BEGIN
         ELSE
             -- A single call larger than the batch moves whole.
             SELECT array_agg(s.seq ORDER BY s.seq) INTO seqs FROM (
-                SELECT s.seq FROM orisun_staged s WHERE s.boundary = b AND s.call = calls[1] FOR UPDATE SKIP LOCKED) s;
+                SELECT s.seq FROM orisun_staged s WHERE s.boundary = b AND s.call = calls[1] FOR UPDATE NOWAIT) s;
         END IF;
     END IF;
     WITH batch AS (
         SELECT s.*, ev.position AS stored,
                ev.id IS NOT NULL AND ev.type = s.type AND orisun_json_same(ev.data::text, s.data::text)
-                   AND orisun_json_same(ev.metadata::text, s.metadata::text) AND ev.tags = s.tags AS same
+                   AND orisun_json_same(ev.metadata::text, s.metadata::text) AND ev.tags = s.tags AS same,
+               CASE WHEN ev.id IS NULL AND max_bytes IS NOT NULL
+                    THEN orisun_encoded_size(b, s.id::text, s.type, s.tags, s.data::text, s.metadata::text) END AS size
         FROM orisun_staged s LEFT JOIN orisun_events ev ON ev.boundary = b AND ev.id = s.id
         WHERE s.seq = ANY (seqs)),
     fresh AS (
-        SELECT bt.*, row_number() OVER (ORDER BY bt.call, bt.seq) AS ord FROM batch bt WHERE bt.stored IS NULL),
+        SELECT bt.*, row_number() OVER (ORDER BY bt.call, bt.seq) AS ord FROM batch bt
+        WHERE bt.stored IS NULL AND NOT coalesce(bt.size > max_bytes, false)),
     ins AS (
         INSERT INTO orisun_events (boundary, position, id, type, time, tags, data, metadata)
         SELECT b, h + fr.ord, fr.id, fr.type, moved_at, fr.tags, fr.data, fr.metadata FROM fresh fr ORDER BY fr.ord
@@ -296,9 +311,13 @@ BEGIN
     aside AS (
         INSERT INTO orisun_set_aside (seq, boundary, id, type, tags, data, metadata, enqueued_at, set_aside_at, reason)
         SELECT bt.seq, b, bt.id, bt.type, bt.tags, bt.data, bt.metadata, bt.enqueued_at, moved_at,
-               format('id %s was enqueued at %s and is stored at position %s with other content (appended meanwhile by '
-                   'the API or orisun_append); the enqueued event was not moved', bt.id, bt.enqueued_at, bt.stored)
-        FROM batch bt WHERE bt.stored IS NOT NULL AND NOT bt.same
+               CASE WHEN bt.stored IS NOT NULL
+                    THEN format('id %s was enqueued at %s and is stored at position %s with other content (appended meanwhile by '
+                        'the API or orisun_append); the enqueued event was not moved', bt.id, bt.enqueued_at, bt.stored)
+                    ELSE format('id %s was enqueued at %s; its encoded event is %s bytes, over the limit max_event_bytes %s '
+                        '(orisun_append_limits, lowered since the enqueue; the NATS max payload): the enqueued event was not moved',
+                        bt.id, bt.enqueued_at, bt.size, max_bytes) END
+        FROM batch bt WHERE (bt.stored IS NOT NULL AND NOT bt.same) OR coalesce(bt.size > max_bytes, false)
         RETURNING 1),
     del AS (
         DELETE FROM orisun_staged s WHERE s.seq = ANY (seqs) RETURNING 1)
