@@ -130,10 +130,13 @@ type Node struct {
 	connectAPI func(name string) (*nats.Conn, error)
 	nc         *nats.Conn
 	js         jetstream.JetStream
-	api        *service.Service
-	runCtx     context.Context
-	cancel     context.CancelFunc
-	subs       sync.WaitGroup
+	// batched: the server takes fast-ingest batches, so the streams are
+	// created with them (streamLimits).
+	batched bool
+	api     *service.Service
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	subs    sync.WaitGroup
 
 	// Placement (shared NATS only, placement.go): how many boundaries this
 	// node leads, its fair share (0: unknown, no yielding), and a token
@@ -457,6 +460,13 @@ func (n *Node) connectRelay() error {
 	if err != nil {
 		return fmt.Errorf("orisun: jetstream: %w", err)
 	}
+	// Fast-ingest batches (docs/design.md §5, "Batches") where the
+	// server takes them: JetStream API level 4, nats-server 2.14. A
+	// server that does not say, or says less, gets streams without them.
+	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	info, ierr := n.js.AccountInfo(actx)
+	cancel()
+	n.batched = ierr == nil && info.API.Level >= batchedAPILevel
 	n.limits = event.Limits{
 		MaxAppendEvents: n.cfg.MaxAppendEvents,
 		MaxAppendBytes:  n.cfg.MaxAppendBytes,
@@ -735,8 +745,13 @@ func (n *Node) streamLimits() stream.Limits {
 		MaxMsgs:  n.cfg.EventStreamMaxMsgs,
 		MaxAge:   max(n.cfg.EventStreamMaxAge, 0),
 		Replicas: n.cfg.StreamReplicas,
+		Batched:  n.batched,
 	}
 }
+
+// batchedAPILevel is the JetStream API level of the servers that take
+// fast-ingest batches (nats-server 2.14).
+const batchedAPILevel = 4
 
 // lead is the lease runner's leader work: the publisher's run, counted
 // among the boundaries this node leads.

@@ -17,7 +17,8 @@ import (
 // is the public contract of docs/design.md §6, read back from the running NATS
 // server: its name and subjects, memory storage, limits retention that
 // discards old messages, the configured limits (ORISUN_NATS_EVENT_STREAM_*),
-// one replica, the boundary's epoch in its metadata; and a published event
+// one replica, the boundary's epoch in its metadata, fast-ingest batches
+// allowed; and a published event
 // sits on orisun.events.<boundary>.<type> with the §6 headers, at the
 // sequence of its position. Nats-Msg-Id is absent by default and the event
 // id with ORISUN_NATS_MSG_ID.
@@ -69,6 +70,12 @@ func testStreamLayout(t *testing.T, msgID bool) {
 	}
 	if got := c.Metadata[stream.MetaEpoch]; got != epoch {
 		t.Errorf("stream metadata epoch %q, want the boundary's %q", got, epoch)
+	}
+	// The embedded server (JetStream API level 4 or more) takes
+	// fast-ingest batches: the publisher sends a backlog in them
+	// (docs/design.md §5).
+	if !c.AllowBatchPublish {
+		t.Errorf("allow_batched off on a server that takes batches")
 	}
 	if info.State.FirstSeq != 1 || info.State.LastSeq != 3 {
 		t.Errorf("stream holds %d..%d, want 1..3", info.State.FirstSeq, info.State.LastSeq)

@@ -56,8 +56,7 @@ func newFastIngestEnv(tb testing.TB) *fastIngestEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := stream.Config("b", "0190f7a2-0000-7000-8000-0000000000e0", stream.Limits{MaxBytes: 1 << 30}, 1)
-	cfg.AllowBatchPublish = true
+	cfg := stream.Config("b", "0190f7a2-0000-7000-8000-0000000000e0", stream.Limits{MaxBytes: 1 << 30, Batched: true}, 1)
 	s, err := js.CreateStream(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)

@@ -284,7 +284,7 @@ func (fl *flight) send(ctx context.Context, events []event.Event) error {
 	// message is most of the publishing's cost: one batch. A shorter one
 	// (live traffic) goes through the window of single publishes, which
 	// does not wait for a commit between pages.
-	if fl.batch != nil && len(events) == fl.r.p.cfg.BatchSize {
+	if fl.batch != nil && len(events) == fl.r.p.cfg.BatchSize && len(events) >= batchMin {
 		return fl.sendBatch(ctx, events)
 	}
 	p := fl.r.p

@@ -114,7 +114,7 @@ func run(t testing.TB, p *publisher.Publisher, l backend.Lease) (stop func() err
 func (e *env) publisher(js jetstream.JetStream, wake chan struct{}) *publisher.Publisher {
 	return publisher.New(publisher.Config{
 		Boundary: "b", Store: e.store, JS: js, BatchSize: 50, Window: 8,
-		PollInterval: 20 * time.Millisecond, Wake: wake,
+		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true},
 	})
 }
 
@@ -189,9 +189,6 @@ appending:
 	if !errors.Is(badErr, event.ErrLeaseLost) {
 		t.Fatalf("stale publisher ended with %v, want ErrLeaseLost", badErr)
 	}
-	if publisher.BatchesSent(good)+publisher.BatchesSent(bad) == 0 {
-		t.Fatal("no page went as one batch: the test did not try the batches' expected last sequences (backlog of 100, pages of 50)")
-	}
 	head := func() uint64 { b, _ := e.store.Boundary(ctx, "b"); return b.Head }
 	testutil.Eventually(t, "the checkpoint to reach the head", 20*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == head() })
 	cancel()
@@ -223,7 +220,7 @@ func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
 	e.append(t, 1000)
 	wake := make(chan struct{}, 1)
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 100, Window: 8,
-		PollInterval: 20 * time.Millisecond, Wake: wake})
+		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true}})
 	stop := run(t, p, e.lease(t))
 	testutil.Eventually(t, "the checkpoint at 1000", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1000 })
 	if n := publisher.BatchesSent(p); n != 10 {
@@ -246,6 +243,123 @@ func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
 	if last := e.checkStream(t); last != 1015 {
 		t.Fatalf("stream last %d, want 1015", last)
 	}
+}
+
+// TestBacklogWithoutBatchesWhereNotAllowed_I2: a stream without
+// allow_batched (a server older than 2.14, or streams without batches
+// configured), or messages with Nats-Msg-Id, get single publishes: the
+// same backlog is published whole, none of it as a batch.
+func TestBacklogWithoutBatchesWhereNotAllowed_I2(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		lim   stream.Limits
+		msgID bool
+	}{{"not allowed", stream.Limits{}, false}, {"Nats-Msg-Id", stream.Limits{Batched: true}, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := setup(t)
+			e.append(t, 300)
+			p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 100, Window: 8,
+				PollInterval: 20 * time.Millisecond, Limits: c.lim, MsgID: c.msgID})
+			stop := run(t, p, e.lease(t))
+			testutil.Eventually(t, "the checkpoint at 300", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 300 })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if n := publisher.BatchesSent(p); n != 0 {
+				t.Fatalf("%d pages went as one batch, want none", n)
+			}
+			if last := e.checkStream(t); last != 300 {
+				t.Fatalf("stream last %d, want 300", last)
+			}
+		})
+	}
+}
+
+// TestStopDuringBatchesCheckpointsWhatIsStored_I3: a publisher stopped in
+// the middle of a backlog sent in batches finishes the batch it sent and
+// leaves the checkpoint at the stream's last sequence, every message at
+// its position; the next run resumes there.
+func TestStopDuringBatchesCheckpointsWhatIsStored_I3(t *testing.T) {
+	e := setup(t)
+	e.append(t, 5000)
+	acked := make(chan struct{}, 1)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 500, Window: 8,
+		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true},
+		AfterAck: func(uint64) {
+			select {
+			case acked <- struct{}{}:
+			default:
+			}
+		}})
+	stop := run(t, p, e.lease(t))
+	<-acked
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	last := e.checkStream(t)
+	if cp := e.checkpoint(); cp != last || last == 0 || last%500 != 0 {
+		t.Fatalf("stopped mid-backlog: checkpoint %d, stream last %d; want them equal, at the end of a batch of 500", cp, last)
+	}
+	p2 := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 500, Window: 8,
+		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
+	stop2 := run(t, p2, e.lease(t))
+	testutil.Eventually(t, "the checkpoint at 5000", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 5000 })
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if last := e.checkStream(t); last != 5000 {
+		t.Fatalf("stream last %d, want 5000", last)
+	}
+}
+
+// TestForeignMessageDuringBatchNeverSkips_I2_I4: a message published into
+// the stream by someone else (or by a stale publisher: the same refusal,
+// I6) while a batch is being sent takes a sequence in the middle of it; the server refuses the batch's next message (it
+// expects the previous position) and ends the batch, the publisher goes
+// back to its checkpoint, and every position ends up at its own sequence.
+// (Should a message go out without its expected last sequence, the batch's
+// commit, acknowledged one sequence too far, is refused all the same and
+// nothing of it is checkpointed; that the server checks every message of
+// a batch is TestFastIngestChecksExpectedLastSequence's.)
+func TestForeignMessageDuringBatchNeverSkips_I2_I4(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	e.append(t, 10000)
+	var foreign atomic.Uint64
+	var once atomic.Bool
+	// At position 5100, early in the second batch (5001..10000): the
+	// publisher is at most two flow windows (1,000 messages) ahead of what
+	// the server has stored, so the foreign message lands inside it.
+	sub, err := e.nc.Subscribe(stream.Subjects("b"), func(m *nats.Msg) {
+		// Once: after the refusal the publisher publishes 5100 again.
+		if m.Header.Get(stream.HeaderPosition) != "5100" || !once.CompareAndSwap(false, true) {
+			return
+		}
+		ack, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("x"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		foreign.Store(ack.Sequence)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 5000, Window: 8,
+		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
+	stop := run(t, p, e.lease(t))
+	testutil.Eventually(t, "the checkpoint at 10000", 60*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 10000 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if fs := foreign.Load(); fs <= 5100 || fs >= 10000 {
+		t.Fatalf("the foreign message took sequence %d, not one inside the batch 5001..10000: the test did not refuse a batch midway", fs)
+	}
+	if last := e.checkStream(t); last != 10000 {
+		t.Fatalf("stream last %d, want 10000", last)
+	}
+	t.Logf("foreign message at sequence %d, inside the batch 5001..10000", foreign.Load())
 }
 
 // TestStreamAheadOfStoreStalls_I7: a stream whose last sequence is beyond the
@@ -676,7 +790,7 @@ func TestStepDownWaitsForFencedDelete_I6(t *testing.T) {
 // earlier one is acknowledged and checkpointed.
 func (e *env) wideWindow(wake chan struct{}, afterAck func(last uint64)) *publisher.Publisher {
 	return publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 200,
-		PollInterval: 20 * time.Millisecond, Wake: wake, AfterAck: afterAck})
+		PollInterval: 20 * time.Millisecond, Wake: wake, AfterAck: afterAck, Limits: stream.Limits{Batched: true}})
 }
 
 // TestWideWindowCheckpointNeverAhead_I3: with several batches in flight,

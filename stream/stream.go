@@ -65,6 +65,11 @@ type Limits struct {
 	// Duplicates is the de-duplication window for Nats-Msg-Id; 0 leaves
 	// the server default.
 	Duplicates time.Duration
+	// Batched allows fast-ingest batches (allow_batched), in which the
+	// publisher sends a backlog: only for a server whose JetStream API
+	// level is 4 or more (nats-server 2.14), since an older one refuses
+	// the field (2.12, 2.13) or drops it (2.11 and before).
+	Batched bool
 }
 
 // Config returns the stream configuration of a boundary in an epoch.
@@ -86,12 +91,8 @@ func Config(boundary, epoch string, lim Limits, firstSeq uint64) jetstream.Strea
 		FirstSeq:    firstSeq,
 		Metadata:    map[string]string{MetaEpoch: epoch, MetaBoundary: boundary},
 
-		ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: ConsumerInactiveMax},
-		// The publisher sends a backlog's pages as fast-ingest batches
-		// where the server allows them (nats-server 2.14 and later; an
-		// older one ignores the field and the publisher sends one
-		// message at a time).
-		AllowBatchPublish: true,
+		ConsumerLimits:    jetstream.StreamConsumerLimits{InactiveThreshold: ConsumerInactiveMax},
+		AllowBatchPublish: lim.Batched,
 	}
 	if lim.MaxBytes > 0 {
 		cfg.MaxBytes = lim.MaxBytes
