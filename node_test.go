@@ -419,7 +419,11 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	reached, release := make(chan struct{}), make(chan struct{})
 	appended := make(chan struct{})
 	var once, gate sync.Once
-	n1 := setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 100; c.PublishWindow = 16 },
+	// Batches of 20, below the size sent as one fast-ingest batch, so
+	// that the window of single publishes runs across them (a stop amid
+	// fast-ingest batches: the publisher's
+	// TestStopDuringBatchesCheckpointsWhatIsStored_I3).
+	n1 := setup(t, dir, func(c *orisun.Config) { c.PublishBatch = 20; c.PublishWindow = 16 },
 		testhooks.Option[orisun.Option](testhooks.Hooks{AfterAck: func(_ string, last uint64) {
 			gate.Do(func() { <-appended })
 			if last >= 2000 {
@@ -467,11 +471,11 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 	}
 	first, last := checkStream(t, n2, "default")
 	t.Logf("after restart the stream holds %d..%d", first, last)
-	// The hook holds the publisher at the acknowledgement of 1901..2000,
-	// while it sends the next batch (2001..2100: appends of 500 keep the
-	// batches of 100 aligned). A clean stop finishes sending that batch,
-	// awaits it and checkpoints it, and starts nothing after: 2100, always.
-	if cp != 2100 || first != cp+1 || last != 20000 {
+	// The hook holds the publisher at the acknowledgement of 1981..2000,
+	// while it sends the next batch (2001..2020: appends of 500 keep the
+	// batches of 20 aligned). A clean stop finishes sending that batch,
+	// awaits it and checkpoints it, and starts nothing after: 2020, always.
+	if cp != 2020 || first != cp+1 || last != 20000 {
 		t.Fatalf("stream after restart holds %d..%d, checkpoint %d: want checkpoint+1..20000 with the stop mid-publishing", first, last, cp)
 	}
 	r2 := newRecorder(saved)
