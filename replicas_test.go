@@ -106,6 +106,9 @@ func TestStreamReplicasUpdated(t *testing.T) {
 				warnings = append(warnings, st.Boundaries[0].Warning)
 			}
 		}
+		if info == nil {
+			return fmt.Errorf("stream info: %v; warnings %q", err, warnings)
+		}
 		return fmt.Errorf("%+v (cluster %+v, err %v); warnings %q", info.Config.Replicas, info.Cluster, err, warnings)
 	})
 	if _, err := nodes[2].Append(ctx, "default", events(10, "r3", 64), nil); err != nil {
