@@ -85,7 +85,7 @@ const (
 	// (Node.AppendTx), which holds the single writer while it runs. It
 	// must stay below half of the lease TTL (the lease renewals need that
 	// writer): left unset, it is a quarter of ORISUN_LEASE_TTL when that
-	// is shorter than the default (withDefaults).
+	// is shorter than the default (AppendTxTimeoutFor).
 	AppendTxTimeoutDefault = 2 * time.Second
 	AppendTxTimeoutMin     = time.Millisecond
 	AppendTxTimeoutMax     = time.Minute
@@ -183,7 +183,7 @@ func (c Config) withDefaults() Config {
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.AppendGroupMax = cmp.Or(c.AppendGroupMax, AppendGroupMaxDefault)
 	c.AppendGroupDelay = cmp.Or(c.AppendGroupDelay, AppendGroupDelayDefault)
-	c.AppendTxTimeout = cmp.Or(c.AppendTxTimeout, max(min(AppendTxTimeoutDefault, c.LeaseTTL/4), AppendTxTimeoutMin))
+	c.AppendTxTimeout = cmp.Or(c.AppendTxTimeout, AppendTxTimeoutFor(c.LeaseTTL))
 	c.MaxAppendEvents = cmp.Or(c.MaxAppendEvents, MaxAppendEventsDefault)
 	c.MaxAppendBytes = cmp.Or(c.MaxAppendBytes, MaxAppendBytesDefault)
 	c.StallThreshold = cmp.Or(c.StallThreshold, StallThresholdDefault)
@@ -207,4 +207,11 @@ func limitText[T int | int32 | int64 | time.Duration](v T) string {
 		s = s[:len(s)-2]
 	}
 	return s
+}
+
+// AppendTxTimeoutFor is AppendTxTimeout's default for a lease TTL:
+// AppendTxTimeoutDefault, or a quarter of the TTL when that is shorter
+// (the transaction must end well within half the TTL).
+func AppendTxTimeoutFor(leaseTTL time.Duration) time.Duration {
+	return max(min(AppendTxTimeoutDefault, leaseTTL/4), AppendTxTimeoutMin)
 }

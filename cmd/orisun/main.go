@@ -384,6 +384,11 @@ func loadConfig() (orisun.Config, error) {
 	// A value that is not of its kind leaves its field at the default, so
 	// the other fields are still checked: every problem is told at once.
 	err := parseEnv(&cfg)
+	// Unset, ORISUN_APPEND_TX_TIMEOUT follows ORISUN_LEASE_TTL (README):
+	// a lease TTL of 2s must not be refused for the default 2s.
+	if _, set := os.LookupEnv("ORISUN_APPEND_TX_TIMEOUT"); !set {
+		cfg.AppendTxTimeout = orisun.AppendTxTimeoutFor(cfg.LeaseTTL)
+	}
 	return cfg, errors.Join(err, cfg.Validate())
 }
 

@@ -71,6 +71,26 @@ func TestConfigZeroMeansZero(t *testing.T) {
 	}
 }
 
+// TestConfigAppendTxTimeoutFollowsLeaseTTL: unset, ORISUN_APPEND_TX_TIMEOUT
+// follows ORISUN_LEASE_TTL as the README says (a quarter of it below 8s),
+// so that a short lease TTL alone is not refused for a variable the
+// operator never set (ORISUN_LEASE_TTL=2s was refused: "2s is not below
+// half of ORISUN_LEASE_TTL"); set, it is taken as it is and checked.
+func TestConfigAppendTxTimeoutFollowsLeaseTTL(t *testing.T) {
+	t.Setenv("ORISUN_LEASE_TTL", "2s")
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatalf("ORISUN_LEASE_TTL=2s alone: %v", err)
+	}
+	if cfg.AppendTxTimeout != 500*time.Millisecond {
+		t.Errorf("ORISUN_LEASE_TTL=2s: AppendTxTimeout %s, want 500ms", cfg.AppendTxTimeout)
+	}
+	t.Setenv("ORISUN_APPEND_TX_TIMEOUT", "2s")
+	if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), "ORISUN_APPEND_TX_TIMEOUT") {
+		t.Errorf("ORISUN_APPEND_TX_TIMEOUT=2s with ORISUN_LEASE_TTL=2s: %v, want it refused by name", err)
+	}
+}
+
 // TestConfigErrorsNameTheVariable: every bad value is refused with the
 // variable's name.
 func TestConfigErrorsNameTheVariable(t *testing.T) {
