@@ -30,7 +30,8 @@
 //
 // The package compiles none of orisun's store, relay or embedded server
 // into the application: only packages event and api, the small
-// internal encoder package client uses too (internal/eventjson), and the
+// internal encoder package client uses too (internal/eventjson), the list
+// of retryable SQLSTATEs the store shares (internal/pgretry), and the
 // drivers.
 package outbox
 
@@ -46,6 +47,7 @@ import (
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/eventjson"
+	"github.com/orisun-io/orisun/internal/pgretry"
 )
 
 // The statements: the functions of migrations 0004 and 0005.
@@ -115,10 +117,17 @@ var conflictAt = regexp.MustCompile(`condition failed: an event matching the que
 
 // translate turns the error of a call into the client's: an *api.Error for
 // the errors of class OR (the message is the function's, which names the
-// event, the field and the limit), the driver's error wrapped otherwise
-// (a lost connection, a serialization failure to retry, …).
+// event, the field and the limit); for the errors worth retrying that the
+// store reports as unavailable (a serialization failure, a deadlock, a
+// lock timeout, a lost connection, …: internal/pgretry) an *api.Error with
+// the code unavailable wrapped together with the driver's error, so that
+// errors.Is(err, event.ErrUnavailable) and errors.As to the driver's error
+// type both hold; the driver's error wrapped otherwise.
 func translate(op, boundary string, cond *event.Condition, err error) error {
 	state, msg, ok := sqlState(err)
+	if ok && pgretry.Retryable(state) {
+		return fmt.Errorf("outbox: %s: %w: %w", op, &api.Error{Code: api.CodeUnavailable, Message: msg}, err)
+	}
 	code, isOR := codes[state]
 	if !ok || !isOR {
 		return fmt.Errorf("outbox: %s: %w", op, err)
