@@ -17,7 +17,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/orisun-io/orisun"
-	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
@@ -561,17 +560,7 @@ func TestConsoleShowsStagedBrowser(t *testing.T) {
 	bctx, consoleErrors := browser(t)
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	other, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, _, err := other.CreateBoundary(ctx, "held"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.AcquireLease(ctx, "held", "elsewhere", nil, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	heldElsewhere(t, url)
 	n := setup(t, "", func(c *orisun.Config) { c.Backend, c.PGURL = "postgres", url; withHTTP(c) })
 	if _, err := pgtest.Connect(t, url).Exec(ctx, `SELECT orisun_enqueue('held', '[{"type":"app","data":1},{"type":"app","data":2}]')`); err != nil {
 		t.Fatal(err)

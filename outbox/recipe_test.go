@@ -48,17 +48,7 @@ func nodePG(t *testing.T) string {
 // only): the application's row and the event commit together, the event
 // at position 1 with the data as sent.
 func TestNodePGRecipe(t *testing.T) {
-	doc, err := os.ReadFile("../docs/outbox.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(doc), "<!-- recipe: node-pg -->\n```js\n")
-	if ok {
-		block, _, ok = strings.Cut(block, "\n```\n")
-	}
-	if !ok {
-		t.Fatal("docs/outbox.md has no node-pg recipe block (<!-- recipe: node-pg --> and a fenced js block)")
-	}
+	block := testutil.DocRecipe(t, "../docs/outbox.md", "node-pg")
 	modules := nodePG(t)
 	f := setup(t)
 	ctx := context.Background()
