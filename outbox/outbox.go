@@ -20,6 +20,11 @@
 // EnqueueSQL a *sql.Tx of database/sql with a PostgreSQL driver that takes
 // $n placeholders (pgx's stdlib, lib/pq).
 //
+// The functions are called by their unqualified names: when orisun lives in
+// a schema of its own, that schema must be on the connection's search_path
+// (docs/outbox.md "Privileges"). The connection's role must be a member of
+// the application role of orisun's database (orisun_app_<database>).
+//
 // An error of the function aborts the transaction, as every error does in
 // PostgreSQL: roll it back (nothing of it is written), or call the helper
 // inside a SAVEPOINT to go on after a refusal. Append holds the boundary's
