@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -417,5 +419,71 @@ func TestAppendTxCountedInMetrics_I7(t *testing.T) {
 	}
 	if b, err := n.Boundary(ctx, "default"); err != nil || b.Head != 6 {
 		t.Fatalf("head %d (%v), want the 6 committed events", b.Head, err)
+	}
+}
+
+// TestAppendTxAppTablesReadOutsideTheWriter (docs/outbox.md, "Reading
+// them"): the embedding program reads its own tables through a read-only
+// connection pool of its own on orisun's database file (the driver orisun
+// uses, query_only): such a read does not wait for the single writer, even
+// while an AppendTx holds it, and sees what committed last; a write
+// through it is refused.
+func TestAppendTxAppTablesReadOutsideTheWriter(t *testing.T) {
+	dir := t.TempDir()
+	n := setup(t, dir, func(c *orisun.Config) { c.AppendTxTimeout, c.LeaseTTL = 10*time.Second, 30*time.Second })
+	ctx := context.Background()
+	insert := func(id int, hold func()) error {
+		return n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, app orisun.AppendFunc) error {
+			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS app_orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL)`); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO app_orders (id, customer) VALUES (?, 'c-7')`, id); err != nil {
+				return err
+			}
+			if _, err := app("default", []orisun.Input{{Type: "order.placed", Data: json.RawMessage(fmt.Sprintf(`{"order":%d}`, id))}}, nil); err != nil {
+				return err
+			}
+			hold()
+			return nil
+		})
+	}
+	if err := insert(1, func() {}); err != nil {
+		t.Fatal(err)
+	}
+	path := (&url.URL{Path: filepath.ToSlash(filepath.Join(dir, "orisun.db"))}).EscapedPath()
+	ro, err := sql.Open("sqlite", "file:"+path+"?_pragma=query_only(1)&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	count := func() int {
+		t.Helper()
+		// The writer is held for as long as the test wants: a read that
+		// waited for it would hit this deadline.
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var c int
+		if err := ro.QueryRowContext(cctx, `SELECT count(*) FROM app_orders`).Scan(&c); err != nil {
+			t.Fatalf("a read through the read-only pool while AppendTx holds the writer: %v", err)
+		}
+		return c
+	}
+	holding, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() { done <- insert(2, func() { close(holding); <-release }) }()
+	<-holding
+	if c := count(); c != 1 {
+		t.Fatalf("read while the second transaction is open: %d rows, want the 1 committed", c)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// With the writer free, a write through the pool is still refused
+	// (query_only), not merely kept waiting.
+	if _, err := ro.ExecContext(ctx, `INSERT INTO app_orders (id, customer) VALUES (3, 'c-8')`); err == nil {
+		t.Fatal("a write through the read-only pool succeeded")
+	}
+	if c := count(); c != 2 {
+		t.Fatalf("read after the commit: %d rows, want 2", c)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
@@ -544,5 +545,34 @@ func TestConsoleEventPagesLoginBrowser(t *testing.T) {
 		if !strings.Contains(e, "401") {
 			t.Errorf("the browser's console logged an error other than a refused login: %s", e)
 		}
+	}
+}
+
+// TestConsoleShowsStagedBrowser (I7, docs/outbox.md "Visibility"): a
+// boundary whose committed enqueued events wait in the staging (its lease
+// is held by a node that does not move them) is published to its head, yet
+// the node is not settled: the overview says why in the boundary's row, the
+// staged count and the oldest's age.
+func TestConsoleShowsStagedBrowser(t *testing.T) {
+	bctx, consoleErrors := browser(t)
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	heldElsewhere(t, url)
+	n := setup(t, "", func(c *orisun.Config) { c.Backend, c.PGURL = "postgres", url; withHTTP(c) })
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `SELECT orisun_enqueue('held', '[{"type":"app","data":1},{"type":"app","data":2}]')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(1440, 900), chromedp.Navigate("http://"+n.HTTPAddr()+"/console/")); err != nil {
+		t.Fatal(err)
+	}
+	expr := `(() => { const r = document.querySelector('tr[data-boundary="held"]'); return r !== null &&
+		Array.from(r.querySelectorAll('.reason')).some(e => e.textContent.includes('2 enqueued events staged')) &&
+		document.querySelector('#health').textContent.includes('not settled') })()`
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		rows, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('tbody tr')).map(r => r.innerText).join("\n")`))
+		t.Fatalf("the overview does not say that 2 enqueued events wait in boundary held's staging: %v; the rows:\n%s", err, rows)
+	}
+	if errs := consoleErrors(); len(errs) != 0 {
+		t.Fatalf("the browser's console logged errors: %q", errs)
 	}
 }

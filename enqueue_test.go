@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -225,18 +226,7 @@ func TestEnqueueRelayedExactlyOnce_I1_I4_I5(t *testing.T) {
 func TestEnqueueStatusShowsStagedAndSetAside_I7(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := context.Background()
-	other, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if _, _, err := other.CreateBoundary(ctx, "held"); err != nil {
-		t.Fatal(err)
-	}
-	l, err := other.AcquireLease(ctx, "held", "elsewhere", nil, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other, l := heldElsewhere(t, url)
 	n := setup(t, "", func(c *orisun.Config) { c.Backend, c.PGURL = "postgres", url })
 	conn := pgtest.Connect(t, url)
 	conflicting := event.NewID()
@@ -275,6 +265,28 @@ func TestEnqueueStatusShowsStagedAndSetAside_I7(t *testing.T) {
 	if first, last := checkStream(t, n, "held"); first != 1 || last != 3 {
 		t.Fatalf("stream %d..%d, want 1..3", first, last)
 	}
+}
+
+// heldElsewhere creates boundary "held" in the database at url with its
+// lease held for an hour by "elsewhere", a node that never moves staged
+// events: what is enqueued there stays staged until the lease is released.
+// It returns the store it used (closed when the test ends) and the lease.
+func heldElsewhere(t *testing.T, url string) (*postgres.Store, backend.Lease) {
+	t.Helper()
+	ctx := context.Background()
+	other, err := postgres.Open(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	if _, _, err := other.CreateBoundary(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := other.AcquireLease(ctx, "held", "elsewhere", nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return other, l
 }
 
 // TestEnqueueLeaseMovesMidStream: the lease of a boundary goes from one

@@ -19,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
@@ -29,20 +30,7 @@ import (
 // passwords it takes from the environment, on a random port with JetStream.
 func recipeNATS(t *testing.T) *server.Server {
 	t.Helper()
-	doc, err := os.ReadFile("docs/security.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(doc), "<!-- recipe: nats-server.conf")
-	if ok {
-		_, block, ok = strings.Cut(block, "\n```\n")
-	}
-	if ok {
-		block, _, ok = strings.Cut(block, "\n```\n")
-	}
-	if !ok {
-		t.Fatal("docs/security.md has no recipe block (<!-- recipe: nats-server.conf … --> and a fenced block)")
-	}
+	block := testutil.DocRecipe(t, "docs/security.md", "nats-server.conf")
 	for k, v := range map[string]string{"ORISUN_NATS_PASSWORD": "orisun-pass", "APP_NATS_PASSWORD": "app-pass", "ADMIN_NATS_PASSWORD": "admin-pass"} {
 		t.Setenv(k, v)
 	}

@@ -45,8 +45,10 @@ var machineryPrefixes = []string{
 // the JSON check that event.Prepare and the client's request run on data
 // and metadata (it imports nothing of orisun), and the encoder of an
 // append request's events that the client and package outbox share, so
-// both send the same bytes (it imports event and rawjson only).
-var clientRuns = []string{"internal/serviceutil", "internal/rawjson", "internal/eventjson"}
+// both send the same bytes (it imports event and rawjson only), and the
+// list of retryable SQLSTATEs that package outbox and the store share, so
+// both report the same errors as unavailable (it imports nothing).
+var clientRuns = []string{"internal/serviceutil", "internal/rawjson", "internal/eventjson", "internal/pgretry"}
 
 // machineryNamed: what no public package's exported API may name.
 var machineryNamed = append([]string{"catchup"}, machineryPrefixes...)

@@ -20,6 +20,11 @@
 // EnqueueSQL a *sql.Tx of database/sql with a PostgreSQL driver that takes
 // $n placeholders (pgx's stdlib, lib/pq).
 //
+// The functions are called by their unqualified names: when orisun lives in
+// a schema of its own, that schema must be on the connection's search_path
+// (docs/outbox.md "Privileges"). The connection's role must be a member of
+// the application role of orisun's database (orisun_app_<database>).
+//
 // An error of the function aborts the transaction, as every error does in
 // PostgreSQL: roll it back (nothing of it is written), or call the helper
 // inside a SAVEPOINT to go on after a refusal. Append holds the boundary's
@@ -30,7 +35,8 @@
 //
 // The package compiles none of orisun's store, relay or embedded server
 // into the application: only packages event and api, the small
-// internal encoder package client uses too (internal/eventjson), and the
+// internal encoder package client uses too (internal/eventjson), the list
+// of retryable SQLSTATEs the store shares (internal/pgretry), and the
 // drivers.
 package outbox
 
@@ -46,6 +52,7 @@ import (
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/eventjson"
+	"github.com/orisun-io/orisun/internal/pgretry"
 )
 
 // The statements: the functions of migrations 0004 and 0005.
@@ -115,10 +122,17 @@ var conflictAt = regexp.MustCompile(`condition failed: an event matching the que
 
 // translate turns the error of a call into the client's: an *api.Error for
 // the errors of class OR (the message is the function's, which names the
-// event, the field and the limit), the driver's error wrapped otherwise
-// (a lost connection, a serialization failure to retry, …).
+// event, the field and the limit); for the errors worth retrying that the
+// store reports as unavailable (a serialization failure, a deadlock, a
+// lock timeout, a lost connection, …: internal/pgretry) an *api.Error with
+// the code unavailable wrapped together with the driver's error, so that
+// errors.Is(err, event.ErrUnavailable) and errors.As to the driver's error
+// type both hold; the driver's error wrapped otherwise.
 func translate(op, boundary string, cond *event.Condition, err error) error {
 	state, msg, ok := sqlState(err)
+	if ok && pgretry.Retryable(state) {
+		return fmt.Errorf("outbox: %s: %w: %w", op, &api.Error{Code: api.CodeUnavailable, Message: msg}, err)
+	}
 	code, isOR := codes[state]
 	if !ok || !isOR {
 		return fmt.Errorf("outbox: %s: %w", op, err)

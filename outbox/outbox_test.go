@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"testing"
 
@@ -76,8 +77,22 @@ type fixture struct {
 
 func setup(t *testing.T) fixture {
 	t.Helper()
+	return setupIn(t, "")
+}
+
+// setupIn is setup with orisun in schema (created first, empty: public),
+// which orisun's URL and the fixture's url put first on the search_path
+// (docs/outbox.md "Privileges").
+func setupIn(t *testing.T, schema string) fixture {
+	t.Helper()
 	url := pgtest.URL(t)
 	ctx := context.Background()
+	if schema != "" {
+		if _, err := pgtest.Connect(t, url).Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		url = withParam(t, url, "search_path", schema)
+	}
 	s, err := postgres.Open(ctx, postgres.Config{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +109,24 @@ func setup(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	return fixture{store: s, url: url}
+}
+
+// withParam returns the URL u with the query parameter k set to v (pgx
+// passes parameters it does not know to the server as settings).
+func withParam(t *testing.T, u, k, v string) string {
+	t.Helper()
+	p, err := neturl.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := p.Query()
+	if v == "" {
+		q.Del(k)
+	} else {
+		q.Set(k, v)
+	}
+	p.RawQuery = q.Encode()
+	return p.String()
 }
 
 // drivers runs fn once per driver, each with a way to begin transactions.

@@ -17,7 +17,9 @@ func (e stateErr) SQLState() string { return e.state }
 
 // TestTranslateOtherDrivers: an error of class OR from a driver that is not
 // pgx becomes the client's error too, its message without the driver's
-// prefix; any other error stays the driver's, wrapped.
+// prefix; a serialization failure, deadlock, lock timeout, shutdown or lost
+// connection is unavailable, as the client reports it, with the driver's
+// error still wrapped; any other error stays the driver's, wrapped.
 func TestTranslateOtherDrivers(t *testing.T) {
 	err := translate("orisun_append to \"b\"", "b", nil,
 		stateErr{"ORBIG", "pq: events[0]: tags: the event has 65 tags, the limit is 64"})
@@ -32,8 +34,21 @@ func TestTranslateOtherDrivers(t *testing.T) {
 	if !errors.As(err, &ce) || *ce != (event.ConflictError{Boundary: "b", After: 3, Position: 5}) {
 		t.Fatalf("got %#v, want the conflict at position 5", err)
 	}
-	other := stateErr{"40001", "pq: could not serialize access"}
-	if err := translate("op", "b", nil, other); errors.As(err, &ae) || !errors.Is(err, other) {
-		t.Fatalf("a serialization failure: %#v, want the driver's error wrapped", err)
+	// What the store reports as unavailable (worth retrying) is
+	// unavailable here too, the driver's error still wrapped.
+	for _, state := range []string{"40001", "40P01", "55P03", "57P01", "08006"} {
+		driverErr := stateErr{state, "pq: " + state}
+		err := translate("op", "b", nil, driverErr)
+		if !errors.Is(err, event.ErrUnavailable) || !errors.Is(err, driverErr) || !errors.As(err, &ae) || ae.Code != api.CodeUnavailable {
+			t.Fatalf("SQLSTATE %s: %#v, want unavailable wrapping the driver's error", state, err)
+		}
+		var se stateErr
+		if !errors.As(err, &se) || se.state != state {
+			t.Fatalf("SQLSTATE %s: errors.As to the driver's error type fails: %v", state, err)
+		}
+	}
+	other := stateErr{"42P01", "pq: relation does not exist"}
+	if err := translate("op", "b", nil, other); errors.As(err, &ae) || !errors.Is(err, other) || errors.Is(err, event.ErrUnavailable) {
+		t.Fatalf("an undefined table: %#v, want the driver's error wrapped, not unavailable", err)
 	}
 }

@@ -11,11 +11,12 @@ import (
 )
 
 // TestMigrateWithoutCreateRole (docs/outbox.md "Privileges"): orisun's role
-// may not create roles, so its migrations cannot create orisun_app. They
+// may not create roles, so its migrations cannot create the database's
+// application role (orisun_app_<database>, here orisun_app_orisun_own). They
 // apply all the same, with every orisun function revoked from PUBLIC, and
 // the node logs what an administrator runs; once the role exists with its
 // grants, the node says nothing. The server is the test's own: roles
-// belong to the whole server, and scripts/test's already has orisun_app.
+// belong to the whole server.
 func TestMigrateWithoutCreateRole(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.StartServer(t)
@@ -40,9 +41,9 @@ func TestMigrateWithoutCreateRole(t *testing.T) {
 		return logs.String()
 	}
 	logs := open()
-	if !strings.Contains(logs, "the role orisun_app does not exist or may not execute") ||
-		!strings.Contains(logs, "CREATE ROLE orisun_app NOLOGIN") {
-		t.Fatalf("the node's log does not say that orisun_app is missing and what to run:\n%s", logs)
+	if !strings.Contains(logs, "the role orisun_app_orisun_own does not exist or may not execute") ||
+		!strings.Contains(logs, "CREATE ROLE orisun_app_orisun_own NOLOGIN") {
+		t.Fatalf("the node's log does not say that orisun_app_orisun_own is missing and what to run:\n%s", logs)
 	}
 	owner := pgtest.Connect(t, url)
 	var public bool
@@ -53,10 +54,12 @@ func TestMigrateWithoutCreateRole(t *testing.T) {
 	if public {
 		t.Fatal("an orisun function is executable by PUBLIC")
 	}
-	if _, err := admin.Exec(ctx, `CREATE ROLE orisun_app NOLOGIN`); err != nil {
+	if _, err := admin.Exec(ctx, `CREATE ROLE orisun_app_orisun_own NOLOGIN`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION orisun_append(text, json, json), orisun_enqueue(text, json) TO orisun_app`); err != nil {
+	if _, err := owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION orisun_append(text, json, json), orisun_append(text, text, text),
+		orisun_append(text, jsonb, jsonb), orisun_enqueue(text, json), orisun_enqueue(text, text), orisun_enqueue(text, jsonb)
+		TO orisun_app_orisun_own`); err != nil {
 		t.Fatal(err)
 	}
 	if logs := open(); strings.Contains(logs, "orisun_app") {

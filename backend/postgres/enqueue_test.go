@@ -262,6 +262,11 @@ func TestEnqueueInvalidInput(t *testing.T) {
 			if !strings.HasPrefix(pe.Code, "OR") || pe.Hint == "" {
 				t.Fatalf("code %s hint %q: want class OR and the API's code", pe.Code, pe.Hint)
 			}
+			// The refusal aborted the transaction: the caller's COMMIT
+			// rolls it back (checked below: nothing staged).
+			if err := tx.Commit(ctx); !errors.Is(err, pgx.ErrTxCommitRollback) {
+				t.Fatalf("COMMIT after the refusal: %v, want the transaction rolled back", err)
+			}
 		})
 	}
 	var n int

@@ -13,6 +13,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgretry"
 )
 
 // translate turns a database error into an error of the core: a sentinel of
@@ -45,14 +46,7 @@ func translate(op string, err error) error {
 // sentinelOf maps a SQLSTATE to a sentinel of the core; nil means an
 // internal error.
 func sentinelOf(code string) error {
-	switch code {
-	case "40001", // serialization_failure
-		"40P01", // deadlock_detected
-		"55P03", // lock_not_available (lock_timeout)
-		"55006", // object_in_use
-		"57014", // query_canceled (statement_timeout, a cancel request)
-		"25006", // read_only_sql_transaction: connected to a standby
-		"72000": // snapshot_too_old
+	if pgretry.Retryable(code) {
 		// Nothing was written, and the same request may succeed now: an
 		// append retried with the same ids returns the stored positions
 		// if it did commit after all.
@@ -62,11 +56,6 @@ func sentinelOf(code string) error {
 		return nil
 	}
 	switch code[:2] {
-	case "08", // connection exception
-		"53", // insufficient resources: disk full, out of memory, too many connections
-		"57", // operator intervention: admin shutdown (pg_terminate_backend), crash shutdown, cannot connect now
-		"58": // system error: I/O
-		return event.ErrUnavailable
 	case "23": // integrity constraint violation
 		return event.ErrConflict
 	case "22": // data exception: a value the database refuses (e.g. a JSON text it cannot store)

@@ -93,25 +93,35 @@ func (s *Store) inMigrationTx(ctx context.Context, op string, fn func(tx pgx.Tx)
 	return nil
 }
 
-// sqlAppRoleGranted is whether the role orisun_app exists and may call
-// orisun_append and orisun_enqueue (migration 0004, orisun_secure).
-const sqlAppRoleGranted = `SELECT to_regrole('orisun_app') IS NOT NULL
-    AND has_function_privilege('orisun_app', 'orisun_append(text, json, json)', 'EXECUTE')
-    AND has_function_privilege('orisun_app', 'orisun_enqueue(text, json)', 'EXECUTE')`
+// sqlAppRoleGranted names this database's application role
+// (orisun_app_role(), migration 0004) and says whether it exists and may
+// call orisun_append and orisun_enqueue and use orisun's schema (the names
+// quoted as identifiers where they need it).
+const sqlAppRoleGranted = `SELECT quote_ident(r), quote_ident(current_schema()), CASE WHEN to_regrole(quote_ident(r)) IS NULL THEN false
+    ELSE has_function_privilege(r, 'orisun_append(text, json, json)', 'EXECUTE')
+        AND has_function_privilege(r, 'orisun_enqueue(text, json)', 'EXECUTE')
+        AND has_schema_privilege(r, current_schema(), 'USAGE') END
+FROM orisun_app_role() r`
 
 // checkAppRole warns when the role the applications are granted
-// (docs/outbox.md "Privileges") is missing or lacks its grants: the
-// migrations create it only when orisun's role may create roles.
+// (docs/outbox.md "Privileges"), this database's own, is missing or lacks
+// its grants: the migrations create it only when orisun's role may create
+// roles.
 func (s *Store) checkAppRole(ctx context.Context) {
+	var role, schema string
 	var ok bool
-	if err := s.pool.QueryRow(ctx, sqlAppRoleGranted).Scan(&ok); err != nil {
-		s.log.Warn("postgres: cannot check the role orisun_app", "err", err)
+	if err := s.pool.QueryRow(ctx, sqlAppRoleGranted).Scan(&role, &schema, &ok); err != nil {
+		s.log.Warn("postgres: cannot check the application role (orisun_app_role())", "err", err)
 		return
 	}
 	if !ok {
-		s.log.Warn("postgres: the role orisun_app does not exist or may not execute orisun_append and orisun_enqueue " +
-			"(orisun's role may not create roles): applications cannot append in their own transactions until an " +
-			"administrator runs CREATE ROLE orisun_app NOLOGIN and orisun's role runs GRANT EXECUTE ON FUNCTION " +
-			"orisun_append(text, json, json), orisun_enqueue(text, json) TO orisun_app (docs/outbox.md \"Privileges\")")
+		r := role
+		s.log.Warn(fmt.Sprintf("postgres: the role %s does not exist or may not execute orisun_append and orisun_enqueue "+
+			"(orisun's role may not create roles): applications cannot append in their own transactions until an "+
+			"administrator runs CREATE ROLE %s NOLOGIN and orisun's role runs GRANT EXECUTE ON FUNCTION "+
+			"orisun_append(text, json, json), orisun_append(text, text, text), orisun_append(text, jsonb, jsonb), "+
+			"orisun_enqueue(text, json), orisun_enqueue(text, text), orisun_enqueue(text, jsonb) TO %s "+
+			"and GRANT USAGE ON SCHEMA %s TO %s (docs/outbox.md \"Privileges\")",
+			r, r, r, schema, r), "role", role)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/stream"
@@ -407,6 +408,11 @@ func TestOutboxInvalidInput(t *testing.T) {
 			if !strings.HasPrefix(pe.Code, "OR") || pe.Hint == "" {
 				t.Fatalf("code %s hint %q: want class OR and the API's code", pe.Code, pe.Hint)
 			}
+			// The refusal aborted the transaction: the caller's COMMIT
+			// rolls it back (checked below: nothing in the log).
+			if err := tx.Commit(ctx); !errors.Is(err, pgx.ErrTxCommitRollback) {
+				t.Fatalf("COMMIT after the refusal: %v, want the transaction rolled back", err)
+			}
 		})
 	}
 	if all := readAll(t, s, "b"); len(all) != 0 {
@@ -650,8 +656,11 @@ func BenchmarkOutboxAppend(b *testing.B) {
 // TestOutboxValidatesAsTheAPI: orisun_append accepts exactly the appends the
 // API accepts and refuses the others with the same kind of error (invalid
 // or too large): 600 appends built at random from valid and invalid
-// fields, each judged by the API's decoding (unknown fields refused) and
-// event.Prepare, and by the SQL function in a transaction rolled back.
+// fields, half of them with a condition built so too, each judged by the
+// API's decoding (unknown fields refused), event.Prepare and the
+// condition's query check, and by the SQL function in a transaction
+// rolled back. A lone surrogate, which the API reads as U+FFFD, must be
+// refused by name (docs/outbox.md, "Errors").
 // orisun_enqueue, called on each too, must say exactly what orisun_append
 // says (the same validation, orisun_prepare_events).
 func TestOutboxValidatesAsTheAPI(t *testing.T) {
@@ -661,27 +670,73 @@ func TestOutboxValidatesAsTheAPI(t *testing.T) {
 	conn := pgtest.Connect(t, url)
 	// Each field: its valid forms, then its invalid ones; a field is
 	// valid nine times in ten, so that every outcome is common.
-	type field struct{ valid, invalid []string }
+	// rare, when set, is a form picked once in 30 (a lone surrogate, which
+	// the API accepts and the functions refuse by name).
+	type field struct {
+		valid, invalid []string
+		rare           string
+	}
 	fields := []field{
 		{[]string{"", `"id":"0190f7a2-0000-7000-8000-00000000000a",`, `"id":"0190F7A2-0000-7000-8000-00000000000B",`, `"id":"",`, `"id":null,`},
-			[]string{`"id":"nope",`, `"id":"0190f7a2000070008000000000000001",`, `"id":"{0190f7a2-0000-7000-8000-00000000000c}",`, `"id":5,`}},
+			[]string{`"id":"nope",`, `"id":"0190f7a2000070008000000000000001",`, `"id":"{0190f7a2-0000-7000-8000-00000000000c}",`, `"id":5,`}, ""},
 		{[]string{`"type":"a",`, `"type":"seat.booked",`, `"type":"a:b-c_d",`, `"type":"` + strings.Repeat("t", 255) + `",`},
 			[]string{`"type":"a b",`, `"type":"a.",`, `"type":".a",`, `"type":"a..b",`, `"type":"*",`, `"type":"é",`, `"type":"",`, ``,
-				`"type":null,`, `"type":3,`, `"type":"` + strings.Repeat("t", 256) + `",`}},
+				`"type":null,`, `"type":3,`, `"type":"` + strings.Repeat("t", 256) + `",`}, ""},
 		{[]string{`"data":1`, `"data":{"a": [1, 2 ], "b" : "x y"}`, `"data":"s"`, `"data":[]`, `"data":true`, `"data":{}`},
-			[]string{`"data":null`, `"data":"` + strings.Repeat("x", 1<<20) + `"`, `"data":"` + strings.Repeat("x", 500<<10) + `"`}},
-		{[]string{"", `,"metadata":null`, `,"metadata":{"m": 1}`, `,"metadata":[]`}, []string{`,"metadata":"` + strings.Repeat("m", 1<<20) + `"`}},
+			[]string{`"data":null`, `"data":"` + strings.Repeat("x", 1<<20) + `"`, `"data":"` + strings.Repeat("x", 500<<10) + `"`},
+			`"data":{"s":"a\ud800"}`},
+		{[]string{"", `,"metadata":null`, `,"metadata":{"m": 1}`, `,"metadata":[]`}, []string{`,"metadata":"` + strings.Repeat("m", 1<<20) + `"`}, ""},
 		{[]string{"", `,"tags":null`, `,"tags":[]`, `,"tags":["a","b"]`, `,"tags":["` + strings.Repeat("t", 255) + `"]`, `,"tags":["é","<&>"]`,
 			`,"tags":[` + strings.Repeat(`"t",`, 63) + `"t"]`},
-			[]string{`,"tags":[""]`, `,"tags":["` + strings.Repeat("t", 256) + `"]`, `,"tags":[1]`, `,"tags":"a"`, `,"tags":[` + strings.Repeat(`"t",`, 64) + `"t"]`}},
-		{[]string{""}, []string{`,"tag":["x"]`}}, // (a key given twice: TestOutboxInvalidInput)
+			[]string{`,"tags":[""]`, `,"tags":["` + strings.Repeat("t", 256) + `"]`, `,"tags":[1]`, `,"tags":"a"`, `,"tags":[` + strings.Repeat(`"t",`, 64) + `"t"]`}, ""},
+		{[]string{""}, []string{`,"tag":["x"]`}, ""}, // (a key given twice: TestOutboxInvalidInput)
+	}
+	// The condition, in half the appends: valid nine times in ten.
+	conds := field{
+		[]string{`null`, `{"after":0}`, `{"after":3,"query":{"items":[{"types":["a","b.c"],"tags":["x"]}]}}`, `{"query":{"items":[]}}`,
+			`{"query":null}`, `{"query":{"items":[{"types":[],"tags":[]}]}}`, `{"after":18446744073709551615}`, `{"query":{"items":null}}`},
+		[]string{`{"after":-1}`, `{"afer":1}`, `{"after":1.5}`, `{"after":"1"}`, `{"query":{"items":[{"types":["*"]}]}}`,
+			`{"query":{"items":[{"tags":[""]}]}}`, `[1]`, `{"query":{"items":[{"types":"a"}]}}`, `{"query":{"items":[{"tag":["x"]}]}}`,
+			`{"query":{"items":[` + strings.Repeat(`{"tags":["t"]},`, 64) + `{}]}}`,
+			`{"query":{"items":[{"tags":[` + strings.Repeat(`"t",`, 64) + `"t"]}]}}`, `{"query":{"items":[{"types":[1]}]}}`}, "",
 	}
 	rng := rand.New(rand.NewPCG(19, 19))
 	pick := func(f field) string {
+		if f.rare != "" && rng.IntN(30) == 0 {
+			return f.rare
+		}
 		if rng.IntN(10) == 0 {
 			return f.invalid[rng.IntN(len(f.invalid))]
 		}
 		return f.valid[rng.IntN(len(f.valid))]
+	}
+	// apiJudges is the API's judgement of a request: the decoding of the
+	// whole request (unknown fields refused), event.Prepare, then the
+	// condition's query (node.Append).
+	apiJudges := func(body, cond string) error {
+		req := `{"events":` + body + `}`
+		if cond != "" {
+			req = `{"events":` + body + `,"condition":` + cond + `}`
+		}
+		var r api.AppendRequest
+		dec := json.NewDecoder(strings.NewReader(req))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			return fmt.Errorf("%w: %v", event.ErrInvalid, err)
+		}
+		if _, err := event.Prepare("b", r.Events, outboxLimits); err != nil {
+			return err
+		}
+		if r.Condition != nil {
+			return event.ValidateQuery(&r.Condition.Query)
+		}
+		return nil
+	}
+	kindOf := func(err error) string {
+		if errors.Is(err, event.ErrTooLarge) {
+			return "ORBIG"
+		}
+		return "ORINV"
 	}
 	kinds := map[string]int{}
 	for range 600 {
@@ -695,24 +750,25 @@ func TestOutboxValidatesAsTheAPI(t *testing.T) {
 			parts[i] = "{" + sb.String() + "}"
 		}
 		body := "[" + strings.Join(parts, ",") + "]"
-		// The API's judgement: decoding (unknown fields refused), then
-		// event.Prepare.
-		var apiErr error
-		var in []event.Input
-		dec := json.NewDecoder(strings.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil {
-			apiErr = fmt.Errorf("%w: %v", event.ErrInvalid, err)
-		} else {
-			_, apiErr = event.Prepare("b", in, outboxLimits)
+		var cond any
+		var condText string
+		if rng.IntN(2) == 0 {
+			// invalid one time in three
+			if rng.IntN(3) == 0 {
+				condText = conds.invalid[rng.IntN(len(conds.invalid))]
+			} else {
+				condText = conds.valid[rng.IntN(len(conds.valid))]
+			}
+			cond = condText
 		}
+		apiErr := apiJudges(body, condText)
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, sqlErr := sqlAppend(ctx, tx, "b", body, nil)
+		_, sqlErr := sqlAppend(ctx, tx, "b", body, cond)
 		_ = tx.Rollback(ctx)
-		short := body
+		short := body + " condition " + condText
 		if len(short) > 300 {
 			short = short[:300] + "…"
 		}
@@ -721,11 +777,28 @@ func TestOutboxValidatesAsTheAPI(t *testing.T) {
 		}
 		_, enqErr := sqlEnqueue(ctx, tx, "b", body)
 		_ = tx.Rollback(ctx)
-		if (enqErr == nil) != (sqlErr == nil) || enqErr != nil &&
-			strings.ReplaceAll(pgErr(t, enqErr).Message, "orisun_enqueue", "orisun_append") != pgErr(t, sqlErr).Message {
+		if cond == nil && ((enqErr == nil) != (sqlErr == nil) || enqErr != nil &&
+			strings.ReplaceAll(pgErr(t, enqErr).Message, "orisun_enqueue", "orisun_append") != pgErr(t, sqlErr).Message) {
 			t.Fatalf("%s: orisun_append says %v, orisun_enqueue %v", short, sqlErr, enqErr)
 		}
+		// orisun_enqueue takes no condition: it judges the events alone.
+		eventsErr := apiJudges(body, "")
+		if (enqErr == nil) != (eventsErr == nil) && !strings.Contains(body, `\ud800`) {
+			t.Fatalf("%s: the API judges the events %v, orisun_enqueue %v", short, eventsErr, enqErr)
+		}
 		switch {
+		case strings.Contains(body, `\ud800`) || strings.Contains(condText, `\ud800`):
+			// The documented difference: the API reads a lone surrogate
+			// as U+FFFD, the functions refuse it by name, in their first
+			// pass over the events (before any limit; an event before it
+			// may be refused first, as invalid too): docs/outbox.md,
+			// "Errors".
+			pe := pgErr(t, sqlErr)
+			if pe.Code != "ORINV" || apiErr == nil && !strings.Contains(pe.Message, "lone UTF-16 surrogate") {
+				t.Fatalf("%s: a lone surrogate (the API says %v): orisun_append says %s %q, want ORINV naming it",
+					short, apiErr, pe.Code, pe.Message)
+			}
+			kinds["surrogate"]++
 		case apiErr == nil && sqlErr == nil:
 			kinds["accepted"]++
 		case apiErr == nil:
@@ -734,18 +807,24 @@ func TestOutboxValidatesAsTheAPI(t *testing.T) {
 			t.Fatalf("%s: orisun_append accepts it, the API refuses: %v", short, apiErr)
 		default:
 			pe := pgErr(t, sqlErr)
-			want := "ORINV"
-			if errors.Is(apiErr, event.ErrTooLarge) {
-				want = "ORBIG"
-			}
-			if pe.Code != want {
+			// The one documented order difference: the functions judge
+			// the events' limits before the condition's form, the API
+			// decodes the condition first (docs/outbox.md, "Errors").
+			if want := kindOf(apiErr); pe.Code != want && (eventsErr == nil || kindOf(eventsErr) != pe.Code) {
 				t.Fatalf("%s: the API refuses it with %v, orisun_append with %s %q", short, apiErr, pe.Code, pe.Message)
 			}
 			kinds[pe.Code]++
+			if cond != nil && eventsErr == nil {
+				kinds["condition "+pe.Code]++
+			}
+		}
+		if cond != nil && apiErr == nil {
+			kinds["condition accepted"]++
 		}
 	}
 	t.Logf("%v", kinds)
-	if kinds["accepted"] == 0 || kinds["ORINV"] == 0 || kinds["ORBIG"] == 0 {
+	if kinds["accepted"] == 0 || kinds["ORINV"] == 0 || kinds["ORBIG"] == 0 || kinds["surrogate"] == 0 ||
+		kinds["condition accepted"] == 0 || kinds["condition ORINV"] == 0 || kinds["condition ORBIG"] == 0 {
 		t.Fatalf("the random appends did not cover every outcome: %v", kinds)
 	}
 }
@@ -796,5 +875,13 @@ func invalidAppends() []invalidAppend {
 		{"condition empty tag", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":[""]}]}}`, "ORINV", "query item 0: tag is empty"},
 		{"condition not an object", "b", `[{"type":"a","data":1}]`, `[1]`, "ORINV", "condition: a JSON array"},
 		{"condition NUL tag", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":["a\u0000"]}]}}`, "ORINV", `condition: a JSON string holds \u0000`},
+		// Lone UTF-16 surrogates: the API reads them as U+FFFD; PostgreSQL's
+		// JSON functions cannot read them, so the functions refuse them by
+		// name (docs/outbox.md, "Errors").
+		{"lone high surrogate in data", "b", `[{"type":"a","data":"\ud800"}]`, nil, "ORINV", `events[0].data: a JSON string holds \ud800, a lone UTF-16 surrogate`},
+		{"lone low surrogate deep in data", "b", `[{"type":"a","data":1},{"type":"a","data":{"x":["\ud83d\ude00","a\udc00"]}}]`, nil, "ORINV", `events[1].data: a JSON string holds \udc00, a lone UTF-16 surrogate`},
+		{"lone surrogate in metadata", "b", `[{"type":"a","data":1,"metadata":{"m":"\uDBFF"}}]`, nil, "ORINV", `events[0].metadata: a JSON string holds \uDBFF`},
+		{"lone surrogate in a tag", "b", `[{"type":"a","data":1,"tags":["ok","x\ud800"]}]`, nil, "ORINV", `events[0].tags: a JSON string holds \ud800`},
+		{"condition lone surrogate", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":["\ud800"]}]}}`, "ORINV", `condition.query: a JSON string holds \ud800`},
 	}
 }

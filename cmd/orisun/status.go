@@ -287,6 +287,9 @@ func unsettledReason(st orisun.Status, err error) string {
 			parts = append(parts, fmt.Sprintf("boundary %s: published %d of head %d (%d behind, oldest %.1fs old); publisher on this node %s: %s",
 				b.Name, b.Published, b.Head, b.LagEvents, b.LagSeconds, b.State, b.Reason))
 		}
+		if b.Staged > 0 {
+			parts = append(parts, fmt.Sprintf("boundary %s: %s", b.Name, stagedText(b)))
+		}
 	}
 	if len(parts) == 0 {
 		return "unknown"
@@ -345,6 +348,12 @@ func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
 		if b.Warning != "" {
 			reason += " [warning: " + b.Warning + "]"
 		}
+		if b.Staged > 0 || b.MoveError != "" {
+			reason += " [" + stagedText(b) + "]"
+		}
+		if b.SetAside > 0 {
+			reason += fmt.Sprintf(" [%d enqueued events set aside, the latest: %s]", b.SetAside, b.SetAsideReason)
+		}
 		since := "-"
 		if !b.Since.IsZero() {
 			since = st.Time.Sub(b.Since).Round(time.Second).String()
@@ -353,6 +362,21 @@ func printStatus(w io.Writer, st orisun.Status, asJSON bool) {
 			b.Name, b.State, since, b.Head, b.Published, b.LagEvents, b.LagSeconds, stream, lease, reason)
 	}
 	_ = tw.Flush()
+}
+
+// stagedText says what waits in a boundary's staging (docs/outbox.md): the
+// committed enqueued events not yet moved into the log, the age of the
+// oldest (from its enqueue call), and the mover's error while its moves
+// fail.
+func stagedText(b status.BoundaryStatus) string {
+	t := fmt.Sprintf("%d enqueued events staged, not yet moved into the log (the oldest enqueued %.1fs ago)", b.Staged, b.StagedSeconds)
+	if b.Staged == 0 {
+		t = "nothing staged"
+	}
+	if b.MoveError != "" {
+		t += "; the mover fails: " + b.MoveError
+	}
+	return t
 }
 
 func healthText(h status.Health) string {

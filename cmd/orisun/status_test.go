@@ -14,6 +14,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/status"
 )
 
 // httpAddrOf waits for the process's status listener and returns its address.
@@ -144,6 +145,44 @@ func TestStatusFlags(t *testing.T) {
 	for in, want := range map[string]string{"127.0.0.1:8990": "http://127.0.0.1:8990/status", ":9000": "http://127.0.0.1:9000/status", "https://h:1/": "https://h:1/status"} {
 		if got := statusURL(in); got != want {
 			t.Fatalf("statusURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestStatusSaysWhyStagedIsNotSettled (I7, docs/outbox.md "Visibility"):
+// committed enqueued events not yet moved keep the node unsettled although
+// every boundary is published to its head; `orisun status` and
+// --wait-settled say so, naming the boundary, the staged count, the
+// oldest's age and the mover's error, and the table shows the staged and
+// set-aside events in the boundary's reason.
+func TestStatusSaysWhyStagedIsNotSettled(t *testing.T) {
+	st := orisun.Status{Settled: false, Time: time.Now()}
+	st.Store.OK, st.NATS.OK = true, true
+	st.Boundaries = []status.BoundaryStatus{
+		{Name: "calm", Head: 3, Published: 3, State: "leading"},
+		{Name: "held", Head: 5, Published: 5, State: "standby", Staged: 2, StagedSeconds: 7.4,
+			MoveError: "lease lost", SetAside: 1, SetAsideReason: "id x is stored at position 1 with other content"},
+	}
+	reason := unsettledReason(st, nil)
+	for _, want := range []string{"boundary held", "2 enqueued events staged", "7.4s", "the mover fails: lease lost"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("unsettled reason %q does not say %q", reason, want)
+		}
+	}
+	if strings.Contains(reason, "calm") || reason == "unknown" {
+		t.Errorf("unsettled reason %q: want the staged boundary alone", reason)
+	}
+	var out strings.Builder
+	printStatus(&out, st, false)
+	var row string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "held ") {
+			row = l
+		}
+	}
+	for _, want := range []string{"2 enqueued events staged", "the mover fails: lease lost", "1 enqueued events set aside", "other content"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the table's row of boundary held %q does not say %q", row, want)
 		}
 	}
 }

@@ -159,7 +159,7 @@ func firstLine(s string) string {
 }
 
 // LoginRole creates a login role of the test's own on the server, member of
-// the roles in memberOf (e.g. orisun_app), with no other privilege, and
+// the roles in memberOf (e.g. the database's AppRole), with no other privilege, and
 // returns the URL of dbURL's database as that role. The role and what it
 // was granted in dbURL's database are dropped when the test ends (close
 // its connections with t.Cleanup after calling LoginRole).
@@ -191,4 +191,16 @@ func LoginRole(t testing.TB, dbURL string, memberOf ...string) string {
 	}
 	u.User = url.User(name)
 	return u.String()
+}
+
+// AppRole returns the application role of the orisun installation in
+// dbURL's database (orisun_app_role(), migration 0004): the role a test's
+// LoginRole joins to call orisun_append and orisun_enqueue.
+func AppRole(t testing.TB, dbURL string) string {
+	t.Helper()
+	var role string
+	if err := Connect(t, dbURL).QueryRow(context.Background(), `SELECT orisun_app_role()`).Scan(&role); err != nil {
+		t.Fatalf("pgtest: orisun_app_role(): %v", err)
+	}
+	return role
 }

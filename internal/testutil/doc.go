@@ -5,10 +5,10 @@
 // once per test binary (Build, OrisunBinary), running a child process and
 // reading its output (StartProcess, StartNode), a small file system to fill
 // as a full disk (MountTmpfs, FreeBytes, FillFile), the rows of README.md's
-// configuration table (ReadmeVariables), and the goroutine-leak checks:
-// Main, which every package's TestMain calls, and NoLeaks for a single test.
-// Being internal, it is orisun's machinery: its API may change without
-// notice.
+// configuration table (ReadmeVariables), a recipe block of a document
+// (DocRecipe), and the goroutine-leak checks: Main, which every package's
+// TestMain calls, and NoLeaks for a single test. Being internal, it is
+// orisun's machinery: its API may change without notice.
 //
 // Every package with tests has
 //

@@ -20,23 +20,49 @@
 -- orisun_enqueue are SECURITY DEFINER: they run with the privileges of
 -- orisun's role (the one that runs the migrations and owns the tables),
 -- so an application needs no privilege on orisun's tables, only EXECUTE
--- on those two, which the role orisun_app holds: GRANT orisun_app TO the
--- application's role. Every orisun_ function is revoked from PUBLIC (the
--- mover, orisun_move_staged, and the helpers are orisun's alone), and the
--- functions that read or write orisun's tables have their search_path
--- pinned to orisun's schema and pg_temp last, so that neither a temporary
--- table nor another schema of the caller's can stand in for orisun's.
+-- on those two (and their overloads for text and jsonb arguments), which
+-- the application role of this installation holds: GRANT it TO the
+-- application's role. That role is this database's own,
+-- orisun_app_<database> (orisun_app_<database>_<schema> when orisun's
+-- schema is not public; orisun_app_<md5 of those> when the name would be
+-- over 63 bytes), named by orisun_app_role(): roles belong to the whole
+-- server and CONNECT is granted to PUBLIC by default, so one role shared
+-- by every database would let an application allowed one orisun log
+-- append to every other on the server. Every orisun_ function is revoked
+-- from PUBLIC (the mover, orisun_move_staged, and the helpers are
+-- orisun's alone), and the functions that read or write orisun's tables
+-- have their search_path pinned to orisun's schema and pg_temp last, so
+-- that neither a temporary table nor another schema of the caller's can
+-- stand in for orisun's.
 --
 -- orisun_secure does that for the functions of one migration: pin sets the
--- search_path of those, app are granted to orisun_app. It creates the role
--- orisun_app (NOLOGIN) when there is none; when orisun's role may not
+-- search_path of those, app are granted to the application role, which
+-- also gets USAGE on orisun's schema (needed when it is not public). It
+-- creates the role (NOLOGIN) when there is none; when orisun's role may not
 -- create roles it warns and goes on, and the node says at every start
 -- what an administrator runs (backend/postgres, checkAppRole). Each
 -- migration that adds a function calls it.
+
+-- orisun_app_role is the name of this installation's application role,
+-- fixed when this migration runs (a database renamed later keeps it).
+DO $do$
+DECLARE
+    r text := 'orisun_app_' || current_database()
+        || CASE WHEN current_schema() = 'public' THEN '' ELSE '_' || current_schema() END;
+BEGIN
+    IF octet_length(r) > 63 THEN
+        r := 'orisun_app_' || md5(current_database() || '.' || current_schema());
+    END IF;
+    EXECUTE format('CREATE FUNCTION orisun_app_role() RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS %L',
+        format('SELECT %L::text', r));
+END
+$do$;
+
 CREATE FUNCTION orisun_secure(pin regprocedure[], app regprocedure[]) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     f regprocedure;
+    r text := orisun_app_role();
 BEGIN
     FOREACH f IN ARRAY pin LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
@@ -45,22 +71,28 @@ BEGIN
              WHERE n.nspname = current_schema() AND p.proname LIKE 'orisun\_%' LOOP
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
-    IF to_regrole('orisun_app') IS NULL THEN
+    IF to_regrole(quote_ident(r)) IS NULL THEN
         BEGIN
-            CREATE ROLE orisun_app NOLOGIN;
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
         EXCEPTION
             WHEN insufficient_privilege THEN
-                RAISE WARNING USING MESSAGE = format('role %s may not create roles, so the role orisun_app does not exist: '
+                RAISE WARNING USING MESSAGE = format('role %s may not create roles, so the role %s does not exist: '
                     'the application cannot call orisun_append or orisun_enqueue until an administrator creates it '
-                    '(docs/outbox.md "Privileges")', current_user);
+                    '(docs/outbox.md "Privileges")', current_user, quote_ident(r));
             WHEN duplicate_object OR unique_violation THEN
-                NULL; -- created meanwhile by a migration of another database
+                NULL; -- created meanwhile by another migration
         END;
     END IF;
-    IF to_regrole('orisun_app') IS NOT NULL THEN
+    IF to_regrole(quote_ident(r)) IS NOT NULL THEN
         FOREACH f IN ARRAY app LOOP
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO orisun_app', f);
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, r);
         END LOOP;
+        -- Without USAGE on orisun's schema the role can neither name the
+        -- functions nor find them on its search_path (public has it for
+        -- PUBLIC by default).
+        IF NOT has_schema_privilege(r, current_schema(), 'USAGE') THEN
+            EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', current_schema(), r);
+        END IF;
     END IF;
 END
 $$;
@@ -284,6 +316,43 @@ BEGIN
 END
 $$;
 
+-- orisun_check_surrogates refuses a JSON text that holds a lone UTF-16
+-- surrogate escape (\ud800 not followed by a low surrogate, or \udc00 not
+-- after a high one): PostgreSQL's JSON functions cannot read such a string
+-- into text and fail with a message naming no event (22P02). The API
+-- accepts it (Go's decoder reads it as U+FFFD), so it is refused here by
+-- name, class OR, naming field and, for an object, the key that holds it
+-- (found on a copy whose lone surrogates are replaced by a marker the
+-- JSON functions can read). Only called when a cheaper match has found a
+-- surrogate escape at all.
+CREATE FUNCTION orisun_check_surrogates(j json, field text, fn text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    -- A \u escape (after an even number of backslashes) of a high
+    -- surrogate with no low one after it, or of a low one with no high one
+    -- before it.
+    re constant text := '(?<!(?:^|[^\\])(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2})(?<=(?:^|[^\\])(?:\\\\)*)\\u(?:[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})|[dD][c-fC-F][0-9a-fA-F]{2})';
+    m text := substring(j::text FROM re);
+    kv record;
+    at text := '';
+BEGIN
+    IF m IS NULL THEN
+        RETURN;
+    END IF;
+    IF json_typeof(j) = 'object' THEN
+        FOR kv IN SELECT key, value::text AS v FROM json_each(regexp_replace(j::text, re, '\\uFfFf', 'g')::json) LOOP
+            IF strpos(kv.v, '\uFfFf') > 0 THEN
+                at := '.' || kv.key;
+                EXIT;
+            END IF;
+        END LOOP;
+    END IF;
+    PERFORM orisun_raise('ORINV', format('%s%s: a JSON string holds %s, a lone UTF-16 surrogate, which %s cannot read '
+        '(PostgreSQL''s JSON functions refuse it; the API reads it as U+FFFD): send the character, or \ufffd, '
+        'or append the event through the API', field, at, m, fn));
+END
+$$;
+
 -- orisun_prepare_events is the validation of an append request's events
 -- (event.Prepare), shared by orisun_append and orisun_enqueue: it refuses
 -- what the API refuses, with the same kind of error, before anything is
@@ -325,6 +394,7 @@ DECLARE
     adata json[];
     amd json[];
     atags json[];
+    sur boolean;
 BEGIN
     ids := '{}'; types := '{}'; tagl := '{}'; datas := '{}'; mds := '{}';
     IF b IS NULL OR b = '' THEN
@@ -350,6 +420,9 @@ BEGIN
         PERFORM orisun_raise('ORINV', format('events: a JSON string holds \u0000 (NUL), which %s cannot read; '
             'a tag cannot hold NUL, and data or metadata holding it must be appended through the API', fn));
     END IF;
+    -- A lone surrogate escape: refused by name below (the cheap match
+    -- finds every surrogate escape, pairs too).
+    sur := events::text ~ '\\u[dD][89a-fA-F]';
     -- The API decodes the whole request before it checks any limit, so
     -- what its decoding refuses (an event that is no object, an unknown
     -- field, a field of the wrong JSON type, a key given twice) is judged
@@ -361,6 +434,9 @@ BEGIN
     FOR e IN SELECT json_array_elements(events) LOOP
         i := i + 1;
         f := format('events[%s]', i);
+        IF sur THEN
+            PERFORM orisun_check_surrogates(e, f, fn);
+        END IF;
         IF json_typeof(e) <> 'object' THEN
             PERFORM orisun_raise('ORINV', format('%s: a JSON %s cannot be an event; send an object', f, json_typeof(e)));
         END IF;
@@ -503,6 +579,9 @@ BEGIN
         IF condition::text ~ '(^|[^\\])(\\\\)*\\u0000' THEN
             PERFORM orisun_raise('ORINV', 'condition: a JSON string holds \u0000 (NUL), which no type or tag can hold');
         END IF;
+        IF condition::text ~ '\\u[dD][89a-fA-F]' THEN
+            PERFORM orisun_check_surrogates(condition, 'condition', 'orisun_append');
+        END IF;
         IF json_typeof(condition) <> 'object' THEN
             PERFORM orisun_raise('ORINV', format('condition: a JSON %s cannot be a condition; send an object', json_typeof(condition)));
         END IF;
@@ -552,6 +631,18 @@ BEGIN
                 qtags := qtags || tags::text;
             END LOOP;
         END IF;
+    END IF;
+
+    -- The caller's commit must be durable before the relay can read and
+    -- publish these events: with synchronous_commit off, the commit is
+    -- visible (and the NOTIFY delivered) before its WAL is flushed, and a
+    -- crash of the server then would take back events already published
+    -- (I2, I5). 'local' waits for the local flush only, and is set only
+    -- over 'off', so that a stronger setting (remote_apply, …) stays. It
+    -- lasts to the end of the caller's transaction (docs/outbox.md,
+    -- "synchronous_commit").
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
 
     -- Take the head row (the lock of the Go append's sqlLockHead). Under
@@ -624,12 +715,40 @@ BEGIN
     INSERT INTO orisun_events (boundary, position, id, type, time, tags, data, metadata)
     SELECT b, h + u.ord, u.id, u.type, clock_timestamp(), u.tags::text[], u.data::json, u.md::json
     FROM unnest(ids, types, tagl, datas, mds) WITH ORDINALITY AS u(id, type, tags, data, md, ord);
-    -- Delivered at the commit, and only if the caller commits.
-    PERFORM pg_notify('orisun_events', b);
+    -- Delivered at the commit, and only if the caller commits. A session
+    -- that set orisun.notify to off sends none (a transaction that will be
+    -- prepared for two-phase commit cannot have notified): the node's head
+    -- check finds the events within ORISUN_POLL_INTERVAL (docs/outbox.md,
+    -- "Two-phase commit").
+    IF coalesce(current_setting('orisun.notify', true), '') <> 'off' THEN
+        PERFORM pg_notify('orisun_events', b);
+    END IF;
     RETURN QUERY SELECT ep, h + 1, h + n;
 END
 $fn$;
 
+-- orisun_append for drivers that bind the JSON arguments as text (JDBC's
+-- setString, Npgsql's string, psycopg's str with a type) or as jsonb
+-- (psycopg's Jsonb): PostgreSQL has no implicit cast from either to json,
+-- so without these such a call fails with "function orisun_append(text,
+-- text) does not exist". They cast and call the json one (text that is
+-- not JSON fails the cast, 22P02). A literal without a type ('[…]' in
+-- psql) resolves to the text one. jsonb has lost the request's key order,
+-- white space and duplicate keys: an event sent so is stored as jsonb
+-- writes it, and a retry must be sent the same way to be recognised.
+CREATE FUNCTION orisun_append(boundary text, events text, condition text DEFAULT NULL)
+RETURNS TABLE (epoch uuid, first_position bigint, last_position bigint)
+LANGUAGE sql VOLATILE AS $$
+    SELECT * FROM orisun_append(boundary, events::json, condition::json)
+$$;
+CREATE FUNCTION orisun_append(boundary text, events jsonb, condition jsonb DEFAULT NULL)
+RETURNS TABLE (epoch uuid, first_position bigint, last_position bigint)
+LANGUAGE sql VOLATILE AS $$
+    SELECT * FROM orisun_append(boundary, events::json, condition::json)
+$$;
+
 SELECT orisun_secure(
-    ARRAY['orisun_prepare_events(text, json, text)', 'orisun_append(text, json, json)']::regprocedure[],
-    ARRAY['orisun_append(text, json, json)']::regprocedure[]);
+    ARRAY['orisun_prepare_events(text, json, text)', 'orisun_append(text, json, json)',
+          'orisun_append(text, text, text)', 'orisun_append(text, jsonb, jsonb)']::regprocedure[],
+    ARRAY['orisun_append(text, json, json)', 'orisun_append(text, text, text)',
+          'orisun_append(text, jsonb, jsonb)']::regprocedure[]);

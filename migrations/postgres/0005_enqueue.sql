@@ -168,9 +168,21 @@ BEGIN
     -- judged the same way) do not count. The index is read from the newest
     -- call down: the moved rows, dead but not yet vacuumed, are at the
     -- oldest end, and reading through them cost a millisecond under load.
-    IF staged > 0 THEN
-        PERFORM 1 FROM orisun_staged sg WHERE sg.boundary = b AND sg.call <> c ORDER BY sg.call DESC LIMIT 1;
-        IF NOT FOUND THEN
+    -- Under SERIALIZABLE the read is not made: it takes a predicate lock on
+    -- the boundary's staged rows, which every other enqueuer's insert
+    -- breaks, so two enqueuing transactions that overlap would fail each
+    -- other with 40001 although neither waited. Such a call always
+    -- notifies instead (the commits of notifying transactions are
+    -- serialised: docs/outbox.md, "REPEATABLE READ and SERIALIZABLE"). A
+    -- session that set orisun.notify to off never notifies (a transaction
+    -- to be prepared for two-phase commit cannot have notified): the
+    -- node's head check finds the staged events within
+    -- ORISUN_POLL_INTERVAL (docs/outbox.md, "Two-phase commit").
+    IF staged > 0 AND coalesce(current_setting('orisun.notify', true), '') <> 'off' THEN
+        IF current_setting('transaction_isolation') <> 'serializable' THEN
+            PERFORM 1 FROM orisun_staged sg WHERE sg.boundary = b AND sg.call <> c ORDER BY sg.call DESC LIMIT 1;
+        END IF;
+        IF current_setting('transaction_isolation') = 'serializable' OR NOT FOUND THEN
             -- Delivered at the commit, and only if the caller commits.
             PERFORM pg_notify('orisun_staged', b);
         END IF;
@@ -331,8 +343,20 @@ BEGIN
 END
 $fn$;
 
--- orisun_enqueue to orisun_app; the mover is orisun's alone (0004,
--- orisun_secure).
+-- orisun_enqueue for drivers that bind the events as text or jsonb (as
+-- orisun_append's overloads in 0004).
+CREATE FUNCTION orisun_enqueue(boundary text, events text) RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    SELECT orisun_enqueue(boundary, events::json)
+$$;
+CREATE FUNCTION orisun_enqueue(boundary text, events jsonb) RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    SELECT orisun_enqueue(boundary, events::json)
+$$;
+
+-- orisun_enqueue to the application role (orisun_app_role()); the mover
+-- is orisun's alone (0004, orisun_secure).
 SELECT orisun_secure(
-    ARRAY['orisun_enqueue(text, json)', 'orisun_move_staged(text, text, bigint, integer)']::regprocedure[],
-    ARRAY['orisun_enqueue(text, json)']::regprocedure[]);
+    ARRAY['orisun_enqueue(text, json)', 'orisun_move_staged(text, text, bigint, integer)',
+          'orisun_enqueue(text, text)', 'orisun_enqueue(text, jsonb)']::regprocedure[],
+    ARRAY['orisun_enqueue(text, json)', 'orisun_enqueue(text, text)', 'orisun_enqueue(text, jsonb)']::regprocedure[]);

@@ -42,11 +42,23 @@ function rank(b) {
   return 3;
 }
 
+// stagedText says what waits in a boundary's outbox staging
+// (docs/outbox.md): committed enqueued events not yet moved into the log
+// keep the node unsettled, the mover's error says why they wait, and
+// set-aside events wait for an operator. "" when there is nothing.
+function stagedText(b) {
+  const parts = [];
+  if (b.staged) parts.push(num.format(b.staged) + " enqueued events staged, not yet in the log (oldest enqueued " + secs.format(b.staged_seconds || 0) + " s ago)");
+  if (b.move_error) parts.push("the mover fails: " + b.move_error);
+  if (b.set_aside) parts.push(num.format(b.set_aside) + " enqueued events set aside: " + b.set_aside_reason);
+  return parts.join(" · ");
+}
+
 // shown says whether the filter box lets a boundary's row show: every
 // word typed is in its name, state, reason, errors or lease holder.
 function shown(b, words) {
   if (words.length === 0) return true;
-  const text = [b.name, b.state, b.reason, b.error, b.stream_error, b.warning, b.lease_holder].filter(Boolean).join(" ").toLowerCase();
+  const text = [b.name, b.state, b.reason, b.error, b.stream_error, b.warning, stagedText(b), b.lease_holder].filter(Boolean).join(" ").toLowerCase();
   return words.every((w) => text.includes(w));
 }
 function filterWords() { return $("filter").value.toLowerCase().split(/\s+/).filter(Boolean); }
@@ -109,7 +121,7 @@ function render(st) {
     name.appendChild(el("span", "sub", "epoch " + b.epoch));
     const state = cell(tr, "state", "state", b.state);
     if (b.since) state.appendChild(el("span", "sub", "since " + ago(b.since, now)));
-    for (const r of [b.reason, b.error, b.stream_error, b.warning]) {
+    for (const r of [b.reason, b.error, b.stream_error, b.warning, stagedText(b)]) {
       if (r) state.appendChild(el("span", "reason", r));
     }
     cell(tr, "head", "num head", num.format(b.head));
