@@ -113,7 +113,7 @@ func (s *Store) transact(ctx context.Context, timeout time.Duration, prepare Pre
 	case fnErr = <-res:
 	case <-runCtx.Done():
 	}
-	failed, touched := a.end()
+	touched, failed := a.end()
 	if cerr := context.Cause(runCtx); cerr != nil {
 		// Past the deadline (or the caller's context ended, or the store
 		// closes): whatever fn did is rolled back, even if it returned
@@ -182,11 +182,11 @@ func (a *txAppender) append(boundary string, events []event.Input, cond *event.C
 	return res, nil
 }
 
-// end stops further appends and returns the first failure and the
-// boundaries that got events. An append in flight finishes first.
-func (a *txAppender) end() (failed error, touched []string) {
+// end stops further appends and returns the boundaries that got events
+// and the first failure. An append in flight finishes first.
+func (a *txAppender) end() (touched []string, failed error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.over = true
-	return a.failed, a.touched
+	return a.touched, a.failed
 }
