@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/api/service"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
-	"github.com/orisun-io/orisun/internal/testutil/natstest"
-	"github.com/orisun-io/orisun/natsembed"
 )
 
 // resetBetween is a boundary reset between the service's two reads of a
@@ -45,19 +42,8 @@ func (b resetBetween) ReadBackward(_ context.Context, name string, before uint64
 // rightly refuse (a read without a query from the head has every position
 // from the head down): the reply's head is now the highest event's.
 func TestReadBackwardAcrossReset(t *testing.T) {
-	ns := natstest.Server(t, natsembed.Config{})
-	nc := natstest.API(t, ns, "backward-api")
 	be := resetBetween{old: "0190f0c0-0000-7000-8000-00000000000a", now: "0190f0c0-0000-7000-8000-00000000000b"}
-	s, err := service.Start(nc, be, service.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop() })
-	c, err := client.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := goClient(t, serve(t, "backward-api", be, service.Config{}))
 	for _, before := range []uint64{0, 6} {
 		res, err := c.ReadBackward(context.Background(), "b", before, 50, nil)
 		if err != nil {

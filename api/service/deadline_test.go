@@ -10,8 +10,6 @@ import (
 	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/serviceutil"
-	"github.com/orisun-io/orisun/internal/testutil/natstest"
-	"github.com/orisun-io/orisun/natsembed"
 )
 
 // hangingBackend answers the boundary list only when the request's context
@@ -32,14 +30,8 @@ func (b hangingBackend) Boundaries(ctx context.Context) ([]event.Boundary, error
 // that outlives it as failing, where a caller's own deadline in process is
 // the caller's answer (docs/operations.md, "When the store fails").
 func TestRequestTimeoutIsOwnDeadline(t *testing.T) {
-	ns := natstest.Server(t, natsembed.Config{})
-	nc := natstest.API(t, ns, "deadline-api")
 	be := hangingBackend{own: make(chan bool, 1)}
-	s, err := service.Start(nc, be, service.Config{RequestTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop() })
+	ns := serve(t, "deadline-api", be, service.Config{RequestTimeout: 50 * time.Millisecond})
 	// An application's connection: its inbox is an ordinary one.
 	client, err := nats.Connect(ns.ClientURL(), nats.Name("deadline-client"))
 	if err != nil {

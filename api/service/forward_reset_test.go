@@ -11,10 +11,7 @@ import (
 	"time"
 
 	"github.com/orisun-io/orisun/api/service"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
-	"github.com/orisun-io/orisun/internal/testutil/natstest"
-	"github.com/orisun-io/orisun/natsembed"
 )
 
 // resetWhileRead is a boundary reset between the service's read of the
@@ -52,22 +49,8 @@ func (b resetWhileRead) Read(_ context.Context, name string, after uint64, limit
 // head is the new epoch's, and a position past it is refused as invalid,
 // as it is without a reset.
 func TestReadForwardAcrossReset(t *testing.T) {
-	ns := natstest.Server(t, natsembed.Config{})
-	nc, err := ns.ConnectAPI("forward-api")
-	if err != nil {
-		t.Fatal(err)
-	}
 	be := resetWhileRead{old: "0190f0c0-0000-7000-8000-00000000000a", now: "0190f0c0-0000-7000-8000-00000000000b", read: new(atomic.Bool)}
-	s, err := service.Start(nc, be, service.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop() })
-	c, err := client.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := goClient(t, serve(t, "forward-api", be, service.Config{}))
 	ctx := context.Background()
 	res, err := c.Read(ctx, "b", 5, 50, nil)
 	if err != nil {
