@@ -36,7 +36,7 @@ const batchAckEvery = 500
 const batchMin = 32
 
 // batcher is a run's way to publish batches: the inbox the server answers
-// on, the answers, and the batches sent so far. nil when the stream does
+// on, and the answers. nil when the stream does
 // not allow batches (an older server, or a stream created otherwise), or
 // when messages carry Nats-Msg-Id (a duplicate id is skipped inside a
 // batch, where a single publish says it was a duplicate).
