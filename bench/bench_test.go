@@ -460,6 +460,11 @@ func checkOutbox(t *testing.T, rep *Report, cfg Config) {
 			if row.Events <= 0 || !(row.P50Ms > 0) || row.P50Ms > row.P99Ms {
 				t.Errorf("outbox %q: %d events, p50 %v p99 %v", row.Name, row.Events, row.P50Ms, row.P99Ms)
 			}
+			// Commit → live subscriber: the mover and the relay take
+			// some time after every commit.
+			if !(row.AfterP99Ms > 0) || row.AfterP50Ms > row.AfterP99Ms || row.AfterP99Ms > row.P99Ms+1 {
+				t.Errorf("outbox %q: commit → delivered p50 %v p99 %v (scheduled → delivered p99 %v)", row.Name, row.AfterP50Ms, row.AfterP99Ms, row.P99Ms)
+			}
 			continue
 		}
 		if row.Limit != "app_tx" || !finitePositive(row.Ratio) {

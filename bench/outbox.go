@@ -213,7 +213,8 @@ func (r *runner) outbox(ctx context.Context) error {
 		row.StreamBytes = streamBytes(ctx, r.js)
 		row.TargetRate = rate
 		res.fill(&row)
-		row.Note = "from each transaction's scheduled time through its commit to a live subscriber's delivery; the transaction alone is the Append figure; " + row.Note
+		row.Note = "from each transaction's scheduled time through its commit to a live subscriber's delivery; the transaction alone is the Append figure, " +
+			"from its commit to the delivery the commit figure; " + row.Note
 		compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
 		r.rep.Rows = append(r.rep.Rows, row)
 		r.rep.check(fmt.Sprintf("outbox latency %d/s: events received = events enqueued", rate), res.appended, res.received)

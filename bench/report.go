@@ -78,6 +78,12 @@ type Row struct {
 	// is the commit.
 	AppendP50Ms float64 `json:"append_p50_ms,omitempty"`
 	AppendP99Ms float64 `json:"append_p99_ms,omitempty"`
+	// AfterP50Ms and AfterP99Ms are the latencies from each Append
+	// call's return to the event's delivery (latency workloads): for the
+	// outbox rows, from the application's commit to the live subscriber
+	// (0 for an event delivered before its call returned).
+	AfterP50Ms float64 `json:"after_p50_ms,omitempty"`
+	AfterP99Ms float64 `json:"after_p99_ms,omitempty"`
 	// TargetRate is the rate asked for (latency workloads).
 	TargetRate int `json:"target_rate,omitempty"`
 	// TargetNotReached marks a paced row whose rate reached is below 90%
@@ -220,6 +226,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, x := range r.Rows {
 		if x.AppendP50Ms > 0 {
 			fmt.Fprintf(&b, "%s %s: the Append call alone took p50 %.2f ms, p99 %.2f ms\n", x.Workload, x.Name, x.AppendP50Ms, x.AppendP99Ms)
+		}
+		if x.Workload == "outbox" && (x.AfterP50Ms > 0 || x.AfterP99Ms > 0) {
+			fmt.Fprintf(&b, "%s %s: commit → live subscriber p50 %.2f ms, p99 %.2f ms\n", x.Workload, x.Name, x.AfterP50Ms, x.AfterP99Ms)
 		}
 		for _, a := range x.Also {
 			fmt.Fprintf(&b, "%s %s: also %s of %s (%.0f events/s)\n", x.Workload, x.Name, ratio(a.Ratio), a.Limit, a.LimitPerSec)

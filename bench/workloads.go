@@ -278,7 +278,9 @@ func compareE2E(row *Row, lim *Row) {
 
 // pacedResult is what paced measured.
 type pacedResult struct {
-	lat, calls         []time.Duration
+	// lat is from each event's scheduled time to its delivery, calls the
+	// Append calls alone, after from each call's return to the delivery.
+	lat, calls, after  []time.Duration
 	appended, received int64
 	// fallBacks counts live subscriptions sent back to the store.
 	fallBacks atomic.Int64
@@ -301,6 +303,9 @@ func (p *pacedResult) fill(row *Row) {
 	slices.Sort(p.calls)
 	row.AppendP50Ms = percentile(p.calls, 0.50)
 	row.AppendP99Ms = percentile(p.calls, 0.99)
+	slices.Sort(p.after)
+	row.AfterP50Ms = percentile(p.after, 0.50)
+	row.AfterP99Ms = percentile(p.after, 0.99)
 	// The rate reached is over the sending phase, not the drain after it.
 	if p.sending > 0 {
 		row.EventsPerSec = float64(p.appended) / p.sending.Seconds()
@@ -351,6 +356,8 @@ func paced(ctx context.Context, api eventAPI, data []byte, boundaries []string, 
 	defer cancel()
 	type subState struct {
 		sent     sync.Map // event id → Append call start
+		returned sync.Map // event id → when its Append call returned
+		arrived  sync.Map // event id → when it was delivered
 		received atomic.Int64
 		lat      []time.Duration
 		head     atomic.Uint64 // set once sending is over
@@ -368,6 +375,7 @@ func paced(ctx context.Context, api eventAPI, data []byte, boundaries []string, 
 			s.err <- api.Subscribe(sctx, b, 0, func(_ context.Context, e event.Event) error {
 				if t0, ok := s.sent.LoadAndDelete(e.ID); ok {
 					s.lat = append(s.lat, time.Since(t0.(time.Time)))
+					s.arrived.Store(e.ID, time.Now())
 				}
 				if h := s.head.Load(); uint64(s.received.Add(1)) >= h && h > 0 {
 					s.doneOnce.Do(func() { close(s.done) })
@@ -424,6 +432,7 @@ func paced(ctx context.Context, api eventAPI, data []byte, boundaries []string, 
 						}
 						continue // keep taking jobs, so the pacer never blocks
 					}
+					s.returned.Store(in[0].ID, time.Now())
 					appended.Add(1)
 				}
 			}()
@@ -480,6 +489,12 @@ func paced(ctx context.Context, api eventAPI, data []byte, boundaries []string, 
 		<-subs[i].err // the handler has returned: its slice is ours
 		res.lat = append(res.lat, subs[i].lat...)
 		res.received += subs[i].received.Load()
+		subs[i].returned.Range(func(id, back any) bool {
+			if at, ok := subs[i].arrived.Load(id); ok {
+				res.after = append(res.after, max(at.(time.Time).Sub(back.(time.Time)), 0))
+			}
+			return true
+		})
 	}
 	return res, nil
 }
