@@ -294,7 +294,11 @@ func TestSQLiteRestartTakesOwnLeaseAtOnce_I2_I4(t *testing.T) {
 		return r.Events
 	})
 	first, last := checkStreamMatches(t, nc, ids)
-	if last != head || first > head {
+	// The memory stream died with the process and was created again from
+	// the checkpoint: empty (first = head+1) when the dead process had
+	// published and checkpointed everything before the kill (its backlog
+	// went in fast-ingest batches), else holding the rest up to the head.
+	if last != head || first > head+1 {
 		t.Fatalf("I4: the stream holds %d..%d, the head is %d", first, last, head)
 	}
 }
