@@ -68,42 +68,8 @@ func equal(a, b string) int {
 
 // FailedLoginDelay is how long a request with wrong credentials waits
 // before its 401: guessing passwords over the listener is slowed down (a
-// request without credentials, the page's first, does not wait). Failed
-// logins wait one after the other, whoever sends them, so that guesses
-// sent in parallel are not faster: at most four a second. Beyond
-// MaxFailedLoginsWaiting of them waiting, a failed login is answered 429
-// at once. Right credentials never wait.
-const (
-	FailedLoginDelay       = 250 * time.Millisecond
-	MaxFailedLoginsWaiting = 16
-)
-
-// failedLogin holds a request whose credentials were wrong for its turn
-// and FailedLoginDelay; false when it was answered (429) or its client
-// went away.
-func (s *Server) failedLogin(w http.ResponseWriter, r *http.Request) bool {
-	if s.failWaiting.Add(1) > MaxFailedLoginsWaiting {
-		s.failWaiting.Add(-1)
-		w.Header().Set("Retry-After", "5")
-		http.Error(w, "too many failed logins at once: try again in a few seconds", http.StatusTooManyRequests)
-		return false
-	}
-	defer s.failWaiting.Add(-1)
-	select {
-	case s.failing <- struct{}{}:
-	case <-r.Context().Done():
-		return false
-	}
-	defer func() { <-s.failing }()
-	t := time.NewTimer(FailedLoginDelay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
-}
+// request without credentials, the page's first, does not wait).
+const FailedLoginDelay = 250 * time.Millisecond
 
 // consoleHeaders keep the pages self-contained: scripts, styles and data
 // only from this listener, no framing by other sites.
@@ -162,8 +128,14 @@ func (s *Server) eventPage(h http.Handler) http.Handler {
 		case eventsOpen, eventsAllowed:
 			h.ServeHTTP(w, r)
 		case eventsAsk:
-			if _, _, given := r.BasicAuth(); given && !s.failedLogin(w, r) {
-				return
+			if _, _, given := r.BasicAuth(); given {
+				t := time.NewTimer(FailedLoginDelay)
+				select {
+				case <-t.C:
+				case <-r.Context().Done():
+					t.Stop()
+					return
+				}
 			}
 			// The console's own scripts ask without the challenge, so
 			// that the browser does not prompt from a background request:

@@ -1,7 +1,6 @@
 package statushttp_test
 
 import (
-	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -166,61 +164,6 @@ func TestConsoleEventAccess(t *testing.T) {
 		if code, _ := get(t, login.Addr(), "/console/"); code != 200 {
 			t.Errorf("overview with a login configured: %d", code)
 		}
-	}
-}
-
-// TestConsoleFailedLoginsOneAtATime: failed logins wait their delay one
-// after the other, whoever sends them, so that guesses sent in parallel
-// are no faster than guesses in a row (eight at once took one delay,
-// 250 ms, before); beyond MaxFailedLoginsWaiting of them waiting the rest
-// are answered 429 at once; the right credentials meanwhile are served,
-// never 429.
-func TestConsoleFailedLoginsOneAtATime(t *testing.T) {
-	s := startConsole(t, statushttp.ConsoleAccess{User: "ops", Password: "right password"})
-	try := func(password string) int {
-		req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/console/events", nil)
-		req.SetBasicAuth("ops", password)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Error(err)
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	parallel := func(n int) map[int]int {
-		codes := make(chan int, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() { codes <- try(fmt.Sprintf("guess %d", i)) })
-		}
-		wg.Wait()
-		close(codes)
-		got := map[int]int{}
-		for c := range codes {
-			got[c]++
-		}
-		return got
-	}
-	start := time.Now()
-	if got := parallel(8); got[http.StatusUnauthorized] != 8 {
-		t.Fatalf("8 wrong passwords at once: %v, want 8 × 401", got)
-	}
-	if took, least := time.Since(start), 8*statushttp.FailedLoginDelay; took < least {
-		t.Errorf("8 wrong passwords at once answered in %s, less than 8 delays (%s): they waited side by side", took, least)
-	}
-	n := 3 * statushttp.MaxFailedLoginsWaiting
-	right := make(chan int, 1)
-	go func() {
-		time.Sleep(statushttp.FailedLoginDelay)
-		right <- try("right password")
-	}()
-	got := parallel(n)
-	if got[http.StatusTooManyRequests] == 0 || got[http.StatusUnauthorized]+got[http.StatusTooManyRequests] != n {
-		t.Errorf("%d wrong passwords at once: %v, want 401s and, beyond %d waiting, 429s", n, got, statushttp.MaxFailedLoginsWaiting)
-	}
-	if code := <-right; code != http.StatusOK {
-		t.Errorf("the right password amid failed logins: %d, want 200", code)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,12 +83,6 @@ type Server struct {
 
 	// tails holds a token per live tail open (Options.MaxTails).
 	tails chan struct{}
-
-	// failing holds the one token of a failed login's delay (console.go,
-	// failedLogin): failed logins are answered one after the other, and
-	// failWaiting counts those waiting for it.
-	failing     chan struct{}
-	failWaiting atomic.Int32
 }
 
 type measurement struct {
@@ -115,8 +108,7 @@ func NewServer(src status.Source, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{src: src, opts: opts, log: opts.Logger, tails: make(chan struct{}, opts.MaxTails),
-		failing: make(chan struct{}, 1)}
+	s := &Server{src: src, opts: opts, log: opts.Logger, tails: make(chan struct{}, opts.MaxTails)}
 	s.stopCtx, s.stopAll = context.WithCancel(context.Background())
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(
