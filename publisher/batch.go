@@ -208,7 +208,13 @@ func (fl *flight) batchReply(ctx context.Context, timer *time.Timer, id string, 
 			select {
 			case m = <-b.replies:
 			case <-timer.C:
-				return r, false, fmt.Errorf("publish batch from position %d: no acknowledgement within %s", first, p.cfg.AckTimeout)
+				// An answer that came with the timer's end still counts
+				// (select picks either at random).
+				select {
+				case m = <-b.replies:
+				default:
+					return r, false, fmt.Errorf("publish batch from position %d: no acknowledgement within %s", first, p.cfg.AckTimeout)
+				}
 			case <-ctx.Done():
 				return r, false, fmt.Errorf("publish batch from position %d: %w", first, ctx.Err())
 			}

@@ -113,7 +113,12 @@ func ConfigDrift(have, want *jetstream.StreamConfig) []Drift {
 		{"allow_direct", have.AllowDirect, want.AllowDirect, false},
 		{"mirror_direct", have.MirrorDirect, want.MirrorDirect, false},
 		{"allow_atomic", have.AllowAtomicPublish, want.AllowAtomicPublish, false},
-		{"allow_batched", have.AllowBatchPublish, want.AllowBatchPublish, false},
+		// allow_batched is not put back either way: orisun asks for it
+		// where the server takes it (the node reads the JetStream API
+		// level at start), and nodes that read different levels, or a
+		// server upgraded under a stream, must not make the leaders turn
+		// it on and off; the publisher uses batches only where the stream
+		// has it (docs/design.md §5).
 	}
 	for _, b := range bools {
 		if b.have != b.want {

@@ -525,10 +525,11 @@ func (s *Service) read(ctx context.Context, req micro.Request) (res any, err err
 		// head 500 with ten events of the new epoch would ask for 11 and
 		// be refused as a bad reply). The new epoch's head instead, and
 		// the check above against it.
-		if head, err = s.headOfEpoch(ctx, b, epoch); err != nil {
+		var same bool
+		if head, same, err = s.headOfEpoch(ctx, b, epoch); err != nil {
 			return nil, err
 		}
-		if r.After > head {
+		if same && r.After > head {
 			return nil, fmt.Errorf("%w: after: %d is past the head %d of boundary %q, which was reset (epoch %s) while it was read; "+
 				"a reader cannot be ahead of the log (a saved position of the old epoch?)", event.ErrInvalid, r.After, head, b, epoch)
 		}
@@ -539,17 +540,18 @@ func (s *Service) read(ctx context.Context, req micro.Request) (res any, err err
 	return encodeRead(epoch, head, events, int(s.nc.MaxPayload()))
 }
 
-// headOfEpoch is boundary b's head if b is in epoch now, else 0 (it was
-// reset again): the reply's head is then the highest position returned.
-func (s *Service) headOfEpoch(ctx context.Context, b, epoch string) (uint64, error) {
+// headOfEpoch is boundary b's head if b is in epoch now (same); else 0,
+// since it was reset again: the reply's head is then the highest position
+// returned, and nothing is refused for a head of yet another epoch.
+func (s *Service) headOfEpoch(ctx context.Context, b, epoch string) (head uint64, same bool, err error) {
 	bd, err := s.be.Boundary(ctx, b)
 	if err != nil {
-		return 0, fmt.Errorf("read boundary %q: %w", b, err)
+		return 0, false, fmt.Errorf("read boundary %q: %w", b, err)
 	}
 	if bd.Epoch != epoch {
-		return 0, nil
+		return 0, false, nil
 	}
-	return bd.Head, nil
+	return bd.Head, true, nil
 }
 
 // checkDirection refuses a read request that mixes the two directions: a
