@@ -118,7 +118,7 @@ func ConfigDrift(have, want *jetstream.StreamConfig) []Drift {
 		// level at start), and nodes that read different levels, or a
 		// server upgraded under a stream, must not make the leaders turn
 		// it on and off; the publisher uses batches only where the stream
-		// has it (docs/design.md §5).
+		// has it (docs/design.md §5; TestConfigDriftLeavesAllowBatched).
 	}
 	for _, b := range bools {
 		if b.have != b.want {

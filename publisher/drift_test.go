@@ -44,6 +44,25 @@ func TestFreshStreamHasNoDrift(t *testing.T) {
 	}
 }
 
+// TestConfigDriftLeavesAllowBatched: allow_batched is no drift either way
+// (docs/design.md §5): nodes that read different JetStream API levels, or
+// a server upgraded under a stream, must not make leaders turn it on and
+// off; every other flag on the same stream still drifts.
+func TestConfigDriftLeavesAllowBatched(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		want := stream.Config("b", "e", stream.Limits{Batched: batched}, 5)
+		have := want
+		have.AllowBatchPublish = !batched
+		if d := publisher.ConfigDrift(&have, &want); len(d) != 0 {
+			t.Errorf("want allow_batched %v, the stream has %v: drift %v, want none", batched, !batched, d)
+		}
+		have.AllowDirect = !want.AllowDirect
+		if d := publisher.ConfigDrift(&have, &want); len(d) != 1 || d[0].Field != "allow_direct" {
+			t.Errorf("allow_direct changed beside allow_batched: drift %+v, want allow_direct alone", d)
+		}
+	}
+}
+
 // TestConfigDriftFoundAndPutBack: each setting someone can change on a
 // stream is found, named, and either put back by an update built from
 // orisun's configuration (after which nothing drifts), or, when JetStream
