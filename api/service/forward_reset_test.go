@@ -22,10 +22,16 @@ type resetWhileRead struct {
 	service.Backend
 	old, now string
 	read     *atomic.Bool // events were read since the last Boundary
+	// again, when set, is the epoch of a second reset after the events
+	// were read: the read of the boundary after them finds it, head 0.
+	again string
 }
 
 func (b resetWhileRead) Boundary(_ context.Context, name string) (event.Boundary, error) {
 	if b.read.Swap(false) {
+		if b.again != "" {
+			return event.Boundary{Name: name, Epoch: b.again, Head: 0}, nil
+		}
 		return event.Boundary{Name: name, Epoch: b.now, Head: 10}, nil
 	}
 	return event.Boundary{Name: name, Epoch: b.old, Head: 500}, nil
@@ -62,5 +68,23 @@ func TestReadForwardAcrossReset(t *testing.T) {
 	_, err = c.Read(ctx, "b", 20, 50, nil)
 	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "past the head 10") {
 		t.Fatalf("after 20 across a reset to a head of 10: %v, want invalid: past the head 10", err)
+	}
+}
+
+// TestReadForwardAcrossTwoResets: reset again while a read crossed a
+// reset, the boundary's head is of a third epoch, which says nothing of
+// the events read: the reply is not refused against it ("past the head
+// 0"), and its head is the highest position returned.
+func TestReadForwardAcrossTwoResets(t *testing.T) {
+	be := resetWhileRead{old: "0190f0c0-0000-7000-8000-00000000000a", now: "0190f0c0-0000-7000-8000-00000000000b",
+		again: "0190f0c0-0000-7000-8000-00000000000c", read: new(atomic.Bool)}
+	c := goClient(t, serve(t, "forward-api-twice", be, service.Config{}))
+	res, err := c.Read(context.Background(), "b", 5, 50, nil)
+	if err != nil {
+		t.Fatalf("after 5 across two resets: a correct reply refused: %v", err)
+	}
+	if res.Head != 10 || len(res.Events) != 5 || res.Epoch != be.now {
+		t.Fatalf("after 5 across two resets: head %d, %d events of epoch %s, want head 10 and the second epoch's 5 events",
+			res.Head, len(res.Events), res.Epoch)
 	}
 }
