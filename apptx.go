@@ -30,8 +30,8 @@ type AppendFunc func(boundary string, events []Input, cond *Condition) (AppendRe
 //
 // fn holds orisun's single writer: every other append of the node waits
 // until it returns, and so do lease changes and boundary creation. It is
-// bounded by Config.AppendTxTimeout (ORISUN_APPEND_TX_TIMEOUT, 2s by
-// default) and by ctx: a function that runs longer is rolled back and
+// bounded by Config.AppendTxTimeout (ORISUN_APPEND_TX_TIMEOUT: 2s, or a
+// quarter of the lease TTL when that is shorter) and by ctx: a function that runs longer is rolled back and
 // AppendTx returns an error matching context.DeadlineExceeded without
 // waiting for it (give ctx to every statement, so that the deadline
 // interrupts it). Rolled back too: fn's error (returned as it is), a

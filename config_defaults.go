@@ -123,7 +123,9 @@ const (
 
 // Defaults returns the configuration orisun runs with when nothing is set:
 // the binary starts from it and lets each ORISUN_* variable that is set
-// replace its field.
+// replace its field. AppendTxTimeout is left zero: it follows LeaseTTL
+// (AppendTxTimeoutFor), so a program that shortens the lease TTL is not
+// refused for a transaction bound it never set.
 func Defaults() Config {
 	return Config{
 		DataDir:             DataDirDefault,
@@ -147,7 +149,6 @@ func Defaults() Config {
 		LeaseTTL:            LeaseTTLDefault,
 		AppendGroupMax:      AppendGroupMaxDefault,
 		AppendGroupDelay:    AppendGroupDelayDefault,
-		AppendTxTimeout:     AppendTxTimeoutDefault,
 		MaxAppendEvents:     MaxAppendEventsDefault,
 		MaxAppendBytes:      MaxAppendBytesDefault,
 		HTTPAddr:            HTTPAddrDefault,

@@ -98,8 +98,9 @@ func defaultText(v any) string {
 func TestConfigWithDefaults(t *testing.T) {
 	got := Config{}.withDefaults()
 	want := Defaults()
-	want.HTTPAddr = ""          // no status listener for a Node embedded in Go
-	want.EventStreamMaxMsgs = 0 // unlimited, as -1 is
+	want.HTTPAddr = ""                            // no status listener for a Node embedded in Go
+	want.EventStreamMaxMsgs = 0                   // unlimited, as -1 is
+	want.AppendTxTimeout = AppendTxTimeoutDefault // follows the default lease TTL
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Config{}.withDefaults():\n got %+v\nwant %+v", got, want)
 	}
@@ -116,6 +117,20 @@ func TestConfigWithDefaults(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Errorf("LeaseTTL %s with the default AppendTxTimeout: %v", tc.ttl, err)
 		}
+	}
+	// A program that starts from Defaults and shortens the lease TTL is
+	// not refused for a transaction bound it never set.
+	short := Defaults()
+	short.LeaseTTL = 2 * time.Second
+	if err := short.Validate(); err != nil {
+		t.Errorf("Defaults() with LeaseTTL 2s: %v", err)
+	}
+	if c := short.withDefaults(); c.AppendTxTimeout != 500*time.Millisecond {
+		t.Errorf("Defaults() with LeaseTTL 2s: AppendTxTimeout %s, want 500ms", c.AppendTxTimeout)
+	}
+	short.AppendTxTimeout = time.Second
+	if err := short.Validate(); err == nil || !strings.Contains(err.Error(), "ORISUN_APPEND_TX_TIMEOUT") {
+		t.Errorf("AppendTxTimeout 1s with LeaseTTL 2s: %v, want it refused by name", err)
 	}
 	set := Config{PublishBatch: 7, Boundaries: []string{}, AppendGroupDelay: -1, EventStreamMaxMsgs: -1}.withDefaults()
 	if set.PublishBatch != 7 || set.Boundaries == nil || set.AppendGroupDelay != -1 || set.EventStreamMaxMsgs != -1 {

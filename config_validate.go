@@ -1,6 +1,7 @@
 package orisun
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -417,6 +418,8 @@ func (c Config) validateAppends(p *problems) {
 	if c.AppendGroupDelay > AppendGroupDelayMax {
 		p.add("APPEND_GROUP_DELAY", "%s is above %s (a negative value turns the wait off)", c.AppendGroupDelay, limitText(AppendGroupDelayMax))
 	}
+	// Zero follows the lease TTL, as New fills it (withDefaults).
+	c.AppendTxTimeout = cmp.Or(c.AppendTxTimeout, AppendTxTimeoutFor(c.LeaseTTL))
 	inRange(p, "APPEND_TX_TIMEOUT", c.AppendTxTimeout, AppendTxTimeoutMin, AppendTxTimeoutMax)
 	// On SQLite, Node.AppendTx holds the writer's only connection, which
 	// the lease renewals need: a transaction as long as half the lease

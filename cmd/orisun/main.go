@@ -11,6 +11,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -384,11 +385,10 @@ func loadConfig() (orisun.Config, error) {
 	// A value that is not of its kind leaves its field at the default, so
 	// the other fields are still checked: every problem is told at once.
 	err := parseEnv(&cfg)
-	// Unset, ORISUN_APPEND_TX_TIMEOUT follows ORISUN_LEASE_TTL (README):
-	// a lease TTL of 2s must not be refused for the default 2s.
-	if _, set := os.LookupEnv("ORISUN_APPEND_TX_TIMEOUT"); !set {
-		cfg.AppendTxTimeout = orisun.AppendTxTimeoutFor(cfg.LeaseTTL)
-	}
+	// Unset, ORISUN_APPEND_TX_TIMEOUT follows ORISUN_LEASE_TTL (README),
+	// as the node would fill it; resolved here so the status and
+	// `orisun env` show the value in force.
+	cfg.AppendTxTimeout = cmp.Or(cfg.AppendTxTimeout, orisun.AppendTxTimeoutFor(cfg.LeaseTTL))
 	return cfg, errors.Join(err, cfg.Validate())
 }
 
