@@ -254,3 +254,57 @@ func TestWildcardListenerServesEveryHost(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopbackListenerAnswersItsOwnName: a listener told to listen on a
+// name (ORISUN_HTTP_ADDR=myhost:8080) that resolves to loopback (Debian
+// maps the host's own name to 127.0.1.1) answers to that name: the
+// operator chose it. Other names are still refused.
+func TestLoopbackListenerAnswersItsOwnName(t *testing.T) {
+	local := &net.TCPAddr{IP: net.ParseIP("127.0.1.1"), Port: 8080}
+	for _, tc := range []struct {
+		host, own string
+		want      bool
+	}{
+		{"myhost:8080", "myhost", true},
+		{"MyHost", "myhost", true},
+		{"myhost:9000", "myhost", true},
+		{"myhost", "", false},
+		{"attacker.example", "myhost", false},
+		{"myhost.attacker.example", "myhost", false},
+	} {
+		if got := statushttp.HostAllowed(tc.host, local, tc.own); got != tc.want {
+			t.Errorf("Host %s on a loopback listener named %q: allowed %v, want %v", tc.host, tc.own, got, tc.want)
+		}
+	}
+
+	// The same through a real listener, by this machine's own name where
+	// it resolves to loopback.
+	name, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips, _ := net.LookupIP(name)
+	if len(ips) == 0 || !ips[0].IsLoopback() {
+		t.Logf("%s resolves to %v, not loopback: the listener part is not run here", name, ips)
+		return
+	}
+	src := &fixed{st: status.Status{NodeID: "n1", Store: status.Health{OK: true}, NATS: status.Health{OK: true}}}
+	s := statushttp.NewServer(src, statushttp.Options{Addr: net.JoinHostPort(name, "0")})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	for host, want := range map[string]int{name: http.StatusOK, "attacker.example": http.StatusMisdirectedRequest} {
+		req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/status", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s on a listener at %s (%s): %d %s, want %d", host, name, s.Addr(), resp.StatusCode, b, want)
+		}
+	}
+}

@@ -131,26 +131,39 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	s.consoleHandlers(mux)
-	return loopbackHosts(mux)
+	return loopbackHosts(mux, listenName(s.opts.Addr))
+}
+
+// listenName is the host name in a listen address (ORISUN_HTTP_ADDR=
+// myhost:8080), or "" when it gives an address or none: the name the
+// operator chose for the listener is one of its own.
+func listenName(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || net.ParseIP(host) != nil {
+		return ""
+	}
+	return host
 }
 
 // loopbackHosts guards a loopback listener against DNS rebinding: a page
 // of another site whose name the attacker turns to 127.0.0.1 reaches the
 // listener from the operator's own browser, with the site's name as its
 // Host. On a loopback listener (one whose connection's local address is a
-// loopback address) only a Host of localhost, a loopback address or the
-// listener's own address, with any port or none, is served; any other
+// loopback address) only a Host of localhost, a loopback address, the
+// listener's own address or the name it was told to listen on
+// (ORISUN_HTTP_ADDR=myhost:8080, where myhost is 127.0.1.1), with any
+// port or none, is served; any other
 // is refused with 421, saying why. /healthz and /readyz stay open to any
 // Host, for probes that name the node otherwise; /readyz then answers its
 // code and "ready" only, without the reasons (they name boundaries, event
 // ids, the store's address and user). A listener on another address
 // is reached by other names by design: its event pages need the console's
 // credentials (docs/console.md, "Access").
-func loopbackHosts(h http.Handler) http.Handler {
+func loopbackHosts(h http.Handler, own string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 		wildcard, _ := r.Context().Value(wildcardListener{}).(bool)
-		if r.URL.Path == "/healthz" || local == nil || wildcard || hostAllowed(r.Host, local) {
+		if r.URL.Path == "/healthz" || local == nil || wildcard || hostAllowed(r.Host, local, own) {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -159,7 +172,7 @@ func loopbackHosts(h http.Handler) http.Handler {
 			return
 		}
 		http.Error(w, fmt.Sprintf("Host %q is not this listener's: a listener on loopback (ORISUN_HTTP_ADDR=%s) answers only to "+
-			"localhost, 127.0.0.1, [::1] or its own address, with or without the port (a guard against DNS rebinding); "+
+			"localhost, 127.0.0.1, [::1], its own address or the name in ORISUN_HTTP_ADDR, with or without the port (a guard against DNS rebinding); "+
 			"to reach it by another name, listen on that address and set ORISUN_CONSOLE_USER and ORISUN_CONSOLE_PASSWORD",
 			r.Host, local.String()), http.StatusMisdirectedRequest)
 	})
@@ -177,9 +190,10 @@ type foreignHost struct{}
 
 // hostAllowed says whether host (a request's Host, with or without a
 // port) may reach a listener on local: always when local is not a
-// loopback address; else only localhost, a loopback address, or local's
-// own address.
-func hostAllowed(host string, local net.Addr) bool {
+// loopback address; else only localhost, a loopback address, local's own
+// address, or own (the name the listener was told to listen on; "" for
+// none).
+func hostAllowed(host string, local net.Addr, own string) bool {
 	tcp, ok := local.(*net.TCPAddr)
 	if !ok || !tcp.IP.IsLoopback() {
 		return true
@@ -192,7 +206,7 @@ func hostAllowed(host string, local net.Addr) bool {
 	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		name = host[1 : len(host)-1]
 	}
-	if strings.EqualFold(name, "localhost") {
+	if strings.EqualFold(name, "localhost") || (own != "" && strings.EqualFold(name, own)) {
 		return true
 	}
 	ip := net.ParseIP(name)
