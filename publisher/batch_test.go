@@ -158,7 +158,8 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(refusals) > 0 {
-		t.Fatalf("the next publisher's batches were answered with %d gaps or errors (its batch met the open one): %q", len(refusals), refusals)
+		t.Fatalf("the next publisher's batches were answered with %d gaps or errors (its batch met the open one), the first: %q",
+			len(refusals), refusals[:min(len(refusals), 2)])
 	}
 	if n := publisher.BatchesSent(p2); n != 1 {
 		t.Fatalf("%d pages went as one batch, want the one full page, 111..210", n)
@@ -234,8 +235,8 @@ func TestRefusalStopsTheBatch_I2(t *testing.T) {
 	e := setup(t)
 	e.append(t, 600)
 	var (
-		batch      string // the first batch's id
-		heldWrite  int    // the write held at the message after the refused one
+		batch      atomic.Value // the first batch's id, a string
+		heldWrite  int          // the write held at the message after the refused one
 		release    = make(chan struct{})
 		releaseOne sync.Once
 		late       atomic.Int64 // messages of the batch in writes after the held one
@@ -245,10 +246,12 @@ func TestRefusalStopsTheBatch_I2(t *testing.T) {
 	w.sent = func(f *frame) <-chan struct{} {
 		// Called for one write at a time (the connection's lock).
 		id, n, ok := fastBatch(f.reply)
-		if !ok || (batch != "" && id != batch) {
+		if !ok {
 			return nil
 		}
-		batch = id
+		if batch.CompareAndSwap(nil, id); batch.Load() != id {
+			return nil
+		}
 		switch {
 		case n == refused:
 			k := bytes.Index(f.hdr, []byte(jetstream.ExpectedLastSeqHeader+": "))
@@ -273,7 +276,7 @@ func TestRefusalStopsTheBatch_I2(t *testing.T) {
 	}
 	var told atomic.Bool
 	w.handled = func(f *frame) {
-		if id, n, ok := fastBatch(f.subject); ok && id == batch && n == refused && bytes.Contains(f.body, []byte(`"error"`)) {
+		if id, n, ok := fastBatch(f.subject); ok && id == batch.Load() && n == refused && bytes.Contains(f.body, []byte(`"error"`)) {
 			told.Store(true)
 			releaseOne.Do(func() { close(release) })
 		}
