@@ -399,10 +399,7 @@ func TestStatusCaughtUpIsWhatThePublisherSaw_I7(t *testing.T) {
 	db.exec(t, `UPDATE boundaries SET head = head + 1 WHERE name = 'default'`)
 	db.exec(t, `INSERT INTO events (boundary, position, id, type, time, tags, data)
 SELECT 'default', head, `+db.newID+`, 'raw.untold', 0, '[]', '{}' FROM boundaries WHERE name = 'default'`)
-	st, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := nodeStatus(t, n)
 	b := st.Boundaries[0]
 	if b.Head != 4 || b.Published != 3 || st.Settled {
 		t.Fatalf("status after an untold commit: head %d, published %d, settled %v; want 4, 3, false", b.Head, b.Published, st.Settled)

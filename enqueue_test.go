@@ -242,10 +242,7 @@ func TestEnqueueStatusShowsStagedAndSetAside_I7(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	st, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := nodeStatus(t, n)
 	held := boundaryStatus(t, n, "held")
 	if held.Staged != 3 || held.StagedSeconds <= 0 || st.Settled {
 		t.Fatalf("status with 3 events staged and no mover: staged %d (%.3fs), settled %v", held.Staged, held.StagedSeconds, st.Settled)
@@ -549,8 +546,7 @@ func unannouncedEnqueue(t *testing.T, poll, idle, deadline time.Duration) {
 	if !announced(5 * time.Second) {
 		t.Fatal("the first enqueue, to an empty staging, was not announced")
 	}
-	tx := beginTx(t, url)
-	defer tx.Rollback(ctx)
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := tx.Exec(ctx, `SELECT orisun_enqueue('default', '[{"type":"app.second","data":2}]')`); err != nil {
 		t.Fatal(err)
 	}

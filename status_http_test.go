@@ -621,10 +621,7 @@ func (l *logCounter) count(msg string) int {
 
 func boundaryStatus(t *testing.T, n *orisun.Node, boundary string) orisun.BoundaryStatus {
 	t.Helper()
-	st, err := n.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := nodeStatus(t, n)
 	for _, b := range st.Boundaries {
 		if b.Name == boundary {
 			return b

@@ -15,6 +15,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // sqlEnqueue calls orisun_enqueue in tx.
@@ -40,11 +41,7 @@ func enqueueSetup(t testing.TB) (*Store, string, backend.Lease) {
 func enqueueCommitted(t *testing.T, conn *pgx.Conn, boundary, events string) int {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := pgtest.Begin(t, conn)
 	n, err := sqlEnqueue(ctx, tx, boundary, events)
 	if err != nil {
 		t.Fatal(err)
@@ -317,11 +314,7 @@ func TestEnqueueIdempotentByID(t *testing.T) {
 
 	// A transaction stages id2 and stays open; another enqueues id2 with
 	// other content: it waits, and is refused once the first commits.
-	tx1, err := pgtest.Connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx1.Rollback(ctx) }()
+	tx1 := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := sqlEnqueue(ctx, tx1, "b", "["+ev(id2, 5)+"]"); err != nil {
 		t.Fatal(err)
 	}
@@ -431,11 +424,7 @@ func TestMoveSkipsOpenTransactions(t *testing.T) {
 	t.Parallel()
 	s, url, l := enqueueSetup(t)
 	ctx := context.Background()
-	tx, err := pgtest.Connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := sqlEnqueue(ctx, tx, "b", typeEvents("early", 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -674,11 +663,7 @@ func TestMoveWaitingForHeadRowHoldsNoLease(t *testing.T) {
 	s, url, l := enqueueSetup(t)
 	ctx := context.Background()
 	enqueueCommitted(t, pgtest.Connect(t, url), "b", typeEvents("staged", 2))
-	tx, err := pgtest.Connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := sqlAppend(ctx, tx, "b", typeEvents("held", 1), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -699,16 +684,7 @@ func TestMoveWaitingForHeadRowHoldsNoLease(t *testing.T) {
 	if err := s.SaveCheckpoint(rctx, "b", l, 0); err != nil {
 		t.Fatalf("checkpoint write while a move waits for the head row: %v", err)
 	}
-	select {
-	case err := <-moved:
-		t.Fatalf("the move returned while the head row was held: %v", err)
-	default:
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-moved; err != nil {
-		t.Fatal(err)
-	}
+	testutil.NotYet(t, moved, "the move returned while the head row was held")
+	testutil.Release(t, moved, func() error { return tx.Commit(ctx) })
 	checkDense(t, readAll(t, s, "b"))
 }

@@ -32,19 +32,7 @@ func TestMoveHeldBackByRowLock_I1(t *testing.T) {
 	conn := pgtest.Connect(t, url)
 	enqueueCommitted(t, conn, "b", typeEvents("first", 2))
 	enqueueCommitted(t, conn, "b", typeEvents("second", 2))
-	locker := pgtest.Connect(t, url)
-	var pid int
-	if err := locker.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM orisun_staged WHERE type = 'first' AND data::text = '1' FOR KEY SHARE`); err != nil {
-		t.Fatal(err)
-	}
+	tx, pid := pgtest.Lock(t, url, `SELECT 1 FROM orisun_staged WHERE type = 'first' AND data::text = '1' FOR KEY SHARE`)
 	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	r, err := s.MoveStaged(mctx, l, 100)

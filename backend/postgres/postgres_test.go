@@ -1078,11 +1078,7 @@ func TestHeadsHeldThroughReleasedSavepoint_I7(t *testing.T) {
 		return m
 	}
 	conn := connect(t, s)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	tx := pgtest.Begin(t, conn)
 	// Give the top transaction an id of its own first, as an application
 	// that wrote its own rows before the savepoint has.
 	for _, q := range []string{`SELECT pg_current_xact_id()`,
