@@ -390,9 +390,8 @@ func TestEnqueueMoverKilled_I1_I4(t *testing.T) {
 	if err := boot.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	child := testutil.StartProcess(t, testutil.Command{Name: "mover child", Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: []string{"ORISUN_TEST_CHILD=mover", "ORISUN_TEST_CHILD_PG_URL=" + url, "ORISUN_DATA_DIR=" + t.TempDir(),
-			"ORISUN_TEST_HANG_AT=5"}})
+	child := testutil.StartChild(t, "mover child", "mover", "ORISUN_TEST_CHILD_PG_URL="+url, "ORISUN_DATA_DIR="+t.TempDir(),
+		"ORISUN_TEST_HANG_AT=5")
 	deadline := time.AfterFunc(60*time.Second, func() { child.Signal(syscall.SIGKILL) })
 	defer deadline.Stop()
 	var e *enqueuers
