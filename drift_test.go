@@ -41,11 +41,7 @@ const (
 // attacker returns a JetStream context with full rights on the node's NATS.
 func attacker(t *testing.T, n *orisun.Node) jetstream.JetStream {
 	t.Helper()
-	nc, err := n.ConnectNATS("attacker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.NodeConn(t, n, "attacker")
 	js := natstest.JetStream(t, nc)
 	return js
 }
@@ -62,10 +58,7 @@ func tamper(t *testing.T, js jetstream.JetStream, boundary string, mutate func(*
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, stream.Name(boundary))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := natstest.Stream(t, js, stream.Name(boundary))
 	cfg := s.CachedInfo().Config
 	mutate(&cfg)
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
@@ -273,10 +266,7 @@ func TestStreamReplacedIsRecreatedFromCheckpoint_I2_I5(t *testing.T) {
 	head := appendN(t, n, 5)
 	waitSettled(t, n, 30*time.Second)
 	current := func() jetstream.StreamConfig {
-		s, err := js.Stream(ctx, stream.Name("default"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := natstest.Stream(t, js, stream.Name("default"))
 		c := s.CachedInfo().Config
 		c.FirstSeq = 0
 		return c

@@ -22,6 +22,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -285,11 +286,9 @@ func checkStream(t testing.TB, n *orisun.Node, boundary string) (first, last uin
 	// One iterator for the whole stream: an ordered consumer's Next
 	// recreates its server-side consumer on every call, which made reading
 	// 18,000 messages take minutes on a loaded machine (and once skipped
-	// messages across a recreation).
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// messages across a recreation). Stopped on return too: a test checks
+	// its stream again and again.
+	it := natstest.Messages(t, cons)
 	defer it.Stop()
 	for seq := first; seq <= last; seq++ {
 		msg, err := it.Next(jetstream.NextMaxWait(30 * time.Second))

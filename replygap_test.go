@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -28,11 +28,7 @@ func TestReplySubjectGap_S13_I5_I7(t *testing.T) {
 	defer cancel()
 	appendSettled(t, ctx, n, events(3, "real", 32), 30*time.Second)
 
-	app, err := nats.Connect(n.NATSURL()) // no credentials: the application principal
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
+	app := natstest.Connect(t, n.NATSURL()) // no credentials: the application principal
 	if err := app.PublishRequest("$JS.API.INFO", "orisun.events.default.gap", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -18,10 +18,10 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/backend/sqlite"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // logBuffer collects a node's log lines for a test to count.
@@ -66,11 +66,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if err := os.WriteFile(filler, make([]byte, max(testutil.FreeBytes(t, dir)-3<<19, 0)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, n.NATSURL())
 	batch := events(4, "fill", 16<<10)
 	var ok, failed int
 	var lastErr error

@@ -263,17 +263,9 @@ func TestLiveSurvivesStreamDeletion(t *testing.T) {
 func TestLiveConsumerDeletedWhenSubscriptionEnds(t *testing.T) {
 	r := newRelay(t)
 	r.append(2, true)
-	ctx := context.Background()
-	st, err := r.js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := natstest.Stream(t, r.js, stream.Name("default"))
 	consumers := func() int {
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Consumers
+		return natstest.Info(t, st).State.Consumers
 	}
 	s := r.subscribe()
 	s.waitFor(t, 2)

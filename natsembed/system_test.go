@@ -166,13 +166,7 @@ func TestSystemUserCannotTouchTheStreams_S13(t *testing.T) {
 		}
 		natstest.WaitViolation(t, violations, "Subscription", subj)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 3 {
+	if info := natstest.Info(t, st); info.State.Msgs != 3 {
 		t.Fatalf("ORISUN_x holds %d messages, want the 3 orisun published", info.State.Msgs)
 	}
 	// Still in service after all that: not kicked, not in lame-duck mode.

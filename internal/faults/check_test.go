@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
@@ -323,11 +322,7 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 	defer rec.Close()
 
 	// The broken subscription: the stream from sequence 1, whatever comes.
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, n.NATSURL())
 	js, _ := jetstream.New(nc)
 	cons, err := js.OrderedConsumer(ctx, stream.Name("default"), jetstream.OrderedConsumerConfig{})
 	if err != nil {
