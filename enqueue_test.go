@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 )
 
 // enqueuers are application transactions calling orisun_enqueue on
@@ -271,11 +272,7 @@ func TestEnqueueStatusShowsStagedAndSetAside_I7(t *testing.T) {
 func heldElsewhere(t *testing.T, url string) (*postgres.Store, backend.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	other, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
+	other := storetest.Postgres(t, postgres.Config{URL: url})
 	if _, _, err := other.CreateBoundary(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -349,7 +350,7 @@ func leaseOf(t *testing.T, store *postgres.Store) backend.Lease {
 func TestPostgresRestartSameDirTakesOwnLease_TwinWaits_I2_I4_I6(t *testing.T) {
 	ttl := 6 * time.Second
 	pgURL := pgtest.URL(t)
-	store := openPG(t, pgURL)
+	store := storetest.Postgres(t, postgres.Config{URL: pgURL})
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a := startPGProc(t, "node-a", "node-a", dirA, pgURL, ttl)
 	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
@@ -473,7 +474,7 @@ func readPG(t *testing.T, store *postgres.Store) func(after uint64) []event.Even
 // position from the checkpoint it found on (I4).
 func TestCleanStopHandsOverWithinASecond_I4_I6(t *testing.T) {
 	pgURL := pgtest.URL(t)
-	store := openPG(t, pgURL)
+	store := storetest.Postgres(t, postgres.Config{URL: pgURL})
 	ttl := 10 * time.Second
 	nodes := map[string]*pgProc{}
 	dirs := map[string]string{"node-a": t.TempDir(), "node-b": t.TempDir()}

@@ -22,6 +22,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
@@ -41,11 +42,7 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	store, err := sqlite.Open(ctx, sqlite.Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.SQLite(t, sqlite.Config{Dir: dir})
 	ns := natstest.Server(t, natsembed.Config{})
 	nc := natstest.Orisun(t, ns, "test")
 	js := natstest.JetStream(t, nc)

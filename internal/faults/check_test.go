@@ -19,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -116,11 +117,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			s, err := sqlite.Open(ctx, sqlite.Config{Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := storetest.SQLite(t, sqlite.Config{Dir: dir})
 			if _, _, err := s.CreateBoundary(ctx, "default"); err != nil {
 				t.Fatal(err)
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 )
 
 // The harness: real orisun processes (cmd/orisun built with -tags
@@ -204,11 +205,7 @@ func (r *run) usePG(srvURL string) {
 		r.t.Setenv(pgtest.EnvURL, srvURL)
 	}
 	r.pgURL = pgtest.URL(r.t)
-	s, err := postgres.Open(context.Background(), postgres.Config{URL: r.pgURL})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { s.Close() })
+	s := storetest.Postgres(r.t, postgres.Config{URL: r.pgURL})
 	r.pg = s
 	if _, _, err := s.CreateBoundary(context.Background(), "default"); err != nil {
 		r.t.Fatal(err)
