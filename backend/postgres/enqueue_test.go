@@ -27,14 +27,20 @@ func sqlEnqueue(ctx context.Context, tx pgx.Tx, boundary, events string) (int, e
 
 // enqueueSetup is outboxSetup with boundary b's lease taken by "mover",
 // which moves its staged events.
-func enqueueSetup(t testing.TB) (*Store, string, backend.Lease) {
+func enqueueSetup(t testing.TB) (*Store, string, *pgx.Conn, backend.Lease) {
 	t.Helper()
-	s, url := outboxSetup(t)
+	s, url, conn := outboxSetup(t)
+	return s, url, conn, moverLease(t, s)
+}
+
+// moverLease takes boundary b's lease as "mover".
+func moverLease(t testing.TB, s *Store) backend.Lease {
+	t.Helper()
 	l, err := s.AcquireLease(context.Background(), "b", "mover", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, url, l
+	return l
 }
 
 // enqueueCommitted enqueues events in a transaction of its own on conn.
@@ -106,7 +112,7 @@ func typeEvents(typ string, n int) string {
 // head row taken, as orisun_append does, the second enqueue would wait.
 func TestEnqueueHoldsNoBoundary(t *testing.T) {
 	t.Parallel()
-	s, url, _ := enqueueSetup(t)
+	s, url, _, _ := enqueueSetup(t)
 	ctx := context.Background()
 	var txs []pgx.Tx
 	for i := range 2 {
@@ -152,9 +158,8 @@ func TestEnqueueHoldsNoBoundary(t *testing.T) {
 // nothing and the staging table is empty.
 func TestEnqueueCommitRollbackMove_I1(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	if _, err := s.Append(ctx, "b", prepared(t, 2), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -237,9 +242,8 @@ func TestEnqueueCommitRollbackMove_I1(t *testing.T) {
 // field, and nothing staged.
 func TestEnqueueInvalidInput(t *testing.T) {
 	t.Parallel()
-	_, url, _ := enqueueSetup(t)
+	_, _, conn, _ := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	for _, c := range invalidAppends() {
 		if c.cond != nil {
 			continue // orisun_enqueue takes no condition
@@ -279,9 +283,8 @@ func TestEnqueueInvalidInput(t *testing.T) {
 // while the enqueue waits for it.
 func TestEnqueueIdempotentByID(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	const id1, id2 = "0190f7a2-0000-7000-8000-0000000000a1", "0190f7a2-0000-7000-8000-0000000000a2"
 	ev := func(id string, data int) string { return fmt.Sprintf(`{"id":%q,"type":"a","data":%d}`, id, data) }
 	if n := enqueueCommitted(t, conn, "b", "["+ev(id1, 1)+"]"); n != 1 {
@@ -358,9 +361,8 @@ func TestEnqueueIdempotentByID(t *testing.T) {
 // content is dropped as a retry.
 func TestMoveSetsAsideConflicts(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	in := prepared(t, 2)
 	enqueueCommitted(t, conn, "b", fmt.Sprintf(`[{"id":%q,"type":"a","data":"staged"}]`, in[0].ID))
 	enqueueCommitted(t, conn, "b", fmt.Sprintf(`[{"id":%q,"type":%q,"data":%s}]`, in[1].ID, in[1].Type, in[1].Data))
@@ -391,9 +393,8 @@ func TestMoveSetsAsideConflicts(t *testing.T) {
 // the events stay staged for the new holder.
 func TestMoveFencedByLease(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	old, err := s.AcquireLease(ctx, "b", "old", nil, 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +423,7 @@ func TestMoveFencedByLease(t *testing.T) {
 // order the transactions began).
 func TestMoveSkipsOpenTransactions(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	ctx := context.Background()
 	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := sqlEnqueue(ctx, tx, "b", typeEvents("early", 2)); err != nil {
@@ -452,9 +453,8 @@ func TestMoveSkipsOpenTransactions(t *testing.T) {
 // more may wait; the events of a call stay consecutive and in order.
 func TestMoveBatchesWholeCalls(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	for _, n := range []int{3, 3, 10, 2, 3, 1} {
 		enqueueCommitted(t, conn, "b", typeEvents(fmt.Sprintf("call%d", n), n))
 	}
@@ -496,7 +496,7 @@ func TestMoveBatchesWholeCalls(t *testing.T) {
 // nothing of a rolled-back transaction, and nothing staged.
 func TestEnqueueConcurrentWithAppends_I1(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	ctx := context.Background()
 	const writers, rounds = 32, 5
 	var wg sync.WaitGroup
@@ -601,8 +601,7 @@ func BenchmarkOutboxEnqueue(b *testing.B) {
 	for _, n := range []int{1, 64} {
 		events := benchEvents(n)
 		b.Run(fmt.Sprintf("enqueue/events=%d", n), func(b *testing.B) {
-			_, url, _ := enqueueSetup(b)
-			conn := pgtest.Connect(b, url)
+			_, _, conn, _ := enqueueSetup(b)
 			ctx := context.Background()
 			for b.Loop() {
 				tx, err := conn.Begin(ctx)
@@ -619,8 +618,7 @@ func BenchmarkOutboxEnqueue(b *testing.B) {
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
 		})
 		b.Run(fmt.Sprintf("move/events=%d", n), func(b *testing.B) {
-			s, url, l := enqueueSetup(b)
-			conn := pgtest.Connect(b, url)
+			s, _, conn, l := enqueueSetup(b)
 			ctx := context.Background()
 			// Each round stages 1,000 events (or the nearest whole calls)
 			// untimed, then times their move.
@@ -660,7 +658,7 @@ func BenchmarkOutboxEnqueue(b *testing.B) {
 // the renewal would wait for the application's transaction.
 func TestMoveWaitingForHeadRowHoldsNoLease(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	ctx := context.Background()
 	enqueueCommitted(t, pgtest.Connect(t, url), "b", typeEvents("staged", 2))
 	tx := pgtest.Begin(t, pgtest.Connect(t, url))
