@@ -107,17 +107,7 @@ func TestOutboxTwoPhaseCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := strings.Replace(srv.URL, "/postgres?", "/twophase?", 1)
-	s := setup(t, Config{URL: url})
-	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RecordAppendLimits(ctx, outboxLimits, "test"); err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.AcquireLease(ctx, "b", "mover", nil, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, l := moverSetup(t, Config{URL: url})
 	conn := pgtest.Connect(t, url)
 	exec := func(q string) error {
 		_, err := conn.Exec(ctx, q)

@@ -22,11 +22,7 @@ import (
 func Postgres(t testing.TB, cfg postgres.Config) *postgres.Store {
 	t.Helper()
 	s, err := postgres.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("open the PostgreSQL store: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return opened(t, s, err, "PostgreSQL")
 }
 
 // SQLite opens a SQLite store with cfg (cfg.Dir: a t.TempDir(), say) and
@@ -36,8 +32,15 @@ func Postgres(t testing.TB, cfg postgres.Config) *postgres.Store {
 func SQLite(t testing.TB, cfg sqlite.Config) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), cfg)
+	return opened(t, s, err, "SQLite")
+}
+
+// opened returns s, closed when the test ends, or fails the test when the
+// open of the kind's store failed with err.
+func opened[S interface{ Close() error }](t testing.TB, s S, err error, kind string) S {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("open the SQLite store: %v", err)
+		t.Fatalf("open the %s store: %v", kind, err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
