@@ -108,7 +108,7 @@ var (
 // defaults, of GroupDelay and of SmallGroups, then RunQueue. open returns
 // a new, empty store with g (as Run's open and Queue.Open: it closes the
 // store at the end of the test); reopen is Queue.Reopen.
-func RunAll(t *testing.T, open func(t *testing.T, g Groups) backend.Store, reopen func(t *testing.T, s backend.Store) backend.Store, f Features) {
+func RunAll(t *testing.T, open func(tb testing.TB, g Groups) backend.Store, reopen func(t *testing.T, s backend.Store) backend.Store, f Features) {
 	t.Helper()
 	for _, c := range []struct {
 		name string

@@ -42,9 +42,13 @@ func setup(t testing.TB, cfg Config) *Store {
 // TestConformance runs the suite of the store seam (backendtest.RunAll),
 // with stall (the head row held) as Features.Stall.
 func TestConformance(t *testing.T) {
-	backendtest.RunAll(t, func(t *testing.T, g backendtest.Groups) backend.Store {
-		return setup(t, Config{GroupDelay: g.Delay, GroupMaxEvents: g.MaxEvents})
-	}, func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{URL: s.(*Store).cfg.URL}) }, features)
+	backendtest.RunAll(t, openGroups, func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{URL: s.(*Store).cfg.URL}) }, features)
+}
+
+// openGroups is setup with the group settings g (backendtest.RunAll and
+// BenchAppend).
+func openGroups(t testing.TB, g backendtest.Groups) backend.Store {
+	return setup(t, Config{GroupDelay: g.Delay, GroupMaxEvents: g.MaxEvents})
 }
 
 // --- helpers ---------------------------------------------------------------

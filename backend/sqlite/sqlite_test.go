@@ -39,16 +39,19 @@ func setup(t testing.TB, cfg Config) *Store {
 }
 
 // TestConformance runs the suite of the store seam (backendtest.RunAll),
-// with stall (the write connection held) as Features.Stall, and
-// SmallGroups' stores at Synchronous OFF.
+// with stall (the write connection held) as Features.Stall.
 func TestConformance(t *testing.T) {
-	backendtest.RunAll(t, func(t *testing.T, g backendtest.Groups) backend.Store {
-		cfg := Config{GroupDelay: g.Delay, GroupMaxEvents: g.MaxEvents}
-		if g == backendtest.SmallGroups {
-			cfg.Synchronous = "OFF"
-		}
-		return setup(t, cfg)
-	}, func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{Dir: s.(*Store).cfg.Dir}) }, features)
+	backendtest.RunAll(t, openGroups, func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{Dir: s.(*Store).cfg.Dir}) }, features)
+}
+
+// openGroups is setup with the group settings g (backendtest.RunAll and
+// BenchAppend); SmallGroups' stores run at Synchronous OFF.
+func openGroups(t testing.TB, g backendtest.Groups) backend.Store {
+	cfg := Config{GroupDelay: g.Delay, GroupMaxEvents: g.MaxEvents}
+	if g == backendtest.SmallGroups {
+		cfg.Synchronous = "OFF"
+	}
+	return setup(t, cfg)
 }
 
 func TestDirectoryLock(t *testing.T) {
