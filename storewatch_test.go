@@ -130,10 +130,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, "/readyz 200 after the space is freed", 30*time.Second, 50*time.Millisecond, func() bool {
-		code, _ := httpGet(t, n, "/readyz")
-		return code == http.StatusOK
-	})
+	waitReadyz(t, n, "/readyz 200 after the space is freed", 30*time.Second, http.StatusOK)
 	t.Logf("ready again %s after the space was freed, no append sent", time.Since(freed).Round(time.Millisecond))
 	st = httpStatus(t, n)
 	if !st.Store.OK || st.Store.Error != "" || !st.Store.Since.IsZero() {
@@ -235,10 +232,7 @@ func TestStoreOutagePostgres_I7(t *testing.T) {
 
 	stopped := time.Now()
 	srv.Stop(t)
-	testutil.Eventually(t, "/readyz 503 with PostgreSQL down", 30*time.Second, 50*time.Millisecond, func() bool {
-		code, _ := httpGet(t, n, "/readyz")
-		return code == http.StatusServiceUnavailable
-	})
+	waitReadyz(t, n, "/readyz 503 with PostgreSQL down", 30*time.Second, http.StatusServiceUnavailable)
 	t.Logf("not ready %s after PostgreSQL stopped", time.Since(stopped).Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // the load goes on failing
 	st := httpStatus(t, n)
@@ -258,10 +252,7 @@ func TestStoreOutagePostgres_I7(t *testing.T) {
 
 	started := time.Now()
 	srv.Start(t)
-	testutil.Eventually(t, "/readyz 200 with PostgreSQL back", 60*time.Second, 50*time.Millisecond, func() bool {
-		code, _ := httpGet(t, n, "/readyz")
-		return code == http.StatusOK
-	})
+	waitReadyz(t, n, "/readyz 200 with PostgreSQL back", 60*time.Second, http.StatusOK)
 	t.Logf("ready again %s after PostgreSQL started", time.Since(started).Round(time.Millisecond))
 	mu.Lock()
 	okBefore := results["ok"]
