@@ -22,6 +22,7 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -396,7 +397,7 @@ func TestStatusCaughtUpIsWhatThePublisherSaw_I7(t *testing.T) {
 	db.exec(t, `UPDATE boundaries SET head = head + 1 WHERE name = 'default'`)
 	db.exec(t, `INSERT INTO events (boundary, position, id, type, time, tags, data)
 SELECT 'default', head, `+db.newID+`, 'raw.untold', 0, '[]', '{}' FROM boundaries WHERE name = 'default'`)
-	st := nodeStatus(t, n)
+	st := testutil.Get(t, n.Status)
 	b := st.Boundaries[0]
 	if b.Head != 4 || b.Published != 3 || st.Settled {
 		t.Fatalf("status after an untold commit: head %d, published %d, settled %v; want 4, 3, false", b.Head, b.Published, st.Settled)

@@ -143,13 +143,13 @@ func TestStreamSubjectsChangedPutBack_I5_I7(t *testing.T) {
 		Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	st := nodeStatus(t, n)
+	st := testutil.Get(t, n.Status)
 	before := st.Boundaries[0].Head
 	head := appendN(t, n, 3)
 	deadline := time.Now().Add(4 * drift)
 	reads := 0
 	for time.Now().Before(deadline) {
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if !strings.Contains(b.Warning, named) {
 			t.Fatalf("status read %d while the subjects are another stream's: warning %q does not name the drift", reads, b.Warning)
@@ -356,7 +356,7 @@ func beyondHead(t *testing.T, n *orisun.Node, head uint64, timeout time.Duration
 	start := time.Now()
 	seen := 0
 	for {
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if b.StreamLast <= b.Head && b.StreamFirst > 0 {
 			return seen, time.Since(start)
@@ -453,7 +453,7 @@ func TestStatusNamesStreamDriftWhileItLasts_I7(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	tamper(t, js, "default", func(c *jetstream.StreamConfig) { c.MaxMsgs = 10 })
 	for i := 0; i < 20; i++ {
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		if w := st.Boundaries[0].Warning; !strings.Contains(w, "stream ORISUN_default: max_msgs changed to 10 (want unlimited)") {
 			t.Fatalf("status read %d: warning %q does not name the changed max_msgs", i, w)
 		}
@@ -461,7 +461,7 @@ func TestStatusNamesStreamDriftWhileItLasts_I7(t *testing.T) {
 	}
 	forge(t, js, n, head, nil)
 	for i := 0; i < 20; i++ {
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if st.Settled || b.StreamLast != head+1 || !strings.Contains(b.Warning, "holds sequence 4 beyond the store's head 3") {
 			t.Fatalf("status read %d with a foreign message beyond the head: settled %v, stream last %d, warning %q",
@@ -509,7 +509,7 @@ func TestStatusUnderAppendsNamesNoForeignMessage_I7(t *testing.T) {
 	js = attacker(t, n)
 	for i := range 3 {
 		before := appended.Load()
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		if appended.Load() != before+1 {
 			t.Fatalf("status read %d: the hook did not append and publish between the reads", i)
 		}

@@ -47,7 +47,7 @@ func TestEnqueueMoveBoundKeepsLease(t *testing.T) {
 	}
 	var moveErr string
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if b.LeaseTerm != term || b.State != status.StateLeading {
 			t.Fatalf("while the moves fail: term %d (was %d), state %s (%s): the node lost its lease", b.LeaseTerm, term, b.State, b.Reason)
@@ -95,7 +95,7 @@ func TestEnqueueRowLockShownInStatus_I7(t *testing.T) {
 	}
 	var moveErr string
 	testutil.Eventually(t, "move_error naming the locking pid", 10*time.Second, 20*time.Millisecond, func() bool {
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		moveErr = st.Boundaries[0].MoveError
 		return strings.Contains(moveErr, fmt.Sprintf("pid %d", pid))
 	})
@@ -138,7 +138,7 @@ func TestEnqueueNeverSettledBeforeMoved_I7(t *testing.T) {
 			t.Fatal(err)
 		}
 		for {
-			st := nodeStatus(t, n)
+			st := testutil.Get(t, n.Status)
 			reports++
 			if !st.Settled {
 				continue

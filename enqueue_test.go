@@ -243,7 +243,7 @@ func TestEnqueueStatusShowsStagedAndSetAside_I7(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	st := nodeStatus(t, n)
+	st := testutil.Get(t, n.Status)
 	held := boundaryStatus(t, n, "held")
 	if held.Staged != 3 || held.StagedSeconds <= 0 || st.Settled {
 		t.Fatalf("status with 3 events staged and no mover: staged %d (%.3fs), settled %v", held.Staged, held.StagedSeconds, st.Settled)

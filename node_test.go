@@ -87,16 +87,6 @@ func appendSettled(t testing.TB, ctx context.Context, n *orisun.Node, evs []oris
 	return waitSettled(t, n, timeout)
 }
 
-// nodeStatus is n's status now; it fails the test when n cannot say.
-func nodeStatus(t testing.TB, n *orisun.Node) orisun.Status {
-	t.Helper()
-	st, err := n.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // waitSettled waits until every boundary's published position equals its head.
 func waitSettled(t testing.TB, n *orisun.Node, timeout time.Duration) orisun.Status {
 	t.Helper()
@@ -387,7 +377,7 @@ func TestEndToEnd_I2_I5(t *testing.T) {
 	// fell behind (the stream limits are large), and the status counts them
 	// live. Without this the test would pass on store polling alone.
 	phases.check(t, 6)
-	st = nodeStatus(t, n)
+	st = testutil.Get(t, n.Status)
 	for _, b := range st.Boundaries {
 		want := int64(phases.fallBacks(b.Name + "/"))
 		if b.SubsLive != 2 || b.SubsCatchingUp != 0 || b.SubsFallBacks != want {
@@ -530,7 +520,7 @@ func TestEvictionFallsBack_I5(t *testing.T) {
 	r.gate.Store(nil)
 	close(gate)
 	waitDelivered(t, r, 2010, 60*time.Second)
-	st := nodeStatus(t, n)
+	st := testutil.Get(t, n.Status)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

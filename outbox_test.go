@@ -291,7 +291,7 @@ func TestOutboxShortHoldersNotReportedHeld_I7(t *testing.T) {
 				return held, samples, count, longest
 			case <-time.After(10 * time.Millisecond):
 			}
-			st := nodeStatus(t, n)
+			st := testutil.Get(t, n.Status)
 			samples++
 			if r := st.Boundaries[0].Reason; strings.HasPrefix(r, "waiting") {
 				if held == 0 {

@@ -162,7 +162,7 @@ func waitHeadHeld(t *testing.T, n *orisun.Node, each func(orisun.BoundaryStatus)
 	t.Helper()
 	var reason string
 	testutil.Until(t, "the status to say it waits for the head row", 10*time.Second, 20*time.Millisecond, func() error {
-		b := nodeStatus(t, n).Boundaries[0]
+		b := testutil.Get(t, n.Status).Boundaries[0]
 		if each != nil {
 			each(b)
 		}

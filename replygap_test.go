@@ -55,7 +55,7 @@ func TestReplySubjectGap_S13_I5_I7(t *testing.T) {
 	// Watch the status until the stream holds only the store's events: every
 	// report that saw a stream beyond the head must not be settled.
 	testutil.Eventually(t, "the stream to hold only the store's 3 events", 30*time.Second, 5*time.Millisecond, func() bool {
-		st := nodeStatus(t, n)
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if b.StreamLast > b.Head {
 			landed = true

@@ -623,7 +623,7 @@ func (l *logCounter) count(msg string) int {
 
 func boundaryStatus(t *testing.T, n *orisun.Node, boundary string) orisun.BoundaryStatus {
 	t.Helper()
-	st := nodeStatus(t, n)
+	st := testutil.Get(t, n.Status)
 	for _, b := range st.Boundaries {
 		if b.Name == boundary {
 			return b

@@ -275,7 +275,7 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	// The stream holds 1..50 before the subscription starts, so that it
 	// goes live on a fed stream.
 	testutil.Until(t, "the stream to hold 1..50", 30*time.Second, 20*time.Millisecond, func() error {
-		st := clientStatus(t, c)
+		st := testutil.Get(t, c.Status)
 		if st.Settled && st.Boundaries[0].StreamLast == 50 {
 			return nil
 		}
@@ -324,7 +324,7 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Until(t, "the publisher to stall", 30*time.Second, 20*time.Millisecond, func() error {
-		st := clientStatus(t, c)
+		st := testutil.Get(t, c.Status)
 		if st.Boundaries[0].State == "stalled" {
 			t.Logf("publisher: %s", st.Boundaries[0].Reason)
 			return nil
@@ -400,15 +400,4 @@ func startNodeAndClient(t *testing.T, cfg orisun.Config) (*orisun.Node, *client.
 	})
 	c := natstest.Client(t, n.NATSURL())
 	return n, c
-}
-
-// clientStatus is the node's status as c reads it; it fails the test when
-// c cannot.
-func clientStatus(t testing.TB, c *client.Client) client.Status {
-	t.Helper()
-	st, err := c.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
 }

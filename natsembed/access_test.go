@@ -188,16 +188,12 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 
 	// The API's connection answers on the caller's reply subject, but not
 	// into the event subjects, JetStream's API or orisun's inboxes.
-	api, err := s.ConnectAPI("orisun-api", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	api := natstest.API(t, s, "orisun-api", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case apiVio <- err:
 		default:
 		}
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(api.Close)
 	for _, subject := range []string{"orisun.events.default.forged", "$JS.API.STREAM.PURGE.ORISUN_default", natsembed.InternalInboxPrefix + ".x"} {
 		if err := api.Publish(subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)

@@ -44,9 +44,7 @@ func TestSmallFullPagesGoWithoutBatches(t *testing.T) {
 				PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 			stop := run(t, p, e.lease(t))
 			testutil.Eventually(t, "the checkpoint at the head", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == n })
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
+			stopped(t, stop)
 			if got := publisher.BatchesSent(p); got != c.batches {
 				t.Fatalf("%d of the 10 full pages of %d went as one batch, want %d", got, c.page, c.batches)
 			}
@@ -87,9 +85,7 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 	p1 := newPublisher()
 	stop := run(t, p1, e.lease(t))
 	e.waitCheckpoint(t, 100, 30*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if n := publisher.BatchesSent(p1); n != 1 {
 		t.Fatalf("%d pages went as one batch, want the one page of 100", n)
 	}
@@ -148,9 +144,7 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 	p2 := newPublisher()
 	stop = run(t, p2, e.lease(t))
 	e.waitCheckpoint(t, 300, 30*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	// The answers come before the commit's PubAck, hence before the
 	// checkpoint: all are in.
 	mu.Lock()
@@ -198,9 +192,7 @@ func TestSlowBatchWithinAckTimeoutOfEachAnswer_I3(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	stop := run(t, p, e.lease(t))
 	e.waitCheckpoint(t, 1500, 60*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if n := publisher.BatchesSent(p); n != 1 {
 		t.Fatalf("%d pages went as one batch, want the page of 1500 (abandoned while it progressed?); the publisher's log:\n%s", n, logs.String())
 	}
@@ -282,9 +274,7 @@ func TestRefusalStopsTheBatch_I2(t *testing.T) {
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 	stop := run(t, p, e.lease(t))
 	e.waitCheckpoint(t, 600, 60*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if !told.Load() {
 		t.Fatalf("the publisher never read a refusal of message %d of its batch (%d messages after it sent): the test refused nothing", refused, sentAfter.Load())
 	}

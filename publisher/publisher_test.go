@@ -105,6 +105,15 @@ func run(t testing.TB, p *publisher.Publisher, l backend.Lease) (stop func() err
 	return stop
 }
 
+// stopped stops a run (run's stop) and fails the test if the run ended
+// with an error.
+func stopped(t testing.TB, stop func() error) {
+	t.Helper()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // publisher returns a publisher without Nats-Msg-Id, so that the server's
 // de-duplication cannot mask a misplaced message: only the expected last
 // sequence keeps the stream in order.
@@ -246,9 +255,7 @@ func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
 		}
 	}
 	e.waitCheckpoint(t, 1015, 30*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if n := publisher.BatchesSent(p); n != 10 {
 		t.Fatalf("%d pages went as one batch after the live appends, want 10: short pages go one message at a time", n)
 	}
@@ -272,9 +279,7 @@ func TestBacklogWithoutBatchesWhereNotAllowed_I2(t *testing.T) {
 				PollInterval: 20 * time.Millisecond, Limits: c.lim, MsgID: c.msgID})
 			stop := run(t, p, e.lease(t))
 			e.waitCheckpoint(t, 300, 30*time.Second)
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
+			stopped(t, stop)
 			if n := publisher.BatchesSent(p); n != 0 {
 				t.Fatalf("%d pages went as one batch, want none", n)
 			}
@@ -301,9 +306,7 @@ func TestStopDuringBatchesCheckpointsWhatIsStored_I3(t *testing.T) {
 		}})
 	stop := run(t, p, e.lease(t))
 	<-acked
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	last := e.checkStream(t)
 	if cp := e.checkpoint(); cp != last || last == 0 || last%500 != 0 {
 		t.Fatalf("stopped mid-backlog: checkpoint %d, stream last %d; want them equal, at the end of a batch of 500", cp, last)
@@ -312,9 +315,7 @@ func TestStopDuringBatchesCheckpointsWhatIsStored_I3(t *testing.T) {
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 	stop2 := run(t, p2, e.lease(t))
 	e.waitCheckpoint(t, 5000, 30*time.Second)
-	if err := stop2(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop2)
 	e.wantStreamLast(t, 5000)
 }
 
@@ -356,9 +357,7 @@ func TestForeignMessageDuringBatchNeverSkips_I2_I4(t *testing.T) {
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 	stop := run(t, p, e.lease(t))
 	e.waitCheckpoint(t, 10000, 60*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if fs := foreign.Load(); fs <= 5100 || fs >= 10000 {
 		t.Fatalf("the foreign message took sequence %d, not one inside the batch 5001..10000: the test did not refuse a batch midway", fs)
 	}
@@ -406,9 +405,7 @@ func streamAheadOfStoreStalls(t *testing.T, drift func(*jetstream.StreamConfig))
 		st := p.Status()
 		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
 	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint moved to %d", cp)
 	}
@@ -450,9 +447,7 @@ func TestCleanStopCheckpoints_I3(t *testing.T) {
 	}
 	stop := run(t, e.publisher(e.js, nil), e.lease(t))
 	testutil.Eventually(t, "publishing under way", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() >= 1000 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	cp := e.checkpoint()
 	s, _ := e.js.Stream(ctx, stream.Name("b"))
 	last := s.CachedInfo().State.LastSeq
@@ -834,9 +829,7 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 		}
 	}
 	e.waitCheckpoint(t, 2000, 30*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if n := acks.Load(); n < 20 {
 		t.Fatalf("%d batches acknowledged, want at least 20 (2000 events in batches of at most 50)", n)
 	}
@@ -871,9 +864,7 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 	})
 	stop := run(t, p, e.lease(t))
 	e.waitCheckpoint(t, 1000, 60*time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	fs := foreignSeq.Load()
 	if fs == 0 {
 		t.Fatal("the foreign message was not published")
@@ -1099,9 +1090,7 @@ func TestVerifyNeedsNoConsumerSlot_I2_I4(t *testing.T) {
 		s, err := e.js.Stream(ctx, stream.Name("b"))
 		return err == nil && s.CachedInfo().State.LastSeq == 30
 	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint %d, want 0 (the writes were dropped)", cp)
 	}
@@ -1131,9 +1120,7 @@ func TestVerifyNeedsNoConsumerSlot_I2_I4(t *testing.T) {
 	stop = run(t, e.publisher(e.js, nil), e.lease(t))
 	testutil.Eventually(t, "the checkpoint at 40, the stream verified without a consumer", 30*time.Second, 20*time.Millisecond,
 		func() bool { return e.checkpoint() == 40 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	e.checkStream(t)
 }
 

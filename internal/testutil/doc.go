@@ -7,7 +7,8 @@
 // as a full disk (MountTmpfs, FreeBytes, FillFile), the test binary run as
 // a child process of its own tests (Children, StartChild, ChildCommand),
 // the nats CLI (NATSCLI, RunNATSCLI), an operation held back by what the
-// test holds (NotYet, Release), the rows of README.md's
+// test holds (NotYet, Release), a read the test cannot go on without
+// (Get), the rows of README.md's
 // configuration table (ReadmeVariables), a recipe block of a document
 // (DocRecipe), and the goroutine-leak checks: Main, which every package's
 // TestMain calls, and NoLeaks for a single test. Being internal, it is

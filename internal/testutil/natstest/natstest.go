@@ -30,11 +30,11 @@ func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 }
 
 // Orisun opens an in-process connection to s as orisun itself
-// (natsembed.Server.Connect), named name, and closes it when the test
-// ends; it fails the test if it cannot connect.
-func Orisun(t testing.TB, s *natsembed.Server, name string) *nats.Conn {
+// (natsembed.Server.Connect), named name, with opts, and closes it when
+// the test ends; it fails the test if it cannot connect.
+func Orisun(t testing.TB, s *natsembed.Server, name string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := s.Connect(name)
+	nc, err := s.Connect(name, opts...)
 	return opened(t, nc, err, name+" to the embedded server as orisun")
 }
 
@@ -53,11 +53,11 @@ func NodeConn(t testing.TB, n Node, name string) *nats.Conn {
 }
 
 // API opens an in-process connection to s as the API service
-// (natsembed.Server.ConnectAPI), named name, and closes it when the test
-// ends; it fails the test if it cannot connect.
-func API(t testing.TB, s *natsembed.Server, name string) *nats.Conn {
+// (natsembed.Server.ConnectAPI), named name, with opts, and closes it when
+// the test ends; it fails the test if it cannot connect.
+func API(t testing.TB, s *natsembed.Server, name string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := s.ConnectAPI(name)
+	nc, err := s.ConnectAPI(name, opts...)
 	return opened(t, nc, err, name+" to the embedded server as the API")
 }
 
