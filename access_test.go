@@ -205,18 +205,9 @@ func refusedWrite(t *testing.T, ctx context.Context, vio <-chan error, subject s
 	actx, acancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- attempt(actx) }()
-	deadline := time.After(20 * time.Second)
-wait:
-	for {
-		select {
-		case err := <-vio:
-			if strings.Contains(err.Error(), `Publish to "`+subject+`"`) {
-				break wait
-			}
-		case <-deadline:
-			acancel()
-			t.Fatalf("no permissions violation for a publish to %s (attempt: %v)", subject, <-done)
-		}
+	if !natstest.Violated(vio, "Publish", subject, 20*time.Second) {
+		acancel()
+		t.Fatalf("no permissions violation for a publish to %s (attempt: %v)", subject, <-done)
 	}
 	acancel()
 	if err := <-done; err == nil {
@@ -287,10 +278,7 @@ func stays(t *testing.T, ctx context.Context, js jetstream.JetStream, name strin
 	t.Helper()
 	end := time.Now().Add(window)
 	for time.Now().Before(end) {
-		s, err := js.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := natstest.Stream(t, js, name)
 		if got := s.CachedInfo().State.LastSeq; got != last {
 			t.Fatalf("stream %s grew to sequence %d (was %d): something outside orisun wrote into it (I2)", name, got, last)
 		}

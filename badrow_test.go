@@ -22,6 +22,8 @@ import (
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -60,17 +62,13 @@ func TestBadRowNamed_I1_I4(t *testing.T) {
 
 func badRows(t *testing.T, n *orisun.Node, db *rawDB, logs *logCounter) {
 	ctx := context.Background()
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, n.NATSURL())
 	appendSettled(t, ctx, n, events(5, "ok", 32), 30*time.Second)
 
 	// 1. A published row deleted: every read that reaches it names it.
 	db.exec(t, "CREATE TABLE saved AS SELECT * FROM "+db.events+" WHERE boundary = 'default' AND position = 3")
 	db.exec(t, "DELETE FROM "+db.events+" WHERE boundary = 'default' AND position = 3")
-	_, err = c.Read(ctx, "default", 0, 100, nil)
+	_, err := c.Read(ctx, "default", 0, 100, nil)
 	wantBadRow(t, "client.Read over the API", err, 3, "position")
 	if _, _, err := n.Read(ctx, "default", 0, 100, nil); err == nil {
 		t.Fatal("Node.Read served a page with position 3 deleted")
@@ -399,10 +397,7 @@ func TestStatusCaughtUpIsWhatThePublisherSaw_I7(t *testing.T) {
 	db.exec(t, `UPDATE boundaries SET head = head + 1 WHERE name = 'default'`)
 	db.exec(t, `INSERT INTO events (boundary, position, id, type, time, tags, data)
 SELECT 'default', head, `+db.newID+`, 'raw.untold', 0, '[]', '{}' FROM boundaries WHERE name = 'default'`)
-	st, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Get(t, n.Status)
 	b := st.Boundaries[0]
 	if b.Head != 4 || b.Published != 3 || st.Settled {
 		t.Fatalf("status after an untold commit: head %d, published %d, settled %v; want 4, 3, false", b.Head, b.Published, st.Settled)

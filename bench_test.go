@@ -16,6 +16,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testhooks"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // The benchmarks of this file run on each backend: SQLite always,
@@ -194,11 +195,7 @@ func BenchmarkAPIPermissions(b *testing.B) {
 			opts = append(opts, testhooks.Option[orisun.Option](testhooks.Hooks{PermissionsOff: true}))
 		}
 		n := setup(b, "", nil, opts...)
-		c, err := client.Connect(n.NATSURL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
+		c := natstest.Client(b, n.NATSURL())
 		var delivered atomic.Int64
 		live := newLiveSignal()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -302,11 +299,7 @@ func BenchmarkAPIMetrics(b *testing.B) {
 		// Without fsync: the disk is shared with whatever else the
 		// machine runs, and its waits would decide the figure.
 		n := setup(b, "", func(c *orisun.Config) { c.SQLiteSynchronous = "OFF" }, opts...)
-		c, err := client.Connect(n.NATSURL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
+		c := natstest.Client(b, n.NATSURL())
 		start, cpu0 := appendFrom64(b, c)
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")

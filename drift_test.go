@@ -41,11 +41,7 @@ const (
 // attacker returns a JetStream context with full rights on the node's NATS.
 func attacker(t *testing.T, n *orisun.Node) jetstream.JetStream {
 	t.Helper()
-	nc, err := n.ConnectNATS("attacker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.NodeConn(t, n, "attacker")
 	js := natstest.JetStream(t, nc)
 	return js
 }
@@ -62,10 +58,7 @@ func tamper(t *testing.T, js jetstream.JetStream, boundary string, mutate func(*
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, stream.Name(boundary))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := natstest.Stream(t, js, stream.Name(boundary))
 	cfg := s.CachedInfo().Config
 	mutate(&cfg)
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
@@ -150,19 +143,13 @@ func TestStreamSubjectsChangedPutBack_I5_I7(t *testing.T) {
 		Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Get(t, n.Status)
 	before := st.Boundaries[0].Head
 	head := appendN(t, n, 3)
 	deadline := time.Now().Add(4 * drift)
 	reads := 0
 	for time.Now().Before(deadline) {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if !strings.Contains(b.Warning, named) {
 			t.Fatalf("status read %d while the subjects are another stream's: warning %q does not name the drift", reads, b.Warning)
@@ -279,10 +266,7 @@ func TestStreamReplacedIsRecreatedFromCheckpoint_I2_I5(t *testing.T) {
 	head := appendN(t, n, 5)
 	waitSettled(t, n, 30*time.Second)
 	current := func() jetstream.StreamConfig {
-		s, err := js.Stream(ctx, stream.Name("default"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := natstest.Stream(t, js, stream.Name("default"))
 		c := s.CachedInfo().Config
 		c.FirstSeq = 0
 		return c
@@ -372,10 +356,7 @@ func beyondHead(t *testing.T, n *orisun.Node, head uint64, timeout time.Duration
 	start := time.Now()
 	seen := 0
 	for {
-		st, err := n.Status(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if b.StreamLast <= b.Head && b.StreamFirst > 0 {
 			return seen, time.Since(start)
@@ -472,10 +453,7 @@ func TestStatusNamesStreamDriftWhileItLasts_I7(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	tamper(t, js, "default", func(c *jetstream.StreamConfig) { c.MaxMsgs = 10 })
 	for i := 0; i < 20; i++ {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		if w := st.Boundaries[0].Warning; !strings.Contains(w, "stream ORISUN_default: max_msgs changed to 10 (want unlimited)") {
 			t.Fatalf("status read %d: warning %q does not name the changed max_msgs", i, w)
 		}
@@ -483,10 +461,7 @@ func TestStatusNamesStreamDriftWhileItLasts_I7(t *testing.T) {
 	}
 	forge(t, js, n, head, nil)
 	for i := 0; i < 20; i++ {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if st.Settled || b.StreamLast != head+1 || !strings.Contains(b.Warning, "holds sequence 4 beyond the store's head 3") {
 			t.Fatalf("status read %d with a foreign message beyond the head: settled %v, stream last %d, warning %q",
@@ -534,10 +509,7 @@ func TestStatusUnderAppendsNamesNoForeignMessage_I7(t *testing.T) {
 	js = attacker(t, n)
 	for i := range 3 {
 		before := appended.Load()
-		st, err := n.Status(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		if appended.Load() != before+1 {
 			t.Fatalf("status read %d: the hook did not append and publish between the reads", i)
 		}

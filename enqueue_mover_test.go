@@ -37,8 +37,7 @@ func TestEnqueueMoveBoundKeepsLease(t *testing.T) {
 		term = st.Boundaries[0].LeaseTerm
 		return term > 0
 	})
-	blocker := beginTx(t, url)
-	defer func() { _ = blocker.Rollback(ctx) }()
+	blocker := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := blocker.Exec(ctx, `INSERT INTO orisun_events (boundary, position, id, type, time, tags, data)
 		VALUES ('default', 1, gen_random_uuid(), 'blocker', now(), '{}', '1')`); err != nil {
 		t.Fatal(err)
@@ -48,10 +47,7 @@ func TestEnqueueMoveBoundKeepsLease(t *testing.T) {
 	}
 	var moveErr string
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if b.LeaseTerm != term || b.State != status.StateLeading {
 			t.Fatalf("while the moves fail: term %d (was %d), state %s (%s): the node lost its lease", b.LeaseTerm, term, b.State, b.Reason)
@@ -83,8 +79,7 @@ func TestEnqueueRowLockShownInStatus_I7(t *testing.T) {
 	n, url := pgNode(t, 50*time.Millisecond)
 	ctx := context.Background()
 	waitSettled(t, n, 10*time.Second)
-	holder := beginTx(t, url)
-	defer func() { _ = holder.Rollback(ctx) }()
+	holder := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := holder.Exec(ctx, `SELECT orisun_append('default', '[{"type":"app.held","data":0}]')`); err != nil {
 		t.Fatal(err)
 	}
@@ -94,28 +89,13 @@ func TestEnqueueRowLockShownInStatus_I7(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	locker := pgtest.Connect(t, url)
-	var pid int
-	if err := locker.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	ltx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ltx.Rollback(ctx) }()
-	if _, err := ltx.Exec(ctx, `SELECT 1 FROM orisun_staged WHERE data::text = '2' FOR KEY SHARE`); err != nil {
-		t.Fatal(err)
-	}
+	ltx, pid := pgtest.Lock(t, url, `SELECT 1 FROM orisun_staged WHERE data::text = '2' FOR KEY SHARE`)
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var moveErr string
 	testutil.Eventually(t, "move_error naming the locking pid", 10*time.Second, 20*time.Millisecond, func() bool {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		moveErr = st.Boundaries[0].MoveError
 		return strings.Contains(moveErr, fmt.Sprintf("pid %d", pid))
 	})
@@ -158,10 +138,7 @@ func TestEnqueueNeverSettledBeforeMoved_I7(t *testing.T) {
 			t.Fatal(err)
 		}
 		for {
-			st, err := n.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := testutil.Get(t, n.Status)
 			reports++
 			if !st.Settled {
 				continue

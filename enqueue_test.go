@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 )
 
 // enqueuers are application transactions calling orisun_enqueue on
@@ -242,10 +243,7 @@ func TestEnqueueStatusShowsStagedAndSetAside_I7(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	st, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Get(t, n.Status)
 	held := boundaryStatus(t, n, "held")
 	if held.Staged != 3 || held.StagedSeconds <= 0 || st.Settled {
 		t.Fatalf("status with 3 events staged and no mover: staged %d (%.3fs), settled %v", held.Staged, held.StagedSeconds, st.Settled)
@@ -274,11 +272,7 @@ func TestEnqueueStatusShowsStagedAndSetAside_I7(t *testing.T) {
 func heldElsewhere(t *testing.T, url string) (*postgres.Store, backend.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	other, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
+	other := storetest.Postgres(t, postgres.Config{URL: url})
 	if _, _, err := other.CreateBoundary(ctx, "held"); err != nil {
 		t.Fatal(err)
 	}
@@ -393,9 +387,8 @@ func TestEnqueueMoverKilled_I1_I4(t *testing.T) {
 	if err := boot.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	child := testutil.StartProcess(t, testutil.Command{Name: "mover child", Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: []string{"ORISUN_TEST_CHILD=mover", "ORISUN_TEST_CHILD_PG_URL=" + url, "ORISUN_DATA_DIR=" + t.TempDir(),
-			"ORISUN_TEST_HANG_AT=5"}})
+	child := testutil.StartChild(t, "mover child", "mover", "ORISUN_TEST_CHILD_PG_URL="+url, "ORISUN_DATA_DIR="+t.TempDir(),
+		"ORISUN_TEST_HANG_AT=5")
 	deadline := time.AfterFunc(60*time.Second, func() { child.Signal(syscall.SIGKILL) })
 	defer deadline.Stop()
 	var e *enqueuers
@@ -549,8 +542,7 @@ func unannouncedEnqueue(t *testing.T, poll, idle, deadline time.Duration) {
 	if !announced(5 * time.Second) {
 		t.Fatal("the first enqueue, to an empty staging, was not announced")
 	}
-	tx := beginTx(t, url)
-	defer tx.Rollback(ctx)
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := tx.Exec(ctx, `SELECT orisun_enqueue('default', '[{"type":"app.second","data":2}]')`); err != nil {
 		t.Fatal(err)
 	}

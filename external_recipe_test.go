@@ -112,11 +112,7 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	app, err := client.Connect(ns.ClientURL(), client.UserInfo("app", "app-pass"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
+	app := natstest.Client(t, ns.ClientURL(), client.UserInfo("app", "app-pass"))
 	if _, err := app.Append(ctx, "default", events(5, "recipe.before", 32), nil); err != nil {
 		t.Fatalf("the application's append: %v", err)
 	}
@@ -144,11 +140,7 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 
 	// What only orisun may do.
 	errOpt, vio := natstest.Violations()
-	hostile, err := nats.Connect(ns.ClientURL(), nats.UserInfo("app", "app-pass"), errOpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hostile.Close()
+	hostile := natstest.Connect(t, ns.ClientURL(), nats.UserInfo("app", "app-pass"), errOpt)
 	for _, subject := range []string{"orisun.events.default.recipe.forged", "orisun.api.boundaries.create", "$JS.API.STREAM.CREATE.SHADOW",
 		"$JS.API.STREAM.PURGE." + stream.Name("default"), "_ORISUN_INBOX.x"} {
 		if err := hostile.Publish(subject, []byte(`{"name":"sneaky"}`)); err != nil {
@@ -170,11 +162,7 @@ func TestExternalNATSRecipe_S13(t *testing.T) {
 		t.Fatal("the application created a boundary")
 	}
 
-	admin, err := client.Connect(ns.ClientURL(), client.UserInfo("admin", "admin-pass"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := natstest.Client(t, ns.ClientURL(), client.UserInfo("admin", "admin-pass"))
 	if _, err := admin.CreateBoundary(ctx, "extra"); err != nil {
 		t.Fatalf("the admin's boundary: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 )
 
 // The tests of this file run real orisun processes (the binary of
@@ -44,7 +45,7 @@ func startRelay(t *testing.T, id, pgURL string, ttl time.Duration) *relay {
 func leaderAndStandby(t *testing.T, ttl time.Duration) (store *postgres.Store, a, b *relay) {
 	t.Helper()
 	url := pgtest.URL(t)
-	store = openPG(t, url)
+	store = storetest.Postgres(t, postgres.Config{URL: url})
 	a = startRelay(t, "node-a", url, ttl)
 	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	return store, a, startRelay(t, "node-b", url, ttl)
@@ -133,16 +134,6 @@ func streamOf(t *testing.T, r *relay, store *postgres.Store) (first, last uint64
 	t.Helper()
 	t.Logf("the stream of %s against the store", r.id)
 	return checkStreamMatches(t, natsConn(t, r.port), checkExactlyOnce(t, nil, readPG(t, store)))
-}
-
-func openPG(t *testing.T, url string) *postgres.Store {
-	t.Helper()
-	s, err := postgres.Open(context.Background(), postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
 
 func holder(store *postgres.Store) backend.Lease {
@@ -341,7 +332,7 @@ func TestRelayRecoversFromConnectionLoss_I4(t *testing.T) {
 	srv := pgtest.StartServer(t)
 	t.Setenv(pgtest.EnvURL, srv.URL)
 	url := pgtest.URL(t)
-	store := openPG(t, url)
+	store := storetest.Postgres(t, postgres.Config{URL: url})
 	a := startRelay(t, "node-a", url, 2*time.Second)
 	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
 	monitor := checkpointMonitor(t, store)

@@ -98,11 +98,7 @@ func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
 	epoch := threeRealEvents(t, ctx, n)
 
 	// The victim: the Go client, live on the stream.
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := natstest.Client(t, n.NATSURL())
 	var mu sync.Mutex
 	var got []event.Event
 	live := newLiveSignal()
@@ -120,11 +116,7 @@ func forgedEventAttack(t *testing.T, permissionsOn bool) forgeryOutcome {
 
 	// The attacker: a plain NATS client without credentials, over TCP.
 	errOpt, vio := natstest.Violations()
-	attacker, err := nats.Connect(n.NATSURL(), nats.Name("forger"), errOpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer attacker.Close()
+	attacker := natstest.Connect(t, n.NATSURL(), nats.Name("forger"), errOpt)
 	forged := event.Event{ID: event.NewID(), Boundary: "default", Epoch: epoch, Position: 4, Type: "real",
 		Time: time.Now().UTC(), Tags: []string{}, Data: []byte(`{"forged":true}`), Metadata: []byte(`null`)}
 	m, err := stream.Message(&forged, true)
@@ -303,11 +295,7 @@ func impostorAttack(t *testing.T, permissionsOn bool) impostorOutcome {
 	epoch := bs[0].Epoch
 
 	errOpt, vio := natstest.Violations()
-	impostor, err := nats.Connect(n.NATSURL(), nats.Name("impostor"), errOpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer impostor.Close()
+	impostor := natstest.Connect(t, n.NATSURL(), nats.Name("impostor"), errOpt)
 	var o impostorOutcome
 	var diverted atomic.Int64
 	const subject = "orisun.api.append.*"
@@ -326,11 +314,7 @@ func impostorAttack(t *testing.T, permissionsOn bool) impostorOutcome {
 	case <-time.After(3 * time.Second):
 	}
 
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := natstest.Client(t, n.NATSURL())
 	acked := map[string]uint64{}
 	for i := 0; i < 200; i++ {
 		id := event.NewID()
@@ -393,20 +377,13 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 
 	// The foreign message takes sequence 4 before orisun publishes
 	// position 4. Only orisun's own connection may write there.
-	nc, err := n.ConnectNATS("foreign-writer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.NodeConn(t, n, "foreign-writer")
 	js := natstest.JetStream(t, nc)
 	// Caught up is said before the live consumer exists: forged before
 	// it, the message can be gone (the node's stream check puts a stream
 	// ahead of the store back) before a consumer meets it, and the
 	// subscription then never meets it (seen once under CI's load).
-	st, err := js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := natstest.Stream(t, js, stream.Name("default"))
 	testutil.Eventually(t, "the subscription's live consumer", 30*time.Second, 10*time.Millisecond, func() bool {
 		info, err := st.Info(ctx)
 		return err == nil && info.State.Consumers > 0

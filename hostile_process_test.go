@@ -94,11 +94,7 @@ func TestHostileClientsAgainstAProcess_S13(t *testing.T) {
 func hostileRun(t *testing.T, url string, app, admin []nats.Option) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := client.Connect(url, client.NATSOptions(app...), client.Timeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, url, client.NATSOptions(app...), client.Timeout(10*time.Second))
 	var a acks
 	appendRecorded := func(ctx context.Context, in []event.Input) {
 		res, err := c.Append(ctx, "default", in, nil)
@@ -183,11 +179,7 @@ func hostileRun(t *testing.T, url string, app, admin []nats.Option) {
 
 	// Consumer exhaustion, then a second application.
 	hogs := hogConsumers(t, ctx, js, name, 1000)
-	second, err := client.Connect(url, client.NATSOptions(app...), client.Timeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(second.Close)
+	second := natstest.Client(t, url, client.NATSOptions(app...), client.Timeout(10*time.Second))
 	sub2 := hostileSubscribe(t, second)
 	relayed, _ := a.snapshot()
 	testutil.Eventually(t, "the second application's subscription to deliver 50 events more than were acknowledged at its start", 60*time.Second,
@@ -276,10 +268,7 @@ func hostileRun(t *testing.T, url string, app, admin []nats.Option) {
 	// store's events (I2). The hog's consumers go first: the check reads
 	// with a consumer.
 	dropConsumers(t, ctx, js, name)
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := natstest.Stream(t, js, name)
 	if info := s.CachedInfo(); !orisunSubjects(info) || info.Config.MaxMsgs != -1 || info.Config.MaxBytes != hostileStreamBytes {
 		t.Fatalf("the stream's configuration is not orisun's: %+v", info.Config)
 	}
@@ -397,10 +386,7 @@ func hogConsumers(t *testing.T, ctx context.Context, js jetstream.JetStream, nam
 // dropConsumers deletes every consumer of the stream name, 16 at a time.
 func dropConsumers(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) {
 	t.Helper()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := natstest.Stream(t, js, name)
 	names := s.ConsumerNames(ctx)
 	todo := make(chan string)
 	var wg sync.WaitGroup

@@ -16,16 +16,11 @@ import (
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
-// TestMain lets the test binary run as a child relay process for the kill
-// tests: with ORISUN_TEST_CHILD set it runs childMain instead of the tests.
+// TestMain lets the test binary run as a child process of the kill tests
+// (testutil.StartChild): "relay" runs childMain, "mover" moverChildMain,
+// instead of the tests.
 func TestMain(m *testing.M) {
-	switch os.Getenv("ORISUN_TEST_CHILD") {
-	case "":
-	case "mover":
-		os.Exit(moverChildMain())
-	default:
-		os.Exit(childMain())
-	}
+	testutil.Children(map[string]func() int{"relay": childMain, "mover": moverChildMain})
 	testutil.Main(m)
 }
 
@@ -90,8 +85,7 @@ func childMain() int {
 // gets every later position exactly once.
 func TestKilledBetweenAckAndCheckpoint_I3_I4_I5(t *testing.T) {
 	dir := t.TempDir()
-	child := testutil.StartProcess(t, testutil.Command{Name: "relay child", Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: []string{"ORISUN_TEST_CHILD=1", "ORISUN_DATA_DIR=" + dir, "ORISUN_TEST_HANG_AT=15"}})
+	child := testutil.StartChild(t, "relay child", "relay", "ORISUN_DATA_DIR="+dir, "ORISUN_TEST_HANG_AT=15")
 
 	var delivered, acked, hungAt uint64
 	deadline := time.AfterFunc(60*time.Second, func() { child.Signal(syscall.SIGKILL) })

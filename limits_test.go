@@ -239,16 +239,8 @@ func TestBoundaryMemoryBudget_S13(t *testing.T) {
 			if mode.app != nil {
 				// The application may not create boundaries.
 				errOpt, vio := natstest.Violations()
-				nc, err := nats.Connect(n.NATSURL(), append(mode.app, errOpt)...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer nc.Close()
-				app, err := client.Connect(n.NATSURL(), client.NATSOptions(mode.app...), client.Timeout(2*time.Second))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer app.Close()
+				nc := natstest.Connect(t, n.NATSURL(), append(mode.app, errOpt)...)
+				app := natstest.Client(t, n.NATSURL(), client.NATSOptions(mode.app...), client.Timeout(2*time.Second))
 				if err := nc.Publish("orisun.api.boundaries.create", []byte(`{"name":"sneaky"}`)); err != nil {
 					t.Fatal(err)
 				}
@@ -260,17 +252,13 @@ func TestBoundaryMemoryBudget_S13(t *testing.T) {
 					t.Fatalf("boundary sneaky after the application's attempts: %v, want not found", err)
 				}
 			}
-			c, err := client.Connect(n.NATSURL(), client.NATSOptions(creator...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := natstest.Client(t, n.NATSURL(), client.NATSOptions(creator...))
 			if _, err := c.CreateBoundary(ctx, "second"); err != nil {
 				t.Fatalf("the second stream fits: %v", err)
 			}
 			// The third does not: "second"'s stream may not exist yet,
 			// its memory counts all the same.
-			_, err = c.CreateBoundary(ctx, "third")
+			_, err := c.CreateBoundary(ctx, "third")
 			checkBudgetError(t, err, "third", budget, perStream)
 			if !errors.Is(err, event.ErrTooLarge) {
 				t.Fatalf("refused with %v, want too_large", err)
@@ -350,12 +338,8 @@ func TestBoundaryMemoryBudgetEmbeddedCluster_S13(t *testing.T) {
 	// is checked: a boundary another node created is counted once the
 	// node adopts it or its stream exists.
 	leaderOf(t, nodes, "second", 60*time.Second)
-	c, err := client.Connect(nodes[1].NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_, err = c.CreateBoundary(ctx, "third")
+	c := natstest.Client(t, nodes[1].NATSURL())
+	_, err := c.CreateBoundary(ctx, "third")
 	checkBudgetError(t, err, "third", budget, perStream)
 	_, err = nodes[2].CreateBoundary(ctx, "fourth")
 	checkBudgetError(t, err, "fourth", budget, perStream)

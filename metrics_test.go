@@ -13,9 +13,9 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // rawRequest sends body to subject as any NATS client would and returns
@@ -49,16 +49,8 @@ func TestMetricsCountWhatWasSent_I7(t *testing.T) {
 		c.Boundaries = []string{"default", "second"}
 	})
 	ctx := context.Background()
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	c := natstest.Client(t, n.NATSURL())
+	nc := natstest.Connect(t, n.NATSURL())
 	// One event first, so that every condition "nothing after 0" fails.
 	if _, err := c.Append(ctx, "default", events(1, "seed", 64), nil); err != nil {
 		t.Fatal(err)

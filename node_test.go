@@ -22,6 +22,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/status"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -275,11 +276,9 @@ func checkStream(t testing.TB, n *orisun.Node, boundary string) (first, last uin
 	// One iterator for the whole stream: an ordered consumer's Next
 	// recreates its server-side consumer on every call, which made reading
 	// 18,000 messages take minutes on a loaded machine (and once skipped
-	// messages across a recreation).
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// messages across a recreation). Stopped on return too: a test checks
+	// its stream again and again.
+	it := natstest.Messages(t, cons)
 	defer it.Stop()
 	for seq := first; seq <= last; seq++ {
 		msg, err := it.Next(jetstream.NextMaxWait(30 * time.Second))
@@ -378,10 +377,7 @@ func TestEndToEnd_I2_I5(t *testing.T) {
 	// fell behind (the stream limits are large), and the status counts them
 	// live. Without this the test would pass on store polling alone.
 	phases.check(t, 6)
-	st, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st = testutil.Get(t, n.Status)
 	for _, b := range st.Boundaries {
 		want := int64(phases.fallBacks(b.Name + "/"))
 		if b.SubsLive != 2 || b.SubsCatchingUp != 0 || b.SubsFallBacks != want {
@@ -524,10 +520,7 @@ func TestEvictionFallsBack_I5(t *testing.T) {
 	r.gate.Store(nil)
 	close(gate)
 	waitDelivered(t, r, 2010, 60*time.Second)
-	st, err := n.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Get(t, n.Status)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/orisun-io/orisun"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/faults"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/outbox"
 )
 
@@ -54,11 +54,7 @@ func TestOutboxConcurrentFaultsChecker_I1_I2_I5(t *testing.T) {
 		id bigserial PRIMARY KEY, event_id uuid NOT NULL UNIQUE, worker int NOT NULL, via text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := natstest.Client(t, n.NATSURL())
 
 	runCtx, stopRun := context.WithTimeout(ctx, runFor)
 	defer stopRun()

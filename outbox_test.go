@@ -184,7 +184,7 @@ func TestOutboxHeldTransactionShownInStatus_I1_I7(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitSettled(t, n, 10*time.Second)
-			tx := beginTx(t, url)
+			tx := pgtest.Begin(t, pgtest.Connect(t, url))
 			if savepoint {
 				if _, err := tx.Exec(ctx, `SAVEPOINT s`); err != nil {
 					t.Fatal(err)
@@ -204,30 +204,9 @@ func TestOutboxHeldTransactionShownInStatus_I1_I7(t *testing.T) {
 				_, err := n.Append(ctx, "default", events(1, "node", 16), nil)
 				appended <- err
 			}()
-			var reason string
-			deadline := time.Now().Add(10 * time.Second)
-			for !strings.HasPrefix(reason, "waiting") {
-				if time.Now().After(deadline) {
-					t.Fatalf("the status never said it waits; last reason %q", reason)
-				}
-				time.Sleep(50 * time.Millisecond)
-				st, err := n.Status(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				reason = st.Boundaries[0].Reason
-			}
-			select {
-			case err := <-appended:
-				t.Fatalf("a node's append went through while the transaction held the row: %v", err)
-			default:
-			}
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-appended; err != nil {
-				t.Fatal(err)
-			}
+			waitHeadHeld(t, n, nil)
+			testutil.NotYet(t, appended, "a node's append went through while the transaction held the row")
+			testutil.Release(t, appended, func() error { return tx.Commit(ctx) })
 			st := waitSettled(t, n, 10*time.Second)
 			if st.Boundaries[0].Head != 4 || first != 3 {
 				t.Fatalf("head %d, application's event at %d: want 4 and 3", st.Boundaries[0].Head, first)
@@ -312,10 +291,7 @@ func TestOutboxShortHoldersNotReportedHeld_I7(t *testing.T) {
 				return held, samples, count, longest
 			case <-time.After(10 * time.Millisecond):
 			}
-			st, err := n.Status(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := testutil.Get(t, n.Status)
 			samples++
 			if r := st.Boundaries[0].Reason; strings.HasPrefix(r, "waiting") {
 				if held == 0 {
@@ -345,15 +321,11 @@ func TestOutboxShortHoldersNotReportedHeld_I7(t *testing.T) {
 		t.Fatalf("in three rounds a transaction held the row for a probe interval (%s) or more: the machine is too busy for this test", probe)
 	}
 	// The control: one transaction holding the row is reported.
-	tx := beginTx(t, url)
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := tx.Exec(ctx, `SELECT orisun_append('default', '[{"type":"app.long","data":{}}]')`); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, "the status saying a transaction holds the head row", 10*time.Second, 10*time.Millisecond, func() bool {
-		st, err := n.Status(ctx)
-		return err == nil && strings.HasPrefix(st.Boundaries[0].Reason, "waiting")
-	})
+	waitHeadHeld(t, n, nil)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
@@ -27,7 +25,7 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 	appendSettled(t, ctx, n, events(5, "before", 16), 10*time.Second)
 
 	// The slow appender: takes the head row as an append does, and holds it.
-	tx := beginTx(t, url)
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := tx.Exec(ctx, `UPDATE orisun_boundaries SET head = head + 1 WHERE name = 'default'`); err != nil {
 		t.Fatal(err)
 	}
@@ -36,34 +34,14 @@ func TestSlowAppenderMakesPublisherWait_I1_I4_I7(t *testing.T) {
 		_, err := n.Append(ctx, "default", events(3, "after", 16), nil)
 		appended <- err
 	}()
-	var reason string
-	testutil.Until(t, "the status to say it waits", 10*time.Second, 50*time.Millisecond, func() error {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
+	reason := waitHeadHeld(t, n, func(b orisun.BoundaryStatus) {
+		if b.Head != 5 || b.Published != 5 {
+			t.Fatalf("head %d published %d while the slow appender holds the row: want 5, 5", b.Head, b.Published)
 		}
-		reason = st.Boundaries[0].Reason
-		if st.Boundaries[0].Head != 5 || st.Boundaries[0].Published != 5 {
-			t.Fatalf("head %d published %d while the slow appender holds the row: want 5, 5",
-				st.Boundaries[0].Head, st.Boundaries[0].Published)
-		}
-		if !strings.HasPrefix(reason, "waiting") {
-			return fmt.Errorf("last reason %q", reason)
-		}
-		return nil
 	})
 	t.Logf("status while held: %s", reason)
-	select {
-	case err := <-appended:
-		t.Fatalf("an append went through while the head row was held: %v", err)
-	default:
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-appended; err != nil {
-		t.Fatal(err)
-	}
+	testutil.NotYet(t, appended, "an append went through while the head row was held")
+	testutil.Release(t, appended, func() error { return tx.Rollback(ctx) })
 	st := waitSettled(t, n, 10*time.Second)
 	if st.Boundaries[0].Head != 8 || strings.HasPrefix(st.Boundaries[0].Reason, "waiting") {
 		t.Fatalf("after the slow appender: %+v", st.Boundaries[0])
@@ -153,7 +131,7 @@ func TestPollingPublishesWithoutNotification_I4(t *testing.T) {
 
 	// Three events appended the way the store appends them (the head row
 	// drawn, the events inserted, one transaction), minus the NOTIFY.
-	tx := beginTx(t, url)
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	var head int64
 	if err := tx.QueryRow(ctx, `UPDATE orisun_boundaries SET head = head + 3 WHERE name = 'default' RETURNING head`).Scan(&head); err != nil {
 		t.Fatal(err)
@@ -176,8 +154,26 @@ VALUES ('default', $1, $2, 'unnotified', now(), '{}', '{}')`, p, event.NewID());
 	}
 }
 
-// beginTx opens a transaction of its own on the database at url, as
-// another client of it would; its connection ends with the test.
+// waitHeadHeld waits until n's status says that its first boundary waits
+// for a transaction that holds the head row (a reason "waiting ..."), and
+// returns that reason. each, when not nil, checks every status read
+// meanwhile (it may fail the test).
+func waitHeadHeld(t *testing.T, n *orisun.Node, each func(orisun.BoundaryStatus)) string {
+	t.Helper()
+	var reason string
+	testutil.Until(t, "the status to say it waits for the head row", 10*time.Second, 20*time.Millisecond, func() error {
+		b := testutil.Get(t, n.Status).Boundaries[0]
+		if each != nil {
+			each(b)
+		}
+		if reason = b.Reason; !strings.HasPrefix(reason, "waiting") {
+			return fmt.Errorf("last reason %q", reason)
+		}
+		return nil
+	})
+	return reason
+}
+
 // pgNode starts a node (setup) on a fresh PostgreSQL database, polling
 // every poll, and returns it with the database's URL.
 func pgNode(t *testing.T, poll time.Duration) (*orisun.Node, string) {
@@ -187,16 +183,4 @@ func pgNode(t *testing.T, poll time.Duration) (*orisun.Node, string) {
 		c.Backend, c.PGURL = "postgres", url
 		c.PollInterval = poll
 	}), url
-}
-
-// beginTx begins a transaction on the database of url, as another
-// appender would.
-func beginTx(t *testing.T, url string) pgx.Tx {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pgtest.Connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tx
 }

@@ -192,10 +192,7 @@ func waitLiveNodes(t *testing.T, nodes []*orisun.Node, want int, timeout time.Du
 // has them.
 func leaseTerms(t *testing.T, n *orisun.Node) map[string]string {
 	t.Helper()
-	st, err := n.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Get(t, n.Status)
 	out := map[string]string{}
 	for _, b := range st.Boundaries {
 		out[b.Name] = fmt.Sprintf("%s/%d", b.LeaseHolder, b.LeaseTerm)

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -28,11 +28,7 @@ func TestReplySubjectGap_S13_I5_I7(t *testing.T) {
 	defer cancel()
 	appendSettled(t, ctx, n, events(3, "real", 32), 30*time.Second)
 
-	app, err := nats.Connect(n.NATSURL()) // no credentials: the application principal
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
+	app := natstest.Connect(t, n.NATSURL()) // no credentials: the application principal
 	if err := app.PublishRequest("$JS.API.INFO", "orisun.events.default.gap", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +55,7 @@ func TestReplySubjectGap_S13_I5_I7(t *testing.T) {
 	// Watch the status until the stream holds only the store's events: every
 	// report that saw a stream beyond the head must not be settled.
 	testutil.Eventually(t, "the stream to hold only the store's 3 events", 30*time.Second, 5*time.Millisecond, func() bool {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, n.Status)
 		b := st.Boundaries[0]
 		if b.StreamLast > b.Head {
 			landed = true

@@ -33,6 +33,8 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -185,10 +187,7 @@ func checkStreamMatches(t *testing.T, nc *nats.Conn, ids map[uint64]string) (fir
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	js, _ := jetstream.New(nc)
-	s, err := js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := natstest.Stream(t, js, stream.Name("default"))
 	info := s.CachedInfo()
 	if info.State.Msgs == 0 {
 		return info.State.FirstSeq, info.State.LastSeq
@@ -229,11 +228,7 @@ func TestSQLiteRestartTakesOwnLeaseAtOnce_I2_I4(t *testing.T) {
 	env := []string{"ORISUN_LEASE_TTL=30s", "ORISUN_POLL_INTERVAL=200ms"}
 	a := nodeIn(t, "node", dir, port, env...)
 	dead := holderOf(t, a)
-	c, err := client.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port), client.Timeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, fmt.Sprintf("nats://127.0.0.1:%d", port), client.Timeout(5*time.Second))
 	nc := natsConn(t, port)
 	b := startBurst(t, c)
 	testutil.Eventually(t, "2,000 events acknowledged and published", 60*time.Second, 5*time.Millisecond, func() bool {
@@ -355,7 +350,7 @@ func leaseOf(t *testing.T, store *postgres.Store) backend.Lease {
 func TestPostgresRestartSameDirTakesOwnLease_TwinWaits_I2_I4_I6(t *testing.T) {
 	ttl := 6 * time.Second
 	pgURL := pgtest.URL(t)
-	store := openPG(t, pgURL)
+	store := storetest.Postgres(t, postgres.Config{URL: pgURL})
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a := startPGProc(t, "node-a", "node-a", dirA, pgURL, ttl)
 	waitHolder(t, store, "node-a", backend.Lease{}, 30*time.Second)
@@ -378,11 +373,7 @@ func TestPostgresRestartSameDirTakesOwnLease_TwinWaits_I2_I4_I6(t *testing.T) {
 	}
 
 	// The burst, through node-a's NATS API.
-	c, err := client.Connect(fmt.Sprintf("nats://127.0.0.1:%d", a.port), client.Timeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, fmt.Sprintf("nats://127.0.0.1:%d", a.port), client.Timeout(5*time.Second))
 	monitor := checkpointMonitor(t, store)
 	b := startBurst(t, c)
 	testutil.Eventually(t, "the twin to stand by and 2,000 events to be acknowledged", 60*time.Second, 5*time.Millisecond, func() bool {
@@ -483,7 +474,7 @@ func readPG(t *testing.T, store *postgres.Store) func(after uint64) []event.Even
 // position from the checkpoint it found on (I4).
 func TestCleanStopHandsOverWithinASecond_I4_I6(t *testing.T) {
 	pgURL := pgtest.URL(t)
-	store := openPG(t, pgURL)
+	store := storetest.Postgres(t, postgres.Config{URL: pgURL})
 	ttl := 10 * time.Second
 	nodes := map[string]*pgProc{}
 	dirs := map[string]string{"node-a": t.TempDir(), "node-b": t.TempDir()}

@@ -26,6 +26,27 @@ import (
 	"github.com/orisun-io/orisun/status"
 )
 
+// waitReadyz waits up to timeout (what names the wait) for n's /readyz to
+// answer code with a body that holds each of words, and returns the body.
+func waitReadyz(t testing.TB, n *orisun.Node, what string, timeout time.Duration, code int, words ...string) string {
+	t.Helper()
+	var body string
+	testutil.Until(t, what, timeout, 50*time.Millisecond, func() error {
+		var got int
+		got, body = httpGet(t, n, "/readyz")
+		if got != code {
+			return fmt.Errorf("/readyz: %d %s", got, body)
+		}
+		for _, w := range words {
+			if !strings.Contains(body, w) {
+				return fmt.Errorf("/readyz: %d %s", got, body)
+			}
+		}
+		return nil
+	})
+	return body
+}
+
 // httpGet returns the status code and body of a GET on the node's status
 // listener.
 func httpGet(t testing.TB, n *orisun.Node, path string) (int, string) {
@@ -346,16 +367,9 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 	if st.Store.OK || st.Store.Error == "" || st.Settled {
 		t.Fatalf("store down but the status says %+v", st)
 	}
-	var code int
-	var body string
-	testutil.Until(t, "/readyz to report the stall past the threshold", 30*time.Second, 100*time.Millisecond, func() error {
-		if code, body = httpGet(t, n, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "stalled since") {
-			return fmt.Errorf("/readyz: %d %s", code, body)
-		}
-		return nil
-	})
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store failing") || !strings.Contains(body, "stalled since") {
-		t.Fatalf("/readyz with the store down and a stall past the threshold: %d %s", code, body)
+	body := waitReadyz(t, n, "/readyz to report the stall past the threshold", 30*time.Second, http.StatusServiceUnavailable, "stalled since")
+	if !strings.Contains(body, "store failing") {
+		t.Fatalf("/readyz with the store down and a stall past the threshold: %d %s", http.StatusServiceUnavailable, body)
 	}
 	_, m := httpGet(t, n, "/metrics")
 	wantMetric(t, m, "orisun_store_up", `backend="postgres"`, 0)
@@ -378,13 +392,7 @@ func TestStatusStalledStoreUnreachable_I7(t *testing.T) {
 	}
 	// A kind of store work that failed is healthy again once it went a
 	// second without failing (storewatch.go): within a poll interval more.
-	ready := time.Now()
-	for code, body = httpGet(t, n, "/readyz"); code != http.StatusOK && time.Since(ready) < 5*time.Second; code, body = httpGet(t, n, "/readyz") {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if code != http.StatusOK {
-		t.Fatalf("/readyz 5s after recovery: %d %s", code, body)
-	}
+	waitReadyz(t, n, "/readyz 200 after recovery", 5*time.Second, http.StatusOK)
 	_, m = httpGet(t, n, "/metrics")
 	wantMetric(t, m, "orisun_store_up", `backend="postgres"`, 1)
 	wantMetric(t, m, "orisun_publisher_state", `boundary="default",state="leading"`, 1)
@@ -440,13 +448,7 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 		t.Fatalf("stalled status (want the reason to name position 4, published 3 of 6): %+v", s)
 	}
 	t.Logf("stalled reason: %s", s.Reason)
-	testutil.Until(t, "/readyz to report the stall past the threshold", 30*time.Second, 100*time.Millisecond, func() error {
-		code, body := httpGet(t, n, "/readyz")
-		if code == http.StatusServiceUnavailable && strings.Contains(body, "stalled since") {
-			return nil
-		}
-		return fmt.Errorf("/readyz: %d %s", code, body)
-	})
+	waitReadyz(t, n, "/readyz to report the stall past the threshold", 30*time.Second, http.StatusServiceUnavailable, "stalled since")
 	if _, last := checkStream(t, n, "default"); last != 3 {
 		t.Fatalf("the stream went past the unpublishable position: last %d", last)
 	}
@@ -621,10 +623,7 @@ func (l *logCounter) count(msg string) int {
 
 func boundaryStatus(t *testing.T, n *orisun.Node, boundary string) orisun.BoundaryStatus {
 	t.Helper()
-	st, err := n.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := testutil.Get(t, n.Status)
 	for _, b := range st.Boundaries {
 		if b.Name == boundary {
 			return b

@@ -18,10 +18,10 @@ import (
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/backend/sqlite"
-	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // logBuffer collects a node's log lines for a test to count.
@@ -66,11 +66,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if err := os.WriteFile(filler, make([]byte, max(testutil.FreeBytes(t, dir)-3<<19, 0)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, n.NATSURL())
 	batch := events(4, "fill", 16<<10)
 	var ok, failed int
 	var lastErr error
@@ -134,10 +130,7 @@ func TestStoreWriteOutageSQLite_I7(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, "/readyz 200 after the space is freed", 30*time.Second, 50*time.Millisecond, func() bool {
-		code, _ := httpGet(t, n, "/readyz")
-		return code == http.StatusOK
-	})
+	waitReadyz(t, n, "/readyz 200 after the space is freed", 30*time.Second, http.StatusOK)
 	t.Logf("ready again %s after the space was freed, no append sent", time.Since(freed).Round(time.Millisecond))
 	st = httpStatus(t, n)
 	if !st.Store.OK || st.Store.Error != "" || !st.Store.Since.IsZero() {
@@ -239,10 +232,7 @@ func TestStoreOutagePostgres_I7(t *testing.T) {
 
 	stopped := time.Now()
 	srv.Stop(t)
-	testutil.Eventually(t, "/readyz 503 with PostgreSQL down", 30*time.Second, 50*time.Millisecond, func() bool {
-		code, _ := httpGet(t, n, "/readyz")
-		return code == http.StatusServiceUnavailable
-	})
+	waitReadyz(t, n, "/readyz 503 with PostgreSQL down", 30*time.Second, http.StatusServiceUnavailable)
 	t.Logf("not ready %s after PostgreSQL stopped", time.Since(stopped).Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // the load goes on failing
 	st := httpStatus(t, n)
@@ -262,10 +252,7 @@ func TestStoreOutagePostgres_I7(t *testing.T) {
 
 	started := time.Now()
 	srv.Start(t)
-	testutil.Eventually(t, "/readyz 200 with PostgreSQL back", 60*time.Second, 50*time.Millisecond, func() bool {
-		code, _ := httpGet(t, n, "/readyz")
-		return code == http.StatusOK
-	})
+	waitReadyz(t, n, "/readyz 200 with PostgreSQL back", 60*time.Second, http.StatusOK)
 	t.Logf("ready again %s after PostgreSQL started", time.Since(started).Round(time.Millisecond))
 	mu.Lock()
 	okBefore := results["ok"]

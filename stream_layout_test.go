@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/stream"
 )
 
@@ -53,10 +54,7 @@ func testStreamLayout(t *testing.T, msgID bool) {
 	if err != nil {
 		t.Fatalf("stream ORISUN_orders: %v", err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	info := natstest.Info(t, s)
 	c := info.Config
 	if len(c.Subjects) != 1 || c.Subjects[0] != "orisun.events.orders.>" {
 		t.Errorf("subjects %v, want [orisun.events.orders.>]", c.Subjects)

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -17,35 +16,15 @@ import (
 	"github.com/orisun-io/orisun/internal/testutil"
 )
 
-// natsCLIBinary is the nats CLI from tools/natscli (natscli v0.5.0, a
-// module of its own so that it stays out of orisun's go.mod).
-var natsCLIBinary = testutil.Binary{Pkg: "github.com/nats-io/natscli/nats", Module: "tools/natscli"}
-
-// natsCLI runs the nats CLI against url with a home of its own (no saved
-// contexts of the machine interfere) and returns its standard output. The
-// timeout is short because `nats micro ls` waits all of it for answers.
+// natsCLI runs the nats CLI against url (testutil.RunNATSCLI) and
+// returns its standard output.
 func natsCLI(t *testing.T, url string, args ...string) string {
 	t.Helper()
-	out, stderr, err := natsCLIRun(t, url, args...)
+	out, stderr, err := testutil.RunNATSCLI(t, url, args...)
 	if err != nil {
 		t.Fatalf("nats %s: %v\nstdout %s\nstderr %s", strings.Join(args, " "), err, out, stderr)
 	}
 	return out
-}
-
-// natsCLIRun runs the nats CLI like natsCLI, for at most 30 seconds, and
-// returns its standard output and error and how it ended.
-func natsCLIRun(t *testing.T, url string, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testutil.Build(t, natsCLIBinary), append([]string{"--server", url, "--timeout", "3s"}, args...)...)
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
-	var errb strings.Builder
-	cmd.Stderr = &errb
-	out, err := cmd.Output()
-	return string(out), errb.String(), err
 }
 
 // TestWithTheNATSCLI drives the API and the stream layout with nothing but
@@ -115,7 +94,7 @@ func TestWithTheNATSCLI(t *testing.T) {
 			Data    string `json:"data"`
 		}
 		testutil.Until(t, fmt.Sprintf("nats stream get ORISUN_default %d", seq), 30*time.Second, 50*time.Millisecond, func() error {
-			bin := testutil.Build(t, natsCLIBinary)
+			bin := testutil.Build(t, testutil.NATSCLI)
 			home := t.TempDir()
 			cmd := exec.Command(bin, "--server", url, "stream", "get", "ORISUN_default", fmt.Sprint(seq), "--json")
 			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
@@ -224,7 +203,7 @@ func TestNATSCLIWithoutCredentials_S13(t *testing.T) {
 	if script, err := exec.LookPath("script"); err != nil {
 		t.Logf("nats stream view not run: no script(1) to give it a terminal (%v)", err)
 	} else {
-		bin := testutil.Build(t, natsCLIBinary)
+		bin := testutil.Build(t, testutil.NATSCLI)
 		home := t.TempDir()
 		cmd := exec.Command(script, "-qec", bin+" --server "+url+" --timeout 3s stream view ORISUN_default", "/dev/null")
 		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
@@ -248,7 +227,7 @@ func TestNATSCLIWithoutCredentials_S13(t *testing.T) {
 		{[]string{"stream", "edit", "ORISUN_default", "--max-msgs", "10", "-f"}, `Publish to "$JS.API.STREAM.UPDATE.ORISUN_default"`},
 		{[]string{"stream", "add", "SHADOW", "--subjects", "orisun.events.>", "--storage", "memory", "--defaults"}, `Publish to "$JS.API.STREAM.CREATE.SHADOW"`},
 	} {
-		out, stderr, err := natsCLIRun(t, url, c.args...)
+		out, stderr, err := testutil.RunNATSCLI(t, url, c.args...)
 		if err == nil {
 			t.Fatalf("nats %s succeeded:\n%s%s", strings.Join(c.args, " "), out, stderr)
 		}

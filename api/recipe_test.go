@@ -88,11 +88,7 @@ func TestProtocolRecipe_I5(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Stop()
+	it := natstest.Messages(t, cons)
 	// The last append's reply may come after its events reach the
 	// consumer: wait for it before the connection closes with the test.
 	appended := make(chan struct{})

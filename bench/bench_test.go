@@ -20,6 +20,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 )
 
 // tiny is a run small enough for the test suite: every workload, a backlog
@@ -141,11 +142,7 @@ func TestAPIWorkload(t *testing.T) {
 	if len(api) != len(cfg.Callers)+1 {
 		t.Fatalf("%d api rows in the JSON, want %d (one per caller count and the batches)", len(api), len(cfg.Callers)+1)
 	}
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Dir: cfg.Dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := storetest.SQLite(t, sqlite.Config{Dir: cfg.Dir})
 	for i, row := range api {
 		ratio, _ := row["ratio"].(float64)
 		if row["limit"] != "raw_insert" || !finitePositive(ratio) {

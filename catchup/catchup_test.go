@@ -20,6 +20,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -43,11 +44,7 @@ type relay struct {
 func newRelay(t *testing.T) *relay {
 	t.Helper()
 	ctx := context.Background()
-	store, err := sqlite.Open(ctx, sqlite.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
 	b, _, err := store.CreateBoundary(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -263,17 +260,9 @@ func TestLiveSurvivesStreamDeletion(t *testing.T) {
 func TestLiveConsumerDeletedWhenSubscriptionEnds(t *testing.T) {
 	r := newRelay(t)
 	r.append(2, true)
-	ctx := context.Background()
-	st, err := r.js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := natstest.Stream(t, r.js, stream.Name("default"))
 	consumers := func() int {
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Consumers
+		return natstest.Info(t, st).State.Consumers
 	}
 	s := r.subscribe()
 	s.waitFor(t, 2)

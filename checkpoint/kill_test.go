@@ -24,15 +24,13 @@ import (
 )
 
 // TestMain lets the test binary run as a consumer child process for the
-// kill test: with ORISUN_TEST_CHILD=consumer it runs consumerMain instead
-// of the tests.
+// kill tests (testutil.StartChild): "consumer" runs consumerMain, "naive"
+// naiveMain, instead of the tests.
 func TestMain(m *testing.M) {
-	switch os.Getenv("ORISUN_TEST_CHILD") {
-	case "consumer":
-		os.Exit(childMain("consumer", "kill-consumer", consumerMain))
-	case "naive":
-		os.Exit(childMain("naive consumer", "naive-consumer", naiveMain))
-	}
+	testutil.Children(map[string]func() int{
+		"consumer": func() int { return childMain("consumer", "kill-consumer", consumerMain) },
+		"naive":    func() int { return childMain("naive consumer", "naive-consumer", naiveMain) },
+	})
 	testutil.Main(m)
 }
 
@@ -118,13 +116,13 @@ func naiveMain(ctx context.Context, pool *pgxpool.Pool, c *client.Client) error 
 	return fmt.Errorf("subscribe: %w", err)
 }
 
-// startConsumer starts this test binary as a consumer child process
-// (TestMain) projecting into the database of url.
-func startConsumer(t *testing.T, url, id string, env ...string) *testutil.Process {
+// startConsumer starts this test binary as the consumer child process
+// child (TestMain: "consumer" or "naive") projecting into the database of
+// url.
+func startConsumer(t *testing.T, child, url, id string, env ...string) *testutil.Process {
 	t.Helper()
-	return testutil.StartProcess(t, testutil.Command{Name: id, Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: append([]string{"ORISUN_TEST_CHILD=consumer", "ORISUN_TEST_PROJECTION_URL=" + url,
-			"ORISUN_DATA_DIR=" + t.TempDir(), "ORISUN_NODE_ID=" + id}, env...)})
+	return testutil.StartChild(t, id, child, append([]string{"ORISUN_TEST_PROJECTION_URL=" + url,
+		"ORISUN_DATA_DIR=" + t.TempDir(), "ORISUN_NODE_ID=" + id}, env...)...)
 }
 
 // TestConsumerKilledAppliesEachEventOnce_I5: a consumer projecting into
@@ -180,7 +178,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 
 	const rounds = 6
 	for round := range rounds {
-		p := startConsumer(t, url, fmt.Sprintf("consumer-%d", round), "ORISUN_TEST_NATS_URL="+leader.NATSURL())
+		p := startConsumer(t, "consumer", url, fmt.Sprintf("consumer-%d", round), "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 		// Kill after a random number of applications: 0 kills it during
 		// start-up (schema, node start, checkpoint load).
 		k := rng.IntN(400)
@@ -203,7 +201,7 @@ func TestConsumerKilledAppliesEachEventOnce_I5(t *testing.T) {
 	head, epoch := bs[0].Head, bs[0].Epoch
 
 	// A last consumer runs until the checkpoint reaches the head.
-	p := startConsumer(t, url, "consumer-final", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
+	p := startConsumer(t, "consumer", url, "consumer-final", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 	pool := pgPool(t, url)
 	cp, err := checkpoint.NewPG(pool, "kill-projection", "default")
 	if err != nil {
@@ -263,11 +261,11 @@ func TestKillCheckerCatchesNaiveConsumer(t *testing.T) {
 	if _, err := leader.Append(ctx, "default", in, nil); err != nil {
 		t.Fatal(err)
 	}
-	p := startConsumer(t, url, "naive-1", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_HANG_AT=40", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
+	p := startConsumer(t, "naive", url, "naive-1", "ORISUN_TEST_HANG_AT=40", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 	p.WaitLine(t, "applied 40", 2*time.Minute)
 	p.Signal(syscall.SIGKILL)
 	p.Wait()
-	p = startConsumer(t, url, "naive-2", "ORISUN_TEST_CHILD=naive", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
+	p = startConsumer(t, "naive", url, "naive-2", "ORISUN_TEST_NATS_URL="+leader.NATSURL())
 	p.WaitLine(t, "applied 100", 2*time.Minute)
 	p.Signal(syscall.SIGKILL)
 	p.Wait()

@@ -122,11 +122,7 @@ func testClientAgainstRelay(t *testing.T, env ...string) {
 	port := testutil.FreePort(t)
 	r := startRelay(t, dir, port, env...)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	c, err := client.Connect(url, client.Name("client-test"), client.Timeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := natstest.Client(t, url, client.Name("client-test"), client.Timeout(5*time.Second))
 	ctx := context.Background()
 
 	res, err := c.Append(ctx, "default", batch(500, "client.test"), nil)
@@ -279,10 +275,7 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	// The stream holds 1..50 before the subscription starts, so that it
 	// goes live on a fed stream.
 	testutil.Until(t, "the stream to hold 1..50", 30*time.Second, 20*time.Millisecond, func() error {
-		st, err := c.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, c.Status)
 		if st.Settled && st.Boundaries[0].StreamLast == 50 {
 			return nil
 		}
@@ -311,20 +304,13 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 	}
 	// The intruder writes as orisun's own connection: an application's
 	// publish there is refused (docs/design.md §12).
-	intruder, err := n.ConnectNATS("intruder")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer intruder.Close()
+	intruder := natstest.NodeConn(t, n, "intruder")
 	// A foreign message alone no longer stalls the publisher (the drift
 	// check removes it within a poll interval): the intruder takes the
 	// boundary's subjects for a stream of its own, which orisun's cannot
 	// take back while it exists.
 	ijs := natstest.JetStream(t, intruder)
-	s, err := ijs.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := natstest.Stream(t, ijs, stream.Name("default"))
 	cfg := s.CachedInfo().Config
 	cfg.Subjects = []string{"orisun.attack.default.>"}
 	if _, err := ijs.UpdateStream(ctx, cfg); err != nil {
@@ -338,10 +324,7 @@ func TestSubscriptionReadsStoreWhilePublisherStalled_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Until(t, "the publisher to stall", 30*time.Second, 20*time.Millisecond, func() error {
-		st, err := c.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := testutil.Get(t, c.Status)
 		if st.Boundaries[0].State == "stalled" {
 			t.Logf("publisher: %s", st.Boundaries[0].Reason)
 			return nil
@@ -415,10 +398,6 @@ func startNodeAndClient(t *testing.T, cfg orisun.Config) (*orisun.Node, *client.
 			t.Error(err)
 		}
 	})
-	c, err := client.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, n.NATSURL())
 	return n, c
 }

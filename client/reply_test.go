@@ -62,12 +62,7 @@ func startImpostor(t *testing.T) (*impostor, func() *client.Client) {
 		t.Fatal(err)
 	}
 	return im, func() *client.Client {
-		c, err := client.Connect(srv.ClientURL(), client.Timeout(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		return c
+		return natstest.Client(t, srv.ClientURL(), client.Timeout(5*time.Second))
 	}
 }
 
@@ -312,11 +307,7 @@ func TestRealRepliesAccepted(t *testing.T) {
 			_ = n.Stop()
 		}
 	})
-	c, err := client.Connect(n.NATSURL(), client.Timeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, n.NATSURL(), client.Timeout(5*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -377,11 +368,7 @@ func TestRealRepliesAccepted(t *testing.T) {
 
 	// A second client that has seen the old epoch, for the subscription
 	// below.
-	c2, err := client.Connect(n.NATSURL(), client.Timeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c2.Close)
+	c2 := natstest.Client(t, n.NATSURL(), client.Timeout(5*time.Second))
 	if _, err := c2.Read(ctx, "seats", 0, 1, nil); err != nil {
 		t.Fatal(err)
 	}

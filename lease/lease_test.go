@@ -15,16 +15,13 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/lease"
 )
 
 func setup(t *testing.T) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), sqlite.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
 	if _, _, err := s.CreateBoundary(context.Background(), "b"); err != nil {
 		t.Fatal(err)
 	}

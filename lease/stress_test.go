@@ -10,6 +10,7 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/internal/startstop/startstoptest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/lease"
 )
 
@@ -19,11 +20,7 @@ import (
 // I6), a Run after Stop returns at once, and no goroutine is left.
 func TestRunnerStartStopStress(t *testing.T) {
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, sqlite.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
 	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}

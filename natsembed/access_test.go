@@ -120,11 +120,7 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 
 	errOpt, vio := natstest.Violations()
 	apiVio := make(chan error, 16)
-	app, err := nats.Connect(s.ClientURL(), append(creds, errOpt)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(app.Close)
+	app := natstest.Connect(t, s.ClientURL(), append(creds, errOpt)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, subject := range []string{"orisun.api.status", "$SRV.PING"} {
@@ -192,16 +188,12 @@ func checkAppPermissions(t *testing.T, s *natsembed.Server, creds []nats.Option)
 
 	// The API's connection answers on the caller's reply subject, but not
 	// into the event subjects, JetStream's API or orisun's inboxes.
-	api, err := s.ConnectAPI("orisun-api", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	api := natstest.API(t, s, "orisun-api", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case apiVio <- err:
 		default:
 		}
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(api.Close)
 	for _, subject := range []string{"orisun.events.default.forged", "$JS.API.STREAM.PURGE.ORISUN_default", natsembed.InternalInboxPrefix + ".x"} {
 		if err := api.Publish(subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)
@@ -233,11 +225,7 @@ func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	app, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(app.Close)
+	app := natstest.Connect(t, s.ClientURL())
 	ajs := natstest.JetStream(t, app)
 	// The application may create it: consumer creation cannot look into
 	// the request's deliver subject.
@@ -246,16 +234,9 @@ func TestPushConsumerWritesWhereItDelivers(t *testing.T) {
 		IdleHeartbeat: 100 * time.Millisecond}); err != nil {
 		t.Fatalf("creating the push consumer as the application: %v", err)
 	}
-	b, err := js.Stream(ctx, "ORISUN_b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := natstest.Stream(t, js, "ORISUN_b")
 	msgs := func() uint64 {
-		info, err := b.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Msgs
+		return natstest.Info(t, b).State.Msgs
 	}
 	// A wildcard subscription over b's subjects: no interest, nothing sent.
 	wild, err := in.Subscribe("orisun.events.b.>", func(*nats.Msg) {})

@@ -135,10 +135,7 @@ func TestStreamBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		info := natstest.Info(t, st)
 		if c.Storage == jetstream.MemoryStorage {
 			want = info.State.Bytes
 		}

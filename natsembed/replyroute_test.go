@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
@@ -36,11 +34,7 @@ func TestReplyAimedAtJetStreamAPIActsOnNothing_S13(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	app, err := nats.Connect(s.ClientURL()) // no credentials: the application principal
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Close()
+	app := natstest.Connect(t, s.ClientURL()) // no credentials: the application principal
 	control, err := app.SubscribeSync("_INBOX.control")
 	if err != nil {
 		t.Fatal(err)

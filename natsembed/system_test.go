@@ -3,8 +3,6 @@ package natsembed_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -168,13 +166,7 @@ func TestSystemUserCannotTouchTheStreams_S13(t *testing.T) {
 		}
 		natstest.WaitViolation(t, violations, "Subscription", subj)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 3 {
+	if info := natstest.Info(t, st); info.State.Msgs != 3 {
 		t.Fatalf("ORISUN_x holds %d messages, want the 3 orisun published", info.State.Msgs)
 	}
 	// Still in service after all that: not kicked, not in lame-duck mode.
@@ -245,20 +237,12 @@ func TestSystemUserConfig(t *testing.T) {
 	}
 }
 
-// natsCLI is the nats CLI of tools/natscli (v0.5.0).
-var natsCLI = testutil.Binary{Pkg: "github.com/nats-io/natscli/nats", Module: "tools/natscli"}
-
-// runNATS runs the nats CLI against url and returns its output and how
-// it ended.
+// runNATS runs the nats CLI against url (testutil.RunNATSCLI) and returns
+// its output, standard error after standard output, and how it ended.
 func runNATS(t *testing.T, url string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testutil.Build(t, natsCLI), append([]string{"--server", url, "--timeout", "3s"}, args...)...)
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	out, stderr, err := testutil.RunNATSCLI(t, url, args...)
+	return out + stderr, err
 }
 
 // TestSystemUserWithTheNATSCLI: the real nats CLI's `nats server ping`,

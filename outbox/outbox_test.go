@@ -17,6 +17,7 @@ import (
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/outbox"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -93,11 +94,7 @@ func setupIn(t *testing.T, schema string) fixture {
 		}
 		url = withParam(t, url, "search_path", schema)
 	}
-	s, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := storetest.Postgres(t, postgres.Config{URL: url})
 	if _, _, err := s.CreateBoundary(ctx, "orders"); err != nil {
 		t.Fatal(err)
 	}

@@ -44,15 +44,11 @@ func TestSmallFullPagesGoWithoutBatches(t *testing.T) {
 				PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 			stop := run(t, p, e.lease(t))
 			testutil.Eventually(t, "the checkpoint at the head", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == n })
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
+			stopped(t, stop)
 			if got := publisher.BatchesSent(p); got != c.batches {
 				t.Fatalf("%d of the 10 full pages of %d went as one batch, want %d", got, c.page, c.batches)
 			}
-			if last := e.checkStream(t); last != n {
-				t.Fatalf("stream last %d, want %d", last, n)
-			}
+			e.wantStreamLast(t, n)
 		})
 	}
 }
@@ -88,10 +84,8 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 	e.append(t, 100)
 	p1 := newPublisher()
 	stop := run(t, p1, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 100", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 100 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 100, 30*time.Second)
+	stopped(t, stop)
 	if n := publisher.BatchesSent(p1); n != 1 {
 		t.Fatalf("%d pages went as one batch, want the one page of 100", n)
 	}
@@ -149,10 +143,8 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 	defer answers.Unsubscribe()
 	p2 := newPublisher()
 	stop = run(t, p2, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 300", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 300 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 300, 30*time.Second)
+	stopped(t, stop)
 	// The answers come before the commit's PubAck, hence before the
 	// checkpoint: all are in.
 	mu.Lock()
@@ -164,9 +156,7 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 	if n := publisher.BatchesSent(p2); n != 1 {
 		t.Fatalf("%d pages went as one batch, want the one full page, 111..210", n)
 	}
-	if last := e.checkStream(t); last != 300 {
-		t.Fatalf("stream last %d, want 300", last)
-	}
+	e.wantStreamLast(t, 300)
 }
 
 // TestSlowBatchWithinAckTimeoutOfEachAnswer_I3: a batch whose answers
@@ -201,16 +191,12 @@ func TestSlowBatchWithinAckTimeoutOfEachAnswer_I3(t *testing.T) {
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}, AckTimeout: step * 9 / 5,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	stop := run(t, p, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 1500", 60*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1500 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 1500, 60*time.Second)
+	stopped(t, stop)
 	if n := publisher.BatchesSent(p); n != 1 {
 		t.Fatalf("%d pages went as one batch, want the page of 1500 (abandoned while it progressed?); the publisher's log:\n%s", n, logs.String())
 	}
-	if last := e.checkStream(t); last != 1500 {
-		t.Fatalf("stream last %d, want 1500", last)
-	}
+	e.wantStreamLast(t, 1500)
 }
 
 // TestRefusalStopsTheBatch_I2: a message of a batch the server refuses
@@ -287,10 +273,8 @@ func TestRefusalStopsTheBatch_I2(t *testing.T) {
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: js, BatchSize: 600, Window: 8,
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 	stop := run(t, p, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 600", 60*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 600 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 600, 60*time.Second)
+	stopped(t, stop)
 	if !told.Load() {
 		t.Fatalf("the publisher never read a refusal of message %d of its batch (%d messages after it sent): the test refused nothing", refused, sentAfter.Load())
 	}
@@ -299,7 +283,5 @@ func TestRefusalStopsTheBatch_I2(t *testing.T) {
 			refused, n, sentAfter.Load())
 	}
 	t.Logf("%d messages of the batch after the refused one, %d of them after the refusal reached the publisher", sentAfter.Load(), late.Load())
-	if last := e.checkStream(t); last != 600 {
-		t.Fatalf("stream last %d, want 600", last)
-	}
+	e.wantStreamLast(t, 600)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -205,10 +206,7 @@ func TestPutBackWaitsForAController(t *testing.T) {
 	putBacks := 0
 	warned := ""
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		info, err := s.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		info := natstest.Info(t, s)
 		if info.Config.MaxMsgs == 10 {
 			if w := p.Status().Warning; strings.Contains(w, "keeps changing it") {
 				warned = w

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -39,23 +40,9 @@ type fastIngestEnv struct {
 
 func newFastIngestEnv(tb testing.TB) *fastIngestEnv {
 	tb.Helper()
-	ns, err := natsembed.New(natsembed.Config{Port: -1, StoreDir: tb.TempDir(), MaxMemory: 2 << 30})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := ns.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(ns.Stop)
-	nc, err := ns.Connect("fastingest")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	ns := natstest.Server(tb, natsembed.Config{MaxMemory: 2 << 30})
+	nc := natstest.Orisun(tb, ns, "fastingest")
+	js := natstest.JetStream(tb, nc)
 	cfg := stream.Config("b", "0190f7a2-0000-7000-8000-0000000000e0", stream.Limits{MaxBytes: 1 << 30, Batched: true}, 1)
 	s, err := js.CreateStream(context.Background(), cfg)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/lease"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
@@ -41,11 +42,7 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	store, err := sqlite.Open(ctx, sqlite.Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.SQLite(t, sqlite.Config{Dir: dir})
 	ns := natstest.Server(t, natsembed.Config{})
 	nc := natstest.Orisun(t, ns, "test")
 	js := natstest.JetStream(t, nc)
@@ -108,6 +105,15 @@ func run(t testing.TB, p *publisher.Publisher, l backend.Lease) (stop func() err
 	return stop
 }
 
+// stopped stops a run (run's stop) and fails the test if the run ended
+// with an error.
+func stopped(t testing.TB, stop func() error) {
+	t.Helper()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // publisher returns a publisher without Nats-Msg-Id, so that the server's
 // de-duplication cannot mask a misplaced message: only the expected last
 // sequence keeps the stream in order.
@@ -116,6 +122,21 @@ func (e *env) publisher(js jetstream.JetStream, wake chan struct{}) *publisher.P
 		Boundary: "b", Store: e.store, JS: js, BatchSize: 50, Window: 8,
 		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true},
 	})
+}
+
+// waitCheckpoint waits up to timeout for b's checkpoint to be at want.
+func (e *env) waitCheckpoint(t testing.TB, want uint64, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("the checkpoint at %d", want), timeout, 10*time.Millisecond, func() bool { return e.checkpoint() == want })
+}
+
+// wantStreamLast checks b's stream (checkStream) and that its last
+// sequence is want.
+func (e *env) wantStreamLast(t testing.TB, want uint64) {
+	t.Helper()
+	if last := e.checkStream(t); last != want {
+		t.Fatalf("stream last %d, want %d", last, want)
+	}
 }
 
 // checkStream asserts sequence = position = the store's event (I2) for the
@@ -222,7 +243,7 @@ func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 100, Window: 8,
 		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true}})
 	stop := run(t, p, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 1000", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1000 })
+	e.waitCheckpoint(t, 1000, 30*time.Second)
 	if n := publisher.BatchesSent(p); n != 10 {
 		t.Fatalf("%d pages went as one batch, want the 10 full pages of 100", n)
 	}
@@ -233,16 +254,12 @@ func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
 		default:
 		}
 	}
-	testutil.Eventually(t, "the checkpoint at 1015", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1015 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 1015, 30*time.Second)
+	stopped(t, stop)
 	if n := publisher.BatchesSent(p); n != 10 {
 		t.Fatalf("%d pages went as one batch after the live appends, want 10: short pages go one message at a time", n)
 	}
-	if last := e.checkStream(t); last != 1015 {
-		t.Fatalf("stream last %d, want 1015", last)
-	}
+	e.wantStreamLast(t, 1015)
 }
 
 // TestBacklogWithoutBatchesWhereNotAllowed_I2: a stream without
@@ -261,16 +278,12 @@ func TestBacklogWithoutBatchesWhereNotAllowed_I2(t *testing.T) {
 			p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 100, Window: 8,
 				PollInterval: 20 * time.Millisecond, Limits: c.lim, MsgID: c.msgID})
 			stop := run(t, p, e.lease(t))
-			testutil.Eventually(t, "the checkpoint at 300", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 300 })
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
+			e.waitCheckpoint(t, 300, 30*time.Second)
+			stopped(t, stop)
 			if n := publisher.BatchesSent(p); n != 0 {
 				t.Fatalf("%d pages went as one batch, want none", n)
 			}
-			if last := e.checkStream(t); last != 300 {
-				t.Fatalf("stream last %d, want 300", last)
-			}
+			e.wantStreamLast(t, 300)
 		})
 	}
 }
@@ -293,9 +306,7 @@ func TestStopDuringBatchesCheckpointsWhatIsStored_I3(t *testing.T) {
 		}})
 	stop := run(t, p, e.lease(t))
 	<-acked
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	last := e.checkStream(t)
 	if cp := e.checkpoint(); cp != last || last == 0 || last%500 != 0 {
 		t.Fatalf("stopped mid-backlog: checkpoint %d, stream last %d; want them equal, at the end of a batch of 500", cp, last)
@@ -303,13 +314,9 @@ func TestStopDuringBatchesCheckpointsWhatIsStored_I3(t *testing.T) {
 	p2 := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 500, Window: 8,
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 	stop2 := run(t, p2, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 5000", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 5000 })
-	if err := stop2(); err != nil {
-		t.Fatal(err)
-	}
-	if last := e.checkStream(t); last != 5000 {
-		t.Fatalf("stream last %d, want 5000", last)
-	}
+	e.waitCheckpoint(t, 5000, 30*time.Second)
+	stopped(t, stop2)
+	e.wantStreamLast(t, 5000)
 }
 
 // TestForeignMessageDuringBatchNeverSkips_I2_I4: a message published into
@@ -349,16 +356,12 @@ func TestForeignMessageDuringBatchNeverSkips_I2_I4(t *testing.T) {
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 5000, Window: 8,
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 	stop := run(t, p, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 10000", 60*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 10000 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 10000, 60*time.Second)
+	stopped(t, stop)
 	if fs := foreign.Load(); fs <= 5100 || fs >= 10000 {
 		t.Fatalf("the foreign message took sequence %d, not one inside the batch 5001..10000: the test did not refuse a batch midway", fs)
 	}
-	if last := e.checkStream(t); last != 10000 {
-		t.Fatalf("stream last %d, want 10000", last)
-	}
+	e.wantStreamLast(t, 10000)
 	t.Logf("foreign message at sequence %d, inside the batch 5001..10000", foreign.Load())
 }
 
@@ -402,9 +405,7 @@ func streamAheadOfStoreStalls(t *testing.T, drift func(*jetstream.StreamConfig))
 		st := p.Status()
 		return st.State == status.StateStalled && strings.Contains(st.Reason, "went back in time")
 	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint moved to %d", cp)
 	}
@@ -425,11 +426,9 @@ func TestStreamOfOtherEpochIsRecreated_I2(t *testing.T) {
 	}
 	e.append(t, 10)
 	stop := run(t, e.publisher(e.js, nil), e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 10", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 10 })
+	e.waitCheckpoint(t, 10, 10*time.Second)
 	stop()
-	if last := e.checkStream(t); last != 10 {
-		t.Fatalf("stream last %d, want 10", last)
-	}
+	e.wantStreamLast(t, 10)
 	s, _ := e.js.Stream(ctx, stream.Name("b"))
 	b, _ := e.store.Boundary(ctx, "b")
 	if got := stream.Epoch(&s.CachedInfo().Config); got != b.Epoch {
@@ -448,9 +447,7 @@ func TestCleanStopCheckpoints_I3(t *testing.T) {
 	}
 	stop := run(t, e.publisher(e.js, nil), e.lease(t))
 	testutil.Eventually(t, "publishing under way", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() >= 1000 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	cp := e.checkpoint()
 	s, _ := e.js.Stream(ctx, stream.Name("b"))
 	last := s.CachedInfo().State.LastSeq
@@ -475,7 +472,7 @@ func foreignMessage(t *testing.T, lim stream.Limits, after int) (*env, *publishe
 		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: lim})
 	run(t, p, e.lease(t))
 	e.append(t, 3)
-	testutil.Eventually(t, "the checkpoint at 3", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 3 })
+	e.waitCheckpoint(t, 3, 10*time.Second)
 	if _, err := e.js.Publish(ctx, stream.Subject("b", "intruder"), []byte("hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -497,9 +494,7 @@ func TestForeignMessageNeverSkips_I2_I4(t *testing.T) {
 	if first := s.CachedInfo().Config.FirstSeq; first != 4 {
 		t.Fatalf("stream recreated with first sequence %d, want 4 (checkpoint 3 + 1)", first)
 	}
-	if last := e.checkStream(t); last != 23 {
-		t.Fatalf("stream last %d, want 23", last)
-	}
+	e.wantStreamLast(t, 23)
 }
 
 // TestForeignMessageEvictedNeverSkips_I2_I4: the same, with the foreign
@@ -833,16 +828,12 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 		default:
 		}
 	}
-	testutil.Eventually(t, "the checkpoint at 2000", 30*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 2000 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 2000, 30*time.Second)
+	stopped(t, stop)
 	if n := acks.Load(); n < 20 {
 		t.Fatalf("%d batches acknowledged, want at least 20 (2000 events in batches of at most 50)", n)
 	}
-	if last := e.checkStream(t); last != 2000 {
-		t.Fatalf("stream last %d, want 2000", last)
-	}
+	e.wantStreamLast(t, 2000)
 }
 
 // TestWideWindowRefusalNeverSkips_I2_I3_I4: a foreign message lands in the
@@ -872,10 +863,8 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 		})
 	})
 	stop := run(t, p, e.lease(t))
-	testutil.Eventually(t, "the checkpoint at 1000", 60*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 1000 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	e.waitCheckpoint(t, 1000, 60*time.Second)
+	stopped(t, stop)
 	fs := foreignSeq.Load()
 	if fs == 0 {
 		t.Fatal("the foreign message was not published")
@@ -889,9 +878,7 @@ func TestWideWindowRefusalNeverSkips_I2_I3_I4(t *testing.T) {
 		t.Fatalf("the foreign message took sequence %d, but the stream was recreated from %d: positions %d..%d were skipped (I4)",
 			fs, first, fs, first-1)
 	}
-	if last := e.checkStream(t); last != 1000 {
-		t.Fatalf("stream last %d, want 1000", last)
-	}
+	e.wantStreamLast(t, 1000)
 	t.Logf("foreign message at sequence %d, stream now %d..1000", fs, first)
 }
 
@@ -948,9 +935,7 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	}
 	wake <- struct{}{}
 	testutil.Eventually(t, "the 3 events published after the wake-up", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 5 })
-	if last := e.checkStream(t); last != 5 {
-		t.Fatalf("stream last %d, want 5", last)
-	}
+	e.wantStreamLast(t, 5)
 	testutil.Eventually(t, "the publisher idle at 5, not behind", 10*time.Second, 10*time.Millisecond, func() bool {
 		return !p.Behind(e.head(t)) && p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: h.Boundary.Epoch, Head: 6}})
 	})
@@ -1105,9 +1090,7 @@ func TestVerifyNeedsNoConsumerSlot_I2_I4(t *testing.T) {
 		s, err := e.js.Stream(ctx, stream.Name("b"))
 		return err == nil && s.CachedInfo().State.LastSeq == 30
 	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint %d, want 0 (the writes were dropped)", cp)
 	}
@@ -1137,9 +1120,7 @@ func TestVerifyNeedsNoConsumerSlot_I2_I4(t *testing.T) {
 	stop = run(t, e.publisher(e.js, nil), e.lease(t))
 	testutil.Eventually(t, "the checkpoint at 40, the stream verified without a consumer", 30*time.Second, 20*time.Millisecond,
 		func() bool { return e.checkpoint() == 40 })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped(t, stop)
 	e.checkStream(t)
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 	"github.com/orisun-io/orisun/natsembed"
 )
 
@@ -225,16 +226,8 @@ func wired(t *testing.T, s *natsembed.Server, name string, w *wire) (*nats.Conn,
 		})
 		return nil
 	}
-	nc, err := s.Connect(name, interpose, nats.MaxReconnects(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	nc := natstest.Orisun(t, s, name, interpose, nats.MaxReconnects(0))
+	return nc, natstest.JetStream(t, nc)
 }
 
 // connProvider is a nats.InProcessConnProvider of a function.

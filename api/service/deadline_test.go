@@ -10,6 +10,7 @@ import (
 	"github.com/orisun-io/orisun/api/service"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/serviceutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // hangingBackend answers the boundary list only when the request's context
@@ -33,11 +34,7 @@ func TestRequestTimeoutIsOwnDeadline(t *testing.T) {
 	be := hangingBackend{own: make(chan bool, 1)}
 	ns := serve(t, "deadline-api", be, service.Config{RequestTimeout: 50 * time.Millisecond})
 	// An application's connection: its inbox is an ordinary one.
-	client, err := nats.Connect(ns.ClientURL(), nats.Name("deadline-client"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
+	client := natstest.Connect(t, ns.ClientURL(), nats.Name("deadline-client"))
 	if _, err := client.Request("orisun.api.boundaries", nil, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,6 @@ func serve(t *testing.T, name string, be service.Backend, cfg service.Config) *n
 // goClient is a Go client of ns, closed when the test ends.
 func goClient(t *testing.T, ns *natsembed.Server) *client.Client {
 	t.Helper()
-	c, err := client.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := natstest.Client(t, ns.ClientURL())
 	return c
 }

@@ -42,11 +42,7 @@ func TestRequestGoroutinesKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := nats.Connect(ns.ClientURL(), nats.Name("worker-client"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := natstest.Connect(t, ns.ClientURL(), nats.Name("worker-client"))
 	seen := map[string]bool{}
 	for range 50 {
 		if _, err := client.Request("orisun.api.boundaries", nil, 5*time.Second); err != nil {

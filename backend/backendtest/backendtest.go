@@ -1,7 +1,8 @@
 // Package backendtest is the conformance suite of the store seam: every
 // promise of package backend (and of docs/design.md §2–§4, §9) as a test that a
-// backend runs against its real database with Run, RunQueue (the append
-// queue, with a group held in flight) and NoGoroutineLeak; BenchAppend,
+// backend runs against its real database with RunAll (Run in several
+// group settings, and RunQueue: the append queue, with a group held in
+// flight) and NoGoroutineLeak; BenchAppend,
 // BenchParallel and BenchReadPages are the benchmarks both backends report,
 // and Create, Prepared, AppendAsync, ReadAll, CheckDense and WantStored
 // serve a backend's own tests.
@@ -83,6 +84,58 @@ func Run(t *testing.T, open func(t *testing.T) backend.Store, f Features) {
 	t.Run("Heads", func(t *testing.T) { t.Parallel(); testHeads(t, open) })
 	t.Run("Closed", func(t *testing.T) { t.Parallel(); testClosed(t, open) })
 	t.Run("BadRows", func(t *testing.T) { t.Parallel(); testBadRows(t, open, f.Edit) })
+}
+
+// Groups are the group commit settings a store of RunAll is opened with.
+type Groups struct {
+	// Delay is how long a group waits for requests to join it (0: the
+	// backend's default).
+	Delay time.Duration
+	// MaxEvents bounds the events of a group (0: the backend's default,
+	// which must be 60 or more).
+	MaxEvents int
+}
+
+// The group settings RunAll runs Run with besides the defaults: groups
+// that wait for requests to join them, and groups of at most 3 events
+// (requests carried over from one group to the next all the time).
+var (
+	GroupDelay  = Groups{Delay: 200 * time.Microsecond}
+	SmallGroups = Groups{MaxEvents: 3}
+)
+
+// RunAll runs the suite as every backend runs it: Run with stores of the
+// defaults, of GroupDelay and of SmallGroups, then RunQueue. open returns
+// a new, empty store with g (as Run's open and Queue.Open: it closes the
+// store at the end of the test); reopen is Queue.Reopen.
+func RunAll(t *testing.T, open func(tb testing.TB, g Groups) backend.Store, reopen func(t *testing.T, s backend.Store) backend.Store, f Features) {
+	t.Helper()
+	for _, c := range []struct {
+		name string
+		g    Groups
+	}{{"Defaults", Groups{}}, {"GroupDelay", GroupDelay}, {"SmallGroups", SmallGroups}} {
+		t.Run(c.name, func(t *testing.T) {
+			Run(t, func(t *testing.T) backend.Store { return open(t, c.g) }, f)
+		})
+	}
+	t.Run("Queue", func(t *testing.T) {
+		RunQueue(t, Queue{
+			Open: func(t *testing.T, groupMaxEvents int) backend.Store {
+				return open(t, Groups{MaxEvents: groupMaxEvents})
+			},
+			Reopen: reopen,
+		}, f)
+	})
+}
+
+// Closed closes s when the test ends, failing the test if Close fails:
+// for a backend's setup of the stores it gives the suite.
+func Closed(t testing.TB, s backend.Store) {
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 }
 
 // setup opens a store and creates the named boundaries.

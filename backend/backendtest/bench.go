@@ -19,20 +19,21 @@ import (
 // its own entity under "nothing new about my entity since my last append",
 // the shape of a decision, so every condition holds and is checked), and
 // 100-event batches from one caller; all of it with group commit on and
-// off. open returns a new store; grouped false must turn group commit off
-// (one request per transaction). b.N is events in every case, reported as
-// events/s. Reporting only: nothing here asserts on time.
-func BenchAppend(b *testing.B, open func(b *testing.B, grouped bool) backend.Store) {
+// off. open returns a new store with g: GroupDelay for group commit on,
+// groups of one request (one request per transaction) for off. b.N is
+// events in every case, reported as events/s. Reporting only: nothing here
+// asserts on time.
+func BenchAppend(b *testing.B, open func(tb testing.TB, g Groups) backend.Store) {
 	for _, grouped := range []bool{true, false} {
-		group := "group=on"
+		group, g := "group=on", GroupDelay
 		if !grouped {
-			group = "group=off"
+			group, g = "group=off", Groups{MaxEvents: 1}
 		}
 		for _, cond := range []bool{false, true} {
 			for _, callers := range []int{1, 16, 64, 256} {
 				name := group + "/single/cond=" + strconv.FormatBool(cond) + "/callers=" + strconv.Itoa(callers)
 				b.Run(name, func(b *testing.B) {
-					s := open(b, grouped)
+					s := open(b, g)
 					benchBoundary(b, s)
 					var next atomic.Int64
 					var wg sync.WaitGroup
@@ -64,7 +65,7 @@ func BenchAppend(b *testing.B, open func(b *testing.B, grouped bool) backend.Sto
 			}
 		}
 		b.Run(group+"/batch100", func(b *testing.B) {
-			s := open(b, grouped)
+			s := open(b, g)
 			benchBoundary(b, s)
 			b.ResetTimer()
 			for i := 0; i < b.N; i += 100 {

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
 )
@@ -151,12 +150,7 @@ func benchSingle(b *testing.B, cfg Config, callers int, perRequest bool) {
 // with and without a condition, 100-event batches; group commit on and
 // off). Compare with BenchmarkAppend/raw_insert_8_conns in the same run.
 func BenchmarkAppendMatrix(b *testing.B) {
-	backendtest.BenchAppend(b, func(b *testing.B, grouped bool) backend.Store {
-		if grouped {
-			return setup(b, Config{GroupDelay: 200 * time.Microsecond})
-		}
-		return setup(b, Config{GroupMaxEvents: 1})
-	})
+	backendtest.BenchAppend(b, openGroups)
 }
 
 // BenchmarkAppendLarge: one large append with many tags, the size the

@@ -15,6 +15,7 @@ import (
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // sqlEnqueue calls orisun_enqueue in tx.
@@ -26,25 +27,27 @@ func sqlEnqueue(ctx context.Context, tx pgx.Tx, boundary, events string) (int, e
 
 // enqueueSetup is outboxSetup with boundary b's lease taken by "mover",
 // which moves its staged events.
-func enqueueSetup(t testing.TB) (*Store, string, backend.Lease) {
+func enqueueSetup(t testing.TB) (*Store, string, *pgx.Conn, backend.Lease) {
 	t.Helper()
-	s, url := outboxSetup(t)
+	s, url, conn := outboxSetup(t)
+	return s, url, conn, moverLease(t, s)
+}
+
+// moverLease takes boundary b's lease as "mover".
+func moverLease(t testing.TB, s *Store) backend.Lease {
+	t.Helper()
 	l, err := s.AcquireLease(context.Background(), "b", "mover", nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, url, l
+	return l
 }
 
 // enqueueCommitted enqueues events in a transaction of its own on conn.
 func enqueueCommitted(t *testing.T, conn *pgx.Conn, boundary, events string) int {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := pgtest.Begin(t, conn)
 	n, err := sqlEnqueue(ctx, tx, boundary, events)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +112,7 @@ func typeEvents(typ string, n int) string {
 // head row taken, as orisun_append does, the second enqueue would wait.
 func TestEnqueueHoldsNoBoundary(t *testing.T) {
 	t.Parallel()
-	s, url, _ := enqueueSetup(t)
+	s, url, _, _ := enqueueSetup(t)
 	ctx := context.Background()
 	var txs []pgx.Tx
 	for i := range 2 {
@@ -155,9 +158,8 @@ func TestEnqueueHoldsNoBoundary(t *testing.T) {
 // nothing and the staging table is empty.
 func TestEnqueueCommitRollbackMove_I1(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	if _, err := s.Append(ctx, "b", prepared(t, 2), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -240,9 +242,8 @@ func TestEnqueueCommitRollbackMove_I1(t *testing.T) {
 // field, and nothing staged.
 func TestEnqueueInvalidInput(t *testing.T) {
 	t.Parallel()
-	_, url, _ := enqueueSetup(t)
+	_, _, conn, _ := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	for _, c := range invalidAppends() {
 		if c.cond != nil {
 			continue // orisun_enqueue takes no condition
@@ -282,9 +283,8 @@ func TestEnqueueInvalidInput(t *testing.T) {
 // while the enqueue waits for it.
 func TestEnqueueIdempotentByID(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	const id1, id2 = "0190f7a2-0000-7000-8000-0000000000a1", "0190f7a2-0000-7000-8000-0000000000a2"
 	ev := func(id string, data int) string { return fmt.Sprintf(`{"id":%q,"type":"a","data":%d}`, id, data) }
 	if n := enqueueCommitted(t, conn, "b", "["+ev(id1, 1)+"]"); n != 1 {
@@ -317,11 +317,7 @@ func TestEnqueueIdempotentByID(t *testing.T) {
 
 	// A transaction stages id2 and stays open; another enqueues id2 with
 	// other content: it waits, and is refused once the first commits.
-	tx1, err := pgtest.Connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx1.Rollback(ctx) }()
+	tx1 := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := sqlEnqueue(ctx, tx1, "b", "["+ev(id2, 5)+"]"); err != nil {
 		t.Fatal(err)
 	}
@@ -365,9 +361,8 @@ func TestEnqueueIdempotentByID(t *testing.T) {
 // content is dropped as a retry.
 func TestMoveSetsAsideConflicts(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	in := prepared(t, 2)
 	enqueueCommitted(t, conn, "b", fmt.Sprintf(`[{"id":%q,"type":"a","data":"staged"}]`, in[0].ID))
 	enqueueCommitted(t, conn, "b", fmt.Sprintf(`[{"id":%q,"type":%q,"data":%s}]`, in[1].ID, in[1].Type, in[1].Data))
@@ -398,9 +393,8 @@ func TestMoveSetsAsideConflicts(t *testing.T) {
 // the events stay staged for the new holder.
 func TestMoveFencedByLease(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	old, err := s.AcquireLease(ctx, "b", "old", nil, 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -429,13 +423,9 @@ func TestMoveFencedByLease(t *testing.T) {
 // order the transactions began).
 func TestMoveSkipsOpenTransactions(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	ctx := context.Background()
-	tx, err := pgtest.Connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := sqlEnqueue(ctx, tx, "b", typeEvents("early", 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -463,9 +453,8 @@ func TestMoveSkipsOpenTransactions(t *testing.T) {
 // more may wait; the events of a call stay consecutive and in order.
 func TestMoveBatchesWholeCalls(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	for _, n := range []int{3, 3, 10, 2, 3, 1} {
 		enqueueCommitted(t, conn, "b", typeEvents(fmt.Sprintf("call%d", n), n))
 	}
@@ -507,7 +496,7 @@ func TestMoveBatchesWholeCalls(t *testing.T) {
 // nothing of a rolled-back transaction, and nothing staged.
 func TestEnqueueConcurrentWithAppends_I1(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	ctx := context.Background()
 	const writers, rounds = 32, 5
 	var wg sync.WaitGroup
@@ -612,8 +601,7 @@ func BenchmarkOutboxEnqueue(b *testing.B) {
 	for _, n := range []int{1, 64} {
 		events := benchEvents(n)
 		b.Run(fmt.Sprintf("enqueue/events=%d", n), func(b *testing.B) {
-			_, url, _ := enqueueSetup(b)
-			conn := pgtest.Connect(b, url)
+			_, _, conn, _ := enqueueSetup(b)
 			ctx := context.Background()
 			for b.Loop() {
 				tx, err := conn.Begin(ctx)
@@ -630,8 +618,7 @@ func BenchmarkOutboxEnqueue(b *testing.B) {
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
 		})
 		b.Run(fmt.Sprintf("move/events=%d", n), func(b *testing.B) {
-			s, url, l := enqueueSetup(b)
-			conn := pgtest.Connect(b, url)
+			s, _, conn, l := enqueueSetup(b)
 			ctx := context.Background()
 			// Each round stages 1,000 events (or the nearest whole calls)
 			// untimed, then times their move.
@@ -671,14 +658,10 @@ func BenchmarkOutboxEnqueue(b *testing.B) {
 // the renewal would wait for the application's transaction.
 func TestMoveWaitingForHeadRowHoldsNoLease(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	ctx := context.Background()
 	enqueueCommitted(t, pgtest.Connect(t, url), "b", typeEvents("staged", 2))
-	tx, err := pgtest.Connect(t, url).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	tx := pgtest.Begin(t, pgtest.Connect(t, url))
 	if _, err := sqlAppend(ctx, tx, "b", typeEvents("held", 1), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -699,16 +682,7 @@ func TestMoveWaitingForHeadRowHoldsNoLease(t *testing.T) {
 	if err := s.SaveCheckpoint(rctx, "b", l, 0); err != nil {
 		t.Fatalf("checkpoint write while a move waits for the head row: %v", err)
 	}
-	select {
-	case err := <-moved:
-		t.Fatalf("the move returned while the head row was held: %v", err)
-	default:
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-moved; err != nil {
-		t.Fatal(err)
-	}
+	testutil.NotYet(t, moved, "the move returned while the head row was held")
+	testutil.Release(t, moved, func() error { return tx.Commit(ctx) })
 	checkDense(t, readAll(t, s, "b"))
 }

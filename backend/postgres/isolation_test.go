@@ -28,7 +28,7 @@ func TestOutboxRepeatableReadAndSerializable_I1(t *testing.T) {
 	for _, iso := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		t.Run(string(iso), func(t *testing.T) {
 			t.Parallel()
-			s, url, l := enqueueSetup(t)
+			s, url, _, l := enqueueSetup(t)
 			ctx := context.Background()
 			const workers, rounds = 8, 6
 			var failures [2]atomic.Int64 // 40001s of orisun_append, of orisun_enqueue

@@ -27,24 +27,11 @@ import (
 // row behind, to be moved later at a position after the second call.
 func TestMoveHeldBackByRowLock_I1(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	enqueueCommitted(t, conn, "b", typeEvents("first", 2))
 	enqueueCommitted(t, conn, "b", typeEvents("second", 2))
-	locker := pgtest.Connect(t, url)
-	var pid int
-	if err := locker.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM orisun_staged WHERE type = 'first' AND data::text = '1' FOR KEY SHARE`); err != nil {
-		t.Fatal(err)
-	}
+	tx, pid := pgtest.Lock(t, url, `SELECT 1 FROM orisun_staged WHERE type = 'first' AND data::text = '1' FOR KEY SHARE`)
 	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	r, err := s.MoveStaged(mctx, l, 100)
@@ -82,9 +69,8 @@ func TestMoveHeldBackByRowLock_I1(t *testing.T) {
 // publisher could not publish; the events behind it move.
 func TestMoveSetsAsideEventsOverTheCurrentLimit(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	enqueueCommitted(t, conn, "b", `[{"type":"big","data":"`+strings.Repeat("x", 3000)+`"},{"type":"small","data":1}]`)
 	enqueueCommitted(t, conn, "b", typeEvents("behind", 1))
 	if _, err := conn.Exec(ctx, `UPDATE orisun_append_limits SET max_event_bytes = 2000`); err != nil {
@@ -182,9 +168,8 @@ func TestMoveBoundOnTheServer(t *testing.T) {
 // the snapshot (40001) and the status saw a holder at every scan.
 func TestMoveEmptyLocksNothing(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	row := func() string {
 		var v string
 		if err := conn.QueryRow(ctx, `SELECT ctid::text || ' ' || xmin::text || ' ' || xmax::text FROM orisun_boundaries WHERE name = 'b'`).Scan(&v); err != nil {
@@ -226,7 +211,7 @@ func TestMoveEmptyLocksNothing(t *testing.T) {
 // says "held since" only for one holder seen at two probes).
 func TestHeadHolderNamesTheTransaction(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, url, _ := outboxSetup(t)
 	ctx := context.Background()
 	holder := func() string {
 		h, err := s.HeadHolder(ctx, "b")
@@ -276,9 +261,8 @@ func TestHeadHolderNamesTheTransaction(t *testing.T) {
 // consecutive, with the call behind it in the next move.
 func TestMoveBatchFloorIsMaxAppendEvents(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	if _, err := conn.Exec(ctx, `UPDATE orisun_append_limits SET max_append_events = 10`); err != nil {
 		t.Fatal(err)
 	}
@@ -382,22 +366,10 @@ func TestMoveHeldBackByPreparedTransaction(t *testing.T) {
 	}
 }
 
-// moverSetup opens a store with cfg, creates boundary "b", records the
-// limits and takes b's lease as "mover": enqueueSetup for a store of the
-// test's own configuration or server.
+// moverSetup is enqueueSetup for a store of the test's own configuration
+// or server: outboxStore with cfg, and b's lease taken by "mover".
 func moverSetup(t *testing.T, cfg Config) (*Store, backend.Lease) {
 	t.Helper()
-	s := setup(t, cfg)
-	ctx := context.Background()
-	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RecordAppendLimits(ctx, outboxLimits, "test"); err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.AcquireLease(ctx, "b", "mover", nil, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, l
+	s := outboxStore(t, cfg)
+	return s, moverLease(t, s)
 }

@@ -24,7 +24,7 @@ import (
 // committed staged event waiting.
 func TestEnqueueSerializableEnqueuersBothCommit(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	ctx := context.Background()
 	c1, c2 := pgtest.Connect(t, url), pgtest.Connect(t, url)
 	listener := pgtest.Connect(t, url)
@@ -107,17 +107,7 @@ func TestOutboxTwoPhaseCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := strings.Replace(srv.URL, "/postgres?", "/twophase?", 1)
-	s := setup(t, Config{URL: url})
-	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RecordAppendLimits(ctx, outboxLimits, "test"); err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.AcquireLease(ctx, "b", "mover", nil, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, l := moverSetup(t, Config{URL: url})
 	conn := pgtest.Connect(t, url)
 	exec := func(q string) error {
 		_, err := conn.Exec(ctx, q)
@@ -170,9 +160,8 @@ func TestOutboxTwoPhaseCommit(t *testing.T) {
 // setting is back after the commit.
 func TestOutboxSynchronousCommitOff(t *testing.T) {
 	t.Parallel()
-	_, url := outboxSetup(t)
+	_, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	show := func(q pgx.Tx) string {
 		t.Helper()
 		var v string
@@ -212,9 +201,8 @@ func TestOutboxSynchronousCommitOff(t *testing.T) {
 // (a refusal is class OR) and idempotency as the json ones.
 func TestOutboxTypedArguments(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, _, conn, l := enqueueSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	const id = "0190f7a2-0000-7000-8000-0000000000a1"
 	event := `[{"id":"` + id + `","type":"typed","data":{"b":1,"a":[1, 2]}}]`
 	for _, typ := range []string{"text", "varchar", "jsonb"} {
@@ -283,7 +271,7 @@ func TestOutboxTypedArguments(t *testing.T) {
 // moves it once, after the first.
 func TestEnqueueSomeIdsInTheLog(t *testing.T) {
 	t.Parallel()
-	s, url, l := enqueueSetup(t)
+	s, url, _, l := enqueueSetup(t)
 	conn := pgtest.Connect(t, url)
 	const old = `{"id":"0190f7a2-0000-7000-8000-0000000000b1","type":"old","data":{"n":1},"tags":["x"]}`
 	const fresh = `{"id":"0190f7a2-0000-7000-8000-0000000000b2","type":"fresh","data":{"n":2}}`

@@ -24,11 +24,20 @@ import (
 var outboxLimits = event.Limits{MaxAppendEvents: 10_000, MaxAppendBytes: 32 << 20, MaxEventBytes: 1 << 20, EncodedSize: stream.EncodedSize}
 
 // outboxSetup opens a store on a fresh database with boundary "b" and the
-// limits recorded, and returns it with the database's URL.
-func outboxSetup(t testing.TB) (*Store, string) {
+// limits recorded, and returns it with the database's URL and a
+// connection of the test's own to it (an application's), closed with the
+// test.
+func outboxSetup(t testing.TB) (*Store, string, *pgx.Conn) {
 	t.Helper()
 	url := pgtest.URL(t)
-	s := setup(t, Config{URL: url})
+	return outboxStore(t, Config{URL: url}), url, pgtest.Connect(t, url)
+}
+
+// outboxStore opens a store with cfg (setup) with boundary "b" and the
+// limits recorded.
+func outboxStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s := setup(t, cfg)
 	ctx := context.Background()
 	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
@@ -36,7 +45,7 @@ func outboxSetup(t testing.TB) (*Store, string) {
 	if err := s.RecordAppendLimits(ctx, outboxLimits, "test"); err != nil {
 		t.Fatal(err)
 	}
-	return s, url
+	return s
 }
 
 // sqlAppend calls orisun_append in tx.
@@ -90,7 +99,7 @@ func checkDense(t *testing.T, evs []event.Event) {
 // for events with every kind of byte its JSON encoding escapes.
 func TestOutboxEncodedSizeMatchesStream(t *testing.T) {
 	t.Parallel()
-	_, url := outboxSetup(t)
+	_, url, _ := outboxSetup(t)
 	conn := pgtest.Connect(t, url)
 	cases := []event.Input{
 		{ID: "0190f7a2-0000-7000-8000-000000000001", Type: "a", Data: json.RawMessage(`1`)},
@@ -125,9 +134,8 @@ func TestOutboxEncodedSizeMatchesStream(t *testing.T) {
 // failed after the append leave nothing, and their positions are reused.
 func TestOutboxCommitRollback_I1(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	if _, err := conn.Exec(ctx, `CREATE TABLE orders (id int PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -246,9 +254,8 @@ func TestOutboxCommitRollback_I1(t *testing.T) {
 // content is a conflict (SQLSTATE ORCFL) naming the position.
 func TestOutboxIdempotentByID(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	const id1, id2 = "0190f7a2-0000-7000-8000-000000000001", "0190f7a2-0000-7000-8000-000000000002"
 	evs := `[{"id":"` + id1 + `","type":"a","data":{"x": 1, "s": "a b"},"tags":["t"]},{"id":"` + id2 + `","type":"a","data":[1, 2],"metadata":{"m": 1}}]`
 	appendTx := func(events string) (event.AppendResult, error) {
@@ -323,9 +330,8 @@ func TestOutboxIdempotentByID(t *testing.T) {
 // one that matches nothing appends.
 func TestOutboxConditionFails(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	in, _ := event.Prepare("b", []event.Input{
 		{Type: "seat.booked", Data: json.RawMessage(`{"seat":1}`), Tags: []string{"seat:1"}},
 		{Type: "seat.booked", Data: json.RawMessage(`{"seat":2}`), Tags: []string{"seat:2", "row:a"}},
@@ -390,9 +396,8 @@ func TestOutboxConditionFails(t *testing.T) {
 // and the limit in the API's words, and nothing written.
 func TestOutboxInvalidInput(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	for _, c := range invalidAppends() {
 		t.Run(c.name, func(t *testing.T) {
 			tx, err := conn.Begin(ctx)
@@ -492,9 +497,8 @@ func TestOutboxLimits(t *testing.T) {
 // is stored once, nothing of a rolled-back transaction is.
 func TestOutboxConcurrentWithGoAppends_I1(t *testing.T) {
 	t.Parallel()
-	s, url := outboxSetup(t)
+	s, url, setupConn := outboxSetup(t)
 	ctx := context.Background()
-	setupConn := pgtest.Connect(t, url)
 	if _, err := setupConn.Exec(ctx, `CREATE TABLE app (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
@@ -665,9 +669,8 @@ func BenchmarkOutboxAppend(b *testing.B) {
 // says (the same validation, orisun_prepare_events).
 func TestOutboxValidatesAsTheAPI(t *testing.T) {
 	t.Parallel()
-	_, url := outboxSetup(t)
+	_, _, conn := outboxSetup(t)
 	ctx := context.Background()
-	conn := pgtest.Connect(t, url)
 	// Each field: its valid forms, then its invalid ones; a field is
 	// valid nine times in ten, so that every outcome is common.
 	// rare, when set, is a form picked once in 30 (a lone surrogate, which

@@ -35,40 +35,20 @@ func setup(t testing.TB, cfg Config) *Store {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	backendtest.Closed(t, s)
 	return s
 }
 
-// TestConformance runs the suite of the store seam with the defaults, with
-// a group delay (groups wait for requests to join them) and with groups of
-// at most 3 events (requests carried over from one group to the next all
-// the time); then its cases of the append queue, with stall (the head
-// row held) as Features.Stall.
+// TestConformance runs the suite of the store seam (backendtest.RunAll),
+// with stall (the head row held) as Features.Stall.
 func TestConformance(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		cfg  Config
-	}{
-		{"Defaults", Config{}},
-		{"GroupDelay", Config{GroupDelay: 200 * time.Microsecond}},
-		{"SmallGroups", Config{GroupMaxEvents: 3}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, c.cfg) }, features)
-		})
-	}
-	t.Run("Queue", func(t *testing.T) {
-		backendtest.RunQueue(t, backendtest.Queue{
-			Open: func(t *testing.T, groupMaxEvents int) backend.Store {
-				return setup(t, Config{GroupMaxEvents: groupMaxEvents})
-			},
-			Reopen: func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{URL: s.(*Store).cfg.URL}) },
-		}, features)
-	})
+	backendtest.RunAll(t, openGroups, func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{URL: s.(*Store).cfg.URL}) }, features)
+}
+
+// openGroups is setup with the group settings g (backendtest.RunAll and
+// BenchAppend).
+func openGroups(t testing.TB, g backendtest.Groups) backend.Store {
+	return setup(t, Config{GroupDelay: g.Delay, GroupMaxEvents: g.MaxEvents})
 }
 
 // --- helpers ---------------------------------------------------------------
@@ -1078,11 +1058,7 @@ func TestHeadsHeldThroughReleasedSavepoint_I7(t *testing.T) {
 		return m
 	}
 	conn := connect(t, s)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	tx := pgtest.Begin(t, conn)
 	// Give the top transaction an id of its own first, as an application
 	// that wrote its own rows before the savepoint has.
 	for _, q := range []string{`SELECT pg_current_xact_id()`,

@@ -27,11 +27,7 @@ func TestProbeWrite(t *testing.T) {
 	t.Parallel()
 	srv := pgtest.StartServer(t)
 	ctx := context.Background()
-	s, err := Open(ctx, Config{URL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := setup(t, Config{URL: srv.URL})
 	if _, _, err := s.CreateBoundary(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +99,7 @@ func TestProbeWriteDataDiskFull(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	s, err := Open(ctx, Config{URL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := setup(t, Config{URL: srv.URL})
 	var where string
 	if err := admin.QueryRow(ctx, `SELECT coalesce(t.spcname, '') FROM pg_class c LEFT JOIN pg_tablespace t ON t.oid = c.reltablespace
 WHERE c.relname = 'orisun_write_probe'`).Scan(&where); err != nil || where != "small" {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/backendtest"
 )
 
@@ -128,12 +127,7 @@ func BenchmarkAppendCallers(b *testing.B) {
 // with and without a condition, 100-event batches; group commit on and
 // off). Compare with BenchmarkAppend/raw_insert in the same run.
 func BenchmarkAppendMatrix(b *testing.B) {
-	backendtest.BenchAppend(b, func(b *testing.B, grouped bool) backend.Store {
-		if grouped {
-			return setup(b, Config{GroupDelay: 200 * time.Microsecond})
-		}
-		return setup(b, Config{GroupMaxEvents: 1})
-	})
+	backendtest.BenchAppend(b, openGroups)
 }
 
 // BenchmarkRead reports the read path (backendtest.BenchRead): pages of

@@ -34,40 +34,24 @@ func setup(t testing.TB, cfg Config) *Store {
 	if err != nil {
 		t.Fatalf("Open(%+v): %v", cfg, err)
 	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	backendtest.Closed(t, s)
 	return s
 }
 
-// TestConformance runs the suite of the store seam with the defaults, with
-// a group delay (groups wait for requests to join them) and with groups of
-// at most 3 events (requests carried over from one group to the next all
-// the time); then its cases of the append queue, with stall (the write
-// connection held) as Features.Stall.
+// TestConformance runs the suite of the store seam (backendtest.RunAll),
+// with stall (the write connection held) as Features.Stall.
 func TestConformance(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		cfg  Config
-	}{
-		{"Defaults", Config{}},
-		{"GroupDelay", Config{GroupDelay: 200 * time.Microsecond}},
-		{"SmallGroups", Config{GroupMaxEvents: 3, Synchronous: "OFF"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			backendtest.Run(t, func(t *testing.T) backend.Store { return setup(t, c.cfg) }, features)
-		})
+	backendtest.RunAll(t, openGroups, func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{Dir: s.(*Store).cfg.Dir}) }, features)
+}
+
+// openGroups is setup with the group settings g (backendtest.RunAll and
+// BenchAppend); SmallGroups' stores run at Synchronous OFF.
+func openGroups(t testing.TB, g backendtest.Groups) backend.Store {
+	cfg := Config{GroupDelay: g.Delay, GroupMaxEvents: g.MaxEvents}
+	if g == backendtest.SmallGroups {
+		cfg.Synchronous = "OFF"
 	}
-	t.Run("Queue", func(t *testing.T) {
-		backendtest.RunQueue(t, backendtest.Queue{
-			Open: func(t *testing.T, groupMaxEvents int) backend.Store {
-				return setup(t, Config{GroupMaxEvents: groupMaxEvents})
-			},
-			Reopen: func(t *testing.T, s backend.Store) backend.Store { return setup(t, Config{Dir: s.(*Store).cfg.Dir}) },
-		}, features)
-	})
+	return setup(t, cfg)
 }
 
 func TestDirectoryLock(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -59,16 +60,12 @@ func TestStatusWaitSettled(t *testing.T) {
 	p.WaitLine(t, "publisher leading", lineWait)
 
 	ctx := context.Background()
-	store, err := postgres.Open(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Postgres(t, postgres.Config{URL: url})
 	evs := make([]orisun.Input, 50)
 	for i := range evs {
 		evs[i] = orisun.Input{Type: "script.step", Data: json.RawMessage(`{"n":1}`)}
 	}
-	evs, err = event.Prepare("default", evs, event.Limits{MaxAppendEvents: 100, MaxAppendBytes: 1 << 20, MaxEventBytes: 4096})
+	evs, err := event.Prepare("default", evs, event.Limits{MaxAppendEvents: 100, MaxAppendBytes: 1 << 20, MaxEventBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -288,16 +288,8 @@ func failover(t *testing.T, pgURL string, nodes []*proc, ttl time.Duration, nats
 	a, c := nodes[(lead+1)%3], nodes[(lead+2)%3]
 	t.Logf("%s leads; appends through %s, the subscriber is on %s", nodes[lead].Name, a.Name, c.Name)
 	copts := []client.Option{client.Name("scaleout-test"), client.NATSOptions(natsOpts...)}
-	ca, err := client.Connect(a.nats, copts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	cc, err := client.Connect(c.nats, copts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	ca := natstest.Client(t, a.nats, copts...)
+	cc := natstest.Client(t, c.nats, copts...)
 
 	col := &collector{ids: map[uint64]string{}}
 	sctx, stopSub := context.WithCancel(context.Background())

@@ -21,6 +21,7 @@ import (
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/natstest"
 )
 
 // leaders reads every running node's /status and returns, per boundary,
@@ -124,11 +125,7 @@ func TestFiftyBoundariesSpreadAndMove(t *testing.T) {
 			survivor = p
 		}
 	}
-	c, err := client.Connect(survivor.nats, client.NATSOptions(nats.UserInfo(natsAppUser, natsAppPassword)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := natstest.Client(t, survivor.nats, client.NATSOptions(nats.UserInfo(natsAppUser, natsAppPassword)))
 	for _, b := range names {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_, err := c.Append(ctx, b, []event.Input{{Type: "placement.test", Data: json.RawMessage(`{"after":"kill"}`)}}, nil)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend/postgres"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/status"
 )
 
@@ -34,11 +35,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 // closes it when the test ends.
 func openStore(t *testing.T, pgURL string, maxConns int32) *postgres.Store {
 	t.Helper()
-	store, err := postgres.Open(context.Background(), postgres.Config{URL: pgURL, MaxConns: maxConns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := storetest.Postgres(t, postgres.Config{URL: pgURL, MaxConns: maxConns})
 	return store
 }
 

@@ -187,10 +187,7 @@ func appendBacklog(t *testing.T, store *postgres.Store, n int, tag string) uint6
 func checkStreamAgainstStore(t *testing.T, js jetstream.JetStream, store *postgres.Store, head uint64) {
 	t.Helper()
 	ctx := contextFor(t, 5*time.Minute)
-	s, err := js.Stream(ctx, stream.Name("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := natstest.Stream(t, js, stream.Name("default"))
 	info := s.CachedInfo()
 	if info.State.FirstSeq != 1 || info.State.LastSeq != head || info.State.Msgs != head {
 		t.Fatalf("I2: the stream holds %d messages %d..%d; want exactly 1..%d (the store's head)",

@@ -164,8 +164,7 @@ func TestOlderAndDamagedFiles(t *testing.T) {
 // it), and the next process learns its name.
 func TestKilledHolderIsGone(t *testing.T) {
 	dir := t.TempDir()
-	child := testutil.StartProcess(t, testutil.Command{Name: "lock holder", Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: []string{"DATADIR_CHILD_DIR=" + dir, "DATADIR_CHILD_HOLDER=child#1"}})
+	child := testutil.StartChild(t, "lock holder", "lock holder", "DATADIR_CHILD_DIR="+dir, "DATADIR_CHILD_HOLDER=child#1")
 	child.WaitLine(t, "locked", 30*time.Second)
 	_, err := datadir.Acquire(dir)
 	var locked *datadir.LockedError

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orisun-io/orisun"
@@ -20,6 +19,7 @@ import (
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/stream"
 )
@@ -117,11 +117,7 @@ func TestNegativeControlCheckpointBeforeAck_C6(t *testing.T) {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			s, err := sqlite.Open(ctx, sqlite.Config{Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := storetest.SQLite(t, sqlite.Config{Dir: dir})
 			if _, _, err := s.CreateBoundary(ctx, "default"); err != nil {
 				t.Fatal(err)
 			}
@@ -323,11 +319,7 @@ func TestNegativeControlSkipOnGap_C1_C4(t *testing.T) {
 	defer rec.Close()
 
 	// The broken subscription: the stream from sequence 1, whatever comes.
-	nc, err := nats.Connect(n.NATSURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, n.NATSURL())
 	js, _ := jetstream.New(nc)
 	cons, err := js.OrderedConsumer(ctx, stream.Name("default"), jetstream.OrderedConsumerConfig{})
 	if err != nil {

@@ -27,7 +27,7 @@ func parseLine(b []byte) (Record, error) {
 }
 
 // childMain runs this test binary as an appender or a consumer process on
-// PostgreSQL (ORISUN_FAULTS_CHILD=appender|consumer). SIGTERM ends it
+// PostgreSQL (the child "appender" or "consumer" of TestMain). SIGTERM ends it
 // cleanly; SIGKILL is a fault.
 func childMain(kind string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -24,15 +24,17 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/internal/pgtest"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 )
 
 // The harness: real orisun processes (cmd/orisun built with -tags
 // faultinject), a real PostgreSQL (internal/pgtest) or SQLite directory,
-// appender and consumer processes (this test binary re-executed with
-// ORISUN_FAULTS_CHILD), signals only to the processes it started. Each
-// process writes its history to dir/*.jsonl; the harness adds its own
-// (faults, heal, settled, checkpoint samples, the final streams) and runs
-// Check against the store's final content.
+// appender and consumer processes (this test binary re-executed as its
+// child "appender" or "consumer", testutil.ChildCommand), signals only to
+// the processes it started. Each process writes its history to
+// dir/*.jsonl; the harness adds its own (faults, heal, settled, checkpoint
+// samples, the final streams) and runs Check against the store's final
+// content.
 
 var (
 	seedFlag  = flag.Uint64("seed", 0, "seed of the fault schedules (0: from the clock; printed by every run)")
@@ -43,9 +45,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if kind := os.Getenv("ORISUN_FAULTS_CHILD"); kind != "" {
-		os.Exit(childMain(kind))
-	}
+	testutil.Children(map[string]func() int{
+		"appender": func() int { return childMain("appender") },
+		"consumer": func() int { return childMain("consumer") },
+	})
 	testutil.Main(m)
 }
 
@@ -202,11 +205,7 @@ func (r *run) usePG(srvURL string) {
 		r.t.Setenv(pgtest.EnvURL, srvURL)
 	}
 	r.pgURL = pgtest.URL(r.t)
-	s, err := postgres.Open(context.Background(), postgres.Config{URL: r.pgURL})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { s.Close() })
+	s := storetest.Postgres(r.t, postgres.Config{URL: r.pgURL})
 	r.pg = s
 	if _, _, err := s.CreateBoundary(context.Background(), "default"); err != nil {
 		r.t.Fatal(err)
@@ -333,10 +332,10 @@ func (r *run) natsURLs() string {
 
 // startChild starts this test binary as an appender or consumer (PostgreSQL).
 func (r *run) startChild(kind, name string, extra ...string) *proc {
-	env := append([]string{"ORISUN_FAULTS_CHILD=" + kind, "ORISUN_FAULTS_NAME=" + name,
+	env := append([]string{"ORISUN_FAULTS_NAME=" + name,
 		"ORISUN_FAULTS_PG_URL=" + r.pgURL, "ORISUN_FAULTS_NODES=" + r.natsURLs(),
 		"ORISUN_FAULTS_CHECKPOINT=" + filepath.Join(r.dir, name+".checkpoint")}, r.historyEnv(name)...)
-	return r.spawn(name, testutil.Command{Path: os.Args[0], Args: []string{"-test.run=^$"}, Env: append(env, extra...)})
+	return r.spawn(name, testutil.ChildCommand(kind, append(env, extra...)...))
 }
 
 // eventually polls ok until it holds or the deadline passes.

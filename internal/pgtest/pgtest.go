@@ -132,6 +132,37 @@ func Connect(t testing.TB, dbURL string) *pgx.Conn {
 	return conn
 }
 
+// Begin begins a transaction on conn, rolled back when the test ends
+// unless the test ended it first (a rollback of an ended transaction does
+// nothing).
+func Begin(t testing.TB, conn *pgx.Conn) pgx.Tx {
+	t.Helper()
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		t.Fatalf("pgtest: begin: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// Lock is another session that holds row locks: on a connection of its
+// own to dbURL it begins a transaction and runs lockSQL there (a SELECT
+// ... FOR KEY SHARE, as a foreign key's check takes it), and returns that
+// transaction, rolled back when the test ends unless the test ended it,
+// and the session's backend pid, which the holder's victims name.
+func Lock(t testing.TB, dbURL, lockSQL string) (tx pgx.Tx, pid int) {
+	t.Helper()
+	conn := Connect(t, dbURL)
+	if err := conn.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatalf("pgtest: the locking session's pid: %v", err)
+	}
+	tx = Begin(t, conn)
+	if _, err := tx.Exec(context.Background(), lockSQL); err != nil {
+		t.Fatalf("pgtest: %s: %v", firstLine(lockSQL), err)
+	}
+	return tx, pid
+}
+
 // DatabaseName returns the database of a URL that URL returned.
 func DatabaseName(t testing.TB, dbURL string) string {
 	t.Helper()

@@ -4,7 +4,11 @@
 // ports (FreePort, FreePorts) and a taken one (TakenPort), building a binary
 // once per test binary (Build, OrisunBinary), running a child process and
 // reading its output (StartProcess, StartNode), a small file system to fill
-// as a full disk (MountTmpfs, FreeBytes, FillFile), the rows of README.md's
+// as a full disk (MountTmpfs, FreeBytes, FillFile), the test binary run as
+// a child process of its own tests (Children, StartChild, ChildCommand),
+// the nats CLI (NATSCLI, RunNATSCLI), an operation held back by what the
+// test holds (NotYet, Release), a read the test cannot go on without
+// (Get), the rows of README.md's
 // configuration table (ReadmeVariables), a recipe block of a document
 // (DocRecipe), and the goroutine-leak checks: Main, which every package's
 // TestMain calls, and NoLeaks for a single test. Being internal, it is

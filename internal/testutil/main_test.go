@@ -15,9 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("TESTUTIL_CHILD") != "" {
-		os.Exit(child())
-	}
+	Children(map[string]func() int{"child": child})
 	Main(m)
 }
 
@@ -46,8 +44,7 @@ func child() int {
 }
 
 func startChild(t *testing.T, env ...string) *Process {
-	return StartProcess(t, Command{Name: "child", Path: os.Args[0], Args: []string{"-test.run=^$"},
-		Env: append([]string{"TESTUTIL_CHILD=1"}, env...)})
+	return StartChild(t, "child", "child", env...)
 }
 
 // fakeT records a failure and ends the goroutine as t.FailNow would: run

@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -86,8 +85,9 @@ func TestProcessKeepLines(t *testing.T) {
 	for i := range 100 {
 		out = append(out, fmt.Sprint(i))
 	}
-	p := StartProcess(t, Command{Path: os.Args[0], Args: []string{"-test.run=^$"}, KeepLines: 10,
-		Env: []string{"TESTUTIL_CHILD=1", "TESTUTIL_CHILD_OUT=" + strings.Join(out, "|")}})
+	c := ChildCommand("child", "TESTUTIL_CHILD_OUT="+strings.Join(out, "|"))
+	c.KeepLines = 10
+	p := StartProcess(t, c)
 	p.Wait()
 	lines := p.Lines()
 	if n := p.LineCount(); n != 101 || len(lines) < 10 || len(lines) > 20 || lines[len(lines)-2] != "99" {

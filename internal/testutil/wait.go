@@ -83,3 +83,14 @@ func Every(t testing.TB, interval time.Duration, fn func(ctx context.Context)) (
 	t.Cleanup(halt)
 	return halt
 }
+
+// Get returns what get returns (a status, a head: a read that the test goes
+// on from), failing the test when it returns an error.
+func Get[T any](t testing.TB, get func(context.Context) (T, error)) T {
+	t.Helper()
+	v, err := get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

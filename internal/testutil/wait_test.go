@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -88,5 +89,18 @@ func TestEvery(t *testing.T) {
 	halt()
 	if !cancelled.Load() {
 		t.Fatal("halt returned before the call in progress saw its context end")
+	}
+}
+
+// TestGet: the value of a read that succeeds; a read that fails fails the
+// test with its error.
+func TestGet(t *testing.T) {
+	if got := Get(t, func(context.Context) (int, error) { return 7, nil }); got != 7 {
+		t.Fatalf("Get = %d, want 7", got)
+	}
+	if got := failing(t, func(tb testing.TB) {
+		Get(tb, func(context.Context) (int, error) { return 0, errors.New("no status") })
+	}); got != "no status" {
+		t.Fatalf("Get of a failing read failed with %q, want its error", got)
 	}
 }

@@ -185,15 +185,7 @@ func TestConsoleLoopbackHost(t *testing.T) {
 	t.Cleanup(func() { _ = s.Stop() })
 	do := func(host, path string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+s.Addr()+path, nil)
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return getHost(t, s.Addr(), host, path)
 	}
 	guarded := []string{"/status", "/console/", "/console/events", "/console/events/default", "/console/events/default/tail",
 		"/console/history/default", "/console/boundary/default", "/console/access", "/metrics"}
@@ -241,16 +233,8 @@ func TestWildcardListenerServesEveryHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, host := range []string{"myhost", "myhost.example:" + port} {
-		req, _ := http.NewRequest("GET", "http://127.0.0.1:"+port+"/status", nil)
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("Host %s over loopback to a wildcard listener: %d %s, want 200", host, resp.StatusCode, b)
+		if code, b := getHost(t, "127.0.0.1:"+port, host, "/status"); code != http.StatusOK {
+			t.Errorf("Host %s over loopback to a wildcard listener: %d %s, want 200", host, code, b)
 		}
 	}
 }
@@ -295,16 +279,8 @@ func TestLoopbackListenerAnswersItsOwnName(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Stop() })
 	for host, want := range map[string]int{name: http.StatusOK, "attacker.example": http.StatusMisdirectedRequest} {
-		req, _ := http.NewRequest("GET", "http://"+s.Addr()+"/status", nil)
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("Host %s on a listener at %s (%s): %d %s, want %d", host, name, s.Addr(), resp.StatusCode, b, want)
+		if code, b := getHost(t, s.Addr(), host, "/status"); code != want {
+			t.Errorf("Host %s on a listener at %s (%s): %d %s, want %d", host, name, s.Addr(), code, b, want)
 		}
 	}
 }

@@ -47,7 +47,20 @@ func TestReady(t *testing.T) {
 
 func get(t *testing.T, addr, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + path)
+	return getHost(t, addr, "", path)
+}
+
+// getHost is get with the request's Host header set to host ("": addr).
+func getHost(t *testing.T, addr, host, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
