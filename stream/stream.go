@@ -269,7 +269,9 @@ func Decode(subject string, h nats.Header, data []byte) (event.Event, error) {
 	if err != nil {
 		return e, fmt.Errorf("message on %s: header %s %q is not a position", subject, HeaderPosition, h.Get(HeaderPosition))
 	}
-	if err := json.Unmarshal(data, &e); err != nil {
+	if fast, ok := fastBody(data); ok {
+		e = fast
+	} else if err := json.Unmarshal(data, &e); err != nil {
 		return e, fmt.Errorf("message on %s at position %d: body is not an event: %w", subject, pos, err)
 	}
 	if e.Position != pos || e.Epoch != h.Get(HeaderEpoch) {
