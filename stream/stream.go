@@ -263,6 +263,8 @@ func jsonValueLen(v json.RawMessage) int {
 // Decode reads an event from a stream message. It returns the position and
 // epoch from the headers, and the event from the body; a message whose
 // headers and body disagree is an error (it was not written by orisun).
+// The event's Data and Metadata may share data's array: copy
+// them before changing either.
 func Decode(subject string, h nats.Header, data []byte) (event.Event, error) {
 	var e event.Event
 	pos, err := strconv.ParseUint(h.Get(HeaderPosition), 10, 64)
