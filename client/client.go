@@ -223,7 +223,7 @@ func (c *Client) send(ctx context.Context, subject string, body []byte, v any) e
 	if apiErr, isErr := api.DecodeError(msg.Header.Get(api.ErrorCodeHeader), msg.Header.Get(api.ErrorHeader), msg.Data); isErr {
 		return apiErr
 	}
-	if err := json.Unmarshal(msg.Data, v); err != nil {
+	if err := decodeReply(msg.Data, v); err != nil {
 		return fmt.Errorf("%s: reply is not the expected JSON: %w", subject, err)
 	}
 	return nil

@@ -263,13 +263,17 @@ func jsonValueLen(v json.RawMessage) int {
 // Decode reads an event from a stream message. It returns the position and
 // epoch from the headers, and the event from the body; a message whose
 // headers and body disagree is an error (it was not written by orisun).
+// The event's Data and Metadata may share data's array: copy
+// them before changing either.
 func Decode(subject string, h nats.Header, data []byte) (event.Event, error) {
 	var e event.Event
 	pos, err := strconv.ParseUint(h.Get(HeaderPosition), 10, 64)
 	if err != nil {
 		return e, fmt.Errorf("message on %s: header %s %q is not a position", subject, HeaderPosition, h.Get(HeaderPosition))
 	}
-	if err := json.Unmarshal(data, &e); err != nil {
+	if fast, ok := fastBody(data); ok {
+		e = fast
+	} else if err := json.Unmarshal(data, &e); err != nil {
 		return e, fmt.Errorf("message on %s at position %d: body is not an event: %w", subject, pos, err)
 	}
 	if e.Position != pos || e.Epoch != h.Get(HeaderEpoch) {
