@@ -55,6 +55,13 @@ func TestOutboxConcurrentFaultsChecker_I1_I2_I5(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := natstest.Client(t, n.NATSURL())
+	// Every connection first: the run's clock starts with the work. Opened
+	// inside it, 64 connections on a loaded machine took the whole run,
+	// and the API appenders, started after them, never appended.
+	conns := make([]*pgx.Conn, workers)
+	for w := range conns {
+		conns[w] = pgtest.Connect(t, url)
+	}
 
 	runCtx, stopRun := context.WithTimeout(ctx, runFor)
 	defer stopRun()
@@ -62,8 +69,7 @@ func TestOutboxConcurrentFaultsChecker_I1_I2_I5(t *testing.T) {
 	committed := map[string]string{} // event id → "append", "enqueue" or "api"
 	var wg sync.WaitGroup
 	errs := make(chan error, workers+1)
-	for w := range workers {
-		conn := pgtest.Connect(t, url)
+	for w, conn := range conns {
 		wg.Go(func() {
 			for i := 0; runCtx.Err() == nil; i++ {
 				id, via, commit, pos, err := appTransaction(ctx, conn, w, i)
