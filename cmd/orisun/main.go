@@ -386,8 +386,8 @@ func loadConfig() (orisun.Config, error) {
 	// the other fields are still checked: every problem is told at once.
 	err := parseEnv(&cfg)
 	// Unset, ORISUN_APPEND_TX_TIMEOUT follows ORISUN_LEASE_TTL (README),
-	// as the node would fill it; resolved here so the status and
-	// `orisun env` show the value in force.
+	// as the node would fill it; resolved here so the configuration the
+	// binary logs and hands on is the value in force.
 	cfg.AppendTxTimeout = cmp.Or(cfg.AppendTxTimeout, orisun.AppendTxTimeoutFor(cfg.LeaseTTL))
 	return cfg, errors.Join(err, cfg.Validate())
 }
