@@ -166,7 +166,7 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 //
 // A wire on the publisher's connection hands it the batch's answers one
 // at a time, each a step after the one before, and the acknowledgement
-// timeout is 1.8 steps. A page of 1,500 gets four answers (the first
+// timeout is 1.5 steps. A page of 1,500 gets four answers (the first
 // message's, the acknowledgements of 500 and 1,000, the PubAck), so the
 // batch takes at least four steps; the publisher sends its last message
 // right after the second answer, and the PubAck comes at least two steps
@@ -174,8 +174,11 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 // while sending or while awaiting the commit, fires before the PubAck; the
 // test then sees no batch counted (the resync finds the messages stored).
 // The only timing the test relies on is that a step of one second covers
-// one answer's processing with 0.8 s to spare; the failure it looks for is
-// bounded from below by the wire's waits.
+// one answer's processing with 0.5 s to spare; the failure it looks for is
+// bounded from below by the wire's waits. (At 1.8 steps, a publisher that
+// reset the timer after its last message but not at the acknowledgements
+// while awaiting the commit failed only by the 0.2 s less the sending's
+// time; at 1.5, by half a step.)
 func TestSlowBatchWithinAckTimeoutOfEachAnswer_I3(t *testing.T) {
 	const step = time.Second
 	e := setup(t)
@@ -188,7 +191,7 @@ func TestSlowBatchWithinAckTimeoutOfEachAnswer_I3(t *testing.T) {
 	_, js := wired(t, e.ns, "slow answers", w)
 	var logs testutil.LogBuffer
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: js, BatchSize: 1500, Window: 8,
-		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}, AckTimeout: step * 9 / 5,
+		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}, AckTimeout: step * 3 / 2,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	stop := run(t, p, e.lease(t))
 	e.waitCheckpoint(t, 1500, 60*time.Second)
