@@ -338,12 +338,14 @@ func (r *runner) apiLatency(ctx context.Context, p *clientProc, rate int) error 
 		return fmt.Errorf("bench: %w", err)
 	}
 	r.progress("api: %d events/s to a live subscriber through the Go client in another process, for %s", rate, r.cfg.LatencyDuration)
+	cp := r.pgCheckpoints(ctx)
 	m := startMeter()
 	res, err := p.do(clientTask{Boundary: boundary, Rate: rate, Duration: r.cfg.LatencyDuration})
 	if err != nil {
 		return err
 	}
 	row := m.row("api", fmt.Sprintf("append → live subscriber, %d events/s", rate), res.Events, r.cfg.EventBytes)
+	r.noteCheckpoints(ctx, &row, cp)
 	row.StreamBytes = streamBytes(ctx, r.js)
 	if res.Row != nil {
 		c := res.Row

@@ -523,3 +523,41 @@ func TestDirMustBeEmpty(t *testing.T) {
 }
 
 func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) && !math.IsNaN(v) }
+
+// TestCheckpointsNoted: a checkpoint PostgreSQL runs during a paced row is
+// recorded on the row (pg_stat_bgwriter, read before and after) and said
+// in the text report, so that a latency tail made by the server's
+// checkpoint is not taken for the path's; a row without one says nothing.
+func TestCheckpointsNoted(t *testing.T) {
+	url := pgtest.ServerURL(t)
+	ctx := context.Background()
+	r := &runner{pgURL: url}
+	before := r.pgCheckpoints(ctx)
+	if !before.ok {
+		t.Fatalf("pg_stat_bgwriter could not be read on %s", url)
+	}
+	if _, err := pgtest.Connect(t, url).Exec(ctx, "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	var with, without Row
+	with.Workload, with.Name = "latency", "1000 events/s"
+	r.noteCheckpoints(ctx, &with, before)
+	if with.PGCheckpoints < 1 {
+		t.Fatalf("a CHECKPOINT during the row: %d checkpoints recorded, want at least 1", with.PGCheckpoints)
+	}
+	// On SQLite nothing is read and nothing noted. (Not a second read on
+	// the server: the other packages' tests share it, and their DROP
+	// DATABASE checkpoints.)
+	without.Workload, without.Name = "latency", "5000 events/s"
+	(&runner{}).noteCheckpoints(ctx, &without, pgCheckpoints{})
+	if without.PGCheckpoints != 0 || without.PGCheckpointSyncMs != 0 {
+		t.Fatalf("a row without PostgreSQL: %+v", without)
+	}
+	var b bytes.Buffer
+	if err := (&Report{Rows: []Row{with, without}}).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "latency 1000 events/s: PostgreSQL began") || strings.Contains(b.String(), "latency 5000 events/s: PostgreSQL") {
+		t.Fatalf("the text report does not say which row had a checkpoint:\n%s", b.String())
+	}
+}

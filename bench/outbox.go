@@ -204,12 +204,14 @@ func (r *runner) outbox(ctx context.Context) error {
 			return err
 		}
 		r.progress("outbox: enqueue latency at %d events/s for %s", rate, r.cfg.LatencyDuration)
+		cp := r.pgCheckpoints(ctx)
 		m := startMeter()
 		res, err := paced(ctx, outboxAPI{nodeAPI{r.node}, a}, r.data, []string{boundary}, rate, r.cfg.LatencyDuration)
 		if err != nil {
 			return err
 		}
 		row := m.row("outbox", fmt.Sprintf("enqueue latency %d events/s", rate), res.appended, r.cfg.EventBytes)
+		r.noteCheckpoints(ctx, &row, cp)
 		row.StreamBytes = streamBytes(ctx, r.js)
 		row.TargetRate = rate
 		res.fill(&row)

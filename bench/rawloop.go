@@ -360,6 +360,7 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 		}
 	}()
 
+	cp := r.pgCheckpoints(ctx)
 	m := startMeter()
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
@@ -395,6 +396,7 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 		return fmt.Errorf("bench: raw e2e: %d of %d events received 5 minutes after the last insert", received.Load(), total)
 	}
 	row := m.row("limit", rawE2EName(rate), int64(total), r.cfg.EventBytes)
+	r.noteCheckpoints(ctx, &row, cp)
 	cancel(nil)
 	row.StreamBytes = streamBytes(ctx, raw.js)
 	lat := make([]time.Duration, 0, total)

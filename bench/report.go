@@ -137,6 +137,13 @@ type Row struct {
 	// likewise p99.9. Above 1 is slower than the limit.
 	P99Ratio  float64 `json:"p99_ratio,omitempty"`
 	P999Ratio float64 `json:"p999_ratio,omitempty"`
+	// PGCheckpoints is how many checkpoints PostgreSQL began during the
+	// row, and PGCheckpointSyncMs how long the sync phases of those that
+	// ended during it took (pg_stat_bgwriter; paced rows on PostgreSQL):
+	// commits wait behind a checkpoint's sync, so a latency row's tail
+	// may be the server's checkpoint rather than the path measured.
+	PGCheckpoints      int64   `json:"pg_checkpoints,omitempty"`
+	PGCheckpointSyncMs float64 `json:"pg_checkpoint_sync_ms,omitempty"`
 	// DrainMs is, for the outbox workload's orisun_enqueue row, how long
 	// after the row's last commit every enqueued event was in the log.
 	DrainMs float64 `json:"drain_ms,omitempty"`
@@ -256,6 +263,16 @@ func (r *Report) WriteText(w io.Writer) error {
 				notes = true
 			}
 			fmt.Fprintf(&b, "  %s %s: %s\n", x.Workload, x.Name, x.Note)
+		}
+	}
+	for _, x := range append(append([]Row{}, r.Limits...), r.Rows...) {
+		if x.PGCheckpoints > 0 || x.PGCheckpointSyncMs > 0 {
+			if !notes {
+				b.WriteString("notes:\n")
+				notes = true
+			}
+			fmt.Fprintf(&b, "  %s %s: PostgreSQL began %d checkpoint(s) during the row, and the sync phases that ended in it took %.0f ms: "+
+				"commits wait behind them, so the tail may be the server's\n", x.Workload, x.Name, x.PGCheckpoints, x.PGCheckpointSyncMs)
 		}
 	}
 	b.WriteString("checks:\n")

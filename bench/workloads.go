@@ -250,12 +250,14 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	r.progress("latency: %d events/s for %s", rate, r.cfg.LatencyDuration)
+	cp := r.pgCheckpoints(ctx)
 	m := startMeter()
 	res, err := r.paced(ctx, []string{boundary}, rate, r.cfg.LatencyDuration)
 	if err != nil {
 		return err
 	}
 	row := m.row("latency", fmt.Sprintf("%d events/s", rate), res.appended, r.cfg.EventBytes)
+	r.noteCheckpoints(ctx, &row, cp)
 	row.StreamBytes = streamBytes(ctx, r.js)
 	row.TargetRate = rate
 	res.fill(&row)
