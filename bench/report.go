@@ -144,6 +144,9 @@ type Row struct {
 	// may be the server's checkpoint rather than the path measured.
 	PGCheckpoints      int64   `json:"pg_checkpoints,omitempty"`
 	PGCheckpointSyncMs float64 `json:"pg_checkpoint_sync_ms,omitempty"`
+	// PGAutovacuums is how many autovacuum and autoanalyze runs on the
+	// run's database ended during the row (pg_stat_user_tables).
+	PGAutovacuums int64 `json:"pg_autovacuums,omitempty"`
 	// DrainMs is, for the outbox workload's orisun_enqueue row, how long
 	// after the row's last commit every enqueued event was in the log.
 	DrainMs float64 `json:"drain_ms,omitempty"`
@@ -266,13 +269,14 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	for _, x := range append(append([]Row{}, r.Limits...), r.Rows...) {
-		if x.PGCheckpoints > 0 || x.PGCheckpointSyncMs > 0 {
+		if x.PGCheckpoints > 0 || x.PGCheckpointSyncMs > 0 || x.PGAutovacuums > 0 {
 			if !notes {
 				b.WriteString("notes:\n")
 				notes = true
 			}
-			fmt.Fprintf(&b, "  %s %s: PostgreSQL began %d checkpoint(s) during the row, and the sync phases that ended in it took %.0f ms: "+
-				"commits wait behind them, so the tail may be the server's\n", x.Workload, x.Name, x.PGCheckpoints, x.PGCheckpointSyncMs)
+			fmt.Fprintf(&b, "  %s %s: PostgreSQL began %d checkpoint(s) during the row (the sync phases that ended in it took %.0f ms) "+
+				"and ran %d autovacuum or autoanalyze pass(es) on the run's tables: commits wait behind their I/O, so the tail may be the server's\n",
+				x.Workload, x.Name, x.PGCheckpoints, x.PGCheckpointSyncMs, x.PGAutovacuums)
 		}
 	}
 	b.WriteString("checks:\n")
