@@ -200,6 +200,9 @@ type runner struct {
 	// bytes of each row.
 	nc *nats.Conn
 	js jetstream.JetStream
+	// pgStatsUnread: the report already says that the server's
+	// statistics could not be read (noteCheckpoints).
+	pgStatsUnread bool
 }
 
 // Run runs the workloads and returns the report. The error is non-nil when

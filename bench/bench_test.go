@@ -534,7 +534,7 @@ func TestCheckpointsNoted(t *testing.T) {
 	r := &runner{pgURL: url}
 	before := r.pgCheckpoints(ctx)
 	if !before.ok {
-		t.Fatalf("pg_stat_bgwriter could not be read on %s", url)
+		t.Fatalf("the server's statistics could not be read: %v", before.err)
 	}
 	if _, err := pgtest.Connect(t, url).Exec(ctx, "CHECKPOINT"); err != nil {
 		t.Fatal(err)
@@ -542,7 +542,7 @@ func TestCheckpointsNoted(t *testing.T) {
 	var with, without Row
 	with.Workload, with.Name = "latency", "1000 events/s"
 	r.noteCheckpoints(ctx, &with, before)
-	if with.PGCheckpoints < 1 {
+	if !with.PGActivityRead || with.PGCheckpoints < 1 {
 		t.Fatalf("a CHECKPOINT during the row: %d checkpoints recorded, want at least 1", with.PGCheckpoints)
 	}
 	// On SQLite nothing is read and nothing noted. (Not a second read on
@@ -550,8 +550,18 @@ func TestCheckpointsNoted(t *testing.T) {
 	// DATABASE checkpoints.)
 	without.Workload, without.Name = "latency", "5000 events/s"
 	(&runner{}).noteCheckpoints(ctx, &without, pgCheckpoints{})
-	if without.PGCheckpoints != 0 || without.PGCheckpointSyncMs != 0 {
+	if without.PGActivityRead || without.PGCheckpoints != 0 || without.PGCheckpointSyncMs != 0 {
 		t.Fatalf("a row without PostgreSQL: %+v", without)
+	}
+	// A server whose statistics do not answer: the report says so once,
+	// and the row is not marked read.
+	rep := &Report{}
+	gone := &runner{pgURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", rep: rep}
+	var unread Row
+	gone.noteCheckpoints(ctx, &unread, gone.pgCheckpoints(ctx))
+	gone.noteCheckpoints(ctx, &unread, gone.pgCheckpoints(ctx))
+	if unread.PGActivityRead || len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "could not be read") {
+		t.Fatalf("statistics that could not be read: row %+v, notes %q; want one note and the row not marked", unread, rep.Notes)
 	}
 	var b bytes.Buffer
 	if err := (&Report{Rows: []Row{with, without}}).WriteText(&b); err != nil {

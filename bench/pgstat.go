@@ -2,31 +2,45 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // pgCheckpoints is what PostgreSQL's statistics say of its checkpoints so
-// far (pg_stat_bgwriter): how many began, and the milliseconds their sync
-// phases took; and of the autovacuum workers' runs on the run's own
-// database (pg_stat_user_tables: vacuums and analyzes, which an
-// insert-only table such as orisun_events gets every 20% of growth, and
-// whose reads and writes commits also wait behind). A checkpoint's sync phase flushes the data files it
-// wrote; on a disk that serves one flush at a time, the commits of that
-// moment (their WAL flush) wait behind it, tens to hundreds of
-// milliseconds. A latency row's tail is then the server's checkpoint, not
-// the path measured, and the two rows it is compared with may have had a
-// checkpoint each, or not (docs/performance.md, "The live path at 5,000
+// far: how many began, and the milliseconds their sync phases took
+// (pg_stat_bgwriter before PostgreSQL 17, pg_stat_checkpointer from 17);
+// and of the autovacuum workers' runs on the run's own database
+// (pg_stat_user_tables: vacuums and analyzes, which an insert-only table
+// such as orisun_events gets every 20% of growth, and whose reads and
+// writes commits also wait behind). A checkpoint's sync phase flushes the
+// data files it wrote; on a disk that serves one flush at a time, the
+// commits of that moment (their WAL flush) wait behind it, tens to
+// hundreds of milliseconds. A latency row's tail may then be the server's,
+// not the path measured, and the row it is compared with may have had
+// such a stall, or not (docs/performance.md, "The live path at 5,000
 // events/s"). ok false: not PostgreSQL, or the statistics could not be
-// read.
+// read (err says why).
 type pgCheckpoints struct {
 	n      int64
 	syncMs float64
 	// autovacuums counts autovacuum and autoanalyze runs.
 	autovacuums int64
 	ok          bool
+	err         error
 }
+
+// The queries of the counters: PostgreSQL 17 moved the checkpointer's
+// from pg_stat_bgwriter to pg_stat_checkpointer.
+const (
+	pgActivityBefore17 = `SELECT checkpoints_timed + checkpoints_req, checkpoint_sync_time,
+    (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint FROM pg_stat_user_tables)
+  FROM pg_stat_bgwriter`
+	pgActivity17 = `SELECT num_timed + num_requested, sync_time,
+    (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint FROM pg_stat_user_tables)
+  FROM pg_stat_checkpointer`
+)
 
 // pgCheckpoints reads the counters, on a connection of its own to the
 // run's database: read before a row's meter starts and after it ends, so
@@ -39,28 +53,53 @@ func (r *runner) pgCheckpoints(ctx context.Context) pgCheckpoints {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, r.pgURL)
 	if err != nil {
-		return pgCheckpoints{}
+		return pgCheckpoints{err: err}
 	}
 	defer conn.Close(context.Background())
+	var version int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return pgCheckpoints{err: err}
+	}
+	q := pgActivityBefore17
+	if version >= 170000 {
+		q = pgActivity17
+	}
 	var c pgCheckpoints
-	if err := conn.QueryRow(ctx, `SELECT checkpoints_timed + checkpoints_req, checkpoint_sync_time,
-	    (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::bigint FROM pg_stat_user_tables)
-	  FROM pg_stat_bgwriter`).
-		Scan(&c.n, &c.syncMs, &c.autovacuums); err != nil {
-		return pgCheckpoints{}
+	if err := conn.QueryRow(ctx, q).Scan(&c.n, &c.syncMs, &c.autovacuums); err != nil {
+		return pgCheckpoints{err: err}
 	}
 	c.ok = true
 	return c
 }
 
 // noteCheckpoints records on row the checkpoints PostgreSQL began during
-// it and the sync time of those that ended during it, since before.
+// it, the sync time of those that ended during it, and the autovacuum
+// passes, since before. Where they could not be read it says so in the
+// report's notes (once a run), so that their absence is not taken for
+// "none".
 func (r *runner) noteCheckpoints(ctx context.Context, row *Row, before pgCheckpoints) {
-	after := r.pgCheckpoints(ctx)
-	if !before.ok || !after.ok {
+	if r.pgURL == "" {
 		return
 	}
+	after := r.pgCheckpoints(ctx)
+	if !before.ok || !after.ok {
+		if !r.pgStatsUnread && r.rep != nil {
+			r.pgStatsUnread = true
+			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("%s %s: PostgreSQL's checkpoint and autovacuum statistics could not be read "+
+				"(%v); the rows without pg_activity_read say nothing of the server's stalls", row.Workload, row.Name, cmpErr(before.err, after.err)))
+		}
+		return
+	}
+	row.PGActivityRead = true
 	row.PGCheckpoints = after.n - before.n
 	row.PGCheckpointSyncMs = after.syncMs - before.syncMs
 	row.PGAutovacuums = after.autovacuums - before.autovacuums
+}
+
+// cmpErr is the first of the errors that is not nil.
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }

@@ -142,6 +142,9 @@ type Row struct {
 	// ended during it took (pg_stat_bgwriter; paced rows on PostgreSQL):
 	// commits wait behind a checkpoint's sync, so a latency row's tail
 	// may be the server's checkpoint rather than the path measured.
+	// PGActivityRead says the three were read (the row is on PostgreSQL
+	// and its statistics answered): without it their zeros say nothing.
+	PGActivityRead     bool    `json:"pg_activity_read,omitempty"`
 	PGCheckpoints      int64   `json:"pg_checkpoints,omitempty"`
 	PGCheckpointSyncMs float64 `json:"pg_checkpoint_sync_ms,omitempty"`
 	// PGAutovacuums is how many autovacuum and autoanalyze runs on the
