@@ -2,7 +2,6 @@ package client
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/rawjson"
@@ -31,7 +30,7 @@ func decodeReply(data []byte, v any) error {
 // whitespace, an epoch without escapes, positions as plain decimal
 // integers. ok false: another form, or not a reply.
 func fastAppendReply(data []byte) (r event.AppendResult, ok bool) {
-	i, ok := lit(data, 0, `{"epoch":"`)
+	i, ok := rawjson.Literal(data, 0, `{"epoch":"`)
 	if !ok {
 		return r, false
 	}
@@ -40,40 +39,18 @@ func fastAppendReply(data []byte) (r event.AppendResult, ok bool) {
 		return r, false
 	}
 	r.Epoch = string(data[i : end-1])
-	if i, ok = lit(data, end, `,"first":`); !ok {
+	if i, ok = rawjson.Literal(data, end, `,"first":`); !ok {
 		return r, false
 	}
-	if r.First, i, ok = decimal(data, i); !ok {
+	if r.First, i, ok = rawjson.Uint(data, i); !ok {
 		return r, false
 	}
-	if i, ok = lit(data, i, `,"last":`); !ok {
+	if i, ok = rawjson.Literal(data, i, `,"last":`); !ok {
 		return r, false
 	}
-	if r.Last, i, ok = decimal(data, i); !ok {
+	if r.Last, i, ok = rawjson.Uint(data, i); !ok {
 		return r, false
 	}
-	i, ok = lit(data, i, "}")
+	i, ok = rawjson.Literal(data, i, "}")
 	return r, ok && i == len(data)
-}
-
-// lit reads s at data[i] and returns the index after it.
-func lit(data []byte, i int, s string) (int, bool) {
-	if len(data)-i < len(s) || string(data[i:i+len(s)]) != s {
-		return i, false
-	}
-	return i + len(s), true
-}
-
-// decimal reads an unsigned integer at data[i] (digits, no leading zero,
-// within uint64) and returns the index after it.
-func decimal(data []byte, i int) (uint64, int, bool) {
-	j := i
-	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
-		j++
-	}
-	if j == i || data[i] == '0' && j-i > 1 {
-		return 0, i, false
-	}
-	n, err := strconv.ParseUint(string(data[i:j]), 10, 64)
-	return n, j, err == nil
 }

@@ -1,8 +1,6 @@
 package stream
 
 import (
-	"strconv"
-
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/rawjson"
 )
@@ -82,11 +80,9 @@ type bodyParser struct {
 
 // lit reads s.
 func (p *bodyParser) lit(s string) bool {
-	if len(p.data)-p.i < len(s) || string(p.data[p.i:p.i+len(s)]) != s {
-		return false
-	}
-	p.i += len(s)
-	return true
+	i, ok := rawjson.Literal(p.data, p.i, s)
+	p.i = i
+	return ok
 }
 
 // str reads a string without escapes or control characters, in valid
@@ -106,29 +102,15 @@ func (p *bodyParser) str() (string, bool) {
 
 // uint reads a position: decimal digits, no leading zero, within uint64.
 func (p *bodyParser) uint() (uint64, bool) {
-	j := p.i
-	for j < len(p.data) && p.data[j] >= '0' && p.data[j] <= '9' {
-		j++
-	}
-	if j == p.i || p.data[p.i] == '0' && j-p.i > 1 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(p.data[p.i:j]), 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	p.i = j
-	return n, true
+	n, end, ok := rawjson.Uint(p.data, p.i)
+	p.i = end
+	return n, ok
 }
 
 // value reads a JSON value, validated, as a sub-slice of the body (as
 // json.RawMessage would hold it, without the copy).
 func (p *bodyParser) value() ([]byte, bool) {
-	end, _, ok := rawjson.Value(p.data, p.i)
-	if !ok {
-		return nil, false
-	}
-	v := p.data[p.i:end:end]
+	v, end, ok := rawjson.Slice(p.data, p.i)
 	p.i = end
-	return v, true
+	return v, ok
 }

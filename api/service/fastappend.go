@@ -228,13 +228,9 @@ func (p *plainParser) event(e *event.Input) bool {
 // raw reads a JSON value and returns its bytes, which are the request's
 // (capped, so that nothing appends into the request).
 func (p *plainParser) raw() (json.RawMessage, bool) {
-	end, _, ok := rawjson.Value(p.data, p.i)
-	if !ok {
-		return nil, false
-	}
-	v := p.data[p.i:end:end]
+	v, end, ok := rawjson.Slice(p.data, p.i)
 	p.i = end
-	return v, true
+	return v, ok
 }
 
 // tags reads the tags: null or an array of plain strings.

@@ -16,7 +16,10 @@
 // a value it accepts always is valid.
 package rawjson
 
-import "unicode/utf8"
+import (
+	"strconv"
+	"unicode/utf8"
+)
 
 // MaxDepth is the deepest nesting Value accepts (encoding/json's is 10000;
 // deeper values go to it).
@@ -73,15 +76,15 @@ value:
 			return i, spaced, false
 		}
 	case 't':
-		if i, ok = literal(data, i, "true"); !ok {
+		if i, ok = Literal(data, i, "true"); !ok {
 			return i, spaced, false
 		}
 	case 'f':
-		if i, ok = literal(data, i, "false"); !ok {
+		if i, ok = Literal(data, i, "false"); !ok {
 			return i, spaced, false
 		}
 	case 'n':
-		if i, ok = literal(data, i, "null"); !ok {
+		if i, ok = Literal(data, i, "null"); !ok {
 			return i, spaced, false
 		}
 	default:
@@ -239,11 +242,43 @@ func hex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
-func literal(data []byte, i int, lit string) (int, bool) {
+// Literal returns the index after lit when data holds it at i; ok false
+// (and i) when it does not.
+func Literal(data []byte, i int, lit string) (int, bool) {
 	if len(data)-i < len(lit) || string(data[i:i+len(lit)]) != lit {
 		return i, false
 	}
 	return i + len(lit), true
+}
+
+// Slice validates the JSON value that starts at data[i] (Value) and
+// returns it as a sub-slice of data, capped so that appending to it never
+// writes into data, and the index after it: what json.RawMessage would
+// hold, without the copy.
+func Slice(data []byte, i int) (v []byte, end int, ok bool) {
+	end, _, ok = Value(data, i)
+	if !ok {
+		return nil, i, false
+	}
+	return data[i:end:end], end, true
+}
+
+// Uint reads the unsigned decimal integer at data[i] (digits, no leading
+// zero, within uint64: what encoding/json decodes into a uint64) and
+// returns it and the index after it.
+func Uint(data []byte, i int) (n uint64, end int, ok bool) {
+	j := i
+	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+		j++
+	}
+	if j == i || data[i] == '0' && j-i > 1 {
+		return 0, i, false
+	}
+	n, err := strconv.ParseUint(string(data[i:j]), 10, 64)
+	if err != nil {
+		return 0, i, false
+	}
+	return n, j, true
 }
 
 // Number validates the number that starts at data[i]:

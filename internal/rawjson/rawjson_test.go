@@ -144,3 +144,31 @@ func BenchmarkJSONValid(b *testing.B) {
 		}
 	}
 }
+
+// TestUintAndSlice: Uint reads what encoding/json decodes into a uint64
+// and nothing else (no sign, leading zero, fraction or overflow), and
+// Slice returns the value capped, so that appending to it leaves the
+// input alone.
+func TestUintAndSlice(t *testing.T) {
+	for in, want := range map[string]bool{"0": true, "7,": true, "18446744073709551615": true,
+		"18446744073709551616": false, "01": false, "-1": false, "": false, "x": false} {
+		n, end, ok := rawjson.Uint([]byte(in), 0)
+		var ref uint64
+		refOK := json.Unmarshal([]byte(strings.TrimSuffix(in, ",")), &ref) == nil
+		if ok != want || ok != refOK || ok && (n != ref || end != len(strings.TrimSuffix(in, ","))) {
+			t.Errorf("Uint(%q) = %d, %d, %v; want ok %v (encoding/json: %d, %v)", in, n, end, ok, want, ref, refOK)
+		}
+	}
+	data := []byte(`{"a":[1,2]}x`)
+	v, end, ok := rawjson.Slice(data, 0)
+	if !ok || string(v) != `{"a":[1,2]}` || end != 11 {
+		t.Fatalf("Slice = %q, %d, %v", v, end, ok)
+	}
+	_ = append(v, 'y')
+	if data[11] != 'x' {
+		t.Fatalf("appending to Slice's value wrote into its input: %q", data)
+	}
+	if _, _, ok := rawjson.Slice([]byte(`{"a":`), 0); ok {
+		t.Fatal("Slice took a value cut short")
+	}
+}
