@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // appendReplies are replies as the node writes them (json.Marshal of an
@@ -52,39 +53,10 @@ func appendReplies(tb testing.TB) (written, other []string) {
 func TestAppendReplyDecodersAgree(t *testing.T) {
 	t.Parallel()
 	written, other := appendReplies(t)
-	for _, b := range written {
-		if _, ok := fastAppendReply([]byte(b)); !ok {
-			t.Errorf("fastAppendReply refused a reply json.Marshal wrote: %s", b)
-		}
-		checkReplyAgree(t, b)
-	}
-	for _, b := range other {
-		checkReplyAgree(t, b)
-	}
+	testutil.DecodersAgree(t, fastAppendReply, written, other, nil)
 }
 
 func FuzzAppendReplyDecodersAgree(f *testing.F) {
 	written, other := appendReplies(f)
-	for _, b := range append(written, other...) {
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b string) { checkReplyAgree(t, b) })
-}
-
-// checkReplyAgree fails when fastAppendReply takes body and encoding/json
-// refuses it or decodes another result.
-func checkReplyAgree(t *testing.T, body string) {
-	t.Helper()
-	fast, ok := fastAppendReply([]byte(body))
-	if !ok {
-		return
-	}
-	var want event.AppendResult
-	if err := json.Unmarshal([]byte(body), &want); err != nil {
-		t.Errorf("fastAppendReply took a reply encoding/json refuses (%v): %q", err, body)
-		return
-	}
-	if fast != want {
-		t.Errorf("fastAppendReply and encoding/json disagree on %q: fast %+v, json %+v", body, fast, want)
-	}
+	testutil.FuzzDecoders(f, fastAppendReply, written, other, nil)
 }

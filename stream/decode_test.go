@@ -2,12 +2,12 @@ package stream
 
 import (
 	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testutil"
 )
 
 // decodeBodies are bodies as appendBody writes them (which fastBody must
@@ -65,43 +65,19 @@ func decodeBodies(tb testing.TB) (written, other []string) {
 func TestDecodersAgree(t *testing.T) {
 	t.Parallel()
 	written, other := decodeBodies(t)
-	for _, b := range written {
-		if _, ok := fastBody([]byte(b)); !ok {
-			t.Errorf("fastBody refused a body appendBody wrote: %s", b)
-		}
-		checkAgree(t, b)
-	}
-	for _, b := range other {
-		checkAgree(t, b)
-	}
+	testutil.DecodersAgree(t, fastBody, written, other, tagsAsDecoded)
 }
 
 func FuzzDecodersAgree(f *testing.F) {
 	written, other := decodeBodies(f)
-	for _, b := range append(written, other...) {
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b string) { checkAgree(t, b) })
+	testutil.FuzzDecoders(f, fastBody, written, other, tagsAsDecoded)
 }
 
-// checkAgree fails when fastBody takes body and encoding/json refuses it
-// or decodes another event.
-func checkAgree(t *testing.T, body string) {
-	t.Helper()
-	fast, ok := fastBody([]byte(body))
-	if !ok {
-		return
-	}
-	var want event.Event
-	if err := json.Unmarshal([]byte(body), &want); err != nil {
-		t.Errorf("fastBody took a body encoding/json refuses (%v): %q", err, body)
-		return
-	}
-	if want.Tags == nil {
-		want.Tags = []string{} // what Decode makes of it on either path
-	}
-	if !reflect.DeepEqual(fast, want) {
-		t.Errorf("fastBody and encoding/json disagree on %q:\nfast %#v\njson %#v", body, fast, want)
+// tagsAsDecoded makes no tags an empty list, as Decode makes them on
+// either path.
+func tagsAsDecoded(e *event.Event) {
+	if e.Tags == nil {
+		e.Tags = []string{}
 	}
 }
 
