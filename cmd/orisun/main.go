@@ -11,7 +11,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -385,10 +384,6 @@ func loadConfig() (orisun.Config, error) {
 	// A value that is not of its kind leaves its field at the default, so
 	// the other fields are still checked: every problem is told at once.
 	err := parseEnv(&cfg)
-	// Unset, ORISUN_APPEND_TX_TIMEOUT follows ORISUN_LEASE_TTL (README),
-	// as the node would fill it; resolved here so the configuration the
-	// binary logs and hands on is the value in force.
-	cfg.AppendTxTimeout = cmp.Or(cfg.AppendTxTimeout, orisun.AppendTxTimeoutFor(cfg.LeaseTTL))
 	return cfg, errors.Join(err, cfg.Validate())
 }
 
