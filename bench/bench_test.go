@@ -380,7 +380,7 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 		if !(row.RSSMB > 0) || !(row.HeapLiveMB > 0) {
 			t.Errorf("%s %q: RSS %v MB, live heap %v MB", row.Workload, row.Name, row.RSSMB, row.HeapLiveMB)
 		}
-		onServer := row.Workload != "backlog" && row.Name != "raw_insert" && row.Name != "raw_read" && row.Name != "app_tx"
+		onServer := row.Workload != "backlog" && row.Name != "raw_insert" && row.Name != "raw_read" && row.Name != "app_tx" && row.Name != outboxFloorName
 		if onServer && row.StreamBytes <= 0 {
 			t.Errorf("%s %q: stream bytes %d, want what its server's streams hold", row.Workload, row.Name, row.StreamBytes)
 		}
@@ -438,6 +438,11 @@ func checkOutbox(t *testing.T, rep *Report, cfg Config) {
 	if l := rep.Limit("app_tx"); l == nil || l.Events <= 0 || !finitePositive(l.EventsPerSec) {
 		t.Errorf("limit app_tx: %+v", l)
 	}
+	// The floor of any staging: the same transactions with a bare event
+	// row, compared with app_tx, and the enqueue row compared with it.
+	if l := rep.Limit(outboxFloorName); l == nil || l.Events <= 0 || l.Limit != "app_tx" || !finitePositive(l.Ratio) {
+		t.Errorf("limit %s: %+v", outboxFloorName, l)
+	}
 	for _, name := range []string{"outbox orisun_enqueue: events published = events appended", "outbox orisun_append: events published = events appended"} {
 		if !slices.ContainsFunc(rep.Checks, func(c Check) bool { return c.Name == name && c.Got > 0 }) {
 			t.Errorf("no check %q with events", name)
@@ -469,6 +474,9 @@ func checkOutbox(t *testing.T, rep *Report, cfg Config) {
 		}
 		if strings.Contains(row.Name, outboxEnqueue) && !(row.DrainMs > 0) {
 			t.Errorf("outbox %q: drain %v ms, want the time to the last enqueued event in the log", row.Name, row.DrainMs)
+		}
+		if !slices.ContainsFunc(row.Also, func(a LimitRatio) bool { return a.Limit == outboxFloorName && finitePositive(a.Ratio) }) {
+			t.Errorf("outbox %q: no ratio to %s: %+v", row.Name, outboxFloorName, row.Also)
 		}
 	}
 }
