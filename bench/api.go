@@ -12,10 +12,14 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/orisun-io/orisun/api"
 	"github.com/orisun-io/orisun/client"
 	"github.com/orisun-io/orisun/event"
 )
@@ -36,6 +40,9 @@ const ClientArg = "api-client"
 const (
 	apiBatch        = 100
 	apiBatchCallers = 8
+	// apiRawCallers is raw_request's concurrency: the single-event row
+	// that issue 22's target names.
+	apiRawCallers = 64
 )
 
 // clientHello is the first line the bench sends its client process.
@@ -52,7 +59,12 @@ type clientHello struct {
 // rate, the paced row of the latency workload (one event per call at that
 // rate, a live subscriber).
 type clientTask struct {
-	Boundary string        `json:"boundary"`
+	Boundary string `json:"boundary"`
+	// Request, when set, makes the task the raw_request limit: each call
+	// a NATS request to this subject, of the bytes an append of Batch
+	// events sends, answered at once by a responder in the bench's
+	// process.
+	Request  string        `json:"request,omitempty"`
 	Callers  int           `json:"callers,omitempty"`
 	Batch    int           `json:"batch,omitempty"`
 	Rate     int           `json:"rate,omitempty"`
@@ -172,6 +184,17 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 	)
 	lat := make([][]time.Duration, task.Callers)
 	tags := []string{"bench"}
+	var body []byte
+	if task.Request != "" {
+		in := make([]event.Input, task.Batch)
+		for j := range in {
+			in[j] = event.Input{ID: event.NewID(), Type: "bench.event", Data: data, Tags: tags}
+		}
+		var err error
+		if body, err = json.Marshal(api.AppendRequest{Events: in}); err != nil {
+			return clientResult{Err: err.Error()}
+		}
+	}
 	m := startMeter()
 	deadline := time.Now().Add(task.Duration)
 	for i := range task.Callers {
@@ -180,6 +203,18 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 			defer wg.Done()
 			in := make([]event.Input, task.Batch)
 			for time.Now().Before(deadline) {
+				if task.Request != "" {
+					t0 := time.Now()
+					_, err := c.Conn().Request(task.Request, body, 10*time.Second)
+					lat[i] = append(lat[i], time.Since(t0))
+					calls.Add(1)
+					if err != nil {
+						errOnce.Do(func() { firstErr = err.Error() })
+						return
+					}
+					events.Add(int64(task.Batch))
+					continue
+				}
 				for j := range in {
 					in[j] = event.Input{ID: event.NewID(), Type: "bench.event", Data: data, Tags: tags}
 				}
@@ -284,8 +319,15 @@ func (r *runner) api(ctx context.Context) (err error) {
 			err = cerr
 		}
 	}()
+	if err := r.rawRequest(ctx, p, rawRequestName, apiRawCallers, 1); err != nil {
+		return err
+	}
+	if err := r.rawRequest(ctx, p, rawRequestBatchName, apiBatchCallers, apiBatch); err != nil {
+		return err
+	}
 	shapes := appendShapes(r.cfg.Callers,
 		appendShape{fmt.Sprintf("batches of %d, %d callers", apiBatch, apiBatchCallers), apiBatchCallers, apiBatch})
+	noted := map[string]bool{}
 	for i, s := range shapes {
 		boundary := fmt.Sprintf("bench_api_%d", i)
 		if _, err := r.node.CreateBoundary(ctx, boundary); err != nil {
@@ -310,6 +352,16 @@ func (r *runner) api(ctx context.Context) (err error) {
 		row.Note = fmt.Sprintf("%d calls, p99.9 %.2f ms per call; cpu s, cores and RSS are the node's process, the client's are beside them",
 			res.Calls, res.CallP999Ms)
 		row.against(r.rep.Limit("raw_insert"))
+		request := rawRequestName
+		if s.batch > 1 {
+			request = rawRequestBatchName
+		}
+		row.also(r.rep.Limit(request))
+		var how string
+		if row.CPUCeilingPerSec, how = r.cpuCeiling(request); how != "" && !noted[request] {
+			noted[request] = true
+			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("api, %d event(s) per call: what the machine's CPU allows: %s", s.batch, how))
+		}
 		r.rep.Rows = append(r.rep.Rows, row)
 		if _, err := r.waitPublished(ctx, boundary, uint64(res.Events), 10*time.Minute); err != nil {
 			return err
@@ -327,6 +379,88 @@ func (r *runner) api(ctx context.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// rawRequestName and rawRequestBatchName are the limits of the NATS
+// request and reply alone, with the bytes of a single-event append from
+// apiRawCallers callers and of a batch from apiBatchCallers.
+const (
+	rawRequestName      = "raw_request"
+	rawRequestBatchName = "raw_request_batch"
+)
+
+// rawRequestReply is the responder's answer: the size of an append's
+// reply.
+var rawRequestReply = []byte(`{"epoch":"0193a5f0-7c1e-7b3a-9f2d-4c5e6f708192","first":1234567,"last":1234567,"boundary":"bench_api_0","x":"........"}`)
+
+// rawRequest measures a raw_request limit in the api rows' client
+// process: callers each sending the bytes of an append of batch events as
+// a NATS request to the node's server, answered at once with a reply of
+// an append reply's size by one subscription in the bench's process. It
+// is what the NATS API costs with no store and no relay behind it.
+func (r *runner) rawRequest(ctx context.Context, p *clientProc, name string, callers, batch int) error {
+	nc, err := r.node.ConnectNATS("orisun-bench-raw-request")
+	if err != nil {
+		return fmt.Errorf("bench: raw request: %w", err)
+	}
+	defer nc.Close()
+	// Under _INBOX, where the application principal may publish (its
+	// replies); only orisun's own connections, the bench's among them,
+	// subscribe there beyond the client's own inboxes.
+	const subject = "_INBOX.orisun_bench_raw_request"
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond(rawRequestReply) })
+	if err != nil {
+		return fmt.Errorf("bench: raw request: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("bench: raw request: %w", err)
+	}
+	r.progress("api: raw request and reply of %d events, %d callers, for %s", batch, callers, r.cfg.AppendDuration)
+	m := startMeter()
+	res, err := p.do(clientTask{Request: subject, Callers: callers, Batch: batch, Duration: r.cfg.AppendDuration})
+	if err != nil {
+		return err
+	}
+	row := m.row("limit", name, res.Events, r.cfg.EventBytes)
+	row.StreamBytes = streamBytes(ctx, r.js)
+	row.Seconds = res.Seconds
+	if res.Seconds > 0 {
+		row.EventsPerSec = float64(res.Events) / res.Seconds
+		row.MBPerSec = row.EventsPerSec * float64(r.cfg.EventBytes) / 1e6
+	}
+	row.ClientCPUSeconds, row.ClientRSSMB = res.CPUSeconds, res.RSSMB
+	row.Note = fmt.Sprintf("%d callers in the api rows' client process, each sending the bytes of an append of %d events (%d calls) as a NATS request "+
+		"to the node's server, answered at once by one subscription in the bench's process: the NATS API's own cost, no store, no relay; "+
+		"p50 %.2f ms, p99 %.2f ms per call", callers, batch, res.Calls, res.CallP50Ms, res.CallP99Ms)
+	r.rep.Limits = append(r.rep.Limits, row)
+	return nil
+}
+
+// cpuCeiling is the most events a second the machine's CPUs could run on
+// the api path were each event to cost no more machine CPU than the
+// limits it is made of together: the request and reply (request: the
+// raw_request limit of the row's shape), raw_insert and raw_relay. 0
+// without all three (raw_relay is measured with the relay workload) or on
+// a machine whose /proc/stat could not be read.
+func (r *runner) cpuCeiling(request string) (float64, string) {
+	var sum float64
+	var parts []string
+	for _, name := range []string{request, "raw_insert", "raw_relay"} {
+		l := r.rep.Limit(name)
+		if l == nil || !(l.MachineCPUUsPerEvent > 0) {
+			return 0, ""
+		}
+		sum += l.MachineCPUUsPerEvent
+		parts = append(parts, fmt.Sprintf("%s %.1f", name, l.MachineCPUUsPerEvent))
+	}
+	most := float64(r.rep.CPUs) * 1e6 / sum
+	how := fmt.Sprintf("%s = %.1f µs of machine CPU per event, so %d CPUs run at most %.0f events/s",
+		strings.Join(parts, " + "), sum, r.rep.CPUs, most)
+	if l := r.rep.Limit("raw_insert"); l != nil && l.EventsPerSec > 0 {
+		how += fmt.Sprintf(" (%.2f of raw_insert)", most/l.EventsPerSec)
+	}
+	return most, how
 }
 
 // apiLatency is the latency row at rate through the API: the client

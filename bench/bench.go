@@ -545,6 +545,10 @@ type meter struct {
 	maxrss int64
 	// alloc and allocEnd are heapAllocs at the start and the end.
 	alloc, allocEnd uint64
+	// busy and busyEnd are machineBusy at the start and the end, busyOK
+	// that both were read.
+	busy, busyEnd float64
+	busyOK        bool
 }
 
 func startMeter() *meter {
@@ -555,6 +559,7 @@ func startMeter() *meter {
 	m.alloc = heapAllocs()
 	m.peak.Store(ResidentBytes())
 	m.heap.Store(gctune.HeapLive())
+	m.busy, m.busyOK = machineBusy()
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -578,6 +583,9 @@ func (m *meter) finish() {
 		m.cpuEnd, m.maxrss = cpuTime()
 		m.gcEnd, m.cyEnd = gcCPU()
 		m.allocEnd = heapAllocs()
+		var ok bool
+		m.busyEnd, ok = machineBusy()
+		m.busyOK = m.busyOK && ok
 		close(m.stop)
 		m.wg.Wait()
 		m.sample()
@@ -633,6 +641,12 @@ func (m *meter) row(workload, name string, events int64, eventBytes int) Row {
 		row.EventsPerSec = float64(events) / secs
 		row.MBPerSec = float64(events) * float64(eventBytes) / 1e6 / secs
 		row.CPUPerSec = cpu / secs
+	}
+	if m.busyOK {
+		row.MachineCPUSeconds = m.busyEnd - m.busy
+		if events > 0 {
+			row.MachineCPUUsPerEvent = row.MachineCPUSeconds / float64(events) * 1e6
+		}
 	}
 	return row
 }

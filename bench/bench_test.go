@@ -108,7 +108,8 @@ func TestAppendOnlyRunUsesTheStoresPageSize(t *testing.T) {
 // timed).
 func TestAPIWorkload(t *testing.T) {
 	cfg := tiny("sqlite", "")
-	cfg.Only = []string{"api"}
+	// relay too: its raw_relay is part of the api rows' CPU ceiling.
+	cfg.Only = []string{"api", "relay"}
 	cfg.Callers = []int{1, 3}
 	cfg.Dir = filepath.Join(t.TempDir(), "data")
 	rep, err := Run(context.Background(), cfg)
@@ -122,6 +123,51 @@ func TestAPIWorkload(t *testing.T) {
 	}
 	if rep.Limit("raw_insert") == nil {
 		t.Fatal("no raw_insert limit in the report")
+	}
+	// The NATS request and reply alone, of each shape, and the api rows
+	// read against them; where the machine's CPU time can be read, the
+	// most the CPUs allow, from the three limits an appended event is
+	// made of.
+	_, canRead := machineBusy()
+	for _, name := range []string{rawRequestName, rawRequestBatchName} {
+		l := rep.Limit(name)
+		if l == nil || l.Events <= 0 || !finitePositive(l.EventsPerSec) || !(l.ClientCPUSeconds > 0) {
+			t.Fatalf("limit %s: %+v", name, l)
+		}
+		if canRead && !finitePositive(l.MachineCPUUsPerEvent) {
+			t.Errorf("limit %s: machine CPU per event %v", name, l.MachineCPUUsPerEvent)
+		}
+	}
+	if l := rep.Limit(rawRequestBatchName); l.Events%apiBatch != 0 {
+		t.Errorf("limit %s: %d events, not whole batches of %d", rawRequestBatchName, l.Events, apiBatch)
+	}
+	for _, row := range rep.Rows {
+		if row.Workload != "api" {
+			continue
+		}
+		request := rawRequestName
+		if strings.HasPrefix(row.Name, "batches") {
+			request = rawRequestBatchName
+		}
+		if !slices.ContainsFunc(row.Also, func(a LimitRatio) bool { return a.Limit == request && finitePositive(a.Ratio) }) {
+			t.Errorf("api %q: no ratio to %s: %+v", row.Name, request, row.Also)
+		}
+		if !canRead {
+			continue
+		}
+		if !finitePositive(row.MachineCPUUsPerEvent) {
+			t.Errorf("api %q: machine CPU per event %v", row.Name, row.MachineCPUUsPerEvent)
+		}
+		var sum float64
+		for _, name := range []string{request, "raw_insert", "raw_relay"} {
+			sum += rep.Limit(name).MachineCPUUsPerEvent
+		}
+		if want := float64(rep.CPUs) * 1e6 / sum; !finitePositive(row.CPUCeilingPerSec) || math.Abs(row.CPUCeilingPerSec-want) > want*1e-9 {
+			t.Errorf("api %q: CPU ceiling %v events/s, want %v from the limits' machine CPU", row.Name, row.CPUCeilingPerSec, want)
+		}
+	}
+	if canRead && !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "what the machine's CPU allows") }) {
+		t.Errorf("no note of what the machine's CPU allows the api rows: %q", rep.Notes)
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -380,7 +426,9 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 		if !(row.RSSMB > 0) || !(row.HeapLiveMB > 0) {
 			t.Errorf("%s %q: RSS %v MB, live heap %v MB", row.Workload, row.Name, row.RSSMB, row.HeapLiveMB)
 		}
-		onServer := row.Workload != "backlog" && row.Name != "raw_insert" && row.Name != "raw_read" && row.Name != "app_tx" && row.Name != outboxFloorName
+		// raw_request and raw_request_batch use the node's server but
+		// write no stream: what its streams hold then may be nothing.
+		onServer := row.Workload != "backlog" && !slices.Contains([]string{"raw_insert", "raw_read", "app_tx", outboxFloorName, rawRequestName, rawRequestBatchName}, row.Name)
 		if onServer && row.StreamBytes <= 0 {
 			t.Errorf("%s %q: stream bytes %d, want what its server's streams hold", row.Workload, row.Name, row.StreamBytes)
 		}

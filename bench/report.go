@@ -120,6 +120,19 @@ type Row struct {
 	// process holds beyond its streams' messages. 0 where the row uses no
 	// server (raw_insert, raw_read, the backlog).
 	StreamBytes int64 `json:"stream_bytes"`
+	// MachineCPUSeconds is the CPU time every process on the machine used
+	// over the row (Linux /proc/stat: user, nice, system, irq, softirq,
+	// steal), and MachineCPUUsPerEvent the same per event in
+	// microseconds. On a quiet machine that is the row's whole cost, its
+	// database, client and node together; on a shared one it holds the
+	// others' work too. Absent where /proc/stat cannot be read.
+	MachineCPUSeconds    float64 `json:"machine_cpu_s,omitempty"`
+	MachineCPUUsPerEvent float64 `json:"machine_cpu_us_per_event,omitempty"`
+	// CPUCeilingPerSec is, for an api row, the most events a second the
+	// machine's CPUs could run were each event to cost no more than the
+	// limits it is made of together (raw_request or raw_request_batch,
+	// raw_insert and raw_relay, by their machine CPU per event).
+	CPUCeilingPerSec float64 `json:"cpu_ceiling_events_per_s,omitempty"`
 	// ClientCPUSeconds and ClientRSSMB are the client process's CPU and
 	// largest sampled resident set (api rows).
 	ClientCPUSeconds float64 `json:"client_cpu_s,omitempty"`
@@ -213,7 +226,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Settings.Events, r.Settings.EventBytes, r.Settings.AppendDuration, r.Settings.LatencyDuration,
 		r.Settings.PublishBatch, r.Settings.PublishWindow, r.Settings.StreamMaxBytes, msgID)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tgc s\tcores\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
+	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tgc s\tcores\tmachine µs/ev\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
 	write := func(title string, rows []Row) {
 		fmt.Fprintf(tw, "%s\n", title)
 		fmt.Fprint(tw, head)
@@ -222,9 +235,9 @@ func (r *Report) WriteText(w io.Writer) error {
 				x.Name += " (target not reached)"
 			}
 			streams := float64(x.StreamBytes) / 1e6
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
 				x.Workload, x.Name, x.Events, x.Seconds, num(x.EventsPerSec, 0), num(x.MBPerSec, 1),
-				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.GCCPUSeconds, x.CPUPerSec, x.RSSMB,
+				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.GCCPUSeconds, x.CPUPerSec, num(x.MachineCPUUsPerEvent, 1), x.RSSMB,
 				num(x.HeapLiveMB, 0), streams, x.RSSMB-streams, x.Limit, ratio(x.Ratio))
 		}
 		fmt.Fprintln(tw)

@@ -61,3 +61,30 @@ func loadAvg() []float64 {
 	}
 	return out
 }
+
+// machineBusy returns the CPU time every process on the machine has used
+// since boot, in seconds (Linux: /proc/stat's first line, user + nice +
+// system + irq + softirq + steal, in USER_HZ ticks of 1/100 s), and false
+// where it cannot be read.
+func machineBusy() (float64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, false
+	}
+	var ticks uint64
+	// user nice system idle iowait irq softirq steal: idle and iowait are
+	// not work.
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		ticks += v
+	}
+	return float64(ticks) / 100, true
+}
