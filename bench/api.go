@@ -472,7 +472,7 @@ func (r *runner) apiLatency(ctx context.Context, p *clientProc, rate int) error 
 		return fmt.Errorf("bench: %w", err)
 	}
 	r.progress("api: %d events/s to a live subscriber through the Go client in another process, for %s", rate, r.cfg.LatencyDuration)
-	cp := r.pgCheckpoints(ctx)
+	cp := r.beforePaced(ctx)
 	m := startMeter()
 	res, err := p.do(clientTask{Boundary: boundary, Rate: rate, Duration: r.cfg.LatencyDuration})
 	if err != nil {

@@ -203,6 +203,9 @@ type runner struct {
 	// pgStatsUnread: the report already says that the server's
 	// statistics could not be read (noteCheckpoints).
 	pgStatsUnread bool
+	// pgUnsettled: the report already says that the paced rows could not
+	// start after a VACUUM and a CHECKPOINT (beforePaced).
+	pgUnsettled bool
 }
 
 // Run runs the workloads and returns the report. The error is non-nil when

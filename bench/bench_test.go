@@ -627,3 +627,51 @@ func TestCheckpointsNoted(t *testing.T) {
 		t.Fatalf("the text report does not say which row had a checkpoint:\n%s", b.String())
 	}
 }
+
+// TestPacedRowsStartSettled: on PostgreSQL every paced row begins after a
+// VACUUM of the run's database and a CHECKPOINT, so that what the rows
+// before it wrote does not stall its commits and not those of the row it
+// is compared with; a server that refuses them gets one note and the rows
+// run anyway.
+func TestPacedRowsStartSettled(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.URL(t)
+	conn := pgtest.Connect(t, db)
+	if _, err := conn.Exec(ctx, `CREATE TABLE settled (id int PRIMARY KEY); INSERT INTO settled SELECT generate_series(1, 1000); DELETE FROM settled WHERE id % 2 = 0`); err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{}
+	r := &runner{pgURL: db, rep: rep}
+	if c := r.beforePaced(ctx); !c.ok {
+		t.Fatalf("the server's statistics could not be read: %v", c.err)
+	}
+	if len(rep.Notes) != 0 {
+		t.Fatalf("notes %q; want none: the server let the bench vacuum and checkpoint", rep.Notes)
+	}
+	// Only a VACUUM run by hand sets last_vacuum, and no other test
+	// vacuums this test's own database.
+	var vacuumed bool
+	if err := conn.QueryRow(ctx, `SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'settled'`).Scan(&vacuumed); err != nil {
+		t.Fatal(err)
+	}
+	if !vacuumed {
+		t.Fatal("the table was not vacuumed before the paced row")
+	}
+	// A role that may not CHECKPOINT: one note for the run, the counters
+	// still read.
+	rep = &Report{}
+	weak := &runner{pgURL: pgtest.LoginRole(t, db), rep: rep}
+	for range 2 {
+		if c := weak.beforePaced(ctx); !c.ok {
+			t.Fatalf("the server's statistics could not be read as a plain role: %v", c.err)
+		}
+	}
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "could not start after a VACUUM and a CHECKPOINT") || !strings.Contains(rep.Notes[0], "CHECKPOINT") {
+		t.Fatalf("notes %q; want one saying the paced rows could not start settled", rep.Notes)
+	}
+	// SQLite: nothing to settle, nothing noted.
+	rep = &Report{}
+	if c := (&runner{rep: rep}).beforePaced(ctx); c.ok || len(rep.Notes) != 0 {
+		t.Fatalf("a run on SQLite: %+v, notes %q", c, rep.Notes)
+	}
+}

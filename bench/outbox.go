@@ -229,7 +229,7 @@ func (r *runner) outbox(ctx context.Context) error {
 			return err
 		}
 		r.progress("outbox: enqueue latency at %d events/s for %s", rate, r.cfg.LatencyDuration)
-		cp := r.pgCheckpoints(ctx)
+		cp := r.beforePaced(ctx)
 		m := startMeter()
 		res, err := paced(ctx, outboxAPI{nodeAPI{r.node}, a}, r.data, []string{boundary}, rate, r.cfg.LatencyDuration)
 		if err != nil {

@@ -72,6 +72,45 @@ func (r *runner) pgCheckpoints(ctx context.Context) pgCheckpoints {
 	return c
 }
 
+// beforePaced readies the server for a paced row and reads its counters
+// (pgCheckpoints). On PostgreSQL it first vacuums the run's database and
+// takes a checkpoint, on a connection of its own, so that every paced row,
+// the limit raw_e2e and the rows compared with it, starts alike: the WAL
+// and the dead or unvacuumed rows that the rows before it left (the
+// throughput rows write gigabytes) would otherwise bring a checkpoint's
+// sync or an autovacuum into whichever row comes after them, and not into
+// the row it is compared with (docs/performance.md, "The live path at
+// 5,000 events/s"). Where the server refuses (CHECKPOINT needs a superuser
+// or pg_checkpoint), the report says so once and the row runs anyway.
+func (r *runner) beforePaced(ctx context.Context) pgCheckpoints {
+	if r.pgURL == "" {
+		return pgCheckpoints{}
+	}
+	if err := r.settle(ctx); err != nil && !r.pgUnsettled && r.rep != nil {
+		r.pgUnsettled = true
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("PostgreSQL: the paced rows could not start after a VACUUM and a CHECKPOINT (%v): "+
+			"what the rows before each one wrote may stall its commits", err))
+	}
+	return r.pgCheckpoints(ctx)
+}
+
+// settle vacuums the run's database and takes a checkpoint.
+func (r *runner) settle(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for _, stmt := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
 // noteCheckpoints records on row the checkpoints PostgreSQL began during
 // it, the sync time of those that ended during it, and the autovacuum
 // passes, since before. Where they could not be read it says so in the

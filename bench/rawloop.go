@@ -360,7 +360,7 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 		}
 	}()
 
-	cp := r.pgCheckpoints(ctx)
+	cp := r.beforePaced(ctx)
 	m := startMeter()
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)

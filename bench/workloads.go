@@ -250,7 +250,7 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	r.progress("latency: %d events/s for %s", rate, r.cfg.LatencyDuration)
-	cp := r.pgCheckpoints(ctx)
+	cp := r.beforePaced(ctx)
 	m := startMeter()
 	res, err := r.paced(ctx, []string{boundary}, rate, r.cfg.LatencyDuration)
 	if err != nil {
