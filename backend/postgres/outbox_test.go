@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -886,5 +887,45 @@ func invalidAppends() []invalidAppend {
 		{"lone surrogate in metadata", "b", `[{"type":"a","data":1,"metadata":{"m":"\uDBFF"}}]`, nil, "ORINV", `events[0].metadata: a JSON string holds \uDBFF`},
 		{"lone surrogate in a tag", "b", `[{"type":"a","data":1,"tags":["ok","x\ud800"]}]`, nil, "ORINV", `events[0].tags: a JSON string holds \ud800`},
 		{"condition lone surrogate", "b", `[{"type":"a","data":1}]`, `{"query":{"items":[{"tags":["\ud800"]}]}}`, "ORINV", `condition.query: a JSON string holds \ud800`},
+	}
+}
+
+// TestJSONCompactAgreesWithGo: orisun_json_compact, which the SQL
+// functions store data and metadata through, gives the bytes Go's
+// json.Compact gives the API (event.Prepare), for texts already compact
+// (returned as they are) and for texts with white space beside every kind
+// of token, inside strings next to commas and colons, escaped quotes and
+// backslashes, and at either end.
+func TestJSONCompactAgreesWithGo(t *testing.T) {
+	t.Parallel()
+	_, _, conn := outboxSetup(t)
+	ctx := context.Background()
+	for _, text := range []string{
+		`{"customer":"c-000042","amount":1234,"note":"abcdefghij"}`,
+		`[1,2.5e3,true,false,null,"x",{},[]]`,
+		`"a, b: c { d } [ e ]"`,
+		`{"s":"a , b","t":" : "}`,
+		`{"q":"say \"hi, there\" \\ ","n":[ ]}`,
+		`{ "a" : 1 }`,
+		"{\n\t\"a\":\r\n [1 ,2\t, 3],\n \"b\" : { \"c\" : \"d e\" }\n}",
+		` 1`,
+		`1 `,
+		` "x" `,
+		`[ "a , b" , "c" ]`,
+		`{"a":"\u0020, "}`,
+		`{"a":"x\\","b" :2}`,
+		`{"a":[{"b":[{"c":"d"}]},{"e" :"f"}]}`,
+	} {
+		var want bytes.Buffer
+		if err := json.Compact(&want, []byte(text)); err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		var got string
+		if err := conn.QueryRow(ctx, `SELECT orisun_json_compact($1::json)`, text).Scan(&got); err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if got != want.String() {
+			t.Errorf("orisun_json_compact(%q) = %q, json.Compact gives %q", text, got, want.String())
+		}
 	}
 }

@@ -150,10 +150,21 @@ $do$;
 -- compares equal across both paths. Strings are kept whole (the first
 -- alternative matches a string, which replaces itself); white space
 -- outside strings is dropped. The text must be valid JSON (json input).
+-- White space outside strings always borders a structural character
+-- ({ } [ ] : ,) or an end of the text, since two values are never
+-- adjacent: a text with no white space there is compact already, and is
+-- returned without the replacement, whose capture group made it four times
+-- slower on a compact 1 KB value (white space inside a string next to a
+-- comma only sends the text the slow way).
 CREATE FUNCTION orisun_json_compact(j json) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    t text := j::text;
 BEGIN
-    RETURN regexp_replace(j::text, '("(?:[^"\\]|\\.)*")|[ \t\n\r]+', '\1', 'g');
+    IF t !~ '[ \t\n\r][][{}:,]|[][{}:,][ \t\n\r]|^[ \t\n\r]|[ \t\n\r]$' THEN
+        RETURN t;
+    END IF;
+    RETURN regexp_replace(t, '("(?:[^"\\]|\\.)*")|[ \t\n\r]+', '\1', 'g');
 END
 $$;
 
