@@ -359,6 +359,10 @@ func (r *runner) limits(ctx context.Context, backlog bool) (err error) {
 		if err := r.fillBacklog(ctx, s); err != nil {
 			return err
 		}
+		// The limits and the rows after them start with the backlog's
+		// WAL checkpointed and its rows vacuumed (PostgreSQL), not with
+		// whichever of them comes first paying for it.
+		r.settleNoted(ctx)
 		if err := r.rawRead(ctx); err != nil {
 			return err
 		}

@@ -231,6 +231,7 @@ func (r *runner) outbox(ctx context.Context) error {
 		r.progress("outbox: enqueue latency at %d events/s for %s", rate, r.cfg.LatencyDuration)
 		cp := r.beforePaced(ctx)
 		m := startMeter()
+		defer m.finish()
 		res, err := paced(ctx, outboxAPI{nodeAPI{r.node}, a}, r.data, []string{boundary}, rate, r.cfg.LatencyDuration)
 		if err != nil {
 			return err

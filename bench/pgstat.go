@@ -27,8 +27,11 @@ type pgCheckpoints struct {
 	syncMs float64
 	// autovacuums counts autovacuum and autoanalyze runs.
 	autovacuums int64
-	ok          bool
-	err         error
+	// settled: the row starts right after a VACUUM and a CHECKPOINT
+	// (beforePaced).
+	settled bool
+	ok      bool
+	err     error
 }
 
 // The queries of the counters: PostgreSQL 17 moved the checkpointer's
@@ -74,24 +77,40 @@ func (r *runner) pgCheckpoints(ctx context.Context) pgCheckpoints {
 
 // beforePaced readies the server for a paced row and reads its counters
 // (pgCheckpoints). On PostgreSQL it first vacuums the run's database and
-// takes a checkpoint, on a connection of its own, so that every paced row,
-// the limit raw_e2e and the rows compared with it, starts alike: the WAL
-// and the dead or unvacuumed rows that the rows before it left (the
-// throughput rows write gigabytes) would otherwise bring a checkpoint's
-// sync or an autovacuum into whichever row comes after them, and not into
-// the row it is compared with (docs/performance.md, "The live path at
-// 5,000 events/s"). Where the server refuses (CHECKPOINT needs a superuser
-// or pg_checkpoint), the report says so once and the row runs anyway.
+// takes a checkpoint (settleNoted), so that every paced row, the limit
+// raw_e2e and the rows compared with it, starts alike: the WAL and the
+// unvacuumed rows that the rows before it left (the throughput rows write
+// gigabytes) would otherwise bring a checkpoint's sync or an autovacuum
+// into whichever row comes after them, and not into the row it is
+// compared with (docs/performance.md, "The live path at 5,000 events/s").
+// A row then runs between checkpoints: what one costs is not in it.
 func (r *runner) beforePaced(ctx context.Context) pgCheckpoints {
 	if r.pgURL == "" {
 		return pgCheckpoints{}
 	}
-	if err := r.settle(ctx); err != nil && !r.pgUnsettled && r.rep != nil {
-		r.pgUnsettled = true
-		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("PostgreSQL: the paced rows could not start after a VACUUM and a CHECKPOINT (%v): "+
-			"what the rows before each one wrote may stall its commits", err))
+	settled := r.settleNoted(ctx)
+	c := r.pgCheckpoints(ctx)
+	c.settled = settled
+	return c
+}
+
+// settleNoted settles the server (settle) and reports whether it did.
+// Where the server refuses (CHECKPOINT needs a superuser or
+// pg_checkpoint) the report says so once, and the rows run anyway.
+// CHECKPOINT is the whole server's: on a server shared with other work it
+// flushes theirs too.
+func (r *runner) settleNoted(ctx context.Context) bool {
+	if r.pgURL == "" {
+		return false
 	}
-	return r.pgCheckpoints(ctx)
+	r.progress("PostgreSQL: VACUUM (ANALYZE) of the run's database and CHECKPOINT, so the next row starts alike")
+	err := r.settle(ctx)
+	if err != nil && ctx.Err() == nil && !r.pgUnsettled && r.rep != nil {
+		r.pgUnsettled = true
+		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("PostgreSQL: the rows could not start after a VACUUM and a CHECKPOINT (%v): "+
+			"what the rows before each one wrote may stall its commits; the rows without pg_settled did not", err))
+	}
+	return err == nil
 }
 
 // settle vacuums the run's database and takes a checkpoint.
@@ -120,6 +139,7 @@ func (r *runner) noteCheckpoints(ctx context.Context, row *Row, before pgCheckpo
 	if r.pgURL == "" {
 		return
 	}
+	row.PGSettled = before.settled
 	after := r.pgCheckpoints(ctx)
 	if !before.ok || !after.ok {
 		if !r.pgStatsUnread && r.rep != nil {

@@ -290,6 +290,9 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 	if err != nil {
 		return fmt.Errorf("bench: raw e2e: %w", err)
 	}
+	// Settled before the consumer, the loop and its watchdog start: a
+	// VACUUM of a large backlog would otherwise count as the loop's stall.
+	cp := r.beforePaced(ctx)
 	drop, err := r.createRawStream(ctx, raw, boundary, b.Epoch)
 	if err != nil {
 		return err
@@ -360,8 +363,8 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 		}
 	}()
 
-	cp := r.beforePaced(ctx)
 	m := startMeter()
+	defer m.finish()
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
 	inserted := 0

@@ -128,10 +128,12 @@ type Row struct {
 	// others' work too. Absent where /proc/stat cannot be read.
 	MachineCPUSeconds    float64 `json:"machine_cpu_s,omitempty"`
 	MachineCPUUsPerEvent float64 `json:"machine_cpu_us_per_event,omitempty"`
-	// CPUCeilingPerSec is, for an api row, the most events a second the
-	// machine's CPUs could run were each event to cost no more than the
-	// limits it is made of together (raw_request or raw_request_batch,
-	// raw_insert and raw_relay, by their machine CPU per event).
+	// CPUCeilingPerSec is, for an api row, an estimate of the most events
+	// a second the machine's CPUs could run were each event to cost no
+	// more machine CPU than the cheapest measured form of each part it is
+	// made of: the request (raw_request or raw_request_batch), the insert
+	// (raw_insert or the backlog's store appends) and the relay (raw_relay
+	// or the relay row).
 	CPUCeilingPerSec float64 `json:"cpu_ceiling_events_per_s,omitempty"`
 	// ClientCPUSeconds and ClientRSSMB are the client process's CPU and
 	// largest sampled resident set (api rows).
@@ -157,7 +159,11 @@ type Row struct {
 	// may be the server's checkpoint rather than the path measured.
 	// PGActivityRead says the three were read (the row is on PostgreSQL
 	// and its statistics answered): without it their zeros say nothing.
-	PGActivityRead     bool    `json:"pg_activity_read,omitempty"`
+	PGActivityRead bool `json:"pg_activity_read,omitempty"`
+	// PGSettled says the row started right after a VACUUM of the run's
+	// database and a CHECKPOINT (paced rows on PostgreSQL), so that it
+	// ran between checkpoints.
+	PGSettled          bool    `json:"pg_settled,omitempty"`
 	PGCheckpoints      int64   `json:"pg_checkpoints,omitempty"`
 	PGCheckpointSyncMs float64 `json:"pg_checkpoint_sync_ms,omitempty"`
 	// PGAutovacuums is how many autovacuum and autoanalyze runs on the
@@ -182,6 +188,16 @@ type Check struct {
 	Want int64  `json:"want"`
 	Got  int64  `json:"got"`
 	OK   bool   `json:"ok"`
+}
+
+// row returns the first row of the workload, or nil.
+func (r *Report) row(workload string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Workload == workload {
+			return &r.Rows[i]
+		}
+	}
+	return nil
 }
 
 func (r *Report) check(name string, want, got int64) {

@@ -252,6 +252,7 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 	r.progress("latency: %d events/s for %s", rate, r.cfg.LatencyDuration)
 	cp := r.beforePaced(ctx)
 	m := startMeter()
+	defer m.finish()
 	res, err := r.paced(ctx, []string{boundary}, rate, r.cfg.LatencyDuration)
 	if err != nil {
 		return err
