@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -344,6 +345,17 @@ func wantErr(t testing.TB, what string, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("%s: err = %v, want one matching %v", what, err, target)
+	}
+}
+
+// wantLimitRefused fails unless read (op, a read of a page) refuses the
+// limits 0 and -1 with ErrInvalid naming the limit.
+func wantLimitRefused(t testing.TB, op string, read func(limit int) error) {
+	t.Helper()
+	for _, limit := range []int{0, -1} {
+		if err := read(limit); !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
+			t.Fatalf("%s with limit %d: %v, want ErrInvalid naming the limit", op, limit, err)
+		}
 	}
 }
 
