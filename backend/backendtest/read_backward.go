@@ -91,10 +91,7 @@ func testReadBackward(t *testing.T, open func(t *testing.T) backend.Store, ed *E
 	t.Run("LimitAndBoundary", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "b")
-		wantLimitRefused(t, "ReadBackward", func(limit int) error {
-			_, _, err := s.ReadBackward(t.Context(), "b", 0, limit, nil)
-			return err
-		})
+		wantLimitRefused(t, "ReadBackward", s.ReadBackward, "b")
 		for _, before := range []uint64{0, 1, 5} {
 			if _, _, err := s.ReadBackward(t.Context(), "nope", before, 10, nil); !errors.Is(err, event.ErrNotFound) {
 				t.Fatalf("ReadBackward of an unknown boundary (before %d): %v, want ErrNotFound", before, err)
