@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -345,18 +344,6 @@ func wantErr(t testing.TB, what string, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("%s: err = %v, want one matching %v", what, err, target)
-	}
-}
-
-// wantLimitRefused fails unless read (op: Read or ReadBackward of a store)
-// of boundary, from 0, refuses the limits 0 and -1 with ErrInvalid naming
-// the limit.
-func wantLimitRefused(t *testing.T, op string, read func(context.Context, string, uint64, int, *event.Query) (string, []event.Event, error), boundary string) {
-	t.Helper()
-	for _, limit := range []int{0, -1} {
-		if _, _, err := read(t.Context(), boundary, 0, limit, nil); !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
-			t.Fatalf("%s with limit %d: %v, want ErrInvalid naming the limit", op, limit, err)
-		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -383,5 +384,17 @@ func BenchReadPages(b *testing.B, s backend.Store, boundary string, q *event.Que
 				}
 			}
 		})
+	}
+}
+
+// wantLimitRefused fails unless read (op: Read or ReadBackward of a store)
+// of boundary, from 0, refuses the limits 0 and -1 with ErrInvalid naming
+// the limit.
+func wantLimitRefused(t *testing.T, op string, read func(context.Context, string, uint64, int, *event.Query) (string, []event.Event, error), boundary string) {
+	t.Helper()
+	for _, limit := range []int{0, -1} {
+		if _, _, err := read(t.Context(), boundary, 0, limit, nil); !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
+			t.Fatalf("%s with limit %d: %v, want ErrInvalid naming the limit", op, limit, err)
+		}
 	}
 }
