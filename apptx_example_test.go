@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/orisun-io/orisun"
+	"github.com/orisun-io/orisun/internal/testutil/nodetest"
 )
 
 // An embedding program keeps its own table in the node's SQLite database
@@ -17,22 +17,11 @@ import (
 // transaction of its own; the function gets a context that ends at the
 // deadline (ORISUN_APPEND_TX_TIMEOUT): give it to every statement.
 func ExampleNode_AppendTx() {
-	dir, err := os.MkdirTemp("", "orisun-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	n, err := orisun.New(orisun.Config{DataDir: dir, NATSPort: -1})
-	if err != nil {
-		log.Fatal(err)
-	}
+	n, _, stop := nodetest.Start() // a node on SQLite, started as in Example
+	defer stop()
 	ctx := context.Background()
-	if err := n.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer n.Stop()
 
-	err = n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
+	err := n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
 		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS app_orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL)`)
 		return err
 	})

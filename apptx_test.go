@@ -43,6 +43,19 @@ func appOrders(t *testing.T, n *orisun.Node) []int {
 	return ids
 }
 
+// createAppTable runs stmt, the application's CREATE TABLE, in an
+// AppendTx of its own, as an embedding program creates its tables.
+func createAppTable(t *testing.T, n *orisun.Node, stmt string) {
+	t.Helper()
+	err := n.AppendTx(context.Background(), func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
+		_, err := tx.ExecContext(ctx, stmt)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAppendTxCommitsOrRollsBackTogether_I1_I2: an embedding program on
 // SQLite runs its own statements and appends in one transaction of the
 // node's writer (Node.AppendTx, docs/outbox.md): its table lives in the
@@ -63,13 +76,7 @@ func TestAppendTxCommitsOrRollsBackTogether_I1_I2(t *testing.T) {
 		c.AppendTxTimeout, c.LeaseTTL, c.PollInterval = timeout, 3*timeout, time.Minute
 	})
 	ctx := context.Background()
-	err := n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS app_orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL)`)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	createAppTable(t, n, `CREATE TABLE IF NOT EXISTS app_orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL)`)
 	// order inserts order id and appends its event, then ends as then
 	// says.
 	order := func(id int, then func(ctx context.Context, tx *sql.Tx, app orisun.AppendFunc) error) error {
@@ -94,7 +101,7 @@ func TestAppendTxCommitsOrRollsBackTogether_I1_I2(t *testing.T) {
 		t.Fatalf("the function's error: got %v, want it as it is", err)
 	}
 
-	err = order(3, func(context.Context, *sql.Tx, orisun.AppendFunc) error { panic("boom") })
+	err := order(3, func(context.Context, *sql.Tx, orisun.AppendFunc) error { panic("boom") })
 	if err == nil || !strings.Contains(err.Error(), "panicked (boom)") {
 		t.Fatalf("a panic: got %v, want an error naming it", err)
 	}
@@ -200,12 +207,7 @@ func TestAppendTxCommitsOrRollsBackTogether_I1_I2(t *testing.T) {
 func TestAppendTxConcurrentWithAppends_I1(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx := context.Background()
-	if err := n.AppendTx(ctx, func(ctx context.Context, tx *sql.Tx, _ orisun.AppendFunc) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE app_rows (id INTEGER PRIMARY KEY)`)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	createAppTable(t, n, `CREATE TABLE app_rows (id INTEGER PRIMARY KEY)`)
 	const workers = 16
 	errRollback := errors.New("rolled back on purpose")
 	var mu sync.Mutex

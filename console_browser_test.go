@@ -135,9 +135,7 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 		c.Boundaries = []string{"default", "orders"}
 		c.PollBackstop = 200 * time.Millisecond
 	})
-	if _, err := n.Append(ctx, "orders", events(3, "order.placed", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(3, "order.placed", 32))
 	appendSettled(t, ctx, n, events(5, "ok", 32), 30*time.Second)
 	url := "http://" + n.HTTPAddr() + "/console/"
 	cell := func(boundary, class string) string {
@@ -175,9 +173,7 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`window.notReloaded = true`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Append(ctx, "orders", events(4, "order.placed", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(4, "order.placed", 32))
 	took := wait("head 7 after an append", cell("orders", "head")+`.textContent === "7" && window.notReloaded === true`, 5*time.Second)
 	t.Logf("head shown 7 s after the append: %s", took)
 
@@ -314,9 +310,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 
 	// An append moves the chart (and head) without a reload.
 	eval(`window.notReloaded = "yes"`)
-	if _, err := n.Append(ctx, "orders", events(5, "order.placed", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(5, "order.placed", 32))
 	took := wait("the chart counts 5 more events", chart+`.appendedTotal === "125" && window.notReloaded === "yes"`, 5*time.Second)
 	t.Logf("the chart moved %s after the append", took)
 	wait("head 125", `document.querySelector('[data-figure="head"] b').textContent === "125"`, 5*time.Second)
@@ -398,9 +392,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-pause"))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Append(ctx, "orders", events(1, "order.placed", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(1, "order.placed", 32))
 	wait("the paused tail counts the new event", `document.getElementById("tail-state").textContent === "paused · 1 new"`, 5*time.Second)
 	if shown := eval(fmt.Sprintf(`String(%s)`, tailed(127))); shown != "false" {
 		t.Fatal("the paused tail showed a new event")
@@ -415,9 +407,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	// kept the old events above a gap no one could see).
 	eval(`const es = tail.es; es.close(); es.onerror(); "dropped"`)
 	wait("the tail says it was disconnected", `document.getElementById("tail-state").textContent.startsWith("disconnected")`, 5*time.Second)
-	if _, err := n.Append(ctx, "orders", events(1, "order.placed", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(1, "order.placed", 32))
 	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#tail-start"))); err != nil {
 		t.Fatal(err)
 	}
@@ -492,9 +482,7 @@ func TestConsoleEventPagesLoginBrowser(t *testing.T) {
 		c.NATSUser, c.NATSPassword = "app", "app-pass"
 		c.ConsoleUser, c.ConsolePassword = "ops", "ops-password"
 	})
-	if _, err := n.Append(ctx, "orders", events(3, "order.placed", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(3, "order.placed", 32))
 	wait := func(what, expr string) {
 		t.Helper()
 		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {

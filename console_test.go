@@ -25,9 +25,7 @@ import (
 func TestConsoleOverviewHTTP(t *testing.T) {
 	ctx := context.Background()
 	n := setup(t, "", func(c *orisun.Config) { withHTTP(c); c.Boundaries = []string{"default", "orders"} })
-	if _, err := n.Append(ctx, "orders", events(3, "order.placed", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(3, "order.placed", 32))
 	waitSettled(t, n, 30*time.Second)
 
 	code, body := httpGet(t, n, "/console/")

@@ -105,11 +105,7 @@ func orisunSubjects(info *jetstream.StreamInfo) bool {
 
 func appendN(t *testing.T, n *orisun.Node, k int) uint64 {
 	t.Helper()
-	r, err := n.Append(context.Background(), "default", events(k, "real", 32), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r.Last
+	return mustAppend(t, context.Background(), n, "default", events(k, "real", 32)).Last
 }
 
 // TestStreamSubjectsChangedPutBack_I5_I7: the stream's subjects changed

@@ -161,9 +161,7 @@ wait:
 
 	// Real appends after the attempt: positions 4 to 9.
 	for i := 0; i < 3; i++ {
-		if _, err := n.Append(ctx, "default", events(2, "real", 32), nil); err != nil {
-			t.Fatal(err)
-		}
+		mustAppend(t, ctx, n, "default", events(2, "real", 32))
 	}
 	upTo := func() uint64 {
 		mu.Lock()
@@ -402,9 +400,7 @@ func TestForgedStreamMessageNeverDelivered_I5(t *testing.T) {
 		return len(reasons) > 0
 	})
 	for i := 0; i < 3; i++ {
-		if _, err := n.Append(ctx, "default", events(2, "real", 32), nil); err != nil {
-			t.Fatal(err)
-		}
+		mustAppend(t, ctx, n, "default", events(2, "real", 32))
 	}
 	waitDelivered(t, r, 9, 60*time.Second)
 	if err := stop(); err != nil {

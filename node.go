@@ -1129,13 +1129,20 @@ func (n *Node) ready() (backend.Store, jetstream.JetStream, error) {
 	return n.store, n.js, nil
 }
 
+// storeFor is the store for a request naming boundary name: the name is
+// checked first, then whether the node serves (ready).
+func (n *Node) storeFor(name string) (backend.Store, error) {
+	if err := event.ValidateBoundaryName(name); err != nil {
+		return nil, err
+	}
+	store, _, err := n.ready()
+	return store, err
+}
+
 // CreateBoundary creates a boundary (or returns the existing one) and starts
 // its publisher.
 func (n *Node) CreateBoundary(ctx context.Context, name string) (Boundary, error) {
-	if err := event.ValidateBoundaryName(name); err != nil {
-		return Boundary{}, err
-	}
-	store, _, err := n.ready()
+	store, err := n.storeFor(name)
 	if err != nil {
 		return Boundary{}, err
 	}
@@ -1174,10 +1181,7 @@ func (n *Node) createBoundary(ctx context.Context, store backend.Store, name str
 // Boundary returns one boundary with its current head (ErrNotFound when it
 // does not exist).
 func (n *Node) Boundary(ctx context.Context, name string) (Boundary, error) {
-	if err := event.ValidateBoundaryName(name); err != nil {
-		return Boundary{}, err
-	}
-	store, _, err := n.ready()
+	store, err := n.storeFor(name)
 	if err != nil {
 		return Boundary{}, err
 	}

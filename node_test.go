@@ -77,13 +77,22 @@ func events(n int, typ string, size int) []orisun.Input {
 	return out
 }
 
+// mustAppend appends evs to boundary of n, failing the test if the append
+// fails.
+func mustAppend(t testing.TB, ctx context.Context, n *orisun.Node, boundary string, evs []orisun.Input) orisun.AppendResult {
+	t.Helper()
+	res, err := n.Append(ctx, boundary, evs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // appendSettled appends evs to boundary default of n and waits up to
 // timeout until the node has published them (waitSettled).
 func appendSettled(t testing.TB, ctx context.Context, n *orisun.Node, evs []orisun.Input, timeout time.Duration) orisun.Status {
 	t.Helper()
-	if _, err := n.Append(ctx, "default", evs, nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", evs)
 	return waitSettled(t, n, timeout)
 }
 
@@ -489,9 +498,7 @@ func TestRestartResumes_I3_I4_I5(t *testing.T) {
 func TestEvictionFallsBack_I5(t *testing.T) {
 	n := setup(t, "", func(c *orisun.Config) { c.EventStreamMaxMsgs = 20 })
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(10, "warmup", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(10, "warmup", 32))
 	r := newRecorder(0)
 	var fellBehind sync.Map
 	live := make(chan uint64, 16)
@@ -512,9 +519,7 @@ func TestEvictionFallsBack_I5(t *testing.T) {
 	gate := make(chan struct{})
 	r.gate.Store(&gate)
 	for i := 0; i < 20; i++ {
-		if _, err := n.Append(ctx, "default", events(100, "burst", 32), nil); err != nil {
-			t.Fatal(err)
-		}
+		mustAppend(t, ctx, n, "default", events(100, "burst", 32))
 	}
 	waitSettled(t, n, 30*time.Second)
 	r.gate.Store(nil)

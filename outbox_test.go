@@ -180,9 +180,7 @@ func TestOutboxHeldTransactionShownInStatus_I1_I7(t *testing.T) {
 		t.Run(fmt.Sprintf("savepoint=%v", savepoint), func(t *testing.T) {
 			n, url := pgNode(t, 100*time.Millisecond)
 			ctx := context.Background()
-			if _, err := n.Append(ctx, "default", events(2, "before", 16), nil); err != nil {
-				t.Fatal(err)
-			}
+			mustAppend(t, ctx, n, "default", events(2, "before", 16))
 			waitSettled(t, n, 10*time.Second)
 			tx := pgtest.Begin(t, pgtest.Connect(t, url))
 			if savepoint {

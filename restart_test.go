@@ -329,11 +329,7 @@ func startPGProc(t *testing.T, name, id, dir, pgURL string, ttl time.Duration) *
 // leaseOf reads the boundary's lease row.
 func leaseOf(t *testing.T, store *postgres.Store) backend.Lease {
 	t.Helper()
-	l, err := store.LeaseHolder(context.Background(), "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return testutil.Get(t, func(ctx context.Context) (backend.Lease, error) { return store.LeaseHolder(ctx, "default") })
 }
 
 // TestPostgresRestartSameDirTakesOwnLease_TwinWaits_I2_I4_I6: on
@@ -542,11 +538,7 @@ func TestCleanStopHandsOverWithinASecond_I4_I6(t *testing.T) {
 // leaseCheckpoint is the boundary's checkpoint now.
 func leaseCheckpoint(t *testing.T, store *postgres.Store) uint64 {
 	t.Helper()
-	cp, err := store.Checkpoint(context.Background(), "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cp
+	return testutil.Get(t, func(ctx context.Context) (uint64, error) { return store.Checkpoint(ctx, "default") })
 }
 
 // TestPostgresNodeLocksItsDataDir: a PostgreSQL node locks its data

@@ -234,9 +234,7 @@ func TestStatusPausedAndRecovers_I7(t *testing.T) {
 	ctx := context.Background()
 	appendSettled(t, ctx, n, events(5, "fill", 32), 30*time.Second)
 	fillMemory(t, n)
-	if _, err := n.Append(ctx, "default", events(3, "refused", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(3, "refused", 32))
 	p := waitState(t, n, "default", "paused", 30*time.Second, nil)
 	if !strings.Contains(p.Reason, "insufficient") || p.Head != 8 || p.Published != 5 || p.LagEvents != 3 || p.Since.IsZero() {
 		t.Fatalf("paused status: %+v", p)
@@ -440,9 +438,7 @@ func TestStatusStalledOnUnpublishableRow_I4_I7(t *testing.T) {
 	ctx := context.Background()
 	appendSettled(t, ctx, n, events(3, "ok", 32), 30*time.Second)
 	insertRaw(t, url, "default", "raw.big", `{"p":"`+strings.Repeat("x", 8000)+`"}`)
-	if _, err := n.Append(ctx, "default", events(2, "later", 32), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(2, "later", 32))
 	s := waitState(t, n, "default", "stalled", 30*time.Second, nil)
 	if !strings.Contains(s.Reason, "position 4") || !strings.Contains(s.Reason, "max payload") || s.Published != 3 || s.Head != 6 || s.LagEvents != 3 {
 		t.Fatalf("stalled status (want the reason to name position 4, published 3 of 6): %+v", s)

@@ -39,9 +39,7 @@ func testStreamLayout(t *testing.T, msgID bool) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := n.Append(ctx, "orders", events(3, "order.placed.v2", 64), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "orders", events(3, "order.placed.v2", 64))
 	waitSettled(t, n, 30*time.Second)
 	bs, err := n.Boundaries(ctx)
 	if err != nil || len(bs) != 1 {

@@ -18,9 +18,7 @@ import (
 func TestHandlerErrorEndsSubscription(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(10, "a", 16), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(10, "a", 16))
 	boom := errors.New("boom")
 	var seen []uint64
 	err := n.Subscribe(ctx, "default", 0, func(_ context.Context, e orisun.Event) error {
@@ -44,9 +42,7 @@ func TestHandlerErrorEndsSubscription(t *testing.T) {
 func TestSubscribeOtherEpoch_I5(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx := context.Background()
-	if _, err := n.Append(ctx, "default", events(3, "a", 16), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(3, "a", 16))
 	err := n.Subscribe(ctx, "default", 1, func(context.Context, orisun.Event) error { return nil },
 		orisun.SubscribeOptions{Epoch: "00000000-0000-0000-0000-000000000000"})
 	if !errors.Is(err, event.ErrEpochChanged) {
@@ -71,9 +67,7 @@ func TestSubscribeNilHandler(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := n.Append(ctx, "default", events(1, "a", 16), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(1, "a", 16))
 	err := n.Subscribe(ctx, "default", 0, nil, orisun.SubscribeOptions{})
 	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "handler") {
 		t.Fatalf("got %v, want ErrInvalid naming the handler", err)
@@ -93,9 +87,7 @@ func TestAppendWakesThePublisher(t *testing.T) {
 	stop := subscribe(t, n, "default", 0, r, orisun.SubscribeOptions{OnCaughtUp: live.caughtUp})
 	live.wait(t, "the subscription", nil)
 	for i := 1; i <= 3; i++ {
-		if _, err := n.Append(ctx, "default", events(10, "woken", 32), nil); err != nil {
-			t.Fatal(err)
-		}
+		mustAppend(t, ctx, n, "default", events(10, "woken", 32))
 		// Generous for a loaded machine, and far below the hour.
 		st := waitSettled(t, n, 30*time.Second)
 		if st.Boundaries[0].Published != uint64(10*i) {
@@ -125,9 +117,7 @@ func TestCreateBoundaryAtRuntime(t *testing.T) {
 	if _, err := n.CreateBoundary(ctx, "Bad.Name"); !errors.Is(err, event.ErrInvalid) {
 		t.Fatalf("bad name: %v", err)
 	}
-	if _, err := n.Append(ctx, "late", events(5, "a", 16), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "late", events(5, "a", 16))
 	waitSettled(t, n, 10*time.Second)
 	if _, last := checkStream(t, n, "late"); last != 5 {
 		t.Fatalf("stream last %d", last)
@@ -181,9 +171,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 			t.Fatalf("%s: %d", path, code)
 		}
 	}
-	if _, err := n.Append(ctx, "default", events(100, "a", 16), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(100, "a", 16))
 	r := newRecorder(0)
 	done := make(chan error, 1)
 	go func() { done <- n.Subscribe(ctx, "default", 0, r.handle, orisun.SubscribeOptions{}) }()
@@ -296,9 +284,7 @@ func TestSubscribeBeyondHead(t *testing.T) {
 	n := setup(t, "", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := n.Append(ctx, "default", events(3, "a", 16), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustAppend(t, ctx, n, "default", events(3, "a", 16))
 	noop := func(context.Context, orisun.Event) error { return nil }
 	// Beyond the int64 range of the stores too, up to the largest uint64
 	// (whose next position would wrap round to 0).

@@ -68,14 +68,9 @@ func Example() {
 // The log newest first, a page at a time: each page reads below the last
 // position of the one before, until a page is empty.
 func ExampleClient_ReadBackward() {
-	n, _, stop := nodetest.Start()
+	c, stop := connected()
 	defer stop()
 	ctx := context.Background()
-	c, err := client.Connect(n.NATSURL(), client.Name("example"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
 	for seat := 1; seat <= 5; seat++ {
 		in := []event.Input{{Type: "seat.booked", Data: json.RawMessage(fmt.Sprintf(`{"seat":%d}`, seat))}}
 		if _, err := c.Append(ctx, "default", in, nil); err != nil {
@@ -103,4 +98,20 @@ func ExampleClient_ReadBackward() {
 	// 3 {"seat":3}
 	// 2 {"seat":2}
 	// 1 {"seat":1}
+}
+
+// connected starts a node and connects a client to it as Example does, for
+// the examples that show what comes after. stop closes the client and stops
+// the node.
+func connected() (c *client.Client, stop func()) {
+	n, _, stopNode := nodetest.Start()
+	c, err := client.Connect(n.NATSURL(), client.Name("example"))
+	if err != nil {
+		stopNode()
+		log.Fatal(err)
+	}
+	return c, func() {
+		c.Close()
+		stopNode()
+	}
 }

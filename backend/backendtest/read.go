@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/orisun-io/orisun/backend"
@@ -139,12 +138,7 @@ func testRead(t *testing.T, open func(t *testing.T) backend.Store) {
 	t.Run("LimitMustBePositive", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "orders")
-		for _, limit := range []int{0, -1} {
-			_, _, err := s.Read(t.Context(), "orders", 0, limit, nil)
-			if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
-				t.Fatalf("Read with limit %d: %v, want ErrInvalid naming the limit", limit, err)
-			}
-		}
+		wantLimitRefused(t, "Read", s.Read, "orders")
 		if _, err := s.Append(t.Context(), "orders", nil, nil); !errors.Is(err, event.ErrInvalid) {
 			t.Fatalf("Append of no events: %v, want ErrInvalid", err)
 		}

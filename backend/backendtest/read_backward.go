@@ -92,12 +92,7 @@ func testReadBackward(t *testing.T, open func(t *testing.T) backend.Store, ed *E
 	t.Run("LimitAndBoundary", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "b")
-		for _, limit := range []int{0, -1} {
-			_, _, err := s.ReadBackward(t.Context(), "b", 0, limit, nil)
-			if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
-				t.Fatalf("ReadBackward with limit %d: %v, want ErrInvalid naming the limit", limit, err)
-			}
-		}
+		wantLimitRefused(t, "ReadBackward", s.ReadBackward, "b")
 		for _, before := range []uint64{0, 1, 5} {
 			if _, _, err := s.ReadBackward(t.Context(), "nope", before, 10, nil); !errors.Is(err, event.ErrNotFound) {
 				t.Fatalf("ReadBackward of an unknown boundary (before %d): %v, want ErrNotFound", before, err)
@@ -389,5 +384,17 @@ func BenchReadPages(b *testing.B, s backend.Store, boundary string, q *event.Que
 				}
 			}
 		})
+	}
+}
+
+// wantLimitRefused fails unless read (op: Read or ReadBackward of a store)
+// of boundary, from 0, refuses the limits 0 and -1 with ErrInvalid naming
+// the limit.
+func wantLimitRefused(t *testing.T, op string, read func(context.Context, string, uint64, int, *event.Query) (string, []event.Event, error), boundary string) {
+	t.Helper()
+	for _, limit := range []int{0, -1} {
+		if _, _, err := read(t.Context(), boundary, 0, limit, nil); !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "limit") {
+			t.Fatalf("%s with limit %d: %v, want ErrInvalid naming the limit", op, limit, err)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,10 +14,7 @@ import (
 func TestClusterConfig(t *testing.T) {
 	dir := t.TempDir()
 	certs := testcert.Write(t, dir)
-	creds := filepath.Join(dir, "orisun.creds")
-	if err := os.WriteFile(creds, []byte("creds"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	creds := writeFile(t, dir, "orisun.creds", "creds")
 	pg := map[string]string{"ORISUN_BACKEND": "postgres", "ORISUN_PG_URL": "postgres://db/orisun"}
 	with := func(base map[string]string, kv ...string) map[string]string {
 		m := map[string]string{}

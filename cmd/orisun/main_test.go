@@ -187,10 +187,7 @@ func TestServeStopsCleanlyOnSignal(t *testing.T) {
 func TestNATSAccessConfig(t *testing.T) {
 	dir := t.TempDir()
 	certs := testcert.Write(t, dir)
-	garbage := filepath.Join(dir, "garbage.pem")
-	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	garbage := writeFile(t, dir, "garbage.pem", "not a certificate")
 	missing := filepath.Join(dir, "missing.pem")
 	checkEnvCases(t, []envCase{
 		{"user and password", map[string]string{"ORISUN_NATS_USER": "app", "ORISUN_NATS_PASSWORD": "pw"}, ""},
@@ -239,6 +236,17 @@ func checkEnvCases(t *testing.T, cases []envCase) {
 			}
 		})
 	}
+}
+
+// writeFile writes content to the file name in dir, readable by its owner
+// only, and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestUnknownCommand(t *testing.T) {
