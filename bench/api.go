@@ -103,6 +103,7 @@ func (c clientAPI) Head(ctx context.Context, boundary string) (uint64, error) {
 // runClientPaced runs a paced task in the client process.
 func runClientPaced(c *client.Client, task clientTask, data []byte) clientResult {
 	m := startMeter()
+	defer m.finish()
 	res, err := paced(context.Background(), clientAPI{c}, data, []string{task.Boundary}, task.Rate, task.Duration)
 	if err != nil {
 		return clientResult{Err: err.Error()}
@@ -196,6 +197,7 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 		}
 	}
 	m := startMeter()
+	defer m.finish()
 	deadline := time.Now().Add(task.Duration)
 	for i := range task.Callers {
 		wg.Add(1)
@@ -335,6 +337,7 @@ func (r *runner) api(ctx context.Context) (err error) {
 		}
 		r.progress("api: %s through the Go client in another process, for %s", s.name, r.cfg.AppendDuration)
 		m := startMeter()
+		defer m.finish()
 		res, err := p.do(clientTask{Boundary: boundary, Callers: s.callers, Batch: s.batch, Duration: r.cfg.AppendDuration})
 		if err != nil {
 			return err
@@ -418,6 +421,7 @@ func (r *runner) rawRequest(ctx context.Context, p *clientProc, name string, cal
 	}
 	r.progress("api: raw request and reply of %d events, %d callers, for %s", batch, callers, r.cfg.AppendDuration)
 	m := startMeter()
+	defer m.finish()
 	res, err := p.do(clientTask{Request: subject, Callers: callers, Batch: batch, Duration: r.cfg.AppendDuration})
 	if err != nil {
 		return err
@@ -467,7 +471,11 @@ func (r *runner) cpuCeiling(request string) (float64, string) {
 			return 0, ""
 		}
 		sum += best.MachineCPUUsPerEvent
-		used = append(used, fmt.Sprintf("%s %.1f", best.Name, best.MachineCPUUsPerEvent))
+		name := best.Name
+		if best.Workload != "limit" {
+			name = best.Workload + " row (" + best.Name + ")"
+		}
+		used = append(used, fmt.Sprintf("%s: %.1f", name, best.MachineCPUUsPerEvent))
 	}
 	most := float64(r.rep.CPUs) * 1e6 / sum
 	how := fmt.Sprintf("%s = %.1f µs of machine CPU per event (the cheapest measured form of each part), so %d CPUs would run at most about %.0f events/s",

@@ -203,8 +203,8 @@ type runner struct {
 	// pgStatsUnread: the report already says that the server's
 	// statistics could not be read (noteCheckpoints).
 	pgStatsUnread bool
-	// pgUnsettled: the report already says that the paced rows could not
-	// start after a VACUUM and a CHECKPOINT (beforePaced).
+	// pgUnsettled: the report already says that the rows could not start
+	// after a VACUUM and a CHECKPOINT (settleNoted).
 	pgUnsettled bool
 }
 

@@ -171,7 +171,7 @@ func TestAPIWorkload(t *testing.T) {
 			sum += least
 		}
 		if want := float64(rep.CPUs) * 1e6 / sum; !finitePositive(row.CPUCeilingPerSec) || math.Abs(row.CPUCeilingPerSec-want) > want*1e-9 {
-			t.Errorf("api %q: CPU ceiling %v events/s, want %v from the limits' machine CPU", row.Name, row.CPUCeilingPerSec, want)
+			t.Errorf("api %q: CPU ceiling %v events/s, want %v from the parts' machine CPU", row.Name, row.CPUCeilingPerSec, want)
 		}
 	}
 	if canRead && !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "what the machine's CPU allows") }) {
@@ -645,6 +645,36 @@ func TestCheckpointsNoted(t *testing.T) {
 	}
 }
 
+// TestCPUCeiling: the api rows' estimate takes, for each part of an
+// append, the cheapest measured form (the limit or orisun's own row), and
+// is the machine's CPUs over their sum; without a measure of each part
+// there is none.
+func TestCPUCeiling(t *testing.T) {
+	r := &runner{rep: &Report{CPUs: 2,
+		Limits: []Row{
+			{Workload: "limit", Name: rawRequestName, MachineCPUUsPerEvent: 10},
+			{Workload: "limit", Name: "raw_insert", MachineCPUUsPerEvent: 20, EventsPerSec: 100_000},
+			{Workload: "limit", Name: "raw_relay", MachineCPUUsPerEvent: 30},
+		},
+		Rows: []Row{
+			{Workload: "backlog", Name: "store append", MachineCPUUsPerEvent: 5},
+			{Workload: "relay", Name: "backlog to JetStream", MachineCPUUsPerEvent: 40},
+		}}}
+	// 10 + min(20, 5) + min(30, 40) = 45 µs: 2 CPUs, 44,444 events/s.
+	most, how := r.cpuCeiling(rawRequestName)
+	if want := 2e6 / 45; math.Abs(most-want) > 1e-6 {
+		t.Errorf("estimate %v events/s, want %v: %s", most, want, how)
+	}
+	if !strings.Contains(how, "backlog row (store append): 5.0") || !strings.Contains(how, "raw_relay: 30.0") || !strings.Contains(how, "(0.44 of raw_insert)") {
+		t.Errorf("the note does not name the parts it took: %s", how)
+	}
+	r.rep.Limits = r.rep.Limits[:2] // neither raw_relay ...
+	r.rep.Rows = r.rep.Rows[:1]     // ... nor the relay row: no estimate
+	if most, how := r.cpuCeiling(rawRequestName); most != 0 || how != "" {
+		t.Errorf("without the relay's measure: %v, %q; want none", most, how)
+	}
+}
+
 // TestPacedRowsStartSettled: on PostgreSQL every paced row begins after a
 // VACUUM of the run's database and a CHECKPOINT, so that what the rows
 // before it wrote does not stall its commits and not those of the row it
@@ -685,6 +715,13 @@ func TestPacedRowsStartSettled(t *testing.T) {
 	}
 	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "could not start after a VACUUM and a CHECKPOINT") || !strings.Contains(rep.Notes[0], "(CHECKPOINT: ") {
 		t.Fatalf("notes %q; want one saying the paced rows could not start settled", rep.Notes)
+	}
+	// A run being cancelled: not settled, and no note blaming the server.
+	rep = &Report{}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if c := (&runner{pgURL: db, rep: rep}).beforePaced(cancelled); c.settled || len(rep.Notes) != 0 {
+		t.Fatalf("a cancelled run: settled %v, notes %q; want not settled and no note", c.settled, rep.Notes)
 	}
 	// SQLite: nothing to settle, nothing noted.
 	rep = &Report{}

@@ -155,6 +155,7 @@ func (r *runner) outbox(ctx context.Context) error {
 		var wg sync.WaitGroup
 		errs := make(chan error, outboxCallers)
 		m := startMeter()
+		defer m.finish()
 		deadline := time.Now().Add(r.cfg.AppendDuration)
 		for range outboxCallers {
 			wg.Go(func() {

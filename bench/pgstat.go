@@ -108,7 +108,7 @@ func (r *runner) settleNoted(ctx context.Context) bool {
 	if err != nil && ctx.Err() == nil && !r.pgUnsettled && r.rep != nil {
 		r.pgUnsettled = true
 		r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("PostgreSQL: the rows could not start after a VACUUM and a CHECKPOINT (%v): "+
-			"what the rows before each one wrote may stall its commits; the rows without pg_settled did not", err))
+			"what the rows before each one wrote may stall its commits; the paced rows without pg_settled did not start settled", err))
 	}
 	return err == nil
 }

@@ -251,6 +251,7 @@ func (r *runner) rawRelay(ctx context.Context, s backend.Store, raw *rawServer, 
 	stop := r.watchdog(sctx, cancel, "raw relay", loop.checkpoint.Load)
 	defer stop()
 	m := startMeter()
+	defer m.finish()
 	err = loop.drain(sctx)
 	row := m.row("limit", "raw_relay", int64(loop.checkpoint.Load()), r.cfg.EventBytes)
 	if cause := context.Cause(sctx); cause != nil && !errors.Is(cause, context.Canceled) {

@@ -88,6 +88,7 @@ func (r *runner) fillBacklog(ctx context.Context, s backend.Store) error {
 	}
 	r.progress("backlog: appending %d events of %d bytes through the store (no publisher running)", r.cfg.Events, r.cfg.EventBytes)
 	m := startMeter()
+	defer m.finish()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -191,6 +192,7 @@ WHERE boundary = ?1 AND position > ?2 ORDER BY position LIMIT ?3`, relayBoundary
 		}
 	}
 	m = startMeter()
+	defer m.finish()
 	var n, after int64
 	for {
 		got, last, err := readPage(after)
@@ -255,6 +257,7 @@ func (r *runner) rawInsert(ctx context.Context) error {
 		defer pool.Exec(context.Background(), `DROP TABLE IF EXISTS raw_events`)
 		var pos atomic.Int64
 		m = startMeter()
+		defer m.finish()
 		deadline := time.Now().Add(r.cfg.AppendDuration)
 		var wg sync.WaitGroup
 		errs := make(chan error, conns)
@@ -313,6 +316,7 @@ FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS u(id, data, ord)`, first,
 		data := string(r.data)
 		args := make([]any, 0, 8*perStmt)
 		m = startMeter()
+		defer m.finish()
 		deadline := time.Now().Add(r.cfg.AppendDuration)
 		var pos int64
 		for time.Now().Before(deadline) {

@@ -72,6 +72,7 @@ func (r *runner) rawPublish(ctx context.Context) error {
 		}
 	}
 	m := startMeter()
+	defer m.finish()
 	n := uint64(r.cfg.Events)
 	for pos := uint64(1); pos <= n; pos++ {
 		if pos > uint64(window) {
@@ -149,6 +150,7 @@ func (r *runner) catchup(ctx context.Context) error {
 	stop := r.watchdog(sctx, cancel, "catch-up", func() uint64 { return got.Load() })
 	defer stop()
 	m := startMeter()
+	defer m.finish()
 	err := r.node.Subscribe(sctx, relayBoundary, 0, func(_ context.Context, e orisun.Event) error {
 		k := got.Add(1)
 		if e.Position != k && order == nil {
@@ -208,6 +210,7 @@ func (r *runner) appends(ctx context.Context) error {
 		var wg sync.WaitGroup
 		errs := make(chan error, s.callers)
 		m := startMeter()
+		defer m.finish()
 		deadline := time.Now().Add(r.cfg.AppendDuration)
 		for range s.callers {
 			wg.Add(1)
@@ -540,6 +543,7 @@ func (r *runner) scale(ctx context.Context) error {
 	r.progress("scale: creating %d boundaries", n)
 	names := make([]string, n)
 	m := startMeter()
+	defer m.finish()
 	for i := range names {
 		names[i] = fmt.Sprintf("bench_scale_%05d", i)
 		if _, err := r.node.CreateBoundary(ctx, names[i]); err != nil {
@@ -588,6 +592,7 @@ func (r *runner) scale(ctx context.Context) error {
 		return ctx.Err()
 	}
 	m = startMeter()
+	defer m.finish()
 	select {
 	case <-time.After(r.cfg.ScaleIdle):
 	case <-ctx.Done():
@@ -603,6 +608,7 @@ func (r *runner) scale(ctx context.Context) error {
 	busy := names[:r.cfg.ScaleBusy]
 	r.progress("scale: %d busy boundaries at %d events/s each for %s", len(busy), r.cfg.ScaleRate, r.cfg.LatencyDuration)
 	m = startMeter()
+	defer m.finish()
 	res, err := r.paced(ctx, busy, r.cfg.ScaleRate, r.cfg.LatencyDuration)
 	if err != nil {
 		return err
