@@ -304,3 +304,44 @@ func TestSubscribeBeyondHead(t *testing.T) {
 		t.Fatalf("subscribing at the head: %v", err)
 	}
 }
+
+// TestBoundaryNameCheckedBeforeReadiness: CreateBoundary and Boundary judge
+// the name before whether the node serves, so a bad name is ErrInvalid
+// even on a node not started or stopped, and a good one on such a node is
+// ErrUnavailable or ErrClosed (a caller fixes the name first; retrying it
+// would not help).
+func TestBoundaryNameCheckedBeforeReadiness(t *testing.T) {
+	cfg := orisun.Defaults()
+	cfg.DataDir, cfg.NATSPort = t.TempDir(), -1
+	n, err := orisun.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	calls := map[string]func(string) error{
+		"CreateBoundary": func(b string) error { _, err := n.CreateBoundary(ctx, b); return err },
+		"Boundary":       func(b string) error { _, err := n.Boundary(ctx, b); return err },
+	}
+	for name, call := range calls {
+		if err := call("Bad Name"); !errors.Is(err, event.ErrInvalid) {
+			t.Errorf("%s of a bad name on a node not started: %v, want ErrInvalid", name, err)
+		}
+		if err := call("fine"); !errors.Is(err, event.ErrUnavailable) {
+			t.Errorf("%s on a node not started: %v, want ErrUnavailable", name, err)
+		}
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range calls {
+		if err := call("Bad Name"); !errors.Is(err, event.ErrInvalid) {
+			t.Errorf("%s of a bad name on a stopped node: %v, want ErrInvalid", name, err)
+		}
+		if err := call("fine"); !errors.Is(err, event.ErrClosed) {
+			t.Errorf("%s on a stopped node: %v, want ErrClosed", name, err)
+		}
+	}
+}
