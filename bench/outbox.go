@@ -197,6 +197,7 @@ func (r *runner) outbox(ctx context.Context) error {
 		}
 		// The row ends at the last commit; for the enqueue row, how long
 		// the mover then took to bring every enqueued event into the log.
+		row := m.row("outbox", name, n.Load(), r.cfg.EventBytes)
 		end := time.Now()
 		var drained time.Duration
 		if how == outboxEnqueue {
@@ -205,7 +206,6 @@ func (r *runner) outbox(ctx context.Context) error {
 			}
 			drained = time.Since(end)
 		}
-		row := m.row("outbox", name, n.Load(), r.cfg.EventBytes)
 		row.StreamBytes = streamBytes(ctx, r.js)
 		row.against(limit)
 		row.also(floor)
