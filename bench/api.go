@@ -203,25 +203,28 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			in := make([]event.Input, task.Batch)
-			for time.Now().Before(deadline) {
-				if task.Request != "" {
-					t0 := time.Now()
-					_, err := c.Conn().Request(task.Request, body, 10*time.Second)
-					lat[i] = append(lat[i], time.Since(t0))
-					calls.Add(1)
-					if err != nil {
-						errOnce.Do(func() { firstErr = err.Error() })
-						return
+			// Each call is timed from send to answer; the events of an
+			// append get fresh ids before it, outside the time.
+			fill, send := func() {}, func() error {
+				_, err := c.Conn().Request(task.Request, body, 10*time.Second)
+				return err
+			}
+			if task.Request == "" {
+				in := make([]event.Input, task.Batch)
+				fill = func() {
+					for j := range in {
+						in[j] = event.Input{ID: event.NewID(), Type: "bench.event", Data: data, Tags: tags}
 					}
-					events.Add(int64(task.Batch))
-					continue
 				}
-				for j := range in {
-					in[j] = event.Input{ID: event.NewID(), Type: "bench.event", Data: data, Tags: tags}
+				send = func() error {
+					_, err := c.Append(ctx, task.Boundary, in, nil)
+					return err
 				}
+			}
+			for time.Now().Before(deadline) {
+				fill()
 				t0 := time.Now()
-				_, err := c.Append(ctx, task.Boundary, in, nil)
+				err := send()
 				lat[i] = append(lat[i], time.Since(t0))
 				calls.Add(1)
 				if err != nil {
