@@ -34,8 +34,8 @@ const (
 )
 
 // outboxFloorName is the limit row of the transactions with a bare event
-// row: the most any staging table can reach, so orisun_enqueue's ratio is
-// read against it too.
+// row: a floor for a staging that writes one keyed row per event, so
+// orisun_enqueue's ratio is read against it too.
 const outboxFloorName = "app_tx_bare_event"
 
 // outboxTable is an application's table: a primary key, a secondary index,
@@ -189,7 +189,7 @@ func (r *runner) outbox(ctx context.Context) error {
 			row := m.row("limit", outboxFloorName, n.Load(), r.cfg.EventBytes)
 			row.against(limit)
 			row.Note = fmt.Sprintf("the same transactions with the event's data as a bare row (a table with a primary key only) in a statement of its own: nothing checked, staged or moved; "+
-				"no table-staged enqueue can exceed it, so orisun_enqueue's target of 0.8 of app_tx is within this machine's reach only if this ratio (%.2f) is above 0.8",
+				"a floor for a staging that writes one keyed row per event: orisun_enqueue's target of 0.8 of app_tx is within reach of such a staging only if this ratio (%.2f) is above 0.8",
 				row.Ratio)
 			r.rep.Limits = append(r.rep.Limits, row)
 			floor = &r.rep.Limits[len(r.rep.Limits)-1]
