@@ -29,11 +29,15 @@ import (
 // such windows unacknowledged.
 const batchAckEvery = 500
 
-// batchMin is the smallest full page sent as one batch: for small pages
-// the wait for the commit between pages costs more than the
+// batchMin is the smallest page sent as one batch, full or not: for
+// small pages the wait for the commit between pages costs more than the
 // acknowledgements it saves (a review measured 3,000 events in full pages
 // of 2: 340 ms as batches, 206 ms as single publishes). 32 itself is a
 // choice, not measured: a size where 500-message flow windows matter.
+// Pages short of a full one but of batchMin or more are what live traffic
+// of large appends reads (the api workload's batches of 100): as batches
+// they cost the node 6-23% less CPU per event in the runs measured
+// (docs/performance.md, "Live pages as batches").
 const batchMin = 32
 
 // batcher is a run's way to publish batches: the inbox the server answers

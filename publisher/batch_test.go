@@ -53,6 +53,38 @@ func TestSmallFullPagesGoWithoutBatches(t *testing.T) {
 	}
 }
 
+// TestLivePagesOfBatchMinGoAsBatches_I2_I3: a page short of a full one
+// (live traffic: the appends after the checkpoint, fewer than BatchSize)
+// goes as one batch when it holds batchMin (32) events or more, and as
+// single publishes below that; every message lands at its position (I2)
+// and the checkpoint follows each page (I3). Each append is awaited to
+// its checkpoint before the next, so that each page is one append.
+func TestLivePagesOfBatchMinGoAsBatches_I2_I3(t *testing.T) {
+	e := setup(t)
+	wake := make(chan struct{}, 1)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 1000, Window: 8,
+		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true}})
+	stop := run(t, p, e.lease(t))
+	var head uint64
+	for _, c := range []struct {
+		page    int
+		batches uint64
+	}{{40, 1}, {31, 1}, {32, 2}, {1, 2}, {100, 3}} {
+		e.append(t, c.page)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		head += uint64(c.page)
+		e.waitCheckpoint(t, head, 30*time.Second)
+		if got := publisher.BatchesSent(p); got != c.batches {
+			t.Fatalf("after a live page of %d: %d pages went as one batch, want %d", c.page, got, c.batches)
+		}
+	}
+	stopped(t, stop)
+	e.wantStreamLast(t, head)
+}
+
 // TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2: the server knows an
 // open batch by its id alone, and a batch's first message that meets an
 // open batch of the same id is answered with a gap and ends that batch. A
@@ -153,8 +185,8 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 		t.Fatalf("the next publisher's batches were answered with %d gaps or errors (its batch met the open one), the first: %q",
 			len(refusals), refusals[:min(len(refusals), 2)])
 	}
-	if n := publisher.BatchesSent(p2); n != 1 {
-		t.Fatalf("%d pages went as one batch, want the one full page, 111..210", n)
+	if n := publisher.BatchesSent(p2); n != 2 {
+		t.Fatalf("%d pages went as one batch, want the pages 111..210 and 211..300", n)
 	}
 	e.wantStreamLast(t, 300)
 }
