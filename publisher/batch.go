@@ -36,7 +36,7 @@ const batchAckEvery = 500
 // choice, not measured: a size where 500-message flow windows matter.
 // Pages short of a full one but of batchMin or more are what live traffic
 // of large appends reads (the api workload's batches of 100): as batches
-// they cost the node 6-23% less CPU per event in the runs measured
+// they cost the node 5-21% less CPU per event in alternating runs
 // (docs/performance.md, "Live pages as batches").
 const batchMin = 32
 

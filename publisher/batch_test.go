@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orisun-io/orisun/backend/sqlite"
+	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/natsembed"
 	"github.com/orisun-io/orisun/publisher"
@@ -83,6 +86,138 @@ func TestLivePagesOfBatchMinGoAsBatches_I2_I3(t *testing.T) {
 	}
 	stopped(t, stop)
 	e.wantStreamLast(t, head)
+}
+
+// TestLiveBatchAfterSinglesInFlight_I2_I3: a live page of batchMin or
+// more read while single publishes of the page before it are still
+// unacknowledged waits for them: the singles are checkpointed first, then
+// the batch, every message at its position (I2), each page reported once,
+// in order (I3). The singles' PubAcks are held on the wire until the
+// store has returned the page of 40, so that the batch meets them in
+// flight whatever the timing.
+func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
+	e := setup(t)
+	release := make(chan struct{})
+	var held atomic.Bool
+	w := &wire{answer: func(f *frame) {
+		// A single publish's PubAck; the JetStream API's answers (the
+		// run's sync, its checks) begin with their type.
+		if _, _, batch := fastBatch(f.subject); f.msg() && !batch && held.Load() && bytes.HasPrefix(f.body, []byte(`{"stream":`)) {
+			<-release
+		}
+	}}
+	_, js := wired(t, e.ns, "held acks", w)
+	read40 := make(chan struct{})
+	var once sync.Once
+	store := &readWatch{Store: e.store, saw: func(evs []event.Event) {
+		if len(evs) == 40 {
+			once.Do(func() { close(read40) })
+		}
+	}}
+	wake := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var reports [][2]uint64
+	p := publisher.New(publisher.Config{Boundary: "b", Store: store, JS: js, BatchSize: 1000, Window: 64,
+		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true},
+		OnPublished: func(n int, last uint64, _ time.Duration) {
+			mu.Lock()
+			reports = append(reports, [2]uint64{uint64(n), last})
+			mu.Unlock()
+		}})
+	stop := run(t, p, e.lease(t))
+	held.Store(true)
+	e.append(t, 5)
+	poke(wake)
+	testutil.Eventually(t, "the 5 singles stored, their acknowledgements held", 10*time.Second, 5*time.Millisecond, func() bool {
+		return e.streamLast(t) == 5
+	})
+	e.append(t, 40)
+	poke(wake)
+	select {
+	case <-read40:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the publisher never read the page of 40")
+	}
+	if cp := e.checkpoint(); cp != 0 {
+		t.Fatalf("checkpoint %d while every acknowledgement is held", cp)
+	}
+	close(release)
+	e.waitCheckpoint(t, 45, 30*time.Second)
+	stopped(t, stop)
+	e.wantStreamLast(t, 45)
+	if got := publisher.BatchesSent(p); got != 1 {
+		t.Fatalf("%d pages went as one batch, want the page of 40", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := [][2]uint64{{5, 5}, {40, 45}}; !slices.Equal(reports, want) {
+		t.Fatalf("published reports %v, want %v: the singles, then the batch", reports, want)
+	}
+}
+
+// TestLiveBatchBeforeABadRow_I4: 40 good events before a bad row are
+// published as one batch and checkpointed; nothing at or past the row is
+// published (I4).
+func TestLiveBatchBeforeABadRow_I4(t *testing.T) {
+	e := setup(t)
+	e.append(t, 45)
+	store := &readWatch{Store: e.store, bad: 41}
+	p := publisher.New(publisher.Config{Boundary: "b", Store: store, JS: e.js, BatchSize: 1000, Window: 8,
+		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
+	stop := run(t, p, e.lease(t))
+	e.waitCheckpoint(t, 40, 30*time.Second)
+	_ = stop() // the run ends in the bad row's error, or is stopped waiting at it
+	e.wantStreamLast(t, 40)
+	if got := publisher.BatchesSent(p); got != 1 {
+		t.Fatalf("%d pages went as one batch, want the 40 events before the bad row", got)
+	}
+}
+
+// readWatch is a store whose reads are shown to saw, and, with bad set,
+// end before position bad with a corrupt row there (backend.Reader's
+// contract for a bad row: the good events before it, and the error).
+type readWatch struct {
+	*sqlite.Store
+	saw func([]event.Event)
+	bad uint64
+}
+
+func (r *readWatch) Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
+	epoch, evs, err := r.Store.Read(ctx, boundary, after, limit, q)
+	if err == nil && r.bad > 0 {
+		for i := range evs {
+			if evs[i].Position == r.bad {
+				evs, err = evs[:i], &event.CorruptError{Boundary: boundary, Position: r.bad, Column: "data", Reason: "a test's bad row"}
+				break
+			}
+		}
+	}
+	if r.saw != nil {
+		r.saw(evs)
+	}
+	return epoch, evs, err
+}
+
+// streamLast is b's stream's last sequence (0 before it exists).
+func (e *env) streamLast(t testing.TB) uint64 {
+	t.Helper()
+	s, err := e.js.Stream(context.Background(), stream.Name("b"))
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// poke wakes a publisher without blocking.
+func poke(wake chan struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
 }
 
 // TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2: the server knows an
