@@ -226,6 +226,26 @@ func TestMetricsCountWhatWasSent_I7(t *testing.T) {
 	})
 }
 
+// TestMetricsCountFastBatches: orisun_published_fast_batch_events_total
+// counts the events published in fast-ingest batches, a part of
+// orisun_published_events_total. One append of 100 events is one page of
+// 100, published as one batch (the embedded server takes batches); an
+// append of 5 after it is published as single publishes and counts only in
+// the total.
+func TestMetricsCountFastBatches(t *testing.T) {
+	t.Parallel()
+	n := setup(t, "", withHTTP)
+	ctx := context.Background()
+	appendSettled(t, ctx, n, events(100, "page", 64), 30*time.Second)
+	_, body := httpGet(t, n, "/metrics")
+	wantMetric(t, body, "orisun_published_events_total", `boundary="default"`, 100)
+	wantMetric(t, body, "orisun_published_fast_batch_events_total", `boundary="default"`, 100)
+	appendSettled(t, ctx, n, events(5, "few", 64), 30*time.Second)
+	_, body = httpGet(t, n, "/metrics")
+	wantMetric(t, body, "orisun_published_events_total", `boundary="default"`, 105)
+	wantMetric(t, body, "orisun_published_fast_batch_events_total", `boundary="default"`, 100)
+}
+
 // TestMetricsBoundaryCap: with ORISUN_METRICS_BOUNDARIES=2 the first two
 // boundaries the node runs have series of their own and every other one is
 // summed under boundary="_other", counters and the status's gauges alike;

@@ -697,9 +697,9 @@ func (n *Node) startBoundary(name string) {
 func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 	r := &boundaryRunner{wake: make(chan struct{}, 1), released: make(chan struct{}, 1), self: n.holder, leading: &n.leading,
 		stallThreshold: n.cfg.StallThreshold, metrics: n.metrics.Add(name)}
-	onPublished := func(events int, last uint64, took time.Duration) {
+	onPublished := func(events int, last uint64, took time.Duration, fast bool) {
 		r.hist.published.Store(last)
-		r.metrics.Published(events, took)
+		r.metrics.Published(events, took, fast)
 	}
 	var afterAck func(uint64)
 	if n.afterAck != nil {

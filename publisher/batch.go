@@ -176,7 +176,7 @@ func (fl *flight) sendBatch(ctx context.Context, events []event.Event) error {
 		break
 	}
 	p.batches.Add(1)
-	return fl.acked(first, last, start)
+	return fl.acked(first, last, start, true)
 }
 
 // reply is the reply subject of message i (from 1) of batch id of n

@@ -119,7 +119,7 @@ func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 	var reports [][2]uint64
 	p := publisher.New(publisher.Config{Boundary: "b", Store: store, JS: js, BatchSize: 1000, Window: 64,
 		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true},
-		OnPublished: func(n int, last uint64, _ time.Duration) {
+		OnPublished: func(n int, last uint64, _ time.Duration, _ bool) {
 			mu.Lock()
 			reports = append(reports, [2]uint64{uint64(n), last})
 			mu.Unlock()

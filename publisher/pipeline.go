@@ -350,7 +350,7 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 		fl.ends = fl.ends[1:]
 		start := fl.starts[0]
 		fl.starts = fl.starts[1:]
-		if err := fl.acked(start.first, pos, start.at); err != nil {
+		if err := fl.acked(start.first, pos, start.at, false); err != nil {
 			i++
 			return false, err
 		}
@@ -358,14 +358,14 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 	return false, nil
 }
 
-// acked records a batch from first to last, sent from at on, as wholly
-// acknowledged, and hands its checkpoint to the checkpointer (after the
-// AfterAck hook). An earlier checkpoint that failed (a lost lease) is
+// acked records a batch from first to last, sent from at on (as one
+// fast-ingest batch when fast), as wholly acknowledged, and hands its
+// checkpoint to the checkpointer (after the AfterAck hook). An earlier checkpoint that failed (a lost lease) is
 // returned: the run stops here rather than after another batch.
-func (fl *flight) acked(first, last uint64, at time.Time) error {
+func (fl *flight) acked(first, last uint64, at time.Time, fast bool) error {
 	r := fl.r
 	if r.p.cfg.OnPublished != nil {
-		r.p.cfg.OnPublished(int(last-first+1), last, time.Since(at))
+		r.p.cfg.OnPublished(int(last-first+1), last, time.Since(at), fast)
 	}
 	r.acked = last
 	r.drifting = false

@@ -95,10 +95,11 @@ type Config struct {
 	// before its checkpoint is written. Tests use it as a fault point.
 	AfterAck func(last uint64)
 	// OnPublished, when set, is told of every fully acknowledged batch:
-	// its events, its last position, and the time from sending its first
-	// message to the acknowledgement of its last (the node's metrics and
-	// the console's history). It must not block.
-	OnPublished func(events int, last uint64, took time.Duration)
+	// its events, its last position, the time from sending its first
+	// message to the acknowledgement of its last, and whether it went as
+	// one fast-ingest batch (batch.go) rather than as single publishes
+	// (the node's metrics and the console's history). It must not block.
+	OnPublished func(events int, last uint64, took time.Duration, fast bool)
 
 	// CheckpointBeforeAck breaks the publisher on purpose: each batch's
 	// checkpoint is written before the batch is published, so before any

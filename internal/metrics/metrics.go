@@ -114,7 +114,7 @@ type Metrics struct {
 	max int
 
 	appendRequests, appendEvents, readRequests *prometheus.CounterVec
-	published, leaseChanges                    *prometheus.CounterVec
+	published, fastPublished, leaseChanges     *prometheus.CounterVec
 	appendSeconds, readSeconds, batchSeconds   prometheus.Histogram
 	storeErrors                                []prometheus.Counter
 	storeErrorsVec                             *prometheus.CounterVec
@@ -140,6 +140,9 @@ func New(max int) *Metrics {
 			Help: "Read and read-latest requests (in process and through the NATS API), by boundary and result."}, bl),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_published_events_total",
 			Help: "Events this node's publisher had acknowledged by JetStream, by boundary."}, []string{"boundary"}),
+		fastPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_published_fast_batch_events_total",
+			Help: "Of orisun_published_events_total, the events published in JetStream fast-ingest batches (pages of 32 or more where the server takes batches), by boundary; the rest went as single publishes."},
+			[]string{"boundary"}),
 		leaseChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_lease_changes_total",
 			Help: "This node's lease changes by boundary: acquired, released (a clean end: stop, step-down), lost (a newer term, or expired before renewal)."},
 			[]string{"boundary", "change"}),
@@ -172,7 +175,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	if m == nil {
 		return nil
 	}
-	return []prometheus.Collector{m.appendRequests, m.appendEvents, m.readRequests, m.published, m.leaseChanges,
+	return []prometheus.Collector{m.appendRequests, m.appendEvents, m.readRequests, m.published, m.fastPublished, m.leaseChanges,
 		m.appendSeconds, m.readSeconds, m.batchSeconds, m.storeErrorsVec, m.storeFailing}
 }
 
@@ -185,6 +188,7 @@ func (m *Metrics) resolve(label string) *Boundary {
 		b.reads[i] = m.readRequests.WithLabelValues(label, r)
 	}
 	b.published = m.published.WithLabelValues(label)
+	b.fastPublished = m.fastPublished.WithLabelValues(label)
 	for i, c := range LeaseChanges {
 		b.leases[i] = m.leaseChanges.WithLabelValues(label, c)
 	}
@@ -266,7 +270,10 @@ type Boundary struct {
 	appendEvents [nResults]prometheus.Counter
 	reads        [nResults]prometheus.Counter
 	published    prometheus.Counter
-	leases       [3]prometheus.Counter
+	// fastPublished counts the events of published that went in
+	// fast-ingest batches.
+	fastPublished prometheus.Counter
+	leases        [3]prometheus.Counter
 }
 
 // Appended counts an append request of events events that ended with err
@@ -299,12 +306,15 @@ func (b *Boundary) Read(err error, took time.Duration) {
 }
 
 // Published counts a batch of events acknowledged by JetStream took after
-// its first message was sent.
-func (b *Boundary) Published(events int, took time.Duration) {
+// its first message was sent; fast: it went as one fast-ingest batch.
+func (b *Boundary) Published(events int, took time.Duration, fast bool) {
 	if b == nil {
 		return
 	}
 	b.published.Add(float64(events))
+	if fast {
+		b.fastPublished.Add(float64(events))
+	}
 	b.m.batchSeconds.Observe(took.Seconds())
 }
 
