@@ -288,6 +288,8 @@ func TestMetricsBoundaryCap(t *testing.T) {
 			k := float64(len(tc.rest))
 			wantMetric(t, body, "orisun_append_requests_total", `boundary="_other",result="ok"`, k)
 			wantMetric(t, body, "orisun_append_events_total", `boundary="_other",result="ok"`, 2*k)
+			// Pages of 2 go as single publishes: the series is there, at 0.
+			wantMetric(t, body, "orisun_published_fast_batch_events_total", `boundary="_other"`, 0)
 			wantMetric(t, body, "orisun_publisher_state", `boundary="_other",state="leading"`, k)
 			wantMetric(t, body, "orisun_boundary_lag_events", `boundary="_other"`, 0)
 			wantMetric(t, body, "orisun_lease_held", `boundary="_other"`, k)

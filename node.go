@@ -469,9 +469,9 @@ func (n *Node) connectRelay() error {
 	n.batched = ierr == nil && info.API.Level >= batchedAPILevel
 	switch {
 	case ierr != nil:
-		n.log.Warn("the JetStream account info could not be read: streams are created without fast-ingest batches, every page is published one message at a time", "err", ierr)
+		n.log.Warn("the JetStream account info could not be read: new streams are created without fast-ingest batches, and every page to them is published one message at a time", "err", ierr)
 	case !n.batched:
-		n.log.Info("the NATS server takes no fast-ingest batches (JetStream API level below 4, nats-server before 2.14): every page is published one message at a time", "api_level", info.API.Level)
+		n.log.Info("the NATS server takes no fast-ingest batches (JetStream API level below 4, nats-server before 2.14): new streams are created without them, and every page to them is published one message at a time", "api_level", info.API.Level)
 	}
 	n.limits = event.Limits{
 		MaxAppendEvents: n.cfg.MaxAppendEvents,

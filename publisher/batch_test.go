@@ -101,7 +101,9 @@ func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 	var held atomic.Bool
 	w := &wire{answer: func(f *frame) {
 		// A single publish's PubAck; the JetStream API's answers (the
-		// run's sync, its checks) begin with their type.
+		// run's sync) begin with their type. Holding one holds every
+		// frame after it on this connection, so the run's periodic
+		// stream check is set out of the way (CheckInterval).
 		if _, _, batch := fastBatch(f.subject); f.msg() && !batch && held.Load() && bytes.HasPrefix(f.body, []byte(`{"stream":`)) {
 			<-release
 		}
@@ -116,12 +118,17 @@ func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 	}}
 	wake := make(chan struct{}, 1)
 	var mu sync.Mutex
-	var reports [][2]uint64
+	type report struct {
+		events int
+		last   uint64
+		fast   bool
+	}
+	var reports []report
 	p := publisher.New(publisher.Config{Boundary: "b", Store: store, JS: js, BatchSize: 1000, Window: 64,
-		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true},
-		OnPublished: func(n int, last uint64, _ time.Duration, _ bool) {
+		PollInterval: 20 * time.Millisecond, CheckInterval: time.Hour, Wake: wake, Limits: stream.Limits{Batched: true},
+		OnPublished: func(n int, last uint64, _ time.Duration, fast bool) {
 			mu.Lock()
-			reports = append(reports, [2]uint64{uint64(n), last})
+			reports = append(reports, report{n, last, fast})
 			mu.Unlock()
 		}})
 	stop := run(t, p, e.lease(t))
@@ -150,8 +157,8 @@ func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := [][2]uint64{{5, 5}, {40, 45}}; !slices.Equal(reports, want) {
-		t.Fatalf("published reports %v, want %v: the singles, then the batch", reports, want)
+	if want := []report{{5, 5, false}, {40, 45, true}}; !slices.Equal(reports, want) {
+		t.Fatalf("published reports %+v, want %+v: the singles, then the batch", reports, want)
 	}
 }
 
