@@ -63,12 +63,17 @@ func (r *run) newBatcher(ctx context.Context) *batcher {
 	ictx, cancel := context.WithTimeout(ctx, jsTimeout)
 	s, err := p.cfg.JS.Stream(ictx, stream.Name(p.cfg.Boundary))
 	cancel()
-	if err != nil || !s.CachedInfo().Config.AllowBatchPublish {
+	if err != nil {
+		p.log.Warn("the stream's settings could not be read: this drain publishes one message at a time", "err", err)
+		return nil
+	}
+	if !s.CachedInfo().Config.AllowBatchPublish {
 		return nil
 	}
 	nc := p.cfg.JS.Conn()
 	b := &batcher{nc: nc, inbox: nc.NewRespInbox(), replies: make(chan *nats.Msg, 1024)}
 	if b.sub, err = nc.ChanSubscribe(b.inbox+".>", b.replies); err != nil {
+		p.log.Warn("no subscription for the batches' answers: this drain publishes one message at a time", "err", err)
 		return nil
 	}
 	return b
