@@ -369,9 +369,11 @@ func (r *runner) api(ctx context.Context) (err error) {
 			r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("api, %d event(s) per call: what the machine's CPU allows, estimated: %s", s.batch, how))
 		}
 		r.rep.Rows = append(r.rep.Rows, row)
+		at := len(r.rep.Rows) - 1
 		if _, err := r.waitPublished(ctx, boundary, uint64(res.Events), 10*time.Minute); err != nil {
 			return err
 		}
+		r.rep.Rows[at].FastBatchEvents = r.fastBatchEvents(ctx, boundary)
 		if err := r.checkPublished(ctx, boundary, res.Events, "api "+s.name); err != nil {
 			return err
 		}
@@ -517,10 +519,12 @@ func (r *runner) apiLatency(ctx context.Context, p *clientProc, rate int) error 
 	row.ClientCPUSeconds, row.ClientRSSMB = res.CPUSeconds, res.RSSMB
 	compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
 	r.rep.Rows = append(r.rep.Rows, row)
+	at := len(r.rep.Rows) - 1
 	r.rep.check(fmt.Sprintf("api latency %d/s: events received = events appended", rate), res.Events, res.Received)
 	if _, err := r.waitPublished(ctx, boundary, uint64(res.Events), 10*time.Minute); err != nil {
 		return err
 	}
+	r.rep.Rows[at].FastBatchEvents = r.fastBatchEvents(ctx, boundary)
 	return r.checkPublished(ctx, boundary, res.Events, fmt.Sprintf("api latency %d/s", rate))
 }
 

@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/metrics"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -456,13 +458,17 @@ func (r *runner) prepare(ctx context.Context) (func() error, error) {
 
 func (r *runner) startNode(ctx context.Context, backlog bool) error {
 	cfg := orisun.Config{
-		DataDir:    r.dir,
-		Backend:    r.cfg.Backend,
-		PGURL:      r.pgURL,
-		NATSPort:   -1,
-		HTTPAddr:   "off",
-		Boundaries: []string{relayBoundary},
-		NodeID:     "bench",
+		DataDir:  r.dir,
+		Backend:  r.cfg.Backend,
+		PGURL:    r.pgURL,
+		NATSPort: -1,
+		// The status listener on a loopback port of its own, for the
+		// rows' fast-batch counts (fastBatchEvents); every boundary with
+		// series of its own.
+		HTTPAddr:          "127.0.0.1:0",
+		MetricsBoundaries: 10000,
+		Boundaries:        []string{relayBoundary},
+		NodeID:            "bench",
 
 		EventStreamMaxBytes: r.cfg.StreamMaxBytes,
 		MsgID:               r.cfg.MsgID,
@@ -508,6 +514,43 @@ func (r *runner) startNode(ctx context.Context, backlog bool) error {
 
 // waitPublished polls the status until the boundary's checkpoint reaches
 // want, and returns the stream's last sequence then.
+// fastBatchEvents is how many of boundary's events the node published in
+// fast-ingest batches (orisun_published_fast_batch_events_total on its
+// /metrics; docs/design.md §5, "Batches"); nil when that cannot be read.
+func (r *runner) fastBatchEvents(ctx context.Context, boundary string) *uint64 {
+	addr := r.node.HTTPAddr()
+	if addr == "" {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	prefix := `orisun_published_fast_batch_events_total{boundary="` + boundary + `"} `
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || f < 0 {
+				return nil
+			}
+			n := uint64(f)
+			return &n
+		}
+	}
+	return nil
+}
+
 func (r *runner) waitPublished(ctx context.Context, boundary string, want uint64, limit time.Duration) (uint64, error) {
 	deadline := time.Now().Add(limit)
 	for {

@@ -148,6 +148,13 @@ func TestAPIWorkload(t *testing.T) {
 		request := rawRequestName
 		if strings.HasPrefix(row.Name, "batches") {
 			request = rawRequestBatchName
+			// Every page of appends of 100 holds 32 events or more: each
+			// goes as one fast-ingest batch (docs/design.md §5).
+			if row.FastBatchEvents == nil || int64(*row.FastBatchEvents) != row.Events {
+				t.Errorf("api %q: %v of %d events in fast-ingest batches, want all", row.Name, row.FastBatchEvents, row.Events)
+			}
+		} else if row.FastBatchEvents == nil || int64(*row.FastBatchEvents) > row.Events {
+			t.Errorf("api %q: %v of %d events in fast-ingest batches", row.Name, row.FastBatchEvents, row.Events)
 		}
 		if !slices.ContainsFunc(row.Also, func(a LimitRatio) bool { return a.Limit == request && finitePositive(a.Ratio) }) {
 			t.Errorf("api %q: no ratio to %s: %+v", row.Name, request, row.Also)

@@ -266,6 +266,12 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 	row.TargetRate = rate
 	res.fill(&row)
 	compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
+	// Every event was delivered; once its publisher has checkpointed them
+	// too, the count of those published in fast-ingest batches is final.
+	if _, err := r.waitPublished(ctx, boundary, uint64(res.appended), 10*time.Minute); err != nil {
+		return err
+	}
+	row.FastBatchEvents = r.fastBatchEvents(ctx, boundary)
 	r.rep.Rows = append(r.rep.Rows, row)
 	r.rep.check(fmt.Sprintf("latency %d/s: events received = events appended", rate), res.appended, res.received)
 	return nil
