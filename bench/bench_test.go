@@ -148,7 +148,7 @@ func TestAPIWorkload(t *testing.T) {
 		request := rawRequestName
 		if strings.HasPrefix(row.Name, "batches") {
 			request = rawRequestBatchName
-			// Every page of appends of 100 holds 32 events or more: each
+			// Every page of appends of 100 holds 100 events or more: each
 			// goes as one fast-ingest batch (docs/design.md §5).
 			if row.FastBatchEvents == nil || int64(*row.FastBatchEvents) != row.Events {
 				t.Errorf("api %q: %v of %d events in fast-ingest batches, want all", row.Name, row.FastBatchEvents, row.Events)

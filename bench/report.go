@@ -121,7 +121,8 @@ type Row struct {
 	// server (raw_insert, raw_read, the backlog).
 	StreamBytes int64 `json:"stream_bytes"`
 	// FastBatchEvents is how many of the row's events the node published
-	// in fast-ingest batches (pages of 32 or more; the rest went as single
+	// in fast-ingest batches (full pages of 32 or more, live pages of 100
+	// or more; the rest went as single
 	// publishes), from its /metrics once the row's events were published;
 	// absent where not read (the api and latency rows have it).
 	FastBatchEvents *uint64 `json:"fast_batch_events,omitempty"`

@@ -29,16 +29,22 @@ import (
 // such windows unacknowledged.
 const batchAckEvery = 500
 
-// batchMin is the smallest page sent as one batch, full or not: for
-// small pages the wait for the commit between pages costs more than the
+// batchMin is the smallest full page sent as one batch: for small pages
+// the wait for the commit between pages costs more than the
 // acknowledgements it saves (a review measured 3,000 events in full pages
 // of 2: 340 ms as batches, 206 ms as single publishes). 32 itself is a
 // choice, not measured: a size where 500-message flow windows matter.
-// Pages short of a full one but of batchMin or more are what live traffic
-// of large appends reads (the api workload's batches of 100): as batches
-// they cost the node 5-21% less CPU per event in alternating runs
-// (docs/performance.md, "Live pages as batches").
 const batchMin = 32
+
+// liveBatchMin is the smallest page short of a full one (live traffic)
+// sent as one batch. Pages of 100 or more are what live traffic of large
+// appends reads (the api workload's batches of 100): as batches they cost
+// the node 5-21% less CPU per event in alternating runs. Pages of 32 to 99,
+// what single-event appends at 20,000/s read, went as batches in some runs
+// of a first version and the relay fell behind in two of five such runs
+// (docs/performance.md, "Live pages as batches"); they stay single
+// publishes.
+const liveBatchMin = 100
 
 // batcher is a run's way to publish batches: the inbox the server answers
 // on, and the answers. nil when the stream does

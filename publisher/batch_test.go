@@ -56,13 +56,14 @@ func TestSmallFullPagesGoWithoutBatches(t *testing.T) {
 	}
 }
 
-// TestLivePagesOfBatchMinGoAsBatches_I2_I3: a page short of a full one
+// TestLivePagesOfLiveBatchMinGoAsBatches_I2_I3: a page short of a full one
 // (live traffic: the appends after the checkpoint, fewer than BatchSize)
-// goes as one batch when it holds batchMin (32) events or more, and as
-// single publishes below that; every message lands at its position (I2)
-// and the checkpoint follows each page (I3). Each append is awaited to
-// its checkpoint before the next, so that each page is one append.
-func TestLivePagesOfBatchMinGoAsBatches_I2_I3(t *testing.T) {
+// goes as one batch when it holds liveBatchMin (100) events or more, and
+// as single publishes below that, 32 to 99 included; every message lands
+// at its position (I2) and the checkpoint follows each page (I3). Each
+// append is awaited to its checkpoint before the next, so that each page
+// is one append.
+func TestLivePagesOfLiveBatchMinGoAsBatches_I2_I3(t *testing.T) {
 	e := setup(t)
 	wake := make(chan struct{}, 1)
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 1000, Window: 8,
@@ -72,7 +73,7 @@ func TestLivePagesOfBatchMinGoAsBatches_I2_I3(t *testing.T) {
 	for _, c := range []struct {
 		page    int
 		batches uint64
-	}{{40, 1}, {31, 1}, {32, 2}, {1, 2}, {100, 3}} {
+	}{{100, 1}, {99, 1}, {40, 1}, {150, 2}, {1, 2}, {32, 2}} {
 		e.append(t, c.page)
 		select {
 		case wake <- struct{}{}:
@@ -88,12 +89,12 @@ func TestLivePagesOfBatchMinGoAsBatches_I2_I3(t *testing.T) {
 	e.wantStreamLast(t, head)
 }
 
-// TestLiveBatchAfterSinglesInFlight_I2_I3: a live page of batchMin or
+// TestLiveBatchAfterSinglesInFlight_I2_I3: a live page of liveBatchMin or
 // more read while single publishes of the page before it are still
 // unacknowledged waits for them: the singles are checkpointed first, then
 // the batch, every message at its position (I2), each page reported once,
 // in order (I3). The singles' PubAcks are held on the wire until the
-// store has returned the page of 40, so that the batch meets them in
+// store has returned the page of 100, so that the batch meets them in
 // flight whatever the timing.
 func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 	e := setup(t)
@@ -109,11 +110,11 @@ func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 		}
 	}}
 	_, js := wired(t, e.ns, "held acks", w)
-	read40 := make(chan struct{})
+	read100 := make(chan struct{})
 	var once sync.Once
 	store := &readWatch{Store: e.store, saw: func(evs []event.Event) {
-		if len(evs) == 40 {
-			once.Do(func() { close(read40) })
+		if len(evs) == 100 {
+			once.Do(func() { close(read100) })
 		}
 	}}
 	wake := make(chan struct{}, 1)
@@ -138,45 +139,45 @@ func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 	testutil.Eventually(t, "the 5 singles stored, their acknowledgements held", 10*time.Second, 5*time.Millisecond, func() bool {
 		return e.streamLast(t) == 5
 	})
-	e.append(t, 40)
+	e.append(t, 100)
 	poke(wake)
 	select {
-	case <-read40:
+	case <-read100:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the publisher never read the page of 40")
+		t.Fatal("the publisher never read the page of 100")
 	}
 	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint %d while every acknowledgement is held", cp)
 	}
 	close(release)
-	e.waitCheckpoint(t, 45, 30*time.Second)
+	e.waitCheckpoint(t, 105, 30*time.Second)
 	stopped(t, stop)
-	e.wantStreamLast(t, 45)
+	e.wantStreamLast(t, 105)
 	if got := publisher.BatchesSent(p); got != 1 {
-		t.Fatalf("%d pages went as one batch, want the page of 40", got)
+		t.Fatalf("%d pages went as one batch, want the page of 100", got)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []report{{5, 5, false}, {40, 45, true}}; !slices.Equal(reports, want) {
+	if want := []report{{5, 5, false}, {100, 105, true}}; !slices.Equal(reports, want) {
 		t.Fatalf("published reports %+v, want %+v: the singles, then the batch", reports, want)
 	}
 }
 
-// TestLiveBatchBeforeABadRow_I4: 40 good events before a bad row are
-// published as one batch and checkpointed; nothing at or past the row is
-// published (I4).
+// TestLiveBatchBeforeABadRow_I4: 120 good events before a bad row (a
+// page short of a full one) are published as one batch and checkpointed;
+// nothing at or past the row is published (I4).
 func TestLiveBatchBeforeABadRow_I4(t *testing.T) {
 	e := setup(t)
-	e.append(t, 45)
-	store := &readWatch{Store: e.store, bad: 41}
+	e.append(t, 125)
+	store := &readWatch{Store: e.store, bad: 121}
 	p := publisher.New(publisher.Config{Boundary: "b", Store: store, JS: e.js, BatchSize: 1000, Window: 8,
 		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}})
 	stop := run(t, p, e.lease(t))
-	e.waitCheckpoint(t, 40, 30*time.Second)
+	e.waitCheckpoint(t, 120, 30*time.Second)
 	_ = stop() // the run ends in the bad row's error, or is stopped waiting at it
-	e.wantStreamLast(t, 40)
+	e.wantStreamLast(t, 120)
 	if got := publisher.BatchesSent(p); got != 1 {
-		t.Fatalf("%d pages went as one batch, want the 40 events before the bad row", got)
+		t.Fatalf("%d pages went as one batch, want the 120 events before the bad row", got)
 	}
 }
 
@@ -327,8 +328,8 @@ func TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2(t *testing.T) {
 		t.Fatalf("the next publisher's batches were answered with %d gaps or errors (its batch met the open one), the first: %q",
 			len(refusals), refusals[:min(len(refusals), 2)])
 	}
-	if n := publisher.BatchesSent(p2); n != 2 {
-		t.Fatalf("%d pages went as one batch, want the pages 111..210 and 211..300", n)
+	if n := publisher.BatchesSent(p2); n != 1 {
+		t.Fatalf("%d pages went as one batch, want the one full page, 111..210 (211..300, 90 events, is under liveBatchMin)", n)
 	}
 	e.wantStreamLast(t, 300)
 }

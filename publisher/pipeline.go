@@ -280,11 +280,12 @@ type batchStart struct {
 // previous position as the stream's last sequence (I2), awaiting the
 // oldest acknowledgement whenever Window messages are in flight.
 func (fl *flight) send(ctx context.Context, events []event.Event) error {
-	// A page of batchMin events or more (a backlog's, or live traffic of
-	// large appends) goes as one batch: the acknowledgement per message is
-	// most of the publishing's cost. A shorter one goes through the window
-	// of single publishes, which does not wait for a commit between pages.
-	if fl.batch != nil && len(events) >= batchMin {
+	// A full page of batchMin events or more (a backlog's), or a live one
+	// of liveBatchMin or more (large appends), goes as one batch: the
+	// acknowledgement per message is most of the publishing's cost. A
+	// shorter one goes through the window of single publishes, which does
+	// not wait for a commit between pages.
+	if fl.batch != nil && (len(events) == fl.r.p.cfg.BatchSize && len(events) >= batchMin || len(events) >= liveBatchMin) {
 		return fl.sendBatch(ctx, events)
 	}
 	p := fl.r.p

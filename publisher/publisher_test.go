@@ -235,7 +235,7 @@ appending:
 // TestBacklogPublishedInBatches_I2_I3: a backlog's full pages go as one
 // batch each, every message at its position (I2) and the checkpoint at
 // the last acknowledged batch (I3); the short pages of live appends after
-// it (3 events each, under batchMin) go one message at a time, in the same
+// it (3 events each, under liveBatchMin) go one message at a time, in the same
 // stream.
 func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
 	e := setup(t)

@@ -141,7 +141,7 @@ func New(max int) *Metrics {
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_published_events_total",
 			Help: "Events this node's publisher had acknowledged by JetStream, by boundary."}, []string{"boundary"}),
 		fastPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_published_fast_batch_events_total",
-			Help: "Of orisun_published_events_total, the events published in JetStream fast-ingest batches (pages of 32 or more, where the boundary's stream allows batches), by boundary; the rest went as single publishes."},
+			Help: "Of orisun_published_events_total, the events published in JetStream fast-ingest batches (full pages of 32 or more, live pages of 100 or more, where the boundary's stream allows batches), by boundary; the rest went as single publishes."},
 			[]string{"boundary"}),
 		leaseChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_lease_changes_total",
 			Help: "This node's lease changes by boundary: acquired, released (a clean end: stop, step-down), lost (a newer term, or expired before renewal)."},
