@@ -75,10 +75,7 @@ func TestLivePagesOfLiveBatchMinGoAsBatches_I2_I3(t *testing.T) {
 		batches uint64
 	}{{100, 1}, {99, 1}, {40, 1}, {150, 2}, {1, 2}, {32, 2}} {
 		e.append(t, c.page)
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		poke(wake)
 		head += uint64(c.page)
 		e.waitCheckpoint(t, head, 30*time.Second)
 		if got := publisher.BatchesSent(p); got != c.batches {
@@ -137,7 +134,7 @@ func TestLiveBatchAfterSinglesInFlight_I2_I3(t *testing.T) {
 	e.append(t, 5)
 	poke(wake)
 	testutil.Eventually(t, "the 5 singles stored, their acknowledgements held", 10*time.Second, 5*time.Millisecond, func() bool {
-		return e.streamLast(t) == 5
+		return e.streamLast() == 5
 	})
 	e.append(t, 100)
 	poke(wake)
@@ -204,28 +201,6 @@ func (r *readWatch) Read(ctx context.Context, boundary string, after uint64, lim
 		r.saw(evs)
 	}
 	return epoch, evs, err
-}
-
-// streamLast is b's stream's last sequence (0 before it exists).
-func (e *env) streamLast(t testing.TB) uint64 {
-	t.Helper()
-	s, err := e.js.Stream(context.Background(), stream.Name("b"))
-	if err != nil {
-		return 0
-	}
-	info, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.LastSeq
-}
-
-// poke wakes a publisher without blocking.
-func poke(wake chan struct{}) {
-	select {
-	case wake <- struct{}{}:
-	default:
-	}
 }
 
 // TestOpenBatchOfAnEarlierIDLeavesTheNextAlone_I2: the server knows an

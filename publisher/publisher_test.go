@@ -130,6 +130,23 @@ func (e *env) waitCheckpoint(t testing.TB, want uint64, timeout time.Duration) {
 	testutil.Eventually(t, fmt.Sprintf("the checkpoint at %d", want), timeout, 10*time.Millisecond, func() bool { return e.checkpoint() == want })
 }
 
+// streamLast is b's stream's last sequence (0 before it exists).
+func (e *env) streamLast() uint64 {
+	s, err := e.js.Stream(context.Background(), stream.Name("b"))
+	if err != nil {
+		return 0
+	}
+	return s.CachedInfo().State.LastSeq
+}
+
+// poke wakes a publisher without blocking.
+func poke(wake chan struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+}
+
 // wantStreamLast checks b's stream (checkStream) and that its last
 // sequence is want.
 func (e *env) wantStreamLast(t testing.TB, want uint64) {
@@ -250,10 +267,7 @@ func TestBacklogPublishedInBatches_I2_I3(t *testing.T) {
 	}
 	for range 5 {
 		e.append(t, 3)
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		poke(wake)
 	}
 	e.waitCheckpoint(t, 1015, 30*time.Second)
 	stopped(t, stop)
@@ -824,10 +838,7 @@ func TestWideWindowCheckpointNeverAhead_I3(t *testing.T) {
 	stop := run(t, p, e.lease(t))
 	for i := 0; i < 100; i++ {
 		e.append(t, 10)
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		poke(wake)
 	}
 	e.waitCheckpoint(t, 2000, 30*time.Second)
 	stopped(t, stop)
@@ -964,26 +975,13 @@ func (g *gatedSave) SaveCheckpoint(ctx context.Context, b string, l backend.Leas
 // WAL flush on PostgreSQL).
 func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 	e := setup(t)
-	ctx := context.Background()
 	g := &gatedSave{Store: e.store, gate: make(chan struct{}), entered: make(chan uint64, 64)}
 	wake := make(chan struct{}, 1)
 	// A poll interval longer than the test: only the wake-ups move it.
 	p := publisher.New(publisher.Config{Boundary: "b", Store: g, JS: e.js, BatchSize: 50, Window: 8,
 		PollInterval: time.Hour, Wake: wake})
 	stop := run(t, p, e.lease(t))
-	kick := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	streamLast := func() uint64 {
-		s, err := e.js.Stream(ctx, stream.Name("b"))
-		if err != nil {
-			return 0
-		}
-		return s.CachedInfo().State.LastSeq
-	}
+	kick := func() { poke(wake) }
 
 	e.append(t, 1)
 	kick()
@@ -1000,7 +998,7 @@ func TestPublishingDoesNotWaitForCheckpoint_I3(t *testing.T) {
 	kick()
 	testutil.Eventually(t, "positions 2..6 published while checkpoint 1 is being written", 30*time.Second, 10*time.Millisecond, func() bool {
 		kick()
-		return streamLast() == 6
+		return e.streamLast() == 6
 	})
 	if cp := e.checkpoint(); cp != 0 {
 		t.Fatalf("checkpoint %d stored while its write was held", cp)
