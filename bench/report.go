@@ -122,9 +122,9 @@ type Row struct {
 	StreamBytes int64 `json:"stream_bytes"`
 	// FastBatchEvents is how many of the row's events the node published
 	// in fast-ingest batches (full pages of 32 or more, live pages of 100
-	// or more; the rest went as single
-	// publishes), from its /metrics once the row's events were published;
-	// absent where not read (the api and latency rows have it).
+	// or more; the rest went as single publishes), from its /metrics once
+	// the row's events were published; absent where not read (the api and
+	// latency rows have it).
 	FastBatchEvents *uint64 `json:"fast_batch_events,omitempty"`
 	// MachineCPUSeconds is the CPU time every process on the machine used
 	// over the row (Linux /proc/stat: user, nice, system, irq, softirq,

@@ -39,12 +39,22 @@ const batchMin = 32
 // liveBatchMin is the smallest page short of a full one (live traffic)
 // sent as one batch. Pages of 100 or more are what live traffic of large
 // appends reads (the api workload's batches of 100): as batches they cost
-// the node 5-21% less CPU per event in alternating runs. Pages of 32 to 99,
-// what single-event appends at 20,000/s read, went as batches in some runs
-// of a first version and the relay fell behind in two of five such runs
-// (docs/performance.md, "Live pages as batches"); they stay single
-// publishes.
+// the node 5-21% less CPU per event in alternating runs. Pages of 32 to 99
+// are most of what single-event appends read; batched in a first version,
+// they made the relay fall behind at 20,000 appends a second in two runs
+// of five (docs/performance.md, "Live pages as batches"), so they stay
+// single publishes.
 const liveBatchMin = 100
+
+// asBatch reports whether a page of n events, read with pages of at most
+// full, goes as one fast-ingest batch: a full page of batchMin or more (a
+// backlog's), or a live one of liveBatchMin or more (large appends), where
+// the acknowledgement per message is most of the publishing's cost. A
+// shorter page goes through the window of single publishes, which does not
+// wait for a commit between pages.
+func asBatch(n, full int) bool {
+	return n == full && n >= batchMin || n >= liveBatchMin
+}
 
 // batcher is a run's way to publish batches: the inbox the server answers
 // on, and the answers. nil when the stream does

@@ -280,12 +280,7 @@ type batchStart struct {
 // previous position as the stream's last sequence (I2), awaiting the
 // oldest acknowledgement whenever Window messages are in flight.
 func (fl *flight) send(ctx context.Context, events []event.Event) error {
-	// A full page of batchMin events or more (a backlog's), or a live one
-	// of liveBatchMin or more (large appends), goes as one batch: the
-	// acknowledgement per message is most of the publishing's cost. A
-	// shorter one goes through the window of single publishes, which does
-	// not wait for a commit between pages.
-	if fl.batch != nil && (len(events) == fl.r.p.cfg.BatchSize && len(events) >= batchMin || len(events) >= liveBatchMin) {
+	if fl.batch != nil && asBatch(len(events), fl.r.p.cfg.BatchSize) {
 		return fl.sendBatch(ctx, events)
 	}
 	p := fl.r.p
@@ -361,8 +356,9 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 
 // acked records a batch from first to last, sent from at on (as one
 // fast-ingest batch when fast), as wholly acknowledged, and hands its
-// checkpoint to the checkpointer (after the AfterAck hook). An earlier checkpoint that failed (a lost lease) is
-// returned: the run stops here rather than after another batch.
+// checkpoint to the checkpointer (after the AfterAck hook). An earlier
+// checkpoint that failed (a lost lease) is returned: the run stops here
+// rather than after another batch.
 func (fl *flight) acked(first, last uint64, at time.Time, fast bool) error {
 	r := fl.r
 	if r.p.cfg.OnPublished != nil {
