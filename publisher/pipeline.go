@@ -361,9 +361,7 @@ func (fl *flight) settleOrWake(ctx context.Context, keep int, wake <-chan struct
 // rather than after another batch.
 func (fl *flight) acked(first, last uint64, at time.Time, fast bool) error {
 	r := fl.r
-	if r.p.cfg.OnPublished != nil {
-		r.p.cfg.OnPublished(int(last-first+1), last, time.Since(at), fast)
-	}
+	r.published(first, last, time.Since(at), fast)
 	r.acked = last
 	r.drifting = false
 	r.p.markProgress()

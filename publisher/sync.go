@@ -228,7 +228,9 @@ func (r *run) resume(ctx context.Context, s jetstream.Stream, info *jetstream.St
 		return r.recreate(ctx, want, cp, why)
 	}
 	// Every message after the checkpoint is this epoch's event at its
-	// position: they were acknowledged, so the checkpoint may move there.
+	// position: they were acknowledged, so the checkpoint may move there,
+	// and those OnPublished was not told of count as published.
+	r.adopted(cp, last)
 	if last > r.saved {
 		r.acked = max(r.acked, last)
 		if err := r.checkpoint(ctx, last); err != nil {
@@ -764,3 +766,37 @@ func (e *noLeaderError) Error() string { return e.err.Error() }
 func (e *noLeaderError) Unwrap() error { return e.err }
 
 const noLeaderRetry = 200 * time.Millisecond
+
+// published tells OnPublished of the events first to last, acknowledged
+// took after the first was sent (as one fast-ingest batch when fast), and
+// remembers the last across runs for adopted.
+func (r *run) published(first, last uint64, took time.Duration, fast bool) {
+	p := r.p
+	p.toldMu.Lock()
+	if p.toldEpoch != r.epoch {
+		p.toldEpoch, p.told = r.epoch, 0
+	}
+	p.told = max(p.told, last)
+	p.toldMu.Unlock()
+	if p.cfg.OnPublished != nil {
+		p.cfg.OnPublished(int(last-first+1), last, took, fast)
+	}
+}
+
+// adopted tells OnPublished of the stream's messages after the checkpoint
+// cp up to last that it was not told of: a run that ended with batches in
+// flight (their acknowledgements never awaited) published them, or another
+// node did before a takeover. Without this the published count stays
+// below the stream for good.
+func (r *run) adopted(cp, last uint64) {
+	p := r.p
+	p.toldMu.Lock()
+	from := cp
+	if p.toldEpoch == r.epoch {
+		from = max(from, p.told)
+	}
+	p.toldMu.Unlock()
+	if last > from {
+		r.published(from+1, last, 0, false)
+	}
+}

@@ -306,7 +306,9 @@ func (b *Boundary) Read(err error, took time.Duration) {
 }
 
 // Published counts a batch of events acknowledged by JetStream took after
-// its first message was sent; fast: it went as one fast-ingest batch.
+// its first message was sent; fast: it went as one fast-ingest batch. A
+// took of 0 counts events the publisher found in the stream (published by
+// a run that did not await them, or another node) without timing them.
 func (b *Boundary) Published(events int, took time.Duration, fast bool) {
 	if b == nil {
 		return
@@ -315,7 +317,9 @@ func (b *Boundary) Published(events int, took time.Duration, fast bool) {
 	if fast {
 		b.fastPublished.Add(float64(events))
 	}
-	b.m.batchSeconds.Observe(took.Seconds())
+	if took > 0 { // 0: events found in the stream, not a batch of this node's
+		b.m.batchSeconds.Observe(took.Seconds())
+	}
 }
 
 // Lease counts a change of this node's lease of the boundary.
