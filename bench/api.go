@@ -92,6 +92,16 @@ type clientResult struct {
 	Err string `json:"err,omitempty"`
 }
 
+// fillRate sets the row's time and rate to the client's: its events over
+// its calls' wall time, not the span of the meter in the node's process.
+func (res clientResult) fillRate(row *Row, eventBytes int) {
+	row.Seconds = res.Seconds
+	if res.Seconds > 0 {
+		row.EventsPerSec = float64(res.Events) / res.Seconds
+		row.MBPerSec = row.EventsPerSec * float64(eventBytes) / 1e6
+	}
+}
+
 // clientAPI is the Go client as the paced rows' eventAPI.
 type clientAPI struct{ *client.Client }
 
@@ -347,12 +357,7 @@ func (r *runner) api(ctx context.Context) (err error) {
 		}
 		row := m.row("api", s.name, res.Events, r.cfg.EventBytes)
 		row.StreamBytes = streamBytes(ctx, r.js)
-		// The rate is the client's: its events over its calls' wall time.
-		row.Seconds = res.Seconds
-		if res.Seconds > 0 {
-			row.EventsPerSec = float64(res.Events) / res.Seconds
-			row.MBPerSec = row.EventsPerSec * float64(r.cfg.EventBytes) / 1e6
-		}
+		res.fillRate(&row, r.cfg.EventBytes)
 		row.AppendP50Ms, row.AppendP99Ms = res.CallP50Ms, res.CallP99Ms
 		row.ClientCPUSeconds, row.ClientRSSMB = res.CPUSeconds, res.RSSMB
 		row.Note = fmt.Sprintf("%d calls, p99.9 %.2f ms per call; cpu s, cores and RSS are the node's process, the client's are beside them",
@@ -433,11 +438,7 @@ func (r *runner) rawRequest(ctx context.Context, p *clientProc, name string, cal
 	}
 	row := m.row("limit", name, res.Events, r.cfg.EventBytes)
 	row.StreamBytes = streamBytes(ctx, r.js)
-	row.Seconds = res.Seconds
-	if res.Seconds > 0 {
-		row.EventsPerSec = float64(res.Events) / res.Seconds
-		row.MBPerSec = row.EventsPerSec * float64(r.cfg.EventBytes) / 1e6
-	}
+	res.fillRate(&row, r.cfg.EventBytes)
 	row.ClientCPUSeconds, row.ClientRSSMB = res.CPUSeconds, res.RSSMB
 	row.Note = fmt.Sprintf("%d callers in the api rows' client process, each sending the bytes of an append of %d events (%d calls) as a NATS request "+
 		"to the node's server, answered at once by one subscription in the bench's process: the NATS API's own cost, no store, no relay; "+
