@@ -230,21 +230,12 @@ func (r *runner) outbox(ctx context.Context) error {
 			return err
 		}
 		r.progress("outbox: enqueue latency at %d events/s for %s", rate, r.cfg.LatencyDuration)
-		cp := r.beforePaced(ctx)
-		m := startMeter()
-		defer m.finish()
-		res, err := paced(ctx, outboxAPI{nodeAPI{r.node}, a}, r.data, []string{boundary}, rate, r.cfg.LatencyDuration)
+		row, res, err := r.latencyRow(ctx, outboxAPI{nodeAPI{r.node}, a}, boundary, rate, "outbox", fmt.Sprintf("enqueue latency %d events/s", rate))
 		if err != nil {
 			return err
 		}
-		row := m.row("outbox", fmt.Sprintf("enqueue latency %d events/s", rate), res.appended, r.cfg.EventBytes)
-		r.noteCheckpoints(ctx, &row, cp)
-		row.StreamBytes = streamBytes(ctx, r.js)
-		row.TargetRate = rate
-		res.fill(&row)
 		row.Note = "from each transaction's scheduled time through its commit to a live subscriber's delivery; the transaction alone is the Append figure, " +
 			"from its commit to the delivery the commit figure; " + row.Note
-		compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
 		r.rep.Rows = append(r.rep.Rows, row)
 		r.rep.check(fmt.Sprintf("outbox latency %d/s: events received = events enqueued", rate), res.appended, res.received)
 	}

@@ -253,19 +253,10 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	r.progress("latency: %d events/s for %s", rate, r.cfg.LatencyDuration)
-	cp := r.beforePaced(ctx)
-	m := startMeter()
-	defer m.finish()
-	res, err := r.paced(ctx, []string{boundary}, rate, r.cfg.LatencyDuration)
+	row, res, err := r.latencyRow(ctx, nodeAPI{r.node}, boundary, rate, "latency", fmt.Sprintf("%d events/s", rate))
 	if err != nil {
 		return err
 	}
-	row := m.row("latency", fmt.Sprintf("%d events/s", rate), res.appended, r.cfg.EventBytes)
-	r.noteCheckpoints(ctx, &row, cp)
-	row.StreamBytes = streamBytes(ctx, r.js)
-	row.TargetRate = rate
-	res.fill(&row)
-	compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
 	// Every event was delivered; once its publisher has checkpointed them
 	// too, the count of those published in fast-ingest batches is final.
 	if _, err := r.waitPublished(ctx, boundary, uint64(res.appended), 10*time.Minute); err != nil {
@@ -275,6 +266,30 @@ func (r *runner) latency(ctx context.Context, rate int) error {
 	r.rep.Rows = append(r.rep.Rows, row)
 	r.rep.check(fmt.Sprintf("latency %d/s: events received = events appended", rate), res.appended, res.received)
 	return nil
+}
+
+// latencyRow drives boundary through api at rate for the latency duration
+// (paced) and returns its row, named workload and name, with what the
+// latency rows driven from this process (latency, outbox's enqueue
+// latency) report: the meter's figures, PostgreSQL's checkpoints meanwhile
+// (the server settled first: beforePaced), the stream's bytes, the target
+// rate, the latencies and their ratios to raw_e2e at the rate. The paced
+// result is the caller's to check.
+func (r *runner) latencyRow(ctx context.Context, api eventAPI, boundary string, rate int, workload, name string) (Row, *pacedResult, error) {
+	cp := r.beforePaced(ctx)
+	m := startMeter()
+	defer m.finish()
+	res, err := paced(ctx, api, r.data, []string{boundary}, rate, r.cfg.LatencyDuration)
+	if err != nil {
+		return Row{}, nil, err
+	}
+	row := m.row(workload, name, res.appended, r.cfg.EventBytes)
+	r.noteCheckpoints(ctx, &row, cp)
+	row.StreamBytes = streamBytes(ctx, r.js)
+	row.TargetRate = rate
+	res.fill(&row)
+	compareE2E(&row, r.rep.Limit(rawE2EName(rate)))
+	return row, res, nil
 }
 
 // compareE2E compares a latency row with raw_e2e at its rate (nil: not
