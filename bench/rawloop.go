@@ -75,15 +75,22 @@ func (s *rawServer) stop() {
 	s.ns.Stop()
 }
 
-// createRawStream creates the boundary's stream on the raw server, as the
-// node would: the layout of package stream, the bench's stream limits.
-func (r *runner) createRawStream(ctx context.Context, raw *rawServer, boundary, epoch string) (func(), error) {
+// rawBoundary readies the boundary for a raw loop: it creates the
+// boundary's stream on the raw server, as the node would (the layout of
+// package stream, the bench's stream limits), and its row of the raw
+// loops' checkpoints, at 0. It returns a function that deletes the stream.
+func (r *runner) rawBoundary(ctx context.Context, raw *rawServer, ck *rawCheckpoints, boundary, epoch string) (func(), error) {
 	scfg := stream.Config(boundary, epoch, stream.Limits{MaxBytes: r.cfg.StreamMaxBytes,
 		MaxMsgs: orisun.EventStreamMaxMsgsDefault, MaxAge: orisun.EventStreamMaxAgeDefault}, 1)
 	if _, err := raw.js.CreateStream(ctx, scfg); err != nil {
 		return nil, fmt.Errorf("bench: raw loops: create stream %s: %w", scfg.Name, err)
 	}
-	return func() { _ = raw.js.DeleteStream(context.Background(), scfg.Name) }, nil
+	drop := func() { _ = raw.js.DeleteStream(context.Background(), scfg.Name) }
+	if err := ck.add(ctx, boundary); err != nil {
+		drop()
+		return nil, err
+	}
+	return drop, nil
 }
 
 // rawLoop is the simplest correct relay of one boundary that a person
@@ -237,14 +244,11 @@ func (r *runner) rawRelay(ctx context.Context, s backend.Store, raw *rawServer, 
 	if err != nil {
 		return fmt.Errorf("bench: raw relay: %w", err)
 	}
-	drop, err := r.createRawStream(ctx, raw, relayBoundary, b.Epoch)
+	drop, err := r.rawBoundary(ctx, raw, ck, relayBoundary, b.Epoch)
 	if err != nil {
 		return err
 	}
 	defer drop()
-	if err := ck.add(ctx, relayBoundary); err != nil {
-		return err
-	}
 	loop := &rawLoop{store: s, js: raw.js, boundary: relayBoundary, msgID: r.cfg.MsgID, ck: ck}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -294,14 +298,11 @@ func (r *runner) rawE2E(ctx context.Context, s backend.Store, raw *rawServer, ck
 	// Settled before the consumer, the loop and its watchdog start: a
 	// VACUUM of a large backlog would otherwise count as the loop's stall.
 	cp := r.beforePaced(ctx)
-	drop, err := r.createRawStream(ctx, raw, boundary, b.Epoch)
+	drop, err := r.rawBoundary(ctx, raw, ck, boundary, b.Epoch)
 	if err != nil {
 		return err
 	}
 	defer drop()
-	if err := ck.add(ctx, boundary); err != nil {
-		return err
-	}
 	total := int(float64(rate) * d.Seconds())
 	if total < 1 {
 		return fmt.Errorf("%w: bench: rates × duration: %d events/s for %s is no event", event.ErrInvalid, rate, d)
