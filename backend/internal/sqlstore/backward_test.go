@@ -1,8 +1,6 @@
 package sqlstore_test
 
 import (
-	"errors"
-	"strings"
 	"testing"
 
 	"github.com/orisun-io/orisun/backend/internal/sqlstore"
@@ -22,8 +20,8 @@ func TestCheckPageBackward_I1(t *testing.T) {
 		events    []event.Event
 		dense     bool
 		good      int
-		pos       uint64 // 0: no error
-		reason    string
+		pos       uint64
+		reason    string // "": no error
 	}{
 		{"intact to the start", 3, 9, 100, page(3, 2, 1), true, 3, 0, ""},
 		{"full page", 9, 9, 2, page(9, 8), true, 2, 0, ""},
@@ -41,16 +39,7 @@ func TestCheckPageBackward_I1(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			good, err := sqlstore.CheckPageBackward("b", c.top, c.head, c.limit, c.events, c.dense, true)
-			if good != c.good {
-				t.Errorf("good = %d, want %d (%v)", good, c.good, err)
-			}
-			var ce *event.CorruptError
-			switch {
-			case c.reason == "" && err != nil:
-				t.Fatalf("err = %v, want none", err)
-			case c.reason != "" && (!errors.As(err, &ce) || ce.Position != c.pos || !strings.Contains(err.Error(), c.reason)):
-				t.Fatalf("err = %v; want the corrupt error of position %d saying %q", err, c.pos, c.reason)
-			}
+			wantChecked(t, good, err, c.good, c.pos, c.reason)
 		})
 	}
 	for _, c := range []struct{ before, head, want uint64 }{{0, 9, 9}, {1, 9, 0}, {5, 9, 4}, {10, 9, 9}, {11, 9, 9}, {1 << 63, 9, 9}, {0, 0, 0}} {

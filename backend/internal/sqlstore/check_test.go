@@ -24,8 +24,8 @@ func TestCheckPage_I1_I4(t *testing.T) {
 		events      []event.Event
 		dense       bool
 		good        int
-		pos         uint64 // 0: no error
-		reason      string
+		pos         uint64
+		reason      string // "": no error
 	}{
 		{"intact", 5, 9, 100, page(6, 7, 8, 9), true, 4, 0, ""},
 		{"full page short of the head", 5, 20, 4, page(6, 7, 8, 9), true, 4, 0, ""},
@@ -41,19 +41,28 @@ func TestCheckPage_I1_I4(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			good, err := sqlstore.CheckPage("b", c.after, c.head, c.limit, c.events, c.dense, true)
-			if good != c.good {
-				t.Errorf("good = %d, want %d (%v)", good, c.good, err)
-			}
-			if c.pos == 0 {
-				if err != nil {
-					t.Fatalf("err = %v, want none", err)
-				}
-				return
-			}
-			var ce *event.CorruptError
-			if !errors.As(err, &ce) || ce.Position != c.pos || !strings.Contains(err.Error(), c.reason) {
-				t.Fatalf("err = %v; want the corrupt error of position %d saying %q", err, c.pos, c.reason)
-			}
+			wantChecked(t, good, err, c.good, c.pos, c.reason)
 		})
+	}
+}
+
+// wantChecked fails the test unless a page check (CheckPage,
+// CheckPageBackward) counted wantGood good events and returned no error
+// when reason is "", or else the corrupt error of position pos saying
+// reason.
+func wantChecked(t *testing.T, good int, err error, wantGood int, pos uint64, reason string) {
+	t.Helper()
+	if good != wantGood {
+		t.Errorf("good = %d, want %d (%v)", good, wantGood, err)
+	}
+	if reason == "" {
+		if err != nil {
+			t.Fatalf("err = %v, want none", err)
+		}
+		return
+	}
+	var ce *event.CorruptError
+	if !errors.As(err, &ce) || ce.Position != pos || !strings.Contains(err.Error(), reason) {
+		t.Fatalf("err = %v; want the corrupt error of position %d saying %q", err, pos, reason)
 	}
 }
