@@ -4,8 +4,8 @@
 // group settings, and RunQueue: the append queue, with a group held in
 // flight) and NoGoroutineLeak; BenchAppend,
 // BenchParallel and BenchReadPages are the benchmarks both backends report,
-// and Create, Prepared, AppendAsync, ReadAll, CheckDense and WantStored
-// serve a backend's own tests.
+// and Create, Prepared, QueryItem, AppendAsync, ReadAll, CheckDense and
+// WantStored serve a backend's own tests.
 // It is orisun's machinery, not for import by applications: its API may
 // change without notice, and such a change is not a breaking change of
 // orisun.
@@ -198,6 +198,13 @@ func Fill(t testing.TB, s backend.Store, boundary string, n int, ev func(k int) 
 			t.Fatalf("append events %d to %d of %d to %q: %v", start, start+len(in)-1, n, boundary, err)
 		}
 	}
+}
+
+// QueryItem is the query of one item, of the types and tags given (nil
+// types: any type): the shape of most queries of the suite and of a
+// backend's query plan tests.
+func QueryItem(types []string, tags ...string) *event.Query {
+	return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
 }
 
 // ev is a raw input; prep normalises inputs the way the core does before an

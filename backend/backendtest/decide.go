@@ -238,9 +238,6 @@ func testLatest(t *testing.T, open func(t *testing.T) backend.Store) {
 	}
 	mustAppend(t, s, "shop", prep(t, "shop", in...), nil)
 	_, all := readAll(t, s, "shop", nil)
-	item := func(types []string, tags ...string) *event.Query {
-		return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
-	}
 	for _, c := range []struct {
 		name string
 		q    *event.Query
@@ -248,14 +245,14 @@ func testLatest(t *testing.T, open func(t *testing.T) backend.Store) {
 	}{
 		{"nil query: the head event", nil, 18},
 		{"no items: the head event", &event.Query{}, 18},
-		{"type", item([]string{"order.shipped"}), 3},
-		{"types", item([]string{"order.shipped", "customer.registered"}), 4},
-		{"tag", item(nil, "customer:1"), 18},
-		{"type and tag", item([]string{"customer.registered"}, "customer:1"), 4},
-		{"two tags", item(nil, "x", "y"), 12},
-		{"odd tag", item(nil, "100%"), 6},
+		{"type", QueryItem([]string{"order.shipped"}), 3},
+		{"types", QueryItem([]string{"order.shipped", "customer.registered"}), 4},
+		{"tag", QueryItem(nil, "customer:1"), 18},
+		{"type and tag", QueryItem([]string{"customer.registered"}, "customer:1"), 4},
+		{"two tags", QueryItem(nil, "x", "y"), 12},
+		{"odd tag", QueryItem(nil, "100%"), 6},
 		{"several items", &event.Query{Items: []event.QueryItem{{Tags: []string{"x,y"}}, {Types: []string{"plain"}}}}, 16},
-		{"no match", item(nil, "nope"), 0},
+		{"no match", QueryItem(nil, "nope"), 0},
 	} {
 		l, err := s.Latest(ctx, "shop", c.q)
 		if err != nil {

@@ -32,9 +32,7 @@ func TestReadBackwardPlans(t *testing.T) {
 			t.Errorf("the backward read up to %d is not a backward walk of the primary key without a sort:\n%s", upTo, p)
 		}
 	}
-	item := func(types []string, tags ...string) *event.Query {
-		return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
-	}
+	item := backendtest.QueryItem
 	for _, c := range []struct {
 		name  string
 		q     *event.Query
@@ -84,5 +82,5 @@ func fillBig(t testing.TB, s *Store, n int) {
 func BenchmarkReadBackward(b *testing.B) {
 	s := setup(b, Config{})
 	fillBig(b, s, 20000)
-	backendtest.BenchReadPages(b, s, "big", &event.Query{Items: []event.QueryItem{{Tags: []string{"customer:42"}}}})
+	backendtest.BenchReadPages(b, s, "big", backendtest.QueryItem(nil, "customer:42"))
 }

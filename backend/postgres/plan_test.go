@@ -25,9 +25,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	s := setup(t, Config{})
 	const n = 20000
 	fillBig(t, s, n)
-	item := func(types []string, tags ...string) *event.Query {
-		return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
-	}
+	item := backendtest.QueryItem
 	const tagIndex, typeIndex = "orisun_events_tags", "orisun_events_boundary_type_position"
 	for _, c := range []struct {
 		name  string

@@ -21,7 +21,7 @@ func TestReadBackwardPlans(t *testing.T) {
 	ctx := context.Background()
 	const n = 20000
 	s := planBig(t, n)
-	item, tagIndex, typeIndexes := queryItem, planTagIndex, planTypeIndexes
+	item, tagIndex, typeIndexes := backendtest.QueryItem, planTagIndex, planTypeIndexes
 	for _, c := range []struct {
 		name    string
 		q       *event.Query
@@ -101,16 +101,11 @@ func planBig(t testing.TB, n int) *Store {
 	return s
 }
 
-// queryItem is a query of one item.
-func queryItem(types []string, tags ...string) *event.Query {
-	return &event.Query{Items: []event.QueryItem{{Types: types, Tags: tags}}}
-}
-
 // BenchmarkReadBackward reports the time of a 50-event page of a
 // 20,000-event boundary, forward from the start and backward from the
 // head, of every event and of a tag of 4 events. Reporting only:
 //
 //	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench BenchmarkReadBackward ./backend/sqlite/
 func BenchmarkReadBackward(b *testing.B) {
-	backendtest.BenchReadPages(b, planBig(b, 20000), "big", queryItem(nil, "customer:42"))
+	backendtest.BenchReadPages(b, planBig(b, 20000), "big", backendtest.QueryItem(nil, "customer:42"))
 }

@@ -36,7 +36,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	const n = 20000
 	s := planBig(t, n)
-	item, tagIndex, typeIndexes := queryItem, planTagIndex, planTypeIndexes
+	item, tagIndex, typeIndexes := backendtest.QueryItem, planTagIndex, planTypeIndexes
 	for _, c := range []struct {
 		name    string
 		q       *event.Query
