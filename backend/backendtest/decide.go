@@ -221,7 +221,8 @@ func testSameGroup(t *testing.T, open func(t *testing.T) backend.Store, f Featur
 // testLatest: read-latest returns the matching event with the highest
 // position and the head, from one snapshot.
 func testLatest(t *testing.T, open func(t *testing.T) backend.Store) {
-	s := setup(t, open, "shop", "empty")
+	s := setupShop(t, open)
+	Create(t, s, "empty")
 	ctx := t.Context()
 
 	l, err := s.Latest(ctx, "empty", nil)
@@ -232,11 +233,6 @@ func testLatest(t *testing.T, open func(t *testing.T) backend.Store) {
 	_, err = s.Latest(ctx, "nope", nil)
 	wantErr(t, "Latest of a missing boundary", err, event.ErrNotFound)
 
-	in := make([]event.Input, len(queryEvents))
-	for i, qe := range queryEvents {
-		in[i] = ev(qe.typ, qe.tags...)
-	}
-	mustAppend(t, s, "shop", prep(t, "shop", in...), nil)
 	_, all := readAll(t, s, "shop", nil)
 	for _, c := range []struct {
 		name string
