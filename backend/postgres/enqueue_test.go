@@ -116,12 +116,7 @@ func TestEnqueueHoldsNoBoundary(t *testing.T) {
 	ctx := context.Background()
 	var txs []pgx.Tx
 	for i := range 2 {
-		conn := pgtest.Connect(t, url)
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
+		tx := pgtest.Begin(t, pgtest.Connect(t, url))
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 			t.Fatal(err)
 		}
@@ -165,10 +160,7 @@ func TestEnqueueCommitRollbackMove_I1(t *testing.T) {
 	}
 	enqueueCommitted(t, conn, "b", typeEvents("first", 3))
 
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := pgtest.Begin(t, conn)
 	if _, err := sqlEnqueue(ctx, tx, "b", typeEvents("rolledback", 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -176,10 +168,7 @@ func TestEnqueueCommitRollbackMove_I1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tx, err = conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx = pgtest.Begin(t, conn)
 	if _, err := tx.Exec(ctx, `SAVEPOINT sp`); err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +185,7 @@ func TestEnqueueCommitRollbackMove_I1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tx, err = conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx = pgtest.Begin(t, conn)
 	if _, err := sqlEnqueue(ctx, tx, "b", typeEvents("failed", 2)); err != nil {
 		t.Fatal(err)
 	}
@@ -249,12 +235,8 @@ func TestEnqueueInvalidInput(t *testing.T) {
 			continue // orisun_enqueue takes no condition
 		}
 		t.Run(c.name, func(t *testing.T) {
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = sqlEnqueue(ctx, tx, c.boundary, c.events)
+			tx := pgtest.Begin(t, conn)
+			_, err := sqlEnqueue(ctx, tx, c.boundary, c.events)
 			pe := pgErr(t, err)
 			msg := strings.ReplaceAll(c.message, "orisun_append", "orisun_enqueue")
 			if pe.Code != c.code || !strings.Contains(pe.Message, msg) {
@@ -295,12 +277,9 @@ func TestEnqueueIdempotentByID(t *testing.T) {
 	}
 	refused := func(events, want string) {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := pgtest.Begin(t, conn)
 		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = sqlEnqueue(ctx, tx, "b", events)
+		_, err := sqlEnqueue(ctx, tx, "b", events)
 		pe := pgErr(t, err)
 		if pe.Code != "ORCFL" || pe.Hint != "conflict" || !strings.Contains(pe.Message, want) {
 			t.Fatalf("got %s %q (hint %s), want ORCFL with %q", pe.Code, pe.Message, pe.Hint, want)

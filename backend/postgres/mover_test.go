@@ -266,11 +266,8 @@ func TestMoveBatchFloorIsMaxAppendEvents(t *testing.T) {
 	if _, err := conn.Exec(ctx, `UPDATE orisun_append_limits SET max_append_events = 10`); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = sqlEnqueue(ctx, tx, "b", typeEvents("over", 11))
+	tx := pgtest.Begin(t, conn)
+	_, err := sqlEnqueue(ctx, tx, "b", typeEvents("over", 11))
 	_ = tx.Rollback(ctx)
 	if pe := pgErr(t, err); pe.Code != "ORBIG" || !strings.Contains(pe.Message, "the limit is 10") {
 		t.Fatalf("a call of 11 events: %s %q, want ORBIG naming the limit 10", pe.Code, pe.Message)

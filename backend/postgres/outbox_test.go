@@ -401,12 +401,8 @@ func TestOutboxInvalidInput(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range invalidAppends() {
 		t.Run(c.name, func(t *testing.T) {
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = sqlAppend(ctx, tx, c.boundary, c.events, c.cond)
+			tx := pgtest.Begin(t, conn)
+			_, err := sqlAppend(ctx, tx, c.boundary, c.events, c.cond)
 			pe := pgErr(t, err)
 			if pe.Code != c.code || !strings.Contains(pe.Message, c.message) {
 				t.Fatalf("got %s %q, want %s with %q", pe.Code, pe.Message, c.code, c.message)
