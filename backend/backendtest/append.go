@@ -42,10 +42,7 @@ func testAppend(t *testing.T, open func(t *testing.T) backend.Store) {
 	t.Run("StoredEventsRoundTrip", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "orders")
-		b, err := s.Boundary(t.Context(), "orders")
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := mustBoundary(t, s, "orders")
 		in := prep(t, "orders",
 			event.Input{Type: "order.placed", Data: json.RawMessage(`{ "total": 12.5, "items": [1, 2] }`),
 				Metadata: json.RawMessage(`{"trace": "abc"}`), Tags: []string{"order:1", "customer:7"}},

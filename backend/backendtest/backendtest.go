@@ -293,13 +293,20 @@ func readAll(t testing.TB, s backend.Store, boundary string, q *event.Query) (st
 	}
 }
 
-func head(t testing.TB, s backend.Store, boundary string) uint64 {
+// mustBoundary reads boundary with its head, failing the test if it
+// cannot.
+func mustBoundary(t testing.TB, s backend.Store, boundary string) event.Boundary {
 	t.Helper()
 	b, err := s.Boundary(context.Background(), boundary)
 	if err != nil {
 		t.Fatalf("Boundary(%q): %v", boundary, err)
 	}
-	return b.Head
+	return b
+}
+
+func head(t testing.TB, s backend.Store, boundary string) uint64 {
+	t.Helper()
+	return mustBoundary(t, s, boundary).Head
 }
 
 func checkpoint(t testing.TB, s backend.Store, boundary string) uint64 {

@@ -25,10 +25,7 @@ func testHeads(t *testing.T, open func(t *testing.T) backend.Store) {
 		t.Fatalf("Heads = %+v, want %v", heads, names)
 	}
 	for i, name := range names {
-		b, err := s.Boundary(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := mustBoundary(t, s, name)
 		if heads[i].Boundary != b || heads[i].Held {
 			t.Errorf("Heads[%d] = %+v, want %+v, not held (by name, committed heads)", i, heads[i], b)
 		}

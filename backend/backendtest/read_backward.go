@@ -25,10 +25,7 @@ func testReadBackward(t *testing.T, open func(t *testing.T) backend.Store, ed *E
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, open, "b")
-		b, err := s.Boundary(t.Context(), "b")
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := mustBoundary(t, s, "b")
 		for _, before := range []uint64{0, 1, 2, math.MaxUint64} {
 			epoch, events, err := s.ReadBackward(t.Context(), "b", before, 10, nil)
 			if err != nil || len(events) != 0 || epoch != b.Epoch {

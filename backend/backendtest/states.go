@@ -40,14 +40,7 @@ func testStates(t *testing.T, open func(t *testing.T) backend.Store) {
 	}
 	for _, name := range []string{"st_busy", "st_idle"} {
 		st := got[name]
-		b, err := s.Boundary(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cp, err := s.Checkpoint(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, cp := mustBoundary(t, s, name), checkpoint(t, s, name)
 		lease, err := s.LeaseHolder(ctx, name)
 		if err != nil {
 			t.Fatal(err)
