@@ -20,10 +20,9 @@ import (
 // ANALYZE; and the reads give what the plans promise.
 func TestReadBackwardPlans(t *testing.T) {
 	t.Parallel()
-	s := setup(t, Config{})
 	ctx := context.Background()
 	const n = 20000
-	fillBig(t, s, n)
+	s := planBig(t, n)
 	all, _ := readBackwardSQL(nil)
 	for _, upTo := range []int64{math.MaxInt64, n / 2} {
 		p := explain(t, s, all, "big", upTo, 50)
@@ -59,11 +58,12 @@ func TestReadBackwardPlans(t *testing.T) {
 	}
 }
 
-// fillBig creates the boundary big, appends n events to it, 1,000 an
-// append, and analyzes the events: event k (from 0) has the type
+// planBig opens a store whose boundary big holds n events, appended 1,000
+// an append, and analyzes the events: event k (from 0) has the type
 // type.<k mod 500> and the tags customer:<k mod 5000> and order:<k>.
-func fillBig(t testing.TB, s *Store, n int) {
+func planBig(t testing.TB, n int) *Store {
 	t.Helper()
+	s := setup(t, Config{})
 	backendtest.Create(t, s, "big")
 	backendtest.Fill(t, s, "big", n, func(k int) event.Input {
 		return event.Input{ID: event.NewID(), Type: fmt.Sprintf("type.%d", k%500), Data: json.RawMessage(`{}`),
@@ -72,6 +72,7 @@ func fillBig(t testing.TB, s *Store, n int) {
 	if _, err := s.pool.Exec(context.Background(), `ANALYZE orisun_events`); err != nil {
 		t.Fatal(err)
 	}
+	return s
 }
 
 // BenchmarkReadBackward reports the time of a 50-event page of a
@@ -80,7 +81,5 @@ func fillBig(t testing.TB, s *Store, n int) {
 //
 //	ORISUN_TEST_RACE=0 scripts/test -run '^$' -bench BenchmarkReadBackward ./backend/postgres/
 func BenchmarkReadBackward(b *testing.B) {
-	s := setup(b, Config{})
-	fillBig(b, s, 20000)
-	backendtest.BenchReadPages(b, s, "big", backendtest.QueryItem(nil, "customer:42"))
+	backendtest.BenchReadPages(b, planBig(b, 20000), "big", backendtest.QueryItem(nil, "customer:42"))
 }

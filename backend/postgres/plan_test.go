@@ -22,9 +22,8 @@ import (
 // store runs, after ANALYZE.
 func TestQueryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
-	s := setup(t, Config{})
 	const n = 20000
-	fillBig(t, s, n)
+	s := planBig(t, n)
 	item := backendtest.QueryItem
 	const tagIndex, typeIndex = "orisun_events_tags", "orisun_events_boundary_type_position"
 	for _, c := range []struct {
