@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/orisun-io/orisun/backend"
+	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 	"github.com/orisun-io/orisun/event"
 )
 
@@ -208,33 +209,22 @@ func (s *Store) StagedBoundaries(ctx context.Context) ([]string, error) {
 // StagedStates reads every boundary's staged and set-aside events in one
 // statement; boundaries with neither are absent.
 func (s *Store) StagedStates(ctx context.Context) ([]StagedState, error) {
-	const op = "read the staged and set-aside events"
-	if s.isClosed() {
-		return nil, errClosed(op)
+	return sqlstore.QueryAll(ctx, reads{s}, "read the staged and set-aside events", sqlStagedStates, scanStagedState)
+}
+
+// scanStagedState reads a row of sqlStagedStates.
+func scanStagedState(row sqlstore.Row) (StagedState, error) {
+	var st StagedState
+	var oldest *time.Time
+	var reason *string
+	if err := row.Scan(&st.Boundary, &st.Staged, &oldest, &st.SetAside, &reason); err != nil {
+		return StagedState{}, err
 	}
-	rows, err := s.pool.Query(ctx, sqlStagedStates)
-	if err != nil {
-		return nil, s.translate(op, err)
+	if oldest != nil {
+		st.Oldest = oldest.UTC()
 	}
-	defer rows.Close()
-	var out []StagedState
-	for rows.Next() {
-		var st StagedState
-		var oldest *time.Time
-		var reason *string
-		if err := rows.Scan(&st.Boundary, &st.Staged, &oldest, &st.SetAside, &reason); err != nil {
-			return nil, s.translate(op, err)
-		}
-		if oldest != nil {
-			st.Oldest = oldest.UTC()
-		}
-		if reason != nil {
-			st.Reason = *reason
-		}
-		out = append(out, st)
+	if reason != nil {
+		st.Reason = *reason
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.translate(op, err)
-	}
-	return out, nil
+	return st, nil
 }
