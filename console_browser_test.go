@@ -74,6 +74,24 @@ func browser(t *testing.T) (ctx context.Context, consoleErrors func() []string) 
 	}
 }
 
+// poll waits up to timeout for the page's expression expr to be true,
+// evaluating it every 50 ms. chromedp's poll does not survive a
+// navigation: begun while a page loads, it can run in the execution
+// context of the page before and fail at once ("Cannot find context with
+// specified id"); it is begun again, in the new page's context, until the
+// timeout.
+func poll(bctx context.Context, expr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(time.Until(deadline)),
+			chromedp.WithPollingInterval(50*time.Millisecond)))
+		if err == nil || !strings.Contains(err.Error(), "Cannot find context with specified id") || time.Until(deadline) < 100*time.Millisecond {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // artifacts is where the browser tests keep their screenshots: CI sets
 // ORISUN_TEST_ARTIFACTS to a temporary directory it keeps; elsewhere a
 // test's own temporary directory. Never the repository.
@@ -144,7 +162,7 @@ func TestConsoleOverviewBrowser(t *testing.T) {
 	wait := func(what, expr string, timeout time.Duration) time.Duration {
 		t.Helper()
 		start := time.Now()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(timeout), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		if err := poll(bctx, expr, timeout); err != nil {
 			rows, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('tbody tr')).map(r => r.className + ": " + r.innerText).join("\n")`))
 			t.Fatalf("%s: not within %s: %v; the rows:\n%s", what, timeout, err, rows)
 		}
@@ -286,7 +304,7 @@ func TestConsoleBoundaryBrowser(t *testing.T) {
 	wait := func(what, expr string, timeout time.Duration) time.Duration {
 		t.Helper()
 		start := time.Now()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(timeout), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		if err := poll(bctx, expr, timeout); err != nil {
 			body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 3000)`))
 			t.Fatalf("%s: not within %s: %v; the page:\n%s", what, timeout, err, body)
 		}
@@ -485,7 +503,7 @@ func TestConsoleEventPagesLoginBrowser(t *testing.T) {
 	mustAppend(t, ctx, n, "orders", events(3, "order.placed", 32))
 	wait := func(what, expr string) {
 		t.Helper()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		if err := poll(bctx, expr, 10*time.Second); err != nil {
 			body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText.slice(0, 2000)`))
 			t.Fatalf("%s: not within 10 s: %v; the page:\n%s", what, err, body)
 		}
@@ -556,7 +574,7 @@ func TestConsoleShowsStagedBrowser(t *testing.T) {
 	expr := `(() => { const r = document.querySelector('tr[data-boundary="held"]'); return r !== null &&
 		Array.from(r.querySelectorAll('.reason')).some(e => e.textContent.includes('2 enqueued events staged')) &&
 		document.querySelector('#health').textContent.includes('not settled') })()`
-	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+	if err := poll(bctx, expr, 10*time.Second); err != nil {
 		rows, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('tbody tr')).map(r => r.innerText).join("\n")`))
 		t.Fatalf("the overview does not say that 2 enqueued events wait in boundary held's staging: %v; the rows:\n%s", err, rows)
 	}
