@@ -701,6 +701,10 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		r.hist.published.Store(last)
 		r.metrics.Published(events, took, fast)
 	}
+	onFound := func(events int, last uint64) {
+		r.hist.published.Store(last)
+		r.metrics.Found(events)
+	}
 	var afterAck func(uint64)
 	if n.afterAck != nil {
 		afterAck = func(last uint64) { n.afterAck(name, last) }
@@ -721,6 +725,7 @@ func (n *Node) newBoundaryRunner(name string) *boundaryRunner {
 		Logger:        n.log.With("component", "publisher"),
 		AfterAck:      afterAck,
 		OnPublished:   onPublished,
+		OnFound:       onFound,
 
 		CheckpointBeforeAck: n.brokenCheckpointOrder,
 	})

@@ -2,6 +2,7 @@ package publisher_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,18 +12,21 @@ import (
 	"github.com/orisun-io/orisun/backend/sqlite"
 	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
+	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/stream"
 )
 
 // failingSaves is a store whose checkpoint writes fail while fail is set,
 // or, with every > 0, one write in every up to most failures: the disk
-// full under a running publisher.
+// full under a running publisher. saved, when set, is called before each
+// write that goes through.
 type failingSaves struct {
 	*sqlite.Store
 	fail   atomic.Bool
 	every  int64
 	most   int64
+	saved  func(pos uint64)
 	saves  atomic.Int64
 	failed atomic.Int64
 }
@@ -33,18 +37,29 @@ func (f *failingSaves) SaveCheckpoint(ctx context.Context, b string, l backend.L
 		f.failed.Add(1)
 		return event.ErrUnavailable
 	}
+	if f.saved != nil {
+		f.saved(pos)
+	}
 	return f.Store.SaveCheckpoint(ctx, b, l, pos)
 }
 
-// tally sums what a publisher's OnPublished is told.
+// tally sums what a publisher's OnPublished and OnFound are told, as the
+// node's orisun_published_events_total does.
 type tally struct {
-	mu     sync.Mutex
-	events int
+	mu            sync.Mutex
+	events, found int
 }
 
-func (c *tally) add(n int, _ uint64, _ time.Duration, _ bool) {
+func (c *tally) published(n int, _ uint64, _ time.Duration, _ bool) {
 	c.mu.Lock()
 	c.events += n
+	c.mu.Unlock()
+}
+
+func (c *tally) foundIn(n int, _ uint64) {
+	c.mu.Lock()
+	c.events += n
+	c.found += n
 	c.mu.Unlock()
 }
 
@@ -54,21 +69,28 @@ func (c *tally) sum() int {
 	return c.events
 }
 
-// TestPublishedCountAfterFailedCheckpoints_I3: checkpoint writes that fail
+// config is the tests' publisher configuration on store, told into c.
+func (c *tally) config(store backend.Store, js publisher.Config) publisher.Config {
+	js.Boundary, js.Store, js.PollInterval = "b", store, 20*time.Millisecond
+	js.Limits = stream.Limits{Batched: true}
+	js.OnPublished, js.OnFound = c.published, c.foundIn
+	return js
+}
+
+// TestPublishedCountAfterFailedCheckpoints: checkpoint writes that fail
 // now and then under a stream of appends end a drain with batches in
 // flight, published but never awaited; the next sync finds them in the
-// stream. OnPublished (the node's orisun_published_events_total) is told
-// of each event once: after everything is checkpointed it is told of
-// exactly the stream's messages, neither fewer (the batches in flight when
-// a drain ended) nor more (events told of that the checkpoint had not
-// reached).
-func TestPublishedCountAfterFailedCheckpoints_I3(t *testing.T) {
+// stream. OnPublished and OnFound together (the node's
+// orisun_published_events_total) are told of each event once: after
+// everything is checkpointed they were told of exactly the stream's
+// messages, neither fewer (the batches in flight when a drain ended) nor
+// more (events told of that the checkpoint had not reached).
+func TestPublishedCountAfterFailedCheckpoints(t *testing.T) {
 	e := setup(t)
 	store := &failingSaves{Store: e.store, every: 3, most: 6}
 	var told tally
 	wake := make(chan struct{}, 1)
-	p := publisher.New(publisher.Config{Boundary: "b", Store: store, JS: e.js, BatchSize: 20, Window: 16,
-		PollInterval: 20 * time.Millisecond, Wake: wake, Limits: stream.Limits{Batched: true}, OnPublished: told.add})
+	p := publisher.New(told.config(store, publisher.Config{JS: e.js, BatchSize: 20, Window: 16, Wake: wake}))
 	stop := run(t, p, e.lease(t))
 	const total = 3000
 	for range total / 10 {
@@ -82,25 +104,25 @@ func TestPublishedCountAfterFailedCheckpoints_I3(t *testing.T) {
 		t.Fatal("no checkpoint write failed: the test tried nothing")
 	}
 	if got := told.sum(); got != total {
-		t.Fatalf("OnPublished was told of %d events for a stream of %d (%d checkpoint writes failed)", got, total, store.failed.Load())
+		t.Fatalf("the publisher was told of %d events (%d of them found) for a stream of %d (%d checkpoint writes failed)",
+			got, told.found, total, store.failed.Load())
 	}
-	t.Logf("%d of %d checkpoint writes failed", store.failed.Load(), store.saves.Load())
+	t.Logf("%d of %d checkpoint writes failed; %d events found in the stream", store.failed.Load(), store.saves.Load(), told.found)
 }
 
 // TestPublishedCountOnTakeover: events in the stream beyond the checkpoint
-// (their publisher's checkpoint writes all failed) are counted by the
-// publisher that takes over and finds them, once; the publisher that
-// published them counted them when acknowledged and, run again, does not
-// count them a second time.
+// (their publisher's checkpoint writes all failed) are found by the
+// publisher that takes over, once, before its checkpoint moves past them
+// (the status's published position is the checkpoint: it must not show
+// more than was counted); the publisher that published them was told of
+// them when acknowledged and, run again, is not told a second time.
 func TestPublishedCountOnTakeover(t *testing.T) {
 	e := setup(t)
 	e.append(t, 10)
 	store := &failingSaves{Store: e.store}
 	store.fail.Store(true)
 	var first, second tally
-	cfg := publisher.Config{Boundary: "b", Store: store, JS: e.js, BatchSize: 50,
-		PollInterval: 20 * time.Millisecond, Limits: stream.Limits{Batched: true}, OnPublished: first.add}
-	p1 := publisher.New(cfg)
+	p1 := publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50}))
 	l := e.lease(t)
 	stop := run(t, p1, l)
 	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
@@ -115,20 +137,76 @@ func TestPublishedCountOnTakeover(t *testing.T) {
 	}
 	store.fail.Store(false)
 
-	cfg.OnPublished = second.add
-	stop = run(t, publisher.New(cfg), l)
+	var ahead atomic.Value // a checkpoint written beyond what second was told of
+	store.saved = func(pos uint64) {
+		if told := second.sum(); uint64(told) < pos {
+			ahead.CompareAndSwap(nil, fmt.Sprintf("checkpoint %d written when the publisher was told of %d events", pos, told))
+		}
+	}
+	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), l)
 	e.waitCheckpoint(t, 10, 10*time.Second)
 	stopped(t, stop)
-	if got := second.sum(); got != 10 {
-		t.Fatalf("the publisher taking over was told of %d events, want the 10 it found in the stream", got)
+	store.saved = nil
+	if got := second.sum(); got != 10 || second.found != 10 {
+		t.Fatalf("the publisher taking over was told of %d events (%d found), want the 10 it found in the stream", got, second.found)
+	}
+	if a := ahead.Load(); a != nil {
+		t.Fatal(a)
 	}
 
 	e.append(t, 5)
 	stop = run(t, p1, l)
 	e.waitCheckpoint(t, 15, 10*time.Second)
 	stopped(t, stop)
-	if got := first.sum(); got != 15 {
-		t.Fatalf("the first publisher, run again, was told of %d events in all, want 15 (its 10, and the 5 new)", got)
+	if got := first.sum(); got != 15 || first.found != 0 {
+		t.Fatalf("the first publisher, run again, was told of %d events in all (%d found), want 15 (its 10, and the 5 new)", got, first.found)
 	}
 	e.wantStreamLast(t, 15)
+}
+
+// TestFoundCountedInANewEpoch: what a publisher was told of in one epoch
+// does not hide the events it finds in the next. The store is replaced by
+// another of the same boundary (a new epoch, as a restore from elsewhere
+// makes one); another publisher publishes its 10 events, every checkpoint
+// write failing; the first, which was told of 10 positions of the old
+// epoch, finds the new epoch's 10 and is told of them.
+func TestFoundCountedInANewEpoch(t *testing.T) {
+	e := setup(t)
+	e.append(t, 10)
+	store := &failingSaves{Store: e.store}
+	store.fail.Store(true)
+	var first, second tally
+	p1 := publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50}))
+	stop := run(t, p1, e.lease(t))
+	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
+	_ = stop() // ends with the failed checkpoint's error, or is stopped retrying it
+	if got := first.sum(); got != 10 {
+		t.Fatalf("the first publisher was told of %d events, want 10", got)
+	}
+
+	ctx := context.Background()
+	other := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
+	if _, _, err := other.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.store = other // e.append and e.checkpoint now use it
+	e.append(t, 10)
+	store.Store = other // no run of p1 is going on
+	l, err := other.AcquireLease(ctx, "b", "n", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), l)
+	testutil.Eventually(t, "the new epoch's stream holding its 10 events", 10*time.Second, 5*time.Millisecond, func() bool {
+		return e.streamLast() == 10 && second.sum() == 10
+	})
+	_ = stop()
+
+	store.fail.Store(false)
+	stop = run(t, p1, l)
+	e.waitCheckpoint(t, 10, 10*time.Second)
+	stopped(t, stop)
+	if got := first.sum(); got != 20 || first.found != 10 {
+		t.Fatalf("the first publisher was told of %d events in all (%d found), want 20: 10 published in the old epoch, 10 found in the new", got, first.found)
+	}
 }

@@ -98,14 +98,18 @@ type Config struct {
 	// its events, its last position, the time from sending its first
 	// message to the acknowledgement of its last, and whether it went as
 	// one fast-ingest batch (batch.go) rather than as single publishes
-	// (the node's metrics and the console's history). It is told too, with
-	// took 0, of the events a sync finds in the stream beyond what it was
-	// told of and the checkpoint: published by a run that ended before it
-	// awaited their acknowledgements (a failed checkpoint write ends a
-	// run with batches in flight), or by another node before a takeover.
-	// Each event of an epoch is told of once per publisher, and again only
-	// when republished (the stream was recreated). It must not block.
+	// (the node's metrics and the console's history). It must not block.
 	OnPublished func(events int, last uint64, took time.Duration, fast bool)
+	// OnFound, when set, is told of the events a sync finds in the stream
+	// after the checkpoint that neither OnPublished nor OnFound was told
+	// of in this epoch: published by a run that ended before it awaited
+	// their acknowledgements (a failed checkpoint write ends a run with
+	// batches in flight), or by another node before a takeover. It is
+	// told before the checkpoint moves past them. With OnPublished, every
+	// event in the stream is told of at least once per publisher (an
+	// event republished after a repair may be told of again). It must not
+	// block.
+	OnFound func(events int, last uint64)
 
 	// CheckpointBeforeAck breaks the publisher on purpose: each batch's
 	// checkpoint is written before the batch is published, so before any
@@ -122,7 +126,8 @@ type Publisher struct {
 	// batches counts the pages published as one batch (batch.go).
 	batches atomic.Uint64
 	// told is the last position of the epoch toldEpoch that OnPublished
-	// was told of, across runs (see published); toldMu guards both.
+	// or OnFound was told of, across runs (see published, found); toldMu
+	// guards both.
 	toldMu    sync.Mutex
 	toldEpoch string
 	told      uint64

@@ -229,8 +229,8 @@ func (r *run) resume(ctx context.Context, s jetstream.Stream, info *jetstream.St
 	}
 	// Every message after the checkpoint is this epoch's event at its
 	// position: they were acknowledged, so the checkpoint may move there,
-	// and those OnPublished was not told of count as published.
-	r.adopted(cp, last)
+	// and those OnPublished was not told of are found.
+	r.found(cp, last)
 	if last > r.saved {
 		r.acked = max(r.acked, last)
 		if err := r.checkpoint(ctx, last); err != nil {
@@ -769,7 +769,7 @@ const noLeaderRetry = 200 * time.Millisecond
 
 // published tells OnPublished of the events first to last, acknowledged
 // took after the first was sent (as one fast-ingest batch when fast), and
-// remembers the last across runs for adopted.
+// remembers the last across runs for found.
 func (r *run) published(first, last uint64, took time.Duration, fast bool) {
 	p := r.p
 	p.toldMu.Lock()
@@ -783,20 +783,21 @@ func (r *run) published(first, last uint64, took time.Duration, fast bool) {
 	}
 }
 
-// adopted tells OnPublished of the stream's messages after the checkpoint
-// cp up to last that it was not told of: a run that ended with batches in
-// flight (their acknowledgements never awaited) published them, or another
-// node did before a takeover. Without this the published count stays
-// below the stream for good.
-func (r *run) adopted(cp, last uint64) {
+// found tells OnFound of the stream's messages after the checkpoint cp up
+// to last that this publisher was not told of in this epoch: a run that
+// ended with batches in flight (their acknowledgements never awaited)
+// published them, or another node did before a takeover. Without it the
+// published count stays below the stream for good.
+func (r *run) found(cp, last uint64) {
 	p := r.p
 	p.toldMu.Lock()
-	from := cp
-	if p.toldEpoch == r.epoch {
-		from = max(from, p.told)
+	if p.toldEpoch != r.epoch {
+		p.toldEpoch, p.told = r.epoch, 0
 	}
+	from := max(cp, p.told)
+	p.told = max(p.told, last)
 	p.toldMu.Unlock()
-	if last > from {
-		r.published(from+1, last, 0, false)
+	if last > from && p.cfg.OnFound != nil {
+		p.cfg.OnFound(int(last-from), last)
 	}
 }

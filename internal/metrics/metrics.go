@@ -139,7 +139,7 @@ func New(max int) *Metrics {
 		readRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_read_requests_total",
 			Help: "Read and read-latest requests (in process and through the NATS API), by boundary and result."}, bl),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_published_events_total",
-			Help: "Events this node's publisher had acknowledged by JetStream, by boundary."}, []string{"boundary"}),
+			Help: "Events this node's publisher had acknowledged by JetStream, and those it found in the stream after the checkpoint when it took the lead or resumed (published, their acknowledgements not seen), by boundary."}, []string{"boundary"}),
 		fastPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orisun_published_fast_batch_events_total",
 			Help: "Of orisun_published_events_total, the events published in JetStream fast-ingest batches (full pages of 32 or more, live pages of 100 or more, where the boundary's stream allows batches), by boundary; the rest went as single publishes."},
 			[]string{"boundary"}),
@@ -306,9 +306,7 @@ func (b *Boundary) Read(err error, took time.Duration) {
 }
 
 // Published counts a batch of events acknowledged by JetStream took after
-// its first message was sent; fast: it went as one fast-ingest batch. A
-// took of 0 counts events the publisher found in the stream (published by
-// a run that did not await them, or another node) without timing them.
+// its first message was sent; fast: it went as one fast-ingest batch.
 func (b *Boundary) Published(events int, took time.Duration, fast bool) {
 	if b == nil {
 		return
@@ -317,9 +315,18 @@ func (b *Boundary) Published(events int, took time.Duration, fast bool) {
 	if fast {
 		b.fastPublished.Add(float64(events))
 	}
-	if took > 0 { // 0: events found in the stream, not a batch of this node's
-		b.m.batchSeconds.Observe(took.Seconds())
+	b.m.batchSeconds.Observe(took.Seconds())
+}
+
+// Found counts as published the events the publisher found in the stream
+// after the checkpoint (publisher.Config.OnFound): published, but their
+// acknowledgements never seen by this node's publisher. No batch of this
+// node's, so not timed.
+func (b *Boundary) Found(events int) {
+	if b == nil {
+		return
 	}
+	b.published.Add(float64(events))
 }
 
 // Lease counts a change of this node's lease of the boundary.

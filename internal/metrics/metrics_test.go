@@ -72,6 +72,36 @@ func TestCap(t *testing.T) {
 	}
 }
 
+// TestFoundCountsUntimed: events the publisher found in the stream count
+// as published, neither as fast-batch events nor as a timed batch.
+func TestFoundCountsUntimed(t *testing.T) {
+	m := metrics.New(10)
+	b := m.Add("a")
+	b.Published(5, 2*time.Millisecond, true)
+	b.Found(3)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	if got := counter(t, reg, "orisun_published_events_total", "a", ""); got != 8 {
+		t.Errorf("published = %v, want 8 (5 acknowledged, 3 found)", got)
+	}
+	if got := counter(t, reg, "orisun_published_fast_batch_events_total", "a", ""); got != 5 {
+		t.Errorf("fast-batch events = %v, want the 5 of the batch", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "orisun_publish_batch_duration_seconds" {
+			if n := mf.GetMetric()[0].GetHistogram().GetSampleCount(); n != 1 {
+				t.Errorf("%d batches timed, want the one published", n)
+			}
+			return
+		}
+	}
+	t.Fatal("no orisun_publish_batch_duration_seconds")
+}
+
 // counter is the value of one sample of a counter vector in reg.
 func counter(t *testing.T, reg *prometheus.Registry, name, boundary, result string) float64 {
 	t.Helper()
