@@ -77,19 +77,35 @@ func browser(t *testing.T) (ctx context.Context, consoleErrors func() []string) 
 // poll waits up to timeout for the page's expression expr to be true,
 // evaluating it every 50 ms. chromedp's poll does not survive a
 // navigation: begun while a page loads, it can run in the execution
-// context of the page before and fail at once ("Cannot find context with
-// specified id"); it is begun again, in the new page's context, until the
-// timeout.
+// context of the page before and fail at once; it is begun again, in the
+// new page's context, until the timeout, which bounds the whole wait (a
+// context deadline: a poll given under a millisecond would wait forever).
 func poll(bctx context.Context, expr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(bctx, deadline)
+	defer cancel()
 	for {
-		_, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(time.Until(deadline)),
-			chromedp.WithPollingInterval(50*time.Millisecond)))
-		if err == nil || !strings.Contains(err.Error(), "Cannot find context with specified id") || time.Until(deadline) < 100*time.Millisecond {
+		left := time.Until(deadline)
+		if left < time.Millisecond {
+			return fmt.Errorf("not within %s: %w", timeout, chromedp.ErrPollingTimeout)
+		}
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(left), chromedp.WithPollingInterval(50*time.Millisecond)))
+		if err == nil || !navigationRace(err) {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// navigationRace reports whether err is one of the errors of a script run
+// in a page that a navigation replaced.
+func navigationRace(err error) bool {
+	for _, s := range []string{"Cannot find context with specified id", "Execution context was destroyed", "Inspected target navigated or closed"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
 }
 
 // artifacts is where the browser tests keep their screenshots: CI sets

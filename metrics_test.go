@@ -13,9 +13,12 @@ import (
 
 	"github.com/orisun-io/orisun"
 	"github.com/orisun-io/orisun/api"
+	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/testhooks"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/natstest"
+	"github.com/orisun-io/orisun/stream"
 )
 
 // rawRequest sends body to subject as any NATS client would and returns
@@ -308,4 +311,59 @@ func TestMetricsBoundaryCap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refusedSaves is a store whose checkpoint writes all fail.
+type refusedSaves struct{ backend.Store }
+
+func (refusedSaves) SaveCheckpoint(context.Context, string, backend.Lease, uint64) error {
+	return fmt.Errorf("checkpoint write refused on purpose: %w", event.ErrUnavailable)
+}
+
+// TestMetricsCountEventsFoundInTheStream: on a NATS of its own beside the
+// node, a node publishes 10 events whose checkpoint writes all fail, and
+// stops. The node that leads next finds them in the stream after the
+// checkpoint: it publishes none of them again, counts them in
+// orisun_published_events_total (they were counted nowhere, and the
+// counter would stay below the stream for good).
+func TestMetricsCountEventsFoundInTheStream(t *testing.T) {
+	t.Parallel()
+	ns := smallNATS(t, 64<<20)
+	dir := t.TempDir()
+	cfg := func(c *orisun.Config) {
+		withHTTP(c)
+		c.NATSURL = ns.ClientURL()
+		c.EventStreamMaxBytes = 1 << 20
+	}
+	a, err := orisun.New(orisun.Config{DataDir: dir, Boundaries: []string{"default"}, PollInterval: 50 * time.Millisecond,
+		LeaseTTL: 2 * time.Second, NATSURL: ns.ClientURL(), EventStreamMaxBytes: 1 << 20},
+		testhooks.Option[orisun.Option](testhooks.Hooks{WrapStore: func(s backend.Store) backend.Store { return refusedSaves{s} }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, ctx, a, "default", events(10, "found", 32))
+	js := jsOf(t, a)
+	testutil.Eventually(t, "the 10 events in the stream", 30*time.Second, 20*time.Millisecond, func() bool {
+		s, err := js.Stream(ctx, stream.Name("default"))
+		return err == nil && s.CachedInfo().State.LastSeq == 10
+	})
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	b := setup(t, dir, cfg)
+	st := waitSettled(t, b, 30*time.Second)
+	if d := boundaryOf(t, st, "default"); d.Head != 10 || d.Published != 10 {
+		t.Fatalf("the next leader: head %d, published %d, want 10 and 10", d.Head, d.Published)
+	}
+	if first, last := checkStream(t, b, "default"); first != 1 || last != 10 {
+		t.Fatalf("the stream holds %d..%d, want 1..10 (nothing published again)", first, last)
+	}
+	_, body := httpGet(t, b, "/metrics")
+	wantMetric(t, body, "orisun_published_events_total", `boundary="default"`, 10)
 }

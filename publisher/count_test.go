@@ -210,3 +210,72 @@ func TestFoundCountedInANewEpoch(t *testing.T) {
 		t.Fatalf("the first publisher was told of %d events in all (%d found), want 20: 10 published in the old epoch, 10 found in the new", got, first.found)
 	}
 }
+
+// TestFoundAfterPublishingInANewEpoch: a publisher told of 20 positions
+// of one epoch publishes 5 events of the next (what it was told of starts
+// again there, at 5); another publisher puts 5 more in the stream without
+// a checkpoint; the first, run again, finds those 5.
+func TestFoundAfterPublishingInANewEpoch(t *testing.T) {
+	e := setup(t)
+	e.append(t, 20)
+	store := &failingSaves{Store: e.store}
+	var first, second tally
+	p1 := publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50}))
+	stop := run(t, p1, e.lease(t))
+	e.waitCheckpoint(t, 20, 10*time.Second)
+	stopped(t, stop)
+
+	ctx := context.Background()
+	other := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
+	if _, _, err := other.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.store = other
+	store.Store = other
+	e.append(t, 5)
+	l, err := other.AcquireLease(ctx, "b", "n", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = run(t, p1, l)
+	e.waitCheckpoint(t, 5, 10*time.Second)
+	stopped(t, stop)
+
+	e.append(t, 5)
+	store.fail.Store(true)
+	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), l)
+	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
+	_ = stop()
+	store.fail.Store(false)
+
+	stop = run(t, p1, l)
+	e.waitCheckpoint(t, 10, 10*time.Second)
+	stopped(t, stop)
+	if got := first.sum(); got != 30 || first.found != 5 {
+		t.Fatalf("the first publisher was told of %d events in all (%d found), want 30: 20 and 5 published, 5 found", got, first.found)
+	}
+}
+
+// TestFoundOnceWhileCheckpointsFail: a publisher that finds events while
+// its checkpoint writes keep failing is told of them once, however many of
+// its syncs find them again.
+func TestFoundOnceWhileCheckpointsFail(t *testing.T) {
+	e := setup(t)
+	e.append(t, 10)
+	store := &failingSaves{Store: e.store}
+	store.fail.Store(true)
+	var first, second tally
+	stop := run(t, publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50})), e.lease(t))
+	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
+	_ = stop()
+
+	n := store.failed.Load()
+	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), e.lease(t))
+	testutil.Eventually(t, "3 more failed checkpoint writes", 10*time.Second, 5*time.Millisecond, func() bool { return store.failed.Load() >= n+3 })
+	store.fail.Store(false)
+	e.waitCheckpoint(t, 10, 10*time.Second)
+	stopped(t, stop)
+	if got := second.sum(); got != 10 || second.found != 10 {
+		t.Fatalf("the publisher taking over was told of %d events (%d found), want the 10 found, once", got, second.found)
+	}
+}

@@ -106,9 +106,9 @@ type Config struct {
 	// their acknowledgements (a failed checkpoint write ends a run with
 	// batches in flight), or by another node before a takeover. It is
 	// told before the checkpoint moves past them. With OnPublished, every
-	// event in the stream is told of at least once per publisher (an
-	// event republished after a repair may be told of again). It must not
-	// block.
+	// event in the stream after the checkpoint this publisher first
+	// synced from is told of at least once (an event republished after a
+	// repair may be told of again). It must not block.
 	OnFound func(events int, last uint64)
 
 	// CheckpointBeforeAck breaks the publisher on purpose: each batch's

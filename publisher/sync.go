@@ -229,7 +229,10 @@ func (r *run) resume(ctx context.Context, s jetstream.Stream, info *jetstream.St
 	}
 	// Every message after the checkpoint is this epoch's event at its
 	// position: they were acknowledged, so the checkpoint may move there,
-	// and those OnPublished was not told of are found.
+	// and those OnPublished was not told of are found: before the
+	// checkpoint write, so that the status (the checkpoint) never shows
+	// more published than was counted, though a deposed leader's fenced
+	// write fails only after it counted the new leader's events.
 	r.found(cp, last)
 	if last > r.saved {
 		r.acked = max(r.acked, last)
