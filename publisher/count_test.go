@@ -48,19 +48,28 @@ func (f *failingSaves) SaveCheckpoint(ctx context.Context, b string, l backend.L
 type tally struct {
 	mu            sync.Mutex
 	events, found int
+	last          uint64 // the last position told of
 }
 
-func (c *tally) published(n int, _ uint64, _ time.Duration, _ bool) {
+func (c *tally) published(n int, last uint64, _ time.Duration, _ bool) {
 	c.mu.Lock()
 	c.events += n
+	c.last = last
 	c.mu.Unlock()
 }
 
-func (c *tally) foundIn(n int, _ uint64) {
+func (c *tally) foundIn(n int, last uint64) {
 	c.mu.Lock()
 	c.events += n
 	c.found += n
+	c.last = last
 	c.mu.Unlock()
+}
+
+func (c *tally) lastTold() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
 }
 
 func (c *tally) sum() int {
@@ -69,12 +78,50 @@ func (c *tally) sum() int {
 	return c.events
 }
 
-// config is the tests' publisher configuration on store, told into c.
-func (c *tally) config(store backend.Store, js publisher.Config) publisher.Config {
-	js.Boundary, js.Store, js.PollInterval = "b", store, 20*time.Millisecond
-	js.Limits = stream.Limits{Batched: true}
-	js.OnPublished, js.OnFound = c.published, c.foundIn
-	return js
+// config is the tests' publisher configuration cfg on store, told into c.
+func (c *tally) config(store backend.Store, cfg publisher.Config) publisher.Config {
+	cfg.Boundary, cfg.Store, cfg.PollInterval = "b", store, 20*time.Millisecond
+	cfg.Limits = stream.Limits{Batched: true}
+	cfg.OnPublished, cfg.OnFound = c.published, c.foundIn
+	return cfg
+}
+
+// newPublisher is a publisher of e's boundary on store, pages of 50, told
+// into c.
+func (c *tally) newPublisher(e *env, store backend.Store) *publisher.Publisher {
+	return publisher.New(c.config(store, publisher.Config{JS: e.js, BatchSize: 50}))
+}
+
+// uncheckpointed runs p, told into c, under l until it was told of
+// position last and the stream ends there, every checkpoint write of
+// store failing meanwhile, and stops the run (it ends with the failed
+// write's error, or is stopped retrying it).
+func (e *env) uncheckpointed(t *testing.T, p *publisher.Publisher, c *tally, l backend.Lease, store *failingSaves, last uint64) {
+	t.Helper()
+	store.fail.Store(true)
+	defer store.fail.Store(false)
+	stop := run(t, p, l)
+	testutil.Eventually(t, fmt.Sprintf("the stream published to %d, no checkpoint written", last), 10*time.Second, 5*time.Millisecond,
+		func() bool { return c.lastTold() == last && e.streamLast() == last })
+	_ = stop()
+}
+
+// newEpoch replaces e's store, and the one store wraps, by another store
+// of the same boundary: a new epoch, as a restore from elsewhere makes
+// one. It returns a lease of the boundary in it. No run may be going on.
+func (e *env) newEpoch(t *testing.T, store *failingSaves) backend.Lease {
+	t.Helper()
+	ctx := context.Background()
+	other := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
+	if _, _, err := other.CreateBoundary(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	e.store, store.Store = other, other // e.append and e.checkpoint now use it
+	l, err := other.AcquireLease(ctx, "b", "n", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // TestPublishedCountAfterFailedCheckpoints: checkpoint writes that fail
@@ -122,7 +169,7 @@ func TestPublishedCountOnTakeover(t *testing.T) {
 	store := &failingSaves{Store: e.store}
 	store.fail.Store(true)
 	var first, second tally
-	p1 := publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50}))
+	p1 := first.newPublisher(e, store)
 	l := e.lease(t)
 	stop := run(t, p1, l)
 	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
@@ -143,7 +190,7 @@ func TestPublishedCountOnTakeover(t *testing.T) {
 			ahead.CompareAndSwap(nil, fmt.Sprintf("checkpoint %d written when the publisher was told of %d events", pos, told))
 		}
 	}
-	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), l)
+	stop = run(t, second.newPublisher(e, store), l)
 	e.waitCheckpoint(t, 10, 10*time.Second)
 	stopped(t, stop)
 	store.saved = nil
@@ -166,44 +213,29 @@ func TestPublishedCountOnTakeover(t *testing.T) {
 
 // TestFoundCountedInANewEpoch: what a publisher was told of in one epoch
 // does not hide the events it finds in the next. The store is replaced by
-// another of the same boundary (a new epoch, as a restore from elsewhere
-// makes one); another publisher publishes its 10 events, every checkpoint
-// write failing; the first, which was told of 10 positions of the old
-// epoch, finds the new epoch's 10 and is told of them.
+// another of the same boundary (a new epoch); another publisher publishes
+// its 10 events, every checkpoint write failing; the first, which was
+// told of 10 positions of the old epoch, finds the new epoch's 10 and is
+// told of them.
 func TestFoundCountedInANewEpoch(t *testing.T) {
 	e := setup(t)
 	e.append(t, 10)
 	store := &failingSaves{Store: e.store}
-	store.fail.Store(true)
 	var first, second tally
-	p1 := publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50}))
-	stop := run(t, p1, e.lease(t))
-	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
-	_ = stop() // ends with the failed checkpoint's error, or is stopped retrying it
+	p1 := first.newPublisher(e, store)
+	e.uncheckpointed(t, p1, &first, e.lease(t), store, 10)
 	if got := first.sum(); got != 10 {
 		t.Fatalf("the first publisher was told of %d events, want 10", got)
 	}
 
-	ctx := context.Background()
-	other := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
-	if _, _, err := other.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	e.store = other // e.append and e.checkpoint now use it
+	l := e.newEpoch(t, store)
 	e.append(t, 10)
-	store.Store = other // no run of p1 is going on
-	l, err := other.AcquireLease(ctx, "b", "n", nil, time.Minute)
-	if err != nil {
-		t.Fatal(err)
+	e.uncheckpointed(t, second.newPublisher(e, store), &second, l, store, 10)
+	if got := second.sum(); got != 10 {
+		t.Fatalf("the second publisher was told of %d events, want the new epoch's 10 it published", got)
 	}
-	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), l)
-	testutil.Eventually(t, "the new epoch's stream holding its 10 events", 10*time.Second, 5*time.Millisecond, func() bool {
-		return e.streamLast() == 10 && second.sum() == 10
-	})
-	_ = stop()
 
-	store.fail.Store(false)
-	stop = run(t, p1, l)
+	stop := run(t, p1, l)
 	e.waitCheckpoint(t, 10, 10*time.Second)
 	stopped(t, stop)
 	if got := first.sum(); got != 20 || first.found != 10 {
@@ -220,33 +252,19 @@ func TestFoundAfterPublishingInANewEpoch(t *testing.T) {
 	e.append(t, 20)
 	store := &failingSaves{Store: e.store}
 	var first, second tally
-	p1 := publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50}))
+	p1 := first.newPublisher(e, store)
 	stop := run(t, p1, e.lease(t))
 	e.waitCheckpoint(t, 20, 10*time.Second)
 	stopped(t, stop)
 
-	ctx := context.Background()
-	other := storetest.SQLite(t, sqlite.Config{Dir: t.TempDir()})
-	if _, _, err := other.CreateBoundary(ctx, "b"); err != nil {
-		t.Fatal(err)
-	}
-	e.store = other
-	store.Store = other
+	l := e.newEpoch(t, store)
 	e.append(t, 5)
-	l, err := other.AcquireLease(ctx, "b", "n", nil, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stop = run(t, p1, l)
 	e.waitCheckpoint(t, 5, 10*time.Second)
 	stopped(t, stop)
 
 	e.append(t, 5)
-	store.fail.Store(true)
-	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), l)
-	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
-	_ = stop()
-	store.fail.Store(false)
+	e.uncheckpointed(t, second.newPublisher(e, store), &second, l, store, 10)
 
 	stop = run(t, p1, l)
 	e.waitCheckpoint(t, 10, 10*time.Second)
@@ -263,14 +281,12 @@ func TestFoundOnceWhileCheckpointsFail(t *testing.T) {
 	e := setup(t)
 	e.append(t, 10)
 	store := &failingSaves{Store: e.store}
-	store.fail.Store(true)
 	var first, second tally
-	stop := run(t, publisher.New(first.config(store, publisher.Config{JS: e.js, BatchSize: 50})), e.lease(t))
-	testutil.Eventually(t, "the 10 events in the stream", 10*time.Second, 5*time.Millisecond, func() bool { return e.streamLast() == 10 })
-	_ = stop()
+	e.uncheckpointed(t, first.newPublisher(e, store), &first, e.lease(t), store, 10)
 
+	store.fail.Store(true)
 	n := store.failed.Load()
-	stop = run(t, publisher.New(second.config(store, publisher.Config{JS: e.js, BatchSize: 50})), e.lease(t))
+	stop := run(t, second.newPublisher(e, store), e.lease(t))
 	testutil.Eventually(t, "3 more failed checkpoint writes", 10*time.Second, 5*time.Millisecond, func() bool { return store.failed.Load() >= n+3 })
 	store.fail.Store(false)
 	e.waitCheckpoint(t, 10, 10*time.Second)
