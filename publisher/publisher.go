@@ -126,7 +126,7 @@ type Publisher struct {
 	// batches counts the pages published as one batch (batch.go).
 	batches atomic.Uint64
 	// told is the last position of the epoch toldEpoch that OnPublished
-	// or OnFound was told of, across runs (see published, found); toldMu
+	// or OnFound was told of, across runs (see tell); toldMu
 	// guards both.
 	toldMu    sync.Mutex
 	toldEpoch string

@@ -774,15 +774,9 @@ const noLeaderRetry = 200 * time.Millisecond
 // took after the first was sent (as one fast-ingest batch when fast), and
 // remembers the last across runs for found.
 func (r *run) published(first, last uint64, took time.Duration, fast bool) {
-	p := r.p
-	p.toldMu.Lock()
-	if p.toldEpoch != r.epoch {
-		p.toldEpoch, p.told = r.epoch, 0
-	}
-	p.told = max(p.told, last)
-	p.toldMu.Unlock()
-	if p.cfg.OnPublished != nil {
-		p.cfg.OnPublished(int(last-first+1), last, took, fast)
+	r.p.tell(r.epoch, last)
+	if r.p.cfg.OnPublished != nil {
+		r.p.cfg.OnPublished(int(last-first+1), last, took, fast)
 	}
 }
 
@@ -792,15 +786,21 @@ func (r *run) published(first, last uint64, took time.Duration, fast bool) {
 // published them, or another node did before a takeover. Without it the
 // published count stays below the stream for good.
 func (r *run) found(cp, last uint64) {
-	p := r.p
+	from := max(cp, r.p.tell(r.epoch, last))
+	if last > from && r.p.cfg.OnFound != nil {
+		r.p.cfg.OnFound(int(last-from), last)
+	}
+}
+
+// tell records that position last of epoch was told of and returns the
+// last position of epoch told of before (0 in a new epoch).
+func (p *Publisher) tell(epoch string, last uint64) (before uint64) {
 	p.toldMu.Lock()
-	if p.toldEpoch != r.epoch {
-		p.toldEpoch, p.told = r.epoch, 0
+	defer p.toldMu.Unlock()
+	if p.toldEpoch != epoch {
+		p.toldEpoch, p.told = epoch, 0
 	}
-	from := max(cp, p.told)
+	before = p.told
 	p.told = max(p.told, last)
-	p.toldMu.Unlock()
-	if last > from && p.cfg.OnFound != nil {
-		p.cfg.OnFound(int(last-from), last)
-	}
+	return before
 }
