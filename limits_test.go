@@ -50,16 +50,16 @@ var limitsModes = []struct {
 	},
 }
 
-// failingSave fails the next checkpoint write when armed: the publisher
-// then syncs again, and must verify what the stream holds beyond the
-// checkpoint before it resumes.
+// failingSave fails the next checkpoint write when armed, and every one
+// while all is set: the publisher then syncs again, and must verify what
+// the stream holds beyond the checkpoint before it resumes.
 type failingSave struct {
 	backend.Store
-	armed atomic.Bool
+	armed, all atomic.Bool
 }
 
 func (f *failingSave) SaveCheckpoint(ctx context.Context, b string, l backend.Lease, pos uint64) error {
-	if f.armed.CompareAndSwap(true, false) {
+	if f.all.Load() || f.armed.CompareAndSwap(true, false) {
 		return fmt.Errorf("checkpoint write failed on purpose: %w", event.ErrUnavailable)
 	}
 	return f.Store.SaveCheckpoint(ctx, b, l, pos)

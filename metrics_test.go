@@ -313,13 +313,6 @@ func TestMetricsBoundaryCap(t *testing.T) {
 	}
 }
 
-// refusedSaves is a store whose checkpoint writes all fail.
-type refusedSaves struct{ backend.Store }
-
-func (refusedSaves) SaveCheckpoint(context.Context, string, backend.Lease, uint64) error {
-	return fmt.Errorf("checkpoint write refused on purpose: %w", event.ErrUnavailable)
-}
-
 // TestMetricsCountEventsFoundInTheStream: on a NATS of its own beside the
 // node, a node publishes 10 events whose checkpoint writes all fail, and
 // stops. The node that leads next finds them in the stream after the
@@ -335,17 +328,12 @@ func TestMetricsCountEventsFoundInTheStream(t *testing.T) {
 		c.NATSURL = ns.ClientURL()
 		c.EventStreamMaxBytes = 1 << 20
 	}
-	a, err := orisun.New(orisun.Config{DataDir: dir, Boundaries: []string{"default"}, PollInterval: 50 * time.Millisecond,
-		LeaseTTL: 2 * time.Second, NATSURL: ns.ClientURL(), EventStreamMaxBytes: 1 << 20},
-		testhooks.Option[orisun.Option](testhooks.Hooks{WrapStore: func(s backend.Store) backend.Store { return refusedSaves{s} }}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	fs := &failingSave{}
+	fs.all.Store(true)
+	a := setup(t, dir, cfg, testhooks.Option[orisun.Option](testhooks.Hooks{
+		WrapStore: func(s backend.Store) backend.Store { fs.Store = s; return fs },
+	}))
+	ctx := context.Background()
 	mustAppend(t, ctx, a, "default", events(10, "found", 32))
 	js := jsOf(t, a)
 	testutil.Eventually(t, "the 10 events in the stream", 30*time.Second, 20*time.Millisecond, func() bool {
