@@ -10,38 +10,11 @@ import (
 
 	"github.com/orisun-io/orisun/backend"
 	"github.com/orisun-io/orisun/backend/sqlite"
-	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/internal/testutil"
 	"github.com/orisun-io/orisun/internal/testutil/storetest"
 	"github.com/orisun-io/orisun/publisher"
 	"github.com/orisun-io/orisun/stream"
 )
-
-// failingSaves is a store whose checkpoint writes fail while fail is set,
-// or, with every > 0, one write in every up to most failures: the disk
-// full under a running publisher. saved, when set, is called before each
-// write that goes through.
-type failingSaves struct {
-	*sqlite.Store
-	fail   atomic.Bool
-	every  int64
-	most   int64
-	saved  func(pos uint64)
-	saves  atomic.Int64
-	failed atomic.Int64
-}
-
-func (f *failingSaves) SaveCheckpoint(ctx context.Context, b string, l backend.Lease, pos uint64) error {
-	n := f.saves.Add(1)
-	if f.fail.Load() || (f.every > 0 && n%f.every == 0 && f.failed.Load() < f.most) {
-		f.failed.Add(1)
-		return event.ErrUnavailable
-	}
-	if f.saved != nil {
-		f.saved(pos)
-	}
-	return f.Store.SaveCheckpoint(ctx, b, l, pos)
-}
 
 // tally sums what a publisher's OnPublished and OnFound are told, as the
 // node's orisun_published_events_total does.

@@ -535,17 +535,28 @@ func TestForeignMessageAgedOutNeverSkips_I2_I4(t *testing.T) {
 	}
 }
 
-// failFirstSave is a real store whose first checkpoint write fails, as a
-// store briefly unreachable would.
-type failFirstSave struct {
+// failingSaves is a real store whose checkpoint writes fail while fail is set,
+// or, with every > 0, one write in every up to most failures: the disk
+// full under a running publisher. saved, when set, is called before each
+// write that goes through.
+type failingSaves struct {
 	*sqlite.Store
-	failed bool
+	fail   atomic.Bool
+	every  int64
+	most   int64
+	saved  func(pos uint64)
+	saves  atomic.Int64
+	failed atomic.Int64
 }
 
-func (f *failFirstSave) SaveCheckpoint(ctx context.Context, b string, l backend.Lease, pos uint64) error {
-	if !f.failed {
-		f.failed = true
+func (f *failingSaves) SaveCheckpoint(ctx context.Context, b string, l backend.Lease, pos uint64) error {
+	n := f.saves.Add(1)
+	if f.fail.Load() || (f.every > 0 && n%f.every == 0 && f.failed.Load() < f.most) {
+		f.failed.Add(1)
 		return event.ErrUnavailable
+	}
+	if f.saved != nil {
+		f.saved(pos)
 	}
 	return f.Store.SaveCheckpoint(ctx, b, l, pos)
 }
@@ -557,7 +568,7 @@ func (f *failFirstSave) SaveCheckpoint(ctx context.Context, b string, l backend.
 func TestCheckpointCatchesUpAfterFailedWrite_I3_I7(t *testing.T) {
 	e := setup(t)
 	e.append(t, 10)
-	p := publisher.New(publisher.Config{Boundary: "b", Store: &failFirstSave{Store: e.store}, JS: e.js,
+	p := publisher.New(publisher.Config{Boundary: "b", Store: &failingSaves{Store: e.store, every: 1, most: 1}, JS: e.js,
 		BatchSize: 50, PollInterval: 20 * time.Millisecond})
 	stop := run(t, p, e.lease(t))
 	testutil.Eventually(t, "the checkpoint at 10 with no new event", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 10 })
