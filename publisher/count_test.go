@@ -79,6 +79,15 @@ func (e *env) uncheckpointed(t *testing.T, p *publisher.Publisher, c *tally, l b
 	_ = stop()
 }
 
+// checkpointed runs p under l until the checkpoint is at pos, and stops
+// the run, which must end without an error.
+func (e *env) checkpointed(t *testing.T, p *publisher.Publisher, l backend.Lease, pos uint64) {
+	t.Helper()
+	stop := run(t, p, l)
+	e.waitCheckpoint(t, pos, 10*time.Second)
+	stopped(t, stop)
+}
+
 // newEpoch replaces e's store, and the one store wraps, by another store
 // of the same boundary: a new epoch, as a restore from elsewhere makes
 // one. It returns a lease of the boundary in it. No run may be going on.
@@ -163,9 +172,7 @@ func TestPublishedCountOnTakeover(t *testing.T) {
 			ahead.CompareAndSwap(nil, fmt.Sprintf("checkpoint %d written when the publisher was told of %d events", pos, told))
 		}
 	}
-	stop = run(t, second.newPublisher(e, store), l)
-	e.waitCheckpoint(t, 10, 10*time.Second)
-	stopped(t, stop)
+	e.checkpointed(t, second.newPublisher(e, store), l, 10)
 	store.saved = nil
 	if got := second.sum(); got != 10 || second.found != 10 {
 		t.Fatalf("the publisher taking over was told of %d events (%d found), want the 10 it found in the stream", got, second.found)
@@ -175,9 +182,7 @@ func TestPublishedCountOnTakeover(t *testing.T) {
 	}
 
 	e.append(t, 5)
-	stop = run(t, p1, l)
-	e.waitCheckpoint(t, 15, 10*time.Second)
-	stopped(t, stop)
+	e.checkpointed(t, p1, l, 15)
 	if got := first.sum(); got != 15 || first.found != 0 {
 		t.Fatalf("the first publisher, run again, was told of %d events in all (%d found), want 15 (its 10, and the 5 new)", got, first.found)
 	}
@@ -208,9 +213,7 @@ func TestFoundCountedInANewEpoch(t *testing.T) {
 		t.Fatalf("the second publisher was told of %d events, want the new epoch's 10 it published", got)
 	}
 
-	stop := run(t, p1, l)
-	e.waitCheckpoint(t, 10, 10*time.Second)
-	stopped(t, stop)
+	e.checkpointed(t, p1, l, 10)
 	if got := first.sum(); got != 20 || first.found != 10 {
 		t.Fatalf("the first publisher was told of %d events in all (%d found), want 20: 10 published in the old epoch, 10 found in the new", got, first.found)
 	}
@@ -226,22 +229,16 @@ func TestFoundAfterPublishingInANewEpoch(t *testing.T) {
 	store := &failingSaves{Store: e.store}
 	var first, second tally
 	p1 := first.newPublisher(e, store)
-	stop := run(t, p1, e.lease(t))
-	e.waitCheckpoint(t, 20, 10*time.Second)
-	stopped(t, stop)
+	e.checkpointed(t, p1, e.lease(t), 20)
 
 	l := e.newEpoch(t, store)
 	e.append(t, 5)
-	stop = run(t, p1, l)
-	e.waitCheckpoint(t, 5, 10*time.Second)
-	stopped(t, stop)
+	e.checkpointed(t, p1, l, 5)
 
 	e.append(t, 5)
 	e.uncheckpointed(t, second.newPublisher(e, store), &second, l, store, 10)
 
-	stop = run(t, p1, l)
-	e.waitCheckpoint(t, 10, 10*time.Second)
-	stopped(t, stop)
+	e.checkpointed(t, p1, l, 10)
 	if got := first.sum(); got != 30 || first.found != 5 {
 		t.Fatalf("the first publisher was told of %d events in all (%d found), want 30: 20 and 5 published, 5 found", got, first.found)
 	}
