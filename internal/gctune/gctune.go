@@ -9,7 +9,9 @@
 // gigabyte before collecting garbage it made while publishing a few
 // megabytes a second. The tuner sets the collector's percentage so that the
 // room it leaves is what GOGC=100 would leave for the rest of the heap,
-// never less than MinRoom:
+// never less than MinRoom unless that is more than GOGC=100 would leave
+// the whole heap (a heap under MinRoom keeps the runtime's default; giving
+// it MinRoom was measured and not kept, docs/performance.md):
 //
 //	room    = max(live − streams, MinRoom)
 //	percent = clamp(100 × room / live, MinPercent, 100)

@@ -24,6 +24,7 @@ func TestPercent(t *testing.T) {
 		{0, 0, 100},                  // nothing measured yet
 		{50 * mib, 0, 100},           // no streams: the runtime's default
 		{50 * mib, 45 * mib, 100},    // small heap: MinRoom is more than the default room
+		{25 * mib, 17 * mib, 100},    // the api rows' node: the default, not MinRoom
 		{400 * mib, 0, 100},          // no streams, large heap
 		{400 * mib, 336 * mib, 16},   // streams: room 64 MiB of 400
 		{400 * mib, 200 * mib, 50},   // room = the rest of the heap, 200 of 400
