@@ -349,6 +349,7 @@ func (r *runner) api(ctx context.Context) (err error) {
 			return fmt.Errorf("bench: %w", err)
 		}
 		r.progress("api: %s through the Go client in another process, for %s", s.name, r.cfg.AppendDuration)
+		cp := r.pgCheckpoints(ctx)
 		m := startMeter()
 		defer m.finish()
 		res, err := p.do(clientTask{Boundary: boundary, Callers: s.callers, Batch: s.batch, Duration: r.cfg.AppendDuration})
@@ -356,6 +357,7 @@ func (r *runner) api(ctx context.Context) (err error) {
 			return err
 		}
 		row := m.row("api", s.name, res.Events, r.cfg.EventBytes)
+		r.noteCheckpoints(ctx, &row, cp)
 		row.StreamBytes = streamBytes(ctx, r.js)
 		res.fillRate(&row, r.cfg.EventBytes)
 		row.AppendP50Ms, row.AppendP99Ms = res.CallP50Ms, res.CallP99Ms

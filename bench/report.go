@@ -160,9 +160,10 @@ type Row struct {
 	P999Ratio float64 `json:"p999_ratio,omitempty"`
 	// PGCheckpoints is how many checkpoints PostgreSQL began during the
 	// row, and PGCheckpointSyncMs how long the sync phases of those that
-	// ended during it took (pg_stat_bgwriter; paced rows on PostgreSQL):
-	// commits wait behind a checkpoint's sync, so a latency row's tail
-	// may be the server's checkpoint rather than the path measured.
+	// ended during it took (pg_stat_bgwriter; the paced rows, raw_insert,
+	// and the append and api rows, on PostgreSQL): commits wait behind a
+	// checkpoint's sync, so a latency row's tail, or a throughput row's
+	// rate, may be the server's checkpoint rather than the path measured.
 	// PGActivityRead says the three were read (the row is on PostgreSQL
 	// and its statistics answered): without it their zeros say nothing.
 	PGActivityRead bool `json:"pg_activity_read,omitempty"`
@@ -313,7 +314,7 @@ func (r *Report) WriteText(w io.Writer) error {
 				notes = true
 			}
 			fmt.Fprintf(&b, "  %s %s: PostgreSQL began %d checkpoint(s) during the row (the sync phases that ended in it took %.0f ms) "+
-				"and ran %d autovacuum or autoanalyze pass(es) on the run's tables: commits wait behind their I/O, so the tail may be the server's\n",
+				"and ran %d autovacuum or autoanalyze pass(es) on the run's tables: commits wait behind their I/O, so the tail (or the rate) may be the server's\n",
 				x.Workload, x.Name, x.PGCheckpoints, x.PGCheckpointSyncMs, x.PGAutovacuums)
 		}
 	}

@@ -237,6 +237,7 @@ func (r *runner) rawInsert(ctx context.Context) error {
 	const perStmt = 100
 	var n atomic.Int64
 	var m *meter
+	var cp pgCheckpoints // the server's counters before the row (PostgreSQL)
 	var note string
 	if r.cfg.Backend == "postgres" {
 		const conns = 8
@@ -256,6 +257,7 @@ func (r *runner) rawInsert(ctx context.Context) error {
 		}
 		defer pool.Exec(context.Background(), `DROP TABLE IF EXISTS raw_events`)
 		var pos atomic.Int64
+		cp = r.pgCheckpoints(ctx)
 		m = startMeter()
 		defer m.finish()
 		deadline := time.Now().Add(r.cfg.AppendDuration)
@@ -335,6 +337,7 @@ FROM unnest($2::uuid[], $3::text[]) WITH ORDINALITY AS u(id, data, ord)`, first,
 	}
 	row := m.row("limit", "raw_insert", n.Load(), r.cfg.EventBytes)
 	row.Note = note
+	r.noteCheckpoints(ctx, &row, cp)
 	r.rep.Limits = append(r.rep.Limits, row)
 	return nil
 }

@@ -209,6 +209,7 @@ func (r *runner) appends(ctx context.Context) error {
 		var n atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, s.callers)
+		cp := r.pgCheckpoints(ctx)
 		m := startMeter()
 		defer m.finish()
 		deadline := time.Now().Add(r.cfg.AppendDuration)
@@ -231,6 +232,7 @@ func (r *runner) appends(ctx context.Context) error {
 			return err
 		}
 		row := m.row("append", s.name, n.Load(), r.cfg.EventBytes)
+		r.noteCheckpoints(ctx, &row, cp)
 		row.StreamBytes = streamBytes(ctx, r.js)
 		row.against(r.rep.Limit("raw_insert"))
 		r.rep.Rows = append(r.rep.Rows, row)
