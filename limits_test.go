@@ -146,9 +146,22 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 				}})
 			}()
 			waitDelivered(t, rec, 5, 30*time.Second)
+			// The client tries the stream only while the node's status says
+			// the boundary is leading, and the store alone can deliver every
+			// event: wait for the refusal itself before the forced sync
+			// below takes the boundary out of leading for a while.
+			testutil.Eventually(t, "the client's subscription to be refused a consumer", 30*time.Second, 20*time.Millisecond, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return refused > 0
+			})
 			// And the node's own subscription (Node.Subscribe).
 			own := newRecorder(0)
 			stopOwn := subscribe(t, n, "default", 0, own, orisun.SubscribeOptions{})
+			testutil.Eventually(t, "the node's subscription to fall back", 30*time.Second, 20*time.Millisecond, func() bool {
+				st, err := n.Status(ctx)
+				return err == nil && st.Boundaries[0].SubsFallBacks > 0
+			})
 
 			// orisun relays, also through a sync that verifies the stream.
 			fs.armed.Store(true)
@@ -167,9 +180,7 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 				t.Fatalf("the node's subscription: %v", err)
 			}
 			checkAgainstStore(t, n, "default", 0, own)
-			if st, err := n.Status(ctx); err != nil || st.Boundaries[0].SubsFallBacks == 0 {
-				t.Fatalf("the status counts no fall-back of the node's subscription: %+v %v", st.Boundaries, err)
-			} else {
+			if st, err := n.Status(ctx); err == nil {
 				t.Logf("the node's status counts %d fall-backs", st.Boundaries[0].SubsFallBacks)
 			}
 			stop()
@@ -179,9 +190,6 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 			checkAgainstStore(t, n, "default", 0, rec)
 			mu.Lock()
 			t.Logf("the subscription fell back to the store %d times, %d of them for a refused consumer", fallBacks, refused)
-			if refused == 0 {
-				t.Fatal("no fall-back named the refused consumer: the subscription was not refused one, and the test shows nothing")
-			}
 			mu.Unlock()
 			if !strings.Contains(logs.String(), "has no consumer slot free for the subscription") {
 				t.Fatalf("the client's log does not say the consumer was refused:\n%s", logs.String())
