@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/orisun-io/orisun/event"
 	"github.com/orisun-io/orisun/migrations"
 )
 
@@ -124,4 +125,25 @@ func (s *Store) checkAppRole(ctx context.Context) {
 			"and GRANT USAGE ON SCHEMA %s TO %s (docs/outbox.md \"Privileges\")",
 			r, r, r, schema, r), "role", role)
 	}
+}
+
+// requireUTF8 refuses a database whose server encoding is not UTF8, before
+// any migration runs. Events are UTF-8 (JSON data and metadata, types,
+// tags), and the schema itself holds characters only UTF8 can store: on
+// LATIN1 the fourth migration failed halfway through the schema, on
+// SQL_ASCII PostgreSQL would keep whatever bytes any client sent, so what
+// a read returns would not be promised to be what was appended. The
+// encoding of a database cannot be changed; the error says how to create
+// one that works.
+func (s *Store) requireUTF8(ctx context.Context) error {
+	var db, enc string
+	if err := s.pool.QueryRow(ctx, `SELECT current_database(), current_setting('server_encoding')`).Scan(&db, &enc); err != nil {
+		return translate("read the database's encoding", err)
+	}
+	if enc != "UTF8" {
+		return fmt.Errorf("%w: postgres: database %s has server_encoding %s; orisun needs a UTF8 database "+
+			"(create one with CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0); nothing was written to it",
+			event.ErrInvalid, pgx.Identifier{db}.Sanitize(), enc)
+	}
+	return nil
 }

@@ -602,6 +602,43 @@ func TestOpenUnreachableIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesNonUTF8Database: a database whose server encoding is not
+// UTF8 is refused at Open, naming the database, its encoding and the fix,
+// before any migration has written to it (on LATIN1 the migrations used to
+// fail halfway, leaving three of them applied).
+func TestOpenRefusesNonUTF8Database(t *testing.T) {
+	t.Parallel()
+	for _, enc := range []string{"LATIN1", "SQL_ASCII"} {
+		t.Run(enc, func(t *testing.T) {
+			t.Parallel()
+			dbURL := pgtest.URLWith(t, "ENCODING '"+enc+"' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s, err := Open(ctx, Config{URL: dbURL})
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("Open of a %s database succeeded", enc)
+			}
+			db := pgtest.DatabaseName(t, dbURL)
+			for _, want := range []string{db, "server_encoding " + enc, "ENCODING 'UTF8'", "nothing was written"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if !errors.Is(err, event.ErrInvalid) {
+				t.Errorf("error %v is not event.ErrInvalid", err)
+			}
+			var tables int
+			if err := pgtest.Connect(t, dbURL).QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+				t.Fatal(err)
+			}
+			if tables != 0 {
+				t.Fatalf("the refused database holds %d tables, want none", tables)
+			}
+		})
+	}
+}
+
 // --- errors --------------------------------------------------------------------
 
 func TestErrorTranslation(t *testing.T) {

@@ -266,6 +266,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, translate(op, err)
 	}
+	if err := s.requireUTF8(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -58,6 +58,13 @@ func ServerURL(t testing.TB) string {
 // t.Cleanup after calling URL, so it runs first.
 func URL(t testing.TB) string {
 	t.Helper()
+	return URLWith(t, "")
+}
+
+// URLWith is URL with options for CREATE DATABASE (for example
+// "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0").
+func URLWith(t testing.TB, options string) string {
+	t.Helper()
 	server := ServerURL(t)
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
@@ -70,7 +77,7 @@ func URL(t testing.TB) string {
 	defer cancel()
 	// The name is ours (a prefix and random hex), never user input; it is
 	// still quoted as an identifier.
-	if err := adminExec(ctx, server, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if err := adminExec(ctx, server, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+options); err != nil {
 		t.Fatalf("pgtest: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
