@@ -130,11 +130,10 @@ func (s *Store) checkAppRole(ctx context.Context) {
 // requireUTF8 refuses a database whose server encoding is not UTF8, before
 // any migration runs. Events are UTF-8 (JSON data and metadata, types,
 // tags), and the schema itself holds characters only UTF8 can store: on
-// LATIN1 the fourth migration failed halfway through the schema, on
-// SQL_ASCII PostgreSQL would keep whatever bytes any client sent, so what
-// a read returns would not be promised to be what was appended. The
-// encoding of a database cannot be changed; the error says how to create
-// one that works.
+// LATIN1 the fourth migration failed halfway through the schema (three
+// applied), on SQL_ASCII too (PostgreSQL converts nothing between UTF8 and
+// SQL_ASCII). The encoding of a database cannot be changed; the error says
+// how to create one that works.
 func (s *Store) requireUTF8(ctx context.Context) error {
 	var db, enc string
 	if err := s.pool.QueryRow(ctx, `SELECT current_database(), current_setting('server_encoding')`).Scan(&db, &enc); err != nil {
@@ -142,7 +141,8 @@ func (s *Store) requireUTF8(ctx context.Context) error {
 	}
 	if enc != "UTF8" {
 		return fmt.Errorf("%w: postgres: database %s has server_encoding %s; orisun needs a UTF8 database "+
-			"(create one with CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0); nothing was written to it",
+			"(create one with CREATE DATABASE ... ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8' TEMPLATE template0, "+
+			"or another UTF-8 locale); this start wrote nothing to it",
 			event.ErrInvalid, pgx.Identifier{db}.Sanitize(), enc)
 	}
 	return nil
