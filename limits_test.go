@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,10 +158,15 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 			})
 			// And the node's own subscription (Node.Subscribe).
 			own := newRecorder(0)
-			stopOwn := subscribe(t, n, "default", 0, own, orisun.SubscribeOptions{})
-			testutil.Eventually(t, "the node's subscription to fall back", 30*time.Second, 20*time.Millisecond, func() bool {
+			var ownRefused atomic.Int64
+			stopOwn := subscribe(t, n, "default", 0, own, orisun.SubscribeOptions{OnFellBehind: func(_ uint64, reason string) {
+				if strings.Contains(reason, "maximum consumers limit reached") {
+					ownRefused.Add(1)
+				}
+			}})
+			testutil.Eventually(t, "the node's subscription to be refused a consumer, counted in the status", 30*time.Second, 20*time.Millisecond, func() bool {
 				st, err := n.Status(ctx)
-				return err == nil && st.Boundaries[0].SubsFallBacks > 0
+				return ownRefused.Load() > 0 && err == nil && st.Boundaries[0].SubsFallBacks > 0
 			})
 
 			// orisun relays, also through a sync that verifies the stream.
@@ -203,9 +209,18 @@ func TestConsumerExhaustion_S13_I4_I5(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := s.GetMsg(name, 30)
-			if err != nil || m.Header.Get(stream.HeaderEventID) != res.Events[29].ID {
-				t.Fatalf("the second application's message get of sequence 30: %v", err)
+			// Both subscriptions read the store: the stream itself, after
+			// the forced sync, is checked here, message by message (a get
+			// needs no consumer slot).
+			for seq := uint64(1); seq <= 30; seq++ {
+				m, err := s.GetMsg(name, seq)
+				if err != nil {
+					t.Fatalf("the second application's message get of sequence %d: %v", seq, err)
+				}
+				if m.Header.Get(stream.HeaderEventID) != res.Events[seq-1].ID || m.Header.Get(stream.HeaderPosition) != strconv.FormatUint(seq, 10) {
+					t.Fatalf("stream sequence %d holds event %s at position %s, the store event %s", seq,
+						m.Header.Get(stream.HeaderEventID), m.Header.Get(stream.HeaderPosition), res.Events[seq-1].ID)
+				}
 			}
 		})
 	}
