@@ -601,11 +601,20 @@ type meter struct {
 	// that both were read.
 	busy, busyEnd float64
 	busyOK        bool
+	// waits is threadWaits at the start, waited the time the machine's
+	// threads then spent waiting for a CPU until the end, waitedOK that
+	// both were read.
+	waits    map[int]uint64
+	waited   float64
+	waitedOK bool
 }
 
 func startMeter() *meter {
 	runtime.GC()
-	m := &meter{start: time.Now(), stop: make(chan struct{})}
+	// Read before the row's clock starts: it reads a file per thread on
+	// the machine.
+	waits, waitsOK := threadWaits()
+	m := &meter{start: time.Now(), stop: make(chan struct{}), waits: waits, waitedOK: waitsOK}
 	m.cpu, _ = cpuTime()
 	m.gc, m.cycles = gcCPU()
 	m.alloc = heapAllocs()
@@ -638,6 +647,9 @@ func (m *meter) finish() {
 		var ok bool
 		m.busyEnd, ok = machineBusy()
 		m.busyOK = m.busyOK && ok
+		if m.waitedOK {
+			m.waited, m.waitedOK = waitedSince(m.waits)
+		}
 		close(m.stop)
 		m.wg.Wait()
 		m.sample()
@@ -698,6 +710,12 @@ func (m *meter) row(workload, name string, events int64, eventBytes int) Row {
 		row.MachineCPUSeconds = m.busyEnd - m.busy
 		if events > 0 {
 			row.MachineCPUUsPerEvent = row.MachineCPUSeconds / float64(events) * 1e6
+		}
+	}
+	if m.waitedOK {
+		row.MachineWaitSeconds = m.waited
+		if events > 0 {
+			row.MachineWaitUsPerEvent = m.waited / float64(events) * 1e6
 		}
 	}
 	return row

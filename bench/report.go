@@ -134,6 +134,16 @@ type Row struct {
 	// others' work too. Absent where /proc/stat cannot be read.
 	MachineCPUSeconds    float64 `json:"machine_cpu_s,omitempty"`
 	MachineCPUUsPerEvent float64 `json:"machine_cpu_us_per_event,omitempty"`
+	// MachineWaitSeconds is the time the machine's threads spent runnable
+	// but waiting for a CPU over the row (Linux
+	// /proc/<pid>/task/<tid>/schedstat; threads that ended within the row
+	// are not counted), and MachineWaitUsPerEvent the same per event in
+	// microseconds. Beside MachineCPUSeconds it says whether the CPUs
+	// were the row's bound even when they were not busy all the time: a
+	// request that passes through several processes waits at each for a
+	// core. Absent where schedstat cannot be read.
+	MachineWaitSeconds    float64 `json:"machine_wait_s,omitempty"`
+	MachineWaitUsPerEvent float64 `json:"machine_wait_us_per_event,omitempty"`
 	// CPUCeilingPerSec is, for an api row, an estimate of the most events
 	// a second the machine's CPUs could run were each event to cost no
 	// more machine CPU than the cheapest measured form of each part it is
@@ -249,7 +259,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Settings.Events, r.Settings.EventBytes, r.Settings.AppendDuration, r.Settings.LatencyDuration,
 		r.Settings.PublishBatch, r.Settings.PublishWindow, r.Settings.StreamMaxBytes, msgID)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tgc s\tcores\tmachine µs/ev\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
+	head := "workload\tname\tevents\tseconds\tevents/s\tMB/s\tp50 ms\tp99 ms\tp99.9 ms\tcpu s\tgc s\tcores\tmachine µs/ev\twait µs/ev\tRSS MB\tlive heap MB\tstreams MB\tRSS-streams\tlimit\tratio\t\n"
 	write := func(title string, rows []Row) {
 		fmt.Fprintf(tw, "%s\n", title)
 		fmt.Fprint(tw, head)
@@ -258,9 +268,9 @@ func (r *Report) WriteText(w io.Writer) error {
 				x.Name += " (target not reached)"
 			}
 			streams := float64(x.StreamBytes) / 1e6
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t\n",
 				x.Workload, x.Name, x.Events, x.Seconds, num(x.EventsPerSec, 0), num(x.MBPerSec, 1),
-				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.GCCPUSeconds, x.CPUPerSec, num(x.MachineCPUUsPerEvent, 1), x.RSSMB,
+				num(x.P50Ms, 2), num(x.P99Ms, 2), num(x.P999Ms, 2), x.CPUSeconds, x.GCCPUSeconds, x.CPUPerSec, num(x.MachineCPUUsPerEvent, 1), num(x.MachineWaitUsPerEvent, 1), x.RSSMB,
 				num(x.HeapLiveMB, 0), streams, x.RSSMB-streams, x.Limit, ratio(x.Ratio))
 		}
 		fmt.Fprintln(tw)

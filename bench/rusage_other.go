@@ -9,3 +9,6 @@ func ResidentBytes() int64            { return 0 }
 func loadAvg() []float64              { return nil }
 
 func machineBusy() (float64, bool) { return 0, false }
+
+func threadWaits() (map[int]uint64, bool)        { return nil, false }
+func waitedSince(map[int]uint64) (float64, bool) { return 0, false }
