@@ -112,7 +112,7 @@ func (c clientAPI) Head(ctx context.Context, boundary string) (uint64, error) {
 
 // runClientPaced runs a paced task in the client process.
 func runClientPaced(c *client.Client, task clientTask, data []byte) clientResult {
-	m := startMeter()
+	m := startProcessMeter()
 	defer m.finish()
 	res, err := paced(context.Background(), clientAPI{c}, data, []string{task.Boundary}, task.Rate, task.Duration)
 	if err != nil {
@@ -206,7 +206,7 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 			return clientResult{Err: err.Error()}
 		}
 	}
-	m := startMeter()
+	m := startProcessMeter()
 	defer m.finish()
 	deadline := time.Now().Add(task.Duration)
 	for i := range task.Callers {

@@ -602,19 +602,32 @@ type meter struct {
 	busy, busyEnd float64
 	busyOK        bool
 	// waits is threadWaits at the start, waited the time the machine's
-	// threads then spent waiting for a CPU until the end, waitedOK that
-	// both were read.
-	waits    map[int]uint64
+	// threads then spent waiting for a CPU until the end (seconds),
+	// waitedOK that both were read.
+	waits    map[int]threadSched
 	waited   float64
 	waitedOK bool
 }
 
-func startMeter() *meter {
+// startMeter starts measuring a row: this process, and the machine's CPU
+// time and threads' waits for a CPU.
+func startMeter() *meter { return newMeter(true) }
+
+// startProcessMeter starts measuring this process alone, without the
+// machine's threads' waits: the api workload's client process, whose row
+// the node's meter measures for the machine (a scan of every thread
+// there would be work inside the node's row).
+func startProcessMeter() *meter { return newMeter(false) }
+
+func newMeter(waits bool) *meter {
 	runtime.GC()
-	// Read before the row's clock starts: it reads a file per thread on
-	// the machine.
-	waits, waitsOK := threadWaits()
-	m := &meter{start: time.Now(), stop: make(chan struct{}), waits: waits, waitedOK: waitsOK}
+	m := &meter{stop: make(chan struct{})}
+	if waits {
+		// Read before the row's clock starts: it reads a file per
+		// thread on the machine.
+		m.waits, m.waitedOK = threadWaits()
+	}
+	m.start = time.Now()
 	m.cpu, _ = cpuTime()
 	m.gc, m.cycles = gcCPU()
 	m.alloc = heapAllocs()
@@ -648,7 +661,9 @@ func (m *meter) finish() {
 		m.busyEnd, ok = machineBusy()
 		m.busyOK = m.busyOK && ok
 		if m.waitedOK {
-			m.waited, m.waitedOK = waitedSince(m.waits)
+			var end map[int]threadSched
+			end, m.waitedOK = threadWaits()
+			m.waited = float64(waitedBetween(m.waits, end)) / 1e9
 		}
 		close(m.stop)
 		m.wg.Wait()

@@ -134,14 +134,15 @@ type Row struct {
 	// others' work too. Absent where /proc/stat cannot be read.
 	MachineCPUSeconds    float64 `json:"machine_cpu_s,omitempty"`
 	MachineCPUUsPerEvent float64 `json:"machine_cpu_us_per_event,omitempty"`
-	// MachineWaitSeconds is the time the machine's threads spent runnable
-	// but waiting for a CPU over the row (Linux
-	// /proc/<pid>/task/<tid>/schedstat; threads that ended within the row
+	// MachineWaitSeconds is the time the threads in /proc (this PID
+	// namespace's: the machine's, outside a container) spent runnable but
+	// waiting for a CPU over the row, from each thread's
+	// /proc/<pid>/task/<tid>/schedstat (threads that ended within the row
 	// are not counted), and MachineWaitUsPerEvent the same per event in
-	// microseconds. Beside MachineCPUSeconds it says whether the CPUs
-	// were the row's bound even when they were not busy all the time: a
-	// request that passes through several processes waits at each for a
-	// core. Absent where schedstat cannot be read.
+	// microseconds. Like MachineCPUSeconds it counts every process's
+	// threads, not the row's alone. Beside it, it says whether threads
+	// queued for the cores even when the cores were not busy all the
+	// time. Absent where schedstat cannot be read.
 	MachineWaitSeconds    float64 `json:"machine_wait_s,omitempty"`
 	MachineWaitUsPerEvent float64 `json:"machine_wait_us_per_event,omitempty"`
 	// CPUCeilingPerSec is, for an api row, an estimate of the most events

@@ -10,5 +10,4 @@ func loadAvg() []float64              { return nil }
 
 func machineBusy() (float64, bool) { return 0, false }
 
-func threadWaits() (map[int]uint64, bool)        { return nil, false }
-func waitedSince(map[int]uint64) (float64, bool) { return 0, false }
+func threadWaits() (map[int]threadSched, bool) { return nil, false }

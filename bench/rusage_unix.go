@@ -89,20 +89,21 @@ func machineBusy() (float64, bool) {
 	return float64(ticks) / 100, true
 }
 
-// threadWaits returns, for every thread on the machine, the time it has
-// spent runnable but waiting for a CPU since it started, in nanoseconds
-// (Linux: the second field of /proc/<pid>/task/<tid>/schedstat), keyed by
-// thread id; false where this process's own threads cannot be read (no
-// /proc, or a kernel without schedstat). Threads that cannot be read are
-// left out.
-func threadWaits() (map[int]uint64, bool) {
+// threadWaits reads, for every thread in /proc (this PID namespace's),
+// the time it has run and the time it has spent runnable but waiting for
+// a CPU since it started (Linux: the first two fields of
+// /proc/<pid>/task/<tid>/schedstat, in nanoseconds), keyed by thread id;
+// false where this process's own threads cannot be read or show no run
+// time (no /proc, a kernel without schedstat, or one whose accounting is
+// off). Threads that cannot be read are left out.
+func threadWaits() (map[int]threadSched, bool) {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, false
 	}
 	self := strconv.Itoa(os.Getpid())
-	waits := make(map[int]uint64, 256)
-	selfRead := false
+	threads := make(map[int]threadSched, 256)
+	var selfRun uint64
 	for _, p := range procs {
 		if p.Name()[0] < '0' || p.Name()[0] > '9' {
 			continue
@@ -113,44 +114,28 @@ func threadWaits() (map[int]uint64, bool) {
 			continue
 		}
 		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
 			b, err := os.ReadFile(dir + t.Name() + "/schedstat")
 			if err != nil {
 				continue
 			}
 			f := strings.Fields(string(b))
-			tid, err1 := strconv.Atoi(t.Name())
-			if len(f) < 2 || err1 != nil {
+			if len(f) < 2 {
 				continue
 			}
-			ns, err := strconv.ParseUint(f[1], 10, 64)
-			if err != nil {
+			run, err1 := strconv.ParseUint(f[0], 10, 64)
+			wait, err2 := strconv.ParseUint(f[1], 10, 64)
+			if err1 != nil || err2 != nil {
 				continue
 			}
-			waits[tid] = ns
+			threads[tid] = threadSched{run: run, wait: wait}
 			if p.Name() == self {
-				selfRead = true
+				selfRun += run
 			}
 		}
 	}
-	return waits, selfRead
-}
-
-// waitedSince is the time the machine's threads spent waiting for a CPU
-// since start (threadWaits), in seconds: the threads alive now, each less
-// what it had waited at start (a thread that started since counts whole;
-// one that ended since is not counted).
-func waitedSince(start map[int]uint64) (float64, bool) {
-	now, ok := threadWaits()
-	if !ok {
-		return 0, false
-	}
-	var ns uint64
-	for tid, w := range now {
-		if s, ok := start[tid]; ok && s <= w {
-			ns += w - s
-		} else if !ok {
-			ns += w
-		}
-	}
-	return float64(ns) / 1e9, true
+	return threads, selfRun > 0
 }

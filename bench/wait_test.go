@@ -56,3 +56,31 @@ func TestMeterCountsWaitsForACPU(t *testing.T) {
 	}
 	t.Logf("%d spinning threads on %d CPUs for %s: waited %.3f s in all", spinners, cpus, spin, row.MachineWaitSeconds)
 }
+
+// TestWaitedBetween: a thread's wait counts from its value at the start;
+// a thread that started since counts whole, as does one that took the id
+// of a thread that ended (its counts went down); a thread that ended is
+// not counted.
+func TestWaitedBetween(t *testing.T) {
+	start := map[int]threadSched{
+		1: {run: 100, wait: 10}, // runs on
+		2: {run: 500, wait: 70}, // ends
+		3: {run: 900, wait: 90}, // ends; a new thread takes its id
+		4: {run: 50, wait: 40},  // idle: no more waits
+	}
+	end := map[int]threadSched{
+		1: {run: 300, wait: 25}, // +15
+		3: {run: 20, wait: 6},   // a new thread 3: 6 whole
+		4: {run: 50, wait: 40},  // +0
+		5: {run: 80, wait: 30},  // started since: 30 whole
+	}
+	if got, want := waitedBetween(start, end), uint64(15+6+0+30); got != want {
+		t.Errorf("waitedBetween = %d, want %d", got, want)
+	}
+	if got := waitedBetween(nil, end); got != 25+6+40+30 {
+		t.Errorf("waitedBetween(nil, end) = %d, want every thread whole, %d", got, 25+6+40+30)
+	}
+	if got := waitedBetween(start, start); got != 0 {
+		t.Errorf("waitedBetween(start, start) = %d, want 0", got)
+	}
+}
