@@ -232,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &runner{cfg: cfg, logger: cfg.Logger}
 	r.rep = &Report{
-		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
 		LoadStart: loadAvg(),
 		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
 			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, OutboxRates: cfg.OutboxRates, Callers: cfg.Callers, Workloads: cfg.Only,

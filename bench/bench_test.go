@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -300,6 +301,9 @@ func TestTargetNotReached(t *testing.T) {
 
 func checkReport(t *testing.T, rep *Report, cfg Config) {
 	t.Helper()
+	if rep.GOMAXPROCS != runtime.GOMAXPROCS(0) || rep.CPUs != runtime.NumCPU() {
+		t.Errorf("report: gomaxprocs %d, cpus %d; want this process's %d and %d", rep.GOMAXPROCS, rep.CPUs, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	}
 	// Every consistency check the run made holds, and the essential ones
 	// were made.
 	want := []string{

@@ -12,11 +12,16 @@ import (
 // Report is the result of one run. Its JSON shape is what `orisun bench
 // --json` prints.
 type Report struct {
-	Backend   string    `json:"backend"`
-	Started   time.Time `json:"started"`
-	Seconds   float64   `json:"seconds"`
-	CPUs      int       `json:"cpus"`
-	GoVersion string    `json:"go_version"`
+	Backend string    `json:"backend"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	CPUs    int       `json:"cpus"`
+	// GOMAXPROCS is the node's process's (the bench's): the CPUs its Go
+	// code may use at once, which GOMAXPROCS in the environment or a
+	// container's CPU limit can set below CPUs. The api workload's client
+	// process inherits the environment.
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GoVersion  string `json:"go_version"`
 	// LoadStart and LoadEnd are the 1, 5 and 15 minute load averages at
 	// the start and the end of the run (Linux; empty elsewhere).
 	LoadStart []float64 `json:"load_start,omitempty"`
@@ -246,8 +251,8 @@ func (r *Report) Limit(name string) *Row {
 // WriteText prints the report as a table for people.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "orisun bench: backend %s, %d CPUs, %s, %s, run took %.1f s\n",
-		r.Backend, r.CPUs, r.GoVersion, r.Started.UTC().Format(time.RFC3339), r.Seconds)
+	fmt.Fprintf(&b, "orisun bench: backend %s, %d CPUs (GOMAXPROCS %d), %s, %s, run took %.1f s\n",
+		r.Backend, r.CPUs, r.GOMAXPROCS, r.GoVersion, r.Started.UTC().Format(time.RFC3339), r.Seconds)
 	if len(r.LoadStart) == 3 {
 		fmt.Fprintf(&b, "load average at start %.2f %.2f %.2f, at end %.2f %.2f %.2f (a shared machine: compare ratios within this run)\n",
 			r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], at(r.LoadEnd, 0), at(r.LoadEnd, 1), at(r.LoadEnd, 2))

@@ -9,7 +9,9 @@ type threadSched struct{ run, wait uint64 }
 // start, in nanoseconds: each thread's wait less what it had waited at
 // start. A thread not in start, or whose counts went down (a new thread
 // that took the id of one that ended), started since and counts whole; a
-// thread in start but not in end ended meanwhile and is not counted.
+// thread in start but not in end ended meanwhile and is not counted. A new
+// thread whose counts are not below the old one's under the same id is
+// taken for the old one: its wait counts from the old thread's.
 func waitedBetween(start, end map[int]threadSched) uint64 {
 	var ns uint64
 	for tid, e := range end {
