@@ -3,7 +3,10 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/orisun-io/orisun/backend/backendtest"
 	"github.com/orisun-io/orisun/event"
+	"github.com/orisun-io/orisun/internal/pgtest"
 )
 
 // BenchmarkAppend reports append throughput against the PostgreSQL server
@@ -193,4 +197,66 @@ func BenchmarkAppendLarge(b *testing.B) {
 // 1,000 events of about 1 KB.
 func BenchmarkRead(b *testing.B) {
 	backendtest.BenchRead(b, setup(b, Config{}))
+}
+
+// BenchmarkReadNearHead reports what the relay's read after each group
+// costs: a page of the last 30 events of a boundary of 20,000, from one
+// connection, with the pool's plan mode (auto: the read's generic plan
+// after five runs) and with every run planned (force_custom_plan, set in
+// the URL, as before the mode changed). server-µs/op is the CPU time of
+// the connection's backend (Linux, a server on this machine; 0 where
+// /proc does not show it), the planning included.
+func BenchmarkReadNearHead(b *testing.B) {
+	for _, mode := range []string{"auto", "force_custom_plan"} {
+		b.Run("plan_cache_mode="+mode, func(b *testing.B) {
+			url, sep := pgtest.URL(b), "?"
+			if strings.Contains(url, "?") {
+				sep = "&"
+			}
+			s := setup(b, Config{URL: url + sep + "plan_cache_mode=" + mode, MaxConns: 1})
+			const n = 20000
+			backendtest.Create(b, s, "big")
+			backendtest.Fill(b, s, "big", n, func(k int) event.Input {
+				return backendtest.BenchEvents(1, fmt.Sprintf("customer:%d", k%64))[0]
+			})
+			ctx := context.Background()
+			var pid int
+			if err := s.pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := procCPU(pid)
+			b.ResetTimer()
+			for b.Loop() {
+				if _, events, err := s.Read(ctx, "big", n-30, 1000, nil); err != nil || len(events) != 30 {
+					b.Fatalf("read: %d events, %v", len(events), err)
+				}
+			}
+			b.StopTimer()
+			if cpu0 > 0 {
+				b.ReportMetric(float64(procCPU(pid)-cpu0)/float64(b.N)/1e3, "server-µs/op")
+			}
+		})
+	}
+}
+
+// procCPU is the CPU time process pid has used (user and system), in
+// nanoseconds, from /proc/<pid>/stat in ticks of 1/100 s; 0 where it
+// cannot be read.
+func procCPU(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: the fields follow its ")".
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return (utime + stime) * 1e7
 }

@@ -378,7 +378,7 @@ func TestArrayLiteral(t *testing.T) {
 
 // TestAppendInEveryQueryExecMode: a URL may choose pgx's query mode
 // (default_query_exec_mode); appends, with and without conditions, and
-// reads work in each, the text-format ones included (exec and
+// reads, with and without a query, work in each, the text-format ones included (exec and
 // simple_protocol send every value as text: an id given as [16]byte or
 // data as []byte has no text form there).
 func TestAppendInEveryQueryExecMode(t *testing.T) {
@@ -416,6 +416,16 @@ func TestAppendInEveryQueryExecMode(t *testing.T) {
 			got := backendtest.ReadAll(t, s, "orders")
 			if len(got) != 3 {
 				t.Fatalf("%d events stored, want 3", len(got))
+			}
+			// Reads with a query (sent unnamed in the default mode).
+			if _, byTag, err := s.Read(ctx, "orders", 0, 10, &q); err != nil || len(byTag) != 1 || byTag[0].Position != 1 {
+				t.Fatalf("read by tag: %d events, %v", len(byTag), err)
+			}
+			if _, byTag, err := s.ReadBackward(ctx, "orders", 0, 10, &q); err != nil || len(byTag) != 1 || byTag[0].Position != 1 {
+				t.Fatalf("backward read by tag: %d events, %v", len(byTag), err)
+			}
+			if l, err := s.Latest(ctx, "orders", &q); err != nil || l.Event == nil || l.Event.Position != 1 || l.Head != 3 {
+				t.Fatalf("latest by tag: %+v, %v", l, err)
 			}
 			for i, want := range append(in, more...) {
 				e := got[i]

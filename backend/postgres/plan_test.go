@@ -142,55 +142,32 @@ func TestPlanCacheModes(t *testing.T) {
 		t.Errorf("a condition after a recent position is not checked on the range after it:\n%s", p)
 	}
 	// The shape of a condition near the head has that plan even when
-	// planned without its values (a prepared statement's generic plan, as
-	// EXPLAIN EXECUTE shows it: EXPLAIN with bind values plans with them).
+	// planned without its values (a prepared statement's generic plan).
 	{
 		cond := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Tags: []string{"entity:5"}}}}, After: n - 10}
 		sql, _ := appendSQL(cond, true)
-		conn, err := s.pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var lines []string
-		err = func() error {
-			for _, stmt := range []string{
-				`SET plan_cache_mode = force_generic_plan`,
-				`PREPARE near_condition (text, bigint, uuid[], text[], text[], text[], text[], bigint, text[]) AS ` + sql,
-			} {
-				if _, err := conn.Exec(ctx, stmt); err != nil {
-					return err
-				}
-			}
-			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE near_condition('big', 1, ARRAY[gen_random_uuid()], ARRAY['t'],
-  ARRAY['{entity:5}'], ARRAY['{}'], ARRAY[NULL]::text[], `+strconv.Itoa(n-10)+`, ARRAY['entity:5'])`,
-				pgx.QueryExecModeSimpleProtocol)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					return err
-				}
-				lines = append(lines, line)
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			for _, stmt := range []string{`DEALLOCATE near_condition`, `RESET plan_cache_mode`} {
-				if _, err := conn.Exec(ctx, stmt); err != nil {
-					return err
-				}
-			}
-			return nil
-		}()
-		conn.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := strings.Join(lines, "\n"); !strings.Contains(p, "$8") || !strings.Contains(p, "Index Scan using orisun_events_pkey on orisun_events ev") ||
+		p := genericPlan(t, s, "near_condition", "text, bigint, uuid[], text[], text[], text[], text[], bigint, text[]", sql,
+			`'big', 1, ARRAY[gen_random_uuid()], ARRAY['t'], ARRAY['{entity:5}'], ARRAY['{}'], ARRAY[NULL]::text[], `+strconv.Itoa(n-10)+`, ARRAY['entity:5']`)
+		if !strings.Contains(p, "$8") || !strings.Contains(p, "Index Scan using orisun_events_pkey on orisun_events ev") ||
 			strings.Contains(p, "orisun_events_tags") || strings.Contains(p, "Seq Scan on orisun_events") {
 			t.Errorf("the generic plan of a condition near the head is not a walk of the range after the position:\n%s", p)
+		}
+	}
+	// So do the reads without a query, forward and backward, which the
+	// relay runs after every group: the walk of the primary key from the
+	// position, whatever the position.
+	{
+		sql, _ := readSQL(nil)
+		p := genericPlan(t, s, "read_all", "text, bigint, integer", sql, `'big', 100, 1000`)
+		if !strings.Contains(p, "Index Scan using orisun_events_pkey on orisun_events ev") || strings.Contains(p, "Sort") ||
+			strings.Contains(p, "Seq Scan on orisun_events") {
+			t.Errorf("the generic plan of a read without a query is not a walk of the primary key:\n%s", p)
+		}
+		sql, _ = readBackwardSQL(nil)
+		p = genericPlan(t, s, "read_all_backward", "text, bigint, integer", sql, `'big', 100, 1000`)
+		if !strings.Contains(p, "Index Scan Backward using orisun_events_pkey on orisun_events ev") || strings.Contains(p, "Sort") ||
+			strings.Contains(p, "Seq Scan on orisun_events") {
+			t.Errorf("the generic plan of a backward read without a query is not a backward walk of the primary key:\n%s", p)
 		}
 	}
 
@@ -218,6 +195,15 @@ func TestPlanCacheModes(t *testing.T) {
 		if _, _, err := s.Read(ctx, "big", 0, 100, q); err != nil {
 			t.Fatal(err)
 		}
+		if _, _, err := s.ReadBackward(ctx, "big", 0, 100, q); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Latest(ctx, "big", q); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Read(ctx, "big", n-50, 100, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// One connection: the statements the appends and reads prepared are
 	// its.
@@ -231,8 +217,34 @@ FROM pg_prepared_statements WHERE statement LIKE $1 AND NOT statement LIKE ANY($
 		}
 		return generic, custom
 	}
-	if generic, custom := plans("%UNION ALL%"); custom < 12 || generic != 0 {
-		t.Errorf("the read statement ran with %d custom and %d generic plans; want 12+ custom, no generic", custom, generic)
+	// The reads with a query went unnamed, planned with their values each
+	// time: none of them is a prepared statement, which could turn
+	// generic. The read without one is, and runs its generic plan.
+	var prepared []string
+	rows, err := s.pool.Query(ctx, `SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%tags @>%' AND statement NOT LIKE '%unnest%'
+  AND statement NOT LIKE '%pg_prepared_statements%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var st string
+		if err := rows.Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		prepared = append(prepared, st)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(prepared) > 0 {
+		t.Errorf("reads with a query were prepared, and may turn to a generic plan after five runs:\n%s", strings.Join(prepared, "\n---\n"))
+	}
+	readAll, _ := readSQL(nil)
+	if generic, custom := plans(readAll); generic == 0 || generic+custom < 12 {
+		t.Errorf("the read without a query ran with %d custom and %d generic plans; want generic plans after the first five", custom, generic)
+	}
+	if generic, custom := plans(sqlLockHead); generic == 0 || generic+custom < 12 {
+		t.Errorf("the head row's lock ran with %d custom and %d generic plans; want generic plans after the first five", custom, generic)
 	}
 	if generic, custom := plans("%NOT EXISTS%", "%OFFSET 0%"); custom < 12 || generic != 0 {
 		t.Errorf("the conditional append statement far from the head ran with %d custom and %d generic plans; want 12+ custom, no generic", custom, generic)
@@ -276,6 +288,53 @@ func explain(t *testing.T, s *Store, sql string, args ...any) string {
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// genericPlan is EXPLAIN EXECUTE of sql prepared as name (with the
+// parameter types types) under plan_cache_mode = force_generic_plan: the
+// plan a prepared statement turns to after five runs, costed without its
+// values (EXPLAIN with bind values plans with them). values are the
+// EXECUTE's, as SQL.
+func genericPlan(t *testing.T, s *Store, name, types, sql, values string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var lines []string
+	err = func() error {
+		for _, stmt := range []string{`SET plan_cache_mode = force_generic_plan`, `PREPARE ` + name + ` (` + types + `) AS ` + sql} {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+`(`+values+`)`, pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				return err
+			}
+			lines = append(lines, line)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, stmt := range []string{`DEALLOCATE ` + name, `RESET plan_cache_mode`} {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		t.Fatalf("the generic plan of %s: %v", name, err)
 	}
 	return strings.Join(lines, "\n")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -133,7 +134,7 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	args := make([]any, 0, 3+len(fargs))
 	args = append(args, boundary, backend.ClampPosition(after), limit)
 	args = append(args, fargs...)
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, s.withValues(fargs, args)...)
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
@@ -194,6 +195,19 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	return epoch.String, events, nil
 }
 
+// withValues returns the arguments of a statement for pgx: one with a
+// query's bind values (values, from whereQuery) goes unnamed
+// (pgx.QueryExecModeCacheDescribe) where the pool would prepare it, so
+// that PostgreSQL plans it with its values every time: the plan of a read
+// by a tag or a type depends on them (see Open). One without is prepared
+// and may run its generic plan.
+func (s *Store) withValues(values, args []any) []any {
+	if len(values) == 0 || !s.prepares {
+		return args
+	}
+	return append([]any{pgx.QueryExecModeCacheDescribe}, args...)
+}
+
 // inPositionOrder sorts events by position unless they are sorted already.
 // A read's events come in position order from the primary key, before the
 // boundary's row; only the statement's ORDER BY inside its first branch
@@ -218,7 +232,7 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 	var l event.Latest
 	var e *event.Event
 	var err error
-	l.Epoch, l.Head, e, err = scanBoundaryEvent(s.pool.QueryRow(ctx, sql, args...), boundary)
+	l.Epoch, l.Head, e, err = scanBoundaryEvent(s.pool.QueryRow(ctx, sql, s.withValues(fargs, args)...), boundary)
 	if isNoRows(err) {
 		return event.Latest{}, notFound(op, boundary)
 	}

@@ -60,7 +60,7 @@ func (s *Store) ReadBackward(ctx context.Context, boundary string, before uint64
 	args := make([]any, 0, 3+len(fargs))
 	args = append(args, boundary, upTo, limit)
 	args = append(args, fargs...)
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, sql, s.withValues(fargs, args)...)
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}

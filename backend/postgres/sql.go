@@ -47,8 +47,8 @@ RETURNING name, epoch::text, head`
 	sqlRollback = `ROLLBACK`
 	sqlNotify   = `SELECT pg_notify($1, $2)`
 	// The plan_cache_mode of a group transaction's statements (the pool's
-	// is force_custom_plan, see Open), set before the statements that need
-	// it. The unconditioned append statement takes a cached generic plan:
+	// is auto, see Open, unless the URL sets another), set before the
+	// statements that need it. The unconditioned append statement takes a cached generic plan:
 	// nothing in it depends on the values, and planning it took about 0.2
 	// ms (pg_stat_statements), against 0.52 ms to run it for 64 events. A
 	// conditional one whose position is near the head also does, in a
