@@ -60,6 +60,9 @@ type clientHello struct {
 // rate, a live subscriber).
 type clientTask struct {
 	Boundary string `json:"boundary"`
+	// Boundaries, when set, spreads the callers: caller i appends to
+	// Boundaries[i mod len(Boundaries)] instead of Boundary.
+	Boundaries []string `json:"boundaries,omitempty"`
 	// Request, when set, makes the task the raw_request limit: each call
 	// a NATS request to this subject, of the bytes an append of Batch
 	// events sends, answered at once by a responder in the bench's
@@ -73,10 +76,13 @@ type clientTask struct {
 
 // clientResult is the client process's answer to a task.
 type clientResult struct {
-	// Events appended (acknowledged), over Seconds of calls.
-	Events  int64   `json:"events"`
-	Calls   int64   `json:"calls"`
-	Seconds float64 `json:"seconds"`
+	// Events appended (acknowledged), over Seconds of calls;
+	// PerBoundary the same by boundary, in the order of the task's
+	// Boundaries (spread tasks only).
+	Events      int64   `json:"events"`
+	PerBoundary []int64 `json:"per_boundary,omitempty"`
+	Calls       int64   `json:"calls"`
+	Seconds     float64 `json:"seconds"`
 	// The client process's CPU over the task and its largest sampled RSS.
 	CPUSeconds float64 `json:"cpu_s"`
 	RSSMB      float64 `json:"rss_mb"`
@@ -206,10 +212,16 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 			return clientResult{Err: err.Error()}
 		}
 	}
+	per := make([]atomic.Int64, max(1, len(task.Boundaries)))
 	m := startProcessMeter()
 	defer m.finish()
 	deadline := time.Now().Add(task.Duration)
 	for i := range task.Callers {
+		boundary, at := task.Boundary, 0
+		if len(task.Boundaries) > 0 {
+			at = i % len(task.Boundaries)
+			boundary = task.Boundaries[at]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -227,7 +239,7 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 					}
 				}
 				send = func() error {
-					_, err := c.Append(ctx, task.Boundary, in, nil)
+					_, err := c.Append(ctx, boundary, in, nil)
 					return err
 				}
 			}
@@ -242,6 +254,7 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 					return
 				}
 				events.Add(int64(task.Batch))
+				per[at].Add(int64(task.Batch))
 			}
 		}()
 	}
@@ -249,7 +262,11 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 	row := m.row("", "", events.Load(), len(data))
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	return clientResult{Events: events.Load(), Calls: calls.Load(), Seconds: row.Seconds, CPUSeconds: row.CPUSeconds, RSSMB: row.RSSMB,
+	var perBoundary []int64
+	for i := range task.Boundaries {
+		perBoundary = append(perBoundary, per[i].Load())
+	}
+	return clientResult{Events: events.Load(), PerBoundary: perBoundary, Calls: calls.Load(), Seconds: row.Seconds, CPUSeconds: row.CPUSeconds, RSSMB: row.RSSMB,
 		CallP50Ms: percentile(all, 0.50), CallP99Ms: percentile(all, 0.99), CallP999Ms: percentile(all, 0.999), Err: firstErr}
 }
 
@@ -341,18 +358,28 @@ func (r *runner) api(ctx context.Context) (err error) {
 		return err
 	}
 	shapes := appendShapes(r.cfg.Callers,
-		appendShape{fmt.Sprintf("batches of %d, %d callers", apiBatch, apiBatchCallers), apiBatchCallers, apiBatch})
+		appendShape{name: fmt.Sprintf("batches of %d, %d callers", apiBatch, apiBatchCallers), callers: apiBatchCallers, batch: apiBatch})
+	if spread, ok := spreadShape(r.cfg); ok {
+		// Beside the single-event rows, before the batches.
+		shapes = slices.Insert(shapes, len(shapes)-1, spread)
+	}
 	noted := map[string]bool{}
 	for i, s := range shapes {
-		boundary := fmt.Sprintf("bench_api_%d", i)
-		if _, err := r.node.CreateBoundary(ctx, boundary); err != nil {
-			return fmt.Errorf("bench: %w", err)
+		boundaries := apiBoundaries(i, s)
+		for _, b := range boundaries {
+			if _, err := r.node.CreateBoundary(ctx, b); err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+		}
+		task := clientTask{Boundary: boundaries[0], Callers: s.callers, Batch: s.batch, Duration: r.cfg.AppendDuration}
+		if len(boundaries) > 1 {
+			task.Boundaries = boundaries
 		}
 		r.progress("api: %s through the Go client in another process, for %s", s.name, r.cfg.AppendDuration)
 		cp := r.pgCheckpoints(ctx)
 		m := startMeter()
 		defer m.finish()
-		res, err := p.do(clientTask{Boundary: boundary, Callers: s.callers, Batch: s.batch, Duration: r.cfg.AppendDuration})
+		res, err := p.do(task)
 		if err != nil {
 			return err
 		}
@@ -364,6 +391,9 @@ func (r *runner) api(ctx context.Context) (err error) {
 		row.ClientCPUSeconds, row.ClientRSSMB = res.CPUSeconds, res.RSSMB
 		row.Note = fmt.Sprintf("%d calls, p99.9 %.2f ms per call; cpu s, cores and RSS are the node's process, the client's are beside them",
 			res.Calls, res.CallP999Ms)
+		if len(boundaries) > 1 {
+			row.Note += fmt.Sprintf("; caller i appends to boundary i mod %d (%s to %s)", len(boundaries), boundaries[0], boundaries[len(boundaries)-1])
+		}
 		row.against(r.rep.Limit("raw_insert"))
 		request := rawRequestName
 		if s.batch > 1 {
@@ -377,12 +407,27 @@ func (r *runner) api(ctx context.Context) (err error) {
 		}
 		r.rep.Rows = append(r.rep.Rows, row)
 		at := len(r.rep.Rows) - 1
-		if _, err := r.waitPublished(ctx, boundary, uint64(res.Events), 10*time.Minute); err != nil {
-			return err
+		appended := []int64{res.Events}
+		if len(boundaries) > 1 {
+			appended = res.PerBoundary
 		}
-		r.rep.Rows[at].FastBatchEvents = r.fastBatchEvents(ctx, boundary)
-		if err := r.checkPublished(ctx, boundary, res.Events, "api "+s.name); err != nil {
-			return err
+		if len(appended) != len(boundaries) {
+			return fmt.Errorf("bench: api %s: the client process counted the events of %d boundaries, want %d", s.name, len(appended), len(boundaries))
+		}
+		for j, b := range boundaries {
+			if _, err := r.waitPublished(ctx, b, uint64(appended[j]), 10*time.Minute); err != nil {
+				return err
+			}
+		}
+		r.rep.Rows[at].FastBatchEvents = r.fastBatchSum(ctx, boundaries)
+		what := "api " + s.name
+		for j, b := range boundaries {
+			if len(boundaries) > 1 {
+				what = fmt.Sprintf("api %s (%s)", s.name, b)
+			}
+			if err := r.checkPublished(ctx, b, appended[j], what); err != nil {
+				return err
+			}
 		}
 	}
 	if !r.cfg.wants("latency") {
@@ -394,6 +439,47 @@ func (r *runner) api(ctx context.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// spreadShape is the api workload's row of spread callers: the most
+// callers of cfg.Callers, one event per call, over cfg.APIBoundaries
+// boundaries (no more than one per caller); false where that is one
+// boundary. What a group costs whatever its size shows here: each
+// boundary's groups hold about a boundaries-th of the events.
+func spreadShape(cfg Config) (appendShape, bool) {
+	callers := slices.Max(cfg.Callers)
+	n := min(cfg.APIBoundaries, callers)
+	if n < 2 {
+		return appendShape{}, false
+	}
+	return appendShape{name: fmt.Sprintf("1 event per call, %d callers over %d boundaries", callers, n), callers: callers, batch: 1, boundaries: n}, true
+}
+
+// fastBatchSum is fastBatchEvents summed over boundaries; nil where one
+// of them cannot be read.
+func (r *runner) fastBatchSum(ctx context.Context, boundaries []string) *uint64 {
+	var sum uint64
+	for _, b := range boundaries {
+		n := r.fastBatchEvents(ctx, b)
+		if n == nil {
+			return nil
+		}
+		sum += *n
+	}
+	return &sum
+}
+
+// apiBoundaries are the boundaries of the api workload's row i:
+// bench_api_<i>, or bench_api_<i>_<j> for each of a spread row's.
+func apiBoundaries(i int, s appendShape) []string {
+	if s.boundaries < 2 {
+		return []string{fmt.Sprintf("bench_api_%d", i)}
+	}
+	names := make([]string, s.boundaries)
+	for j := range names {
+		names[j] = fmt.Sprintf("bench_api_%d_%d", i, j)
+	}
+	return names
 }
 
 // rawRequestName and rawRequestBatchName are the limits of the NATS

@@ -51,6 +51,11 @@ type Config struct {
 	AppendDuration time.Duration
 	// Callers are the concurrent callers of the single-event append rows.
 	Callers []int
+	// APIBoundaries is how many boundaries the api workload's row of
+	// spread callers sends to: the most callers of Callers, caller i to
+	// boundary i mod APIBoundaries (at most one boundary per caller).
+	// 1: no such row; 0: the default.
+	APIBoundaries int
 	// Rates are the fixed rates (events/s) of the latency rows, each run
 	// for LatencyDuration.
 	Rates           []int
@@ -101,6 +106,7 @@ func Defaults() Config {
 		EventBytes:      1024,
 		AppendDuration:  5 * time.Second,
 		Callers:         []int{1, 16, 64, 256},
+		APIBoundaries:   8,
 		Rates:           []int{1000, 5000, 20000},
 		LatencyDuration: 10 * time.Second,
 		OutboxRates:     []int{1000, 5000},
@@ -149,6 +155,9 @@ func (c *Config) Validate() error {
 		if n < 1 || n > 10000 {
 			return bad("callers", "%d is outside 1–10000", n)
 		}
+	}
+	if c.APIBoundaries < 1 || c.APIBoundaries > 1000 {
+		return bad("api-boundaries", "%d is outside 1–1000", c.APIBoundaries)
 	}
 	if len(c.Rates) == 0 {
 		return bad("rates", "give at least one rate")
@@ -221,6 +230,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Callers) == 0 {
 		cfg.Callers = d.Callers
 	}
+	if cfg.APIBoundaries == 0 {
+		cfg.APIBoundaries = d.APIBoundaries
+	}
 	if cfg.StreamMaxBytes == 0 {
 		cfg.StreamMaxBytes = d.StreamMaxBytes
 	}
@@ -235,7 +247,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
 		LoadStart: loadAvg(),
 		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
-			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, OutboxRates: cfg.OutboxRates, Callers: cfg.Callers, Workloads: cfg.Only,
+			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, OutboxRates: cfg.OutboxRates, Callers: cfg.Callers, APIBoundaries: cfg.APIBoundaries, Workloads: cfg.Only,
 			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes,
 			MsgID: cfg.MsgID},
 	}

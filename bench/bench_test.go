@@ -202,8 +202,14 @@ func TestAPIWorkload(t *testing.T) {
 			api = append(api, row)
 		}
 	}
-	if len(api) != len(cfg.Callers)+1 {
-		t.Fatalf("%d api rows in the JSON, want %d (one per caller count and the batches)", len(api), len(cfg.Callers)+1)
+	// One row per caller count, the spread callers (the most of them,
+	// over as many boundaries, no more than the default's 8), the batches.
+	if len(api) != len(cfg.Callers)+2 {
+		t.Fatalf("%d api rows in the JSON, want %d (one per caller count, the spread callers and the batches)", len(api), len(cfg.Callers)+2)
+	}
+	spread := len(cfg.Callers)
+	if want := fmt.Sprintf("1 event per call, %d callers over %d boundaries", slices.Max(cfg.Callers), slices.Max(cfg.Callers)); api[spread]["name"] != want {
+		t.Errorf("api row %d is %v, want %q", spread, api[spread]["name"], want)
 	}
 	s := storetest.SQLite(t, sqlite.Config{Dir: cfg.Dir})
 	for i, row := range api {
@@ -220,12 +226,26 @@ func TestAPIWorkload(t *testing.T) {
 		if events <= 0 {
 			t.Errorf("api row %v: no event appended", row["name"])
 		}
-		bd, err := s.Boundary(context.Background(), fmt.Sprintf("bench_api_%d", i))
-		if err != nil {
-			t.Fatal(err)
+		names := []string{fmt.Sprintf("bench_api_%d", i)}
+		if i == spread {
+			names = names[:0]
+			for j := range slices.Max(cfg.Callers) {
+				names = append(names, fmt.Sprintf("bench_api_%d_%d", i, j))
+			}
 		}
-		if int64(bd.Head) != events {
-			t.Errorf("api row %v counts %d events; its boundary %s holds %d", row["name"], events, bd.Name, bd.Head)
+		var held int64
+		for _, name := range names {
+			bd, err := s.Boundary(context.Background(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == spread && bd.Head == 0 {
+				t.Errorf("api row %v: its boundary %s holds nothing", row["name"], name)
+			}
+			held += int64(bd.Head)
+		}
+		if held != events {
+			t.Errorf("api row %v counts %d events; its boundaries %v hold %d", row["name"], events, names, held)
 		}
 		if i == len(api)-1 && events%apiBatch != 0 {
 			t.Errorf("api row %v: %d events is not whole batches of %d", row["name"], events, apiBatch)
@@ -345,7 +365,8 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 			}
 		}
 	}
-	if want := 2*(len(cfg.Callers)+1) + len(cfg.Rates); published != want {
+	// The spread callers' row checks each of its boundaries.
+	if want := 2*(len(cfg.Callers)+1) + min(slices.Max(cfg.Callers), Defaults().APIBoundaries) + len(cfg.Rates); published != want {
 		t.Errorf("%d append and api rows checked for events published = appended, want %d", published, want)
 	}
 	// The limits were measured.
@@ -453,7 +474,7 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 			t.Errorf("%s %q: stream bytes %d, want what its server's streams hold", row.Workload, row.Name, row.StreamBytes)
 		}
 	}
-	wantRows := map[string]int{"backlog": 1, "relay": 1, "catchup": 1, "append": len(cfg.Callers) + 1, "api": len(cfg.Callers) + 1 + len(cfg.Rates),
+	wantRows := map[string]int{"backlog": 1, "relay": 1, "catchup": 1, "append": len(cfg.Callers) + 1, "api": len(cfg.Callers) + 2 + len(cfg.Rates),
 		"latency": len(cfg.Rates), "scale": 3, "outbox": 0}
 	checkOutbox(t, rep, cfg)
 	// On PostgreSQL every paced row of the latency comparisons (raw_e2e,

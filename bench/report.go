@@ -50,6 +50,7 @@ type Settings struct {
 	Rates           []int         `json:"rates"`
 	OutboxRates     []int         `json:"outbox_rates,omitempty"`
 	Callers         []int         `json:"callers"`
+	APIBoundaries   int           `json:"api_boundaries"`
 	Workloads       []string      `json:"workloads"`
 	ScaleBoundaries int           `json:"scale_boundaries"`
 	ScaleBusy       int           `json:"scale_busy"`

@@ -184,6 +184,9 @@ func (r *runner) catchup(ctx context.Context) error {
 type appendShape struct {
 	name           string
 	callers, batch int
+	// boundaries, when more than one, spreads the callers over that
+	// many boundaries (caller i to boundary i mod boundaries).
+	boundaries int
 }
 
 // appendShapes are the rows of an append workload (appends, and the api
@@ -191,7 +194,7 @@ type appendShape struct {
 func appendShapes(callers []int, batch appendShape) []appendShape {
 	var shapes []appendShape
 	for _, c := range callers {
-		shapes = append(shapes, appendShape{fmt.Sprintf("1 event per call, %d callers", c), c, 1})
+		shapes = append(shapes, appendShape{name: fmt.Sprintf("1 event per call, %d callers", c), callers: c, batch: 1})
 	}
 	return append(shapes, batch)
 }
@@ -199,7 +202,7 @@ func appendShapes(callers []int, batch appendShape) []appendShape {
 // appends runs the single-event rows at each caller count, then batches of
 // 100 from one caller, each on a fresh boundary for the append duration.
 func (r *runner) appends(ctx context.Context) error {
-	shapes := appendShapes(r.cfg.Callers, appendShape{"batches of 100, 1 caller", 1, 100})
+	shapes := appendShapes(r.cfg.Callers, appendShape{name: "batches of 100, 1 caller", callers: 1, batch: 100})
 	for i, s := range shapes {
 		boundary := fmt.Sprintf("bench_append_%d", i)
 		if _, err := r.node.CreateBoundary(ctx, boundary); err != nil {

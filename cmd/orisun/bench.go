@@ -71,6 +71,7 @@ minutes; Ctrl-C stops it and cleans up.`,
 	fs.Var(&rates, "rates", "fixed rates of the latency rows, events/s, comma-separated")
 	fs.Var((*intList)(&cfg.OutboxRates), "outbox-rates", "fixed rates of the outbox workload's latency rows (application transactions calling orisun_enqueue, PostgreSQL), events/s, comma-separated")
 	fs.Var(&callers, "callers", "concurrent callers of the single-event append rows, comma-separated")
+	fs.IntVar(&cfg.APIBoundaries, "api-boundaries", cfg.APIBoundaries, "boundaries the api workload's row of spread callers sends to (the most of --callers, caller i to boundary i mod this; 1: no such row)")
 	fs.StringVar(&only, "only", "", "run only these workloads, comma-separated: "+strings.Join(bench.Workloads, ","))
 	fs.IntVar(&cfg.ScaleBoundaries, "scale-boundaries", cfg.ScaleBoundaries, "boundaries of the scale workload")
 	fs.IntVar(&cfg.ScaleBusy, "scale-busy", cfg.ScaleBusy, "busy boundaries among them")

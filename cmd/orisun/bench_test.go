@@ -76,6 +76,7 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"--backend", "postgres", "--pg-url", ""}, "pg-url"},
 		{[]string{"--rates", "1000,fast"}, "rates"},
 		{[]string{"--callers", "0"}, "callers"},
+		{[]string{"--api-boundaries", "0"}, "api-boundaries"},
 		{[]string{"--outbox-rates", "0"}, "outbox-rates"},
 		{[]string{"--events", "-5"}, "events"},
 		{[]string{"--only", "relay,teleport"}, "only"},
