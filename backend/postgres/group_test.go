@@ -383,7 +383,9 @@ func TestArrayLiteral(t *testing.T) {
 // data as []byte has no text form there).
 func TestAppendInEveryQueryExecMode(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+	// The last: the default mode with pgx's description cache off, where
+	// reads with a query cannot go as cache_describe (see unnamedMode).
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol", "cache_statement&description_cache_capacity=0"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			url := pgtest.URL(t)

@@ -153,9 +153,9 @@ func TestPlanCacheModes(t *testing.T) {
 			t.Errorf("the generic plan of a condition near the head is not a walk of the range after the position:\n%s", p)
 		}
 	}
-	// So do the reads without a query, forward and backward, which the
-	// relay runs after every group: the walk of the primary key from the
-	// position, whatever the position.
+	// The generic plans of the reads without a query, forward and
+	// backward, where PostgreSQL takes them: the walk of the primary key
+	// from the position, whatever the position.
 	{
 		sql, _ := readSQL(nil)
 		p := genericPlan(t, s, "read_all", "text, bigint, integer", sql, `'big', 100, 1000`)
@@ -219,7 +219,10 @@ FROM pg_prepared_statements WHERE statement LIKE $1 AND NOT statement LIKE ANY($
 	}
 	// The reads with a query went unnamed, planned with their values each
 	// time: none of them is a prepared statement, which could turn
-	// generic. The read without one is, and runs its generic plan.
+	// generic. The head row's lock is, and runs its generic plan. (So may
+	// the read without a query: here it does, its table being small; on a
+	// boundary of larger events with statistics PostgreSQL keeps planning
+	// it, the generic plan costed as a walk of a third of the boundary.)
 	var prepared []string
 	rows, err := s.pool.Query(ctx, `SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%tags @>%' AND statement NOT LIKE '%unnest%'
   AND statement NOT LIKE '%pg_prepared_statements%'`)
@@ -238,10 +241,6 @@ FROM pg_prepared_statements WHERE statement LIKE $1 AND NOT statement LIKE ANY($
 	}
 	if len(prepared) > 0 {
 		t.Errorf("reads with a query were prepared, and may turn to a generic plan after five runs:\n%s", strings.Join(prepared, "\n---\n"))
-	}
-	readAll, _ := readSQL(nil)
-	if generic, custom := plans(readAll); generic == 0 || generic+custom < 12 {
-		t.Errorf("the read without a query ran with %d custom and %d generic plans; want generic plans after the first five", custom, generic)
 	}
 	if generic, custom := plans(sqlLockHead); generic == 0 || generic+custom < 12 {
 		t.Errorf("the head row's lock ran with %d custom and %d generic plans; want generic plans after the first five", custom, generic)

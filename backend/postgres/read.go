@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -196,16 +195,16 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 }
 
 // withValues returns the arguments of a statement for pgx: one with a
-// query's bind values (values, from whereQuery) goes unnamed
-// (pgx.QueryExecModeCacheDescribe) where the pool would prepare it, so
+// query's bind values (values, from whereQuery) goes unnamed (s.unnamed)
+// where the pool would prepare it, so
 // that PostgreSQL plans it with its values every time: the plan of a read
 // by a tag or a type depends on them (see Open). One without is prepared
 // and may run its generic plan.
 func (s *Store) withValues(values, args []any) []any {
-	if len(values) == 0 || !s.prepares {
+	if len(values) == 0 || s.unnamed == nil {
 		return args
 	}
-	return append([]any{pgx.QueryExecModeCacheDescribe}, args...)
+	return append([]any{*s.unnamed}, args...)
 }
 
 // inPositionOrder sorts events by position unless they are sorted already.

@@ -125,11 +125,14 @@ type Store struct {
 	// not from the pool: a pooled connection would be handed to others
 	// between waits, and LISTEN belongs to a session.
 	listenCfg *pgx.ConnConfig
-	// prepares is whether the pool prepares its statements (pgx's
-	// default query mode, cache_statement), so that a statement planned
-	// with its values must be sent unnamed (withValues). Every other mode
-	// a URL may choose sends them unnamed already.
-	prepares bool
+	// unnamed is the query mode that sends a statement unnamed, which
+	// PostgreSQL plans with its values every time (withValues): nil where
+	// the pool's mode (a URL's default_query_exec_mode) sends every
+	// statement unnamed already. pgx's default, cache_statement, prepares
+	// them: then cache_describe, or describe_exec where the URL turned
+	// the description cache off (description_cache_capacity=0), which
+	// cache_describe refuses.
+	unnamed *pgx.QueryExecMode
 
 	// The append queue (see append.go). mu guards queues, ready, active
 	// and closing; workers wait on cond.
@@ -190,6 +193,18 @@ type Store struct {
 // connect_timeout.
 const defaultConnectTimeout = 10 * time.Second
 
+// unnamedMode is Store.unnamed for a connection configuration.
+func unnamedMode(c *pgx.ConnConfig) *pgx.QueryExecMode {
+	if c.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return nil
+	}
+	mode := pgx.QueryExecModeCacheDescribe
+	if c.DescriptionCacheCapacity == 0 {
+		mode = pgx.QueryExecModeDescribeExec
+	}
+	return &mode
+}
+
 // Open connects to the database of cfg.URL, applies pending migrations,
 // starts the append workers and the LISTEN connection.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
@@ -224,11 +239,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, ok := poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
 		// pgx prepares every statement once per connection, and after five
 		// runs PostgreSQL may switch a prepared statement to a generic
-		// plan, costed without the values. For the statements that do the
-		// relay's and the appends' work on every group (the page read, the
-		// head row's lock, the checkpoint) the generic plan is the one
-		// plan there is, and planning each run cost more than running it
-		// (a page read near the head: 0.14 ms to plan, 0.06 ms to run).
+		// plan, costed without the values. For the statements of every
+		// group that look a row up by its key (the head row's lock, the
+		// checkpoint) the generic plan is the one plan there is, and
+		// planning them on every run cost 0.05–0.09 ms each. (The relay's
+		// page read takes its generic plan only while the table has no
+		// statistics: PostgreSQL costs "position > $2" as a third of the
+		// boundary and goes on planning it, 0.14 ms a run, more than
+		// running it near the head.)
 		// A read with a query is another matter: costed without its values
 		// "position > $n" looks like a third of the table, and a read by a
 		// rare tag walks every event of the boundary after the position
@@ -260,7 +278,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log:        cfg.Logger.With("backend", "postgres", "database", poolCfg.ConnConfig.Database),
 		pool:       pool,
 		listenCfg:  listenCfg,
-		prepares:   poolCfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement,
+		unnamed:    unnamedMode(poolCfg.ConnConfig),
 		queues:     make(map[string][]*sqlstore.Request),
 		active:     make(map[string]bool),
 		held:       make(map[string]bool),
