@@ -338,8 +338,9 @@ func (p *clientProc) close() error {
 	return nil
 }
 
-// api runs the api rows: single events from each caller count, then
-// batches of 100 from 8 callers, each on a fresh boundary for the append
+// api runs the api rows: single events from each caller count, the most
+// of them spread over APIBoundaries boundaries (spreadShape), then
+// batches of 100 from 8 callers, each on fresh boundaries for the append
 // duration, in one client process.
 func (r *runner) api(ctx context.Context) (err error) {
 	p, err := r.startClient(ctx)

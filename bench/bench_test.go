@@ -366,7 +366,7 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 		}
 	}
 	// The spread callers' row checks each of its boundaries.
-	if want := 2*(len(cfg.Callers)+1) + min(slices.Max(cfg.Callers), Defaults().APIBoundaries) + len(cfg.Rates); published != want {
+	if want := 2*(len(cfg.Callers)+1) + min(slices.Max(cfg.Callers), rep.Settings.APIBoundaries) + len(cfg.Rates); published != want {
 		t.Errorf("%d append and api rows checked for events published = appended, want %d", published, want)
 	}
 	// The limits were measured.

@@ -129,13 +129,9 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 	if err := sqlstore.CheckRead(reads{s}, limit); err != nil {
 		return "", nil, fmt.Errorf("postgres: %s: %w", op, err)
 	}
-	sql, fargs, bounded := readSQL(q)
-	args := make([]any, 0, 4+len(fargs))
-	from := backend.ClampPosition(after)
-	args = append(args, boundary, from, limit)
-	if bounded {
-		args = append(args, readTop(from, limit))
-	}
+	sql, fargs := readSQL(q)
+	args := make([]any, 0, 3+len(fargs))
+	args = append(args, boundary, backend.ClampPosition(after), limit)
 	args = append(args, fargs...)
 	rows, err := s.pool.Query(ctx, sql, s.withValues(fargs, args)...)
 	if err != nil {

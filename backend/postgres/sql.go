@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"math"
 	"strconv"
 	"strings"
 
@@ -148,8 +147,7 @@ ORDER BY ev.position LIMIT 1`
 	sqlReadPrefix = `(SELECT NULL::text, ev.position, ev.id, ev.type, ev.time, ev.tags, ev.data, ev.metadata, NULL::bigint
     FROM orisun_events ev
     WHERE ev.boundary = $1 AND ev.position > $2`
-	sqlReadBounded = ` AND ev.position <= $4`
-	sqlReadSuffix  = `
+	sqlReadSuffix = `
     ORDER BY ev.position
     LIMIT $3)
 UNION ALL
@@ -329,27 +327,10 @@ func beyondMatchSQL(cond *event.Condition) (string, []any) {
 }
 
 // readSQL returns the read statement for q and its query's bind values,
-// which follow $3. Without a query the page is bounded above as well, by
-// $4 (readTop): positions are dense (docs/design.md, I1), so the events
-// after $2 are those up to $2 + $3, and the statement says so. Costed
-// without its values "position > $2" alone looks like a third of the
-// boundary, and once the table has statistics PostgreSQL went on planning
-// the relay's page read on every run rather than take that generic plan;
-// a range between two values is costed as a small one.
-//
-// bounded reports that the statement takes $4, and no query's values.
-func readSQL(q *event.Query) (sql string, args []any, bounded bool) {
+// which follow $3.
+func readSQL(q *event.Query) (string, []any) {
 	filter, args := whereQuery(q, "ev", 4)
-	if filter == "" {
-		return sqlReadPrefix + sqlReadBounded + sqlReadSuffix, nil, true
-	}
-	return sqlReadPrefix + filter + sqlReadSuffix, args, false
-}
-
-// readTop is $4 of a read without a query: the last position a page of
-// limit events after after can hold, at most the largest position.
-func readTop(after int64, limit int) int64 {
-	return after + min(int64(limit), math.MaxInt64-after)
+	return sqlReadPrefix + filter + sqlReadSuffix, args
 }
 
 // latestSQL returns the read-latest statement for q and its query's bind

@@ -76,7 +76,7 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"--backend", "postgres", "--pg-url", ""}, "pg-url"},
 		{[]string{"--rates", "1000,fast"}, "rates"},
 		{[]string{"--callers", "0"}, "callers"},
-		{[]string{"--api-boundaries", "0"}, "api-boundaries"},
+		{[]string{"--api-boundaries", "1001"}, "api-boundaries: 1001 is outside 1–1000"},
 		{[]string{"--outbox-rates", "0"}, "outbox-rates"},
 		{[]string{"--events", "-5"}, "events"},
 		{[]string{"--only", "relay,teleport"}, "only"},
