@@ -194,10 +194,10 @@ func ClientMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func runClientTask(c *client.Client, task clientTask, data []byte) clientResult {
 	ctx := context.Background()
 	var (
-		events, calls atomic.Int64
-		wg            sync.WaitGroup
-		errOnce       sync.Once
-		firstErr      string
+		calls    atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr string
 	)
 	lat := make([][]time.Duration, task.Callers)
 	tags := []string{"bench"}
@@ -212,6 +212,7 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 			return clientResult{Err: err.Error()}
 		}
 	}
+	// Events appended, by boundary (one, or task.Boundaries).
 	per := make([]atomic.Int64, max(1, len(task.Boundaries)))
 	m := startProcessMeter()
 	defer m.finish()
@@ -253,20 +254,23 @@ func runClientTask(c *client.Client, task clientTask, data []byte) clientResult 
 					errOnce.Do(func() { firstErr = err.Error() })
 					return
 				}
-				events.Add(int64(task.Batch))
 				per[at].Add(int64(task.Batch))
 			}
 		}()
 	}
 	wg.Wait()
-	row := m.row("", "", events.Load(), len(data))
+	var events int64
+	var perBoundary []int64
+	for i := range per {
+		events += per[i].Load()
+		if len(task.Boundaries) > 0 {
+			perBoundary = append(perBoundary, per[i].Load())
+		}
+	}
+	row := m.row("", "", events, len(data))
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	var perBoundary []int64
-	for i := range task.Boundaries {
-		perBoundary = append(perBoundary, per[i].Load())
-	}
-	return clientResult{Events: events.Load(), PerBoundary: perBoundary, Calls: calls.Load(), Seconds: row.Seconds, CPUSeconds: row.CPUSeconds, RSSMB: row.RSSMB,
+	return clientResult{Events: events, PerBoundary: perBoundary, Calls: calls.Load(), Seconds: row.Seconds, CPUSeconds: row.CPUSeconds, RSSMB: row.RSSMB,
 		CallP50Ms: percentile(all, 0.50), CallP99Ms: percentile(all, 0.99), CallP999Ms: percentile(all, 0.999), Err: firstErr}
 }
 
@@ -415,14 +419,11 @@ func (r *runner) api(ctx context.Context) (err error) {
 		if len(appended) != len(boundaries) {
 			return fmt.Errorf("bench: api %s: the client process counted the events of %d boundaries, want %d", s.name, len(appended), len(boundaries))
 		}
+		what := "api " + s.name
 		for j, b := range boundaries {
 			if _, err := r.waitPublished(ctx, b, uint64(appended[j]), 10*time.Minute); err != nil {
 				return err
 			}
-		}
-		r.rep.Rows[at].FastBatchEvents = r.fastBatchSum(ctx, boundaries)
-		what := "api " + s.name
-		for j, b := range boundaries {
 			if len(boundaries) > 1 {
 				what = fmt.Sprintf("api %s (%s)", s.name, b)
 			}
@@ -430,6 +431,7 @@ func (r *runner) api(ctx context.Context) (err error) {
 				return err
 			}
 		}
+		r.rep.Rows[at].FastBatchEvents = r.fastBatchSum(ctx, boundaries)
 	}
 	if !r.cfg.wants("latency") {
 		return nil

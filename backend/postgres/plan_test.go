@@ -219,10 +219,11 @@ FROM pg_prepared_statements WHERE statement LIKE $1 AND NOT statement LIKE ANY($
 	}
 	// The reads with a query went unnamed, planned with their values each
 	// time: none of them is a prepared statement, which could turn
-	// generic. The head row's lock is, and runs its generic plan. (So may
-	// the read without a query: here it does, its table being small; on a
-	// boundary of larger events with statistics PostgreSQL keeps planning
-	// it, the generic plan costed as a walk of a third of the boundary.)
+	// generic. The head row's lock is, and runs its generic plan. (The
+	// read without a query is prepared too; on a table with statistics
+	// PostgreSQL may go on planning it, its generic plan costed as a walk
+	// of a third of the boundary: docs/performance.md, "Plans kept for the
+	// statements of every group".)
 	prepared := queryLines(t, s, `SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%tags @>%' AND statement NOT LIKE '%unnest%'
   AND statement NOT LIKE '%pg_prepared_statements%'`)
 	if len(prepared) > 0 {
@@ -268,17 +269,9 @@ func queryLines(t *testing.T, s *Store, sql string, args ...any) []string {
 	if err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	defer rows.Close()
-	var lines []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 	return lines
 }
@@ -307,14 +300,7 @@ func genericPlan(t *testing.T, s *Store, name, types, sql, values string) string
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				return err
-			}
-			lines = append(lines, line)
-		}
-		if err := rows.Err(); err != nil {
+		if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
 		for _, stmt := range []string{`DEALLOCATE ` + name, `RESET plan_cache_mode`} {

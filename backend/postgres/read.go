@@ -196,10 +196,9 @@ func (s *Store) Read(ctx context.Context, boundary string, after uint64, limit i
 
 // withValues returns the arguments of a statement for pgx: one with a
 // query's bind values (values, from whereQuery) goes unnamed (s.unnamed)
-// where the pool would prepare it, so
-// that PostgreSQL plans it with its values every time: the plan of a read
-// by a tag or a type depends on them (see Open). One without is prepared
-// and may run its generic plan.
+// where the pool would prepare it, so that PostgreSQL plans it with its
+// values every time: the plan of a read by a tag or a type depends on
+// them (see Open). One without is prepared and may run its generic plan.
 func (s *Store) withValues(values, args []any) []any {
 	if len(values) == 0 || s.unnamed == nil {
 		return args

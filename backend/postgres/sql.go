@@ -48,13 +48,14 @@ RETURNING name, epoch::text, head`
 	sqlNotify   = `SELECT pg_notify($1, $2)`
 	// The plan_cache_mode of a group transaction's statements (the pool's
 	// is auto, see Open, unless the URL sets another), set before the
-	// statements that need it. The unconditioned append statement takes a cached generic plan:
-	// nothing in it depends on the values, and planning it took about 0.2
-	// ms (pg_stat_statements), against 0.52 ms to run it for 64 events. A
-	// conditional one whose position is near the head also does, in a
-	// shape with one sensible plan (sqlAppendConditionNear); any other is
-	// planned with its values, as the reads are. The generic plan of the one shape there was,
-	// costed without the values, was a bitmap scan of every event with the
+	// statements that need it. The unconditioned append statement takes a
+	// cached generic plan: nothing in it depends on the values, and
+	// planning it took about 0.2 ms (pg_stat_statements), against 0.52 ms
+	// to run it for 64 events. A conditional one whose position is near
+	// the head also does, in a shape with one sensible plan
+	// (sqlAppendConditionNear); any other is planned with its values, as
+	// the reads with a query are. The generic plan of the one shape there
+	// was, costed without the values, was a bitmap scan of every event with the
 	// condition's tag, a sequential scan of the boundary or the range scan
 	// after the position, depending on the statistics when the connection
 	// first planned it (64 callers with conditions: 10,000 events/s in one

@@ -252,12 +252,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// rare tag walks every event of the boundary after the position
 		// instead of the tag index (a first-match lookup became a
 		// sequential scan: 15 ms instead of 0.3 ms on 20,000 events). Such
-		// reads are sent unnamed (Store.withValues), which PostgreSQL plans with
-		// their values every time, and the group transaction sets the mode
-		// of each of its statements itself (see sqlGenericPlans). The
-		// mode is set here rather than left to the database's or the
-		// role's default so that those hold: under force_generic_plan
-		// even an unnamed statement takes a generic plan.
+		// reads are sent unnamed (Store.withValues), which PostgreSQL
+		// plans with their values every time, and the group transaction
+		// sets the mode of each of its statements itself (see
+		// sqlGenericPlans). The mode is set here rather than left to the
+		// database's or the role's default so that those hold: under
+		// force_generic_plan even an unnamed statement takes a generic
+		// plan.
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "auto"
 	}
 	poolCfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
