@@ -39,6 +39,11 @@
 // purge, recreate and put-back renews the lease first (the fence), so a
 // publisher that no longer leads changes nothing.
 //
+// A short page (fewer events than BatchSize) reached the head: the
+// publisher is drained, and does not read again to confirm it. A wake-up
+// pending when a read starts is taken first: it was sent after a commit
+// that read sees.
+//
 // When drained the publisher waits for a wake-up from the appender or the
 // poll interval, whichever comes first; wake-ups are hints only. A node
 // also reads every boundary's head in one statement per its poll interval

@@ -71,6 +71,7 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 	p := r.p
 	pre := *prefetch
 	defer func() { *prefetch = pre }()
+	atHead := false
 	for ctx.Err() == nil {
 		if err := fl.ck.failure(); err != nil {
 			return err
@@ -79,12 +80,22 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 			return err
 		}
 		var res readResult
-		if pre != nil {
+		switch {
+		case pre != nil:
 			res = <-pre
 			pre = nil
-		} else {
+		case atHead:
+			// The last read was a short page: it reached the head. A
+			// commit since then has signalled a wake-up (taken before
+			// that read, so it is for a commit the read did not see);
+			// reading again at once found nothing most of the time, a
+			// store round trip per group under live load.
+			res = readResult{epoch: r.epoch}
+		default:
+			r.forgetWake()
 			res = r.read(ctx, next)
 		}
+		atHead = false
 		epoch, events, err := res.epoch, res.events, res.err
 		if err != nil {
 			if ctx.Err() != nil {
@@ -190,9 +201,12 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 		// read (after it is sent) usually finds nothing.
 		if len(events) == p.cfg.BatchSize {
 			res := make(chan readResult, 1)
+			r.forgetWake()
 			if p.life.Go(func() { res <- r.read(ctx, last+1) }) {
 				pre = res
 			}
+		} else {
+			atHead = true
 		}
 		if err := fl.send(actx, events); err != nil {
 			return err
@@ -217,6 +231,18 @@ func (r *run) upToBadRow(ctx context.Context, fl *flight, epoch string, events [
 		return err
 	}
 	return fl.settle(ctx, 0)
+}
+
+// forgetWake takes a pending wake-up before a read: it was sent after a
+// commit (backend.Store.OnAppend, or the node's read of the heads), which
+// the read about to start sees. A wake-up that stays pending would read
+// again at once and find nothing. Those that come after this are for
+// commits the read may not see.
+func (r *run) forgetWake() {
+	select {
+	case <-r.p.cfg.Wake:
+	default:
+	}
 }
 
 // readResult is one store read.

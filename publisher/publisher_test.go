@@ -964,6 +964,95 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	})
 }
 
+// readCounter counts the store's reads by the position they read after,
+// and calls after (when set) once a read has returned: a commit that lands
+// once the read's snapshot is taken.
+type readCounter struct {
+	publisher.Store
+	mu    sync.Mutex
+	reads map[uint64]int
+	after func(from uint64, events []event.Event)
+}
+
+func (c *readCounter) Read(ctx context.Context, b string, after uint64, limit int, q *event.Query) (string, []event.Event, error) {
+	epoch, events, err := c.Store.Read(ctx, b, after, limit, q)
+	c.mu.Lock()
+	c.reads[after]++
+	f := c.after
+	c.mu.Unlock()
+	if f != nil {
+		f(after, events)
+	}
+	return epoch, events, err
+}
+
+func (c *readCounter) count(after uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads[after]
+}
+
+// TestShortPageReadOnce_I4: a short page reached the head, and a wake-up
+// pending when a read starts is for a commit that read sees: the
+// publisher does not read again at once (it did, a store round trip per
+// group that found nothing, docs/performance.md), yet an event committed
+// after a read, with its wake-up, is published without a poll (the poll
+// interval is an hour): I4.
+func TestShortPageReadOnce_I4(t *testing.T) {
+	e := setup(t)
+	e.append(t, 2)
+	c := &readCounter{Store: e.store, reads: map[uint64]int{}}
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{} // the wake-up of the 2 events, pending at the start
+	p := publisher.New(publisher.Config{Boundary: "b", Store: c, JS: e.js, BatchSize: 50, Window: 8,
+		PollInterval: time.Hour, Wake: wake})
+	stop := run(t, p, e.lease(t))
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	idleAt := func(pos uint64) {
+		t.Helper()
+		epoch := e.head(t).Boundary.Epoch
+		testutil.Eventually(t, fmt.Sprintf("the publisher idle at %d", pos), 10*time.Second, 10*time.Millisecond, func() bool {
+			return p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: epoch, Head: pos + 1}}) &&
+				!p.Behind(backend.Head{Boundary: event.Boundary{Name: "b", Epoch: epoch, Head: pos}})
+		})
+	}
+	idleAt(2)
+	if n := c.count(2); n != 0 {
+		t.Fatalf("%d reads after 2 with the page 1..2 short and the start's wake-up taken by the first read, want 0", n)
+	}
+
+	// One group, its wake-up: one read.
+	e.append(t, 3)
+	poke(wake)
+	idleAt(5)
+	if n, m := c.count(2), c.count(5); n != 1 || m != 0 {
+		t.Fatalf("reads after 2: %d, after 5: %d, for a group of 3 and its wake-up; want 1 and 0", n, m)
+	}
+
+	// A commit once the read of 6 has returned, with its wake-up: it must
+	// be read, or it waits for an hour's poll.
+	var once sync.Once
+	c.mu.Lock()
+	c.after = func(from uint64, events []event.Event) {
+		if from == 5 && len(events) > 0 {
+			once.Do(func() { e.append(t, 1); poke(wake) })
+		}
+	}
+	c.mu.Unlock()
+	e.append(t, 1)
+	poke(wake)
+	testutil.Eventually(t, "position 7, committed after the read of 6, published", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 7 })
+	idleAt(7)
+	e.wantStreamLast(t, 7)
+	if n := c.count(7); n != 0 {
+		t.Fatalf("%d reads after 7, want 0", n)
+	}
+}
+
 // gatedSave holds every checkpoint write at gate until it is closed,
 // reporting the positions on entered.
 type gatedSave struct {
