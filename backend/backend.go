@@ -68,6 +68,11 @@ type Reader interface {
 	// it, checked and good, are returned with that error (none when it is
 	// the first), so that the publisher publishes up to it and never past
 	// it (docs/design.md §5, "Bad rows"). With any other error, none.
+	//
+	// Without a query and without an error, a page of fewer than limit
+	// events ends at the boundary's head as of the read's snapshot: the
+	// publisher takes a short page for the head and waits for a wake-up
+	// (the conformance suite's Pagination checks it).
 	Read(ctx context.Context, boundary string, after uint64, limit int, q *event.Query) (epoch string, events []event.Event, err error)
 }
 

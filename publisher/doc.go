@@ -41,8 +41,10 @@
 //
 // A short page (fewer events than BatchSize) reached the head: the
 // publisher is drained, and does not read again to confirm it. A wake-up
-// pending when a read starts is taken first: it was sent after a commit
-// that read sees.
+// pending when a read starts is taken first: one for a commit was sent
+// after the commit, which that read sees; the others (StreamDrifted, and
+// Behind for a head gone back) leave a flag acted on when the publisher
+// next goes idle, where it probes a held head row too.
 //
 // When drained the publisher waits for a wake-up from the appender or the
 // poll interval, whichever comes first; wake-ups are hints only. A node

@@ -24,7 +24,7 @@ import (
 // (I4).
 func (p *Publisher) Behind(h backend.Head) bool {
 	if !p.idle.Load() {
-		return false // it runs (and reads again before it waits), or it does not lead
+		return false // it runs (it reads again, or awaits acknowledgements and then a pending wake-up), or it does not lead
 	}
 	if e := p.epoch.Load(); e != nil && *e != h.Boundary.Epoch {
 		return true

@@ -87,7 +87,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// MsgID sets Nats-Msg-Id to the event id.
 	MsgID bool
-	// Wake receives a value when the boundary may have new events.
+	// Wake receives a value when the boundary may have new events: for a
+	// commit, only once its events can be read (backend.Notifier's
+	// OnAppend is called after the commit). The publisher takes a pending
+	// value before each read, as answered by that read.
 	Wake   <-chan struct{}
 	Logger *slog.Logger
 

@@ -1035,22 +1035,76 @@ func TestShortPageReadOnce_I4(t *testing.T) {
 
 	// A commit once the read of 6 has returned, with its wake-up: it must
 	// be read, or it waits for an hour's poll.
-	var once sync.Once
-	c.mu.Lock()
-	c.after = func(from uint64, events []event.Event) {
-		if from == 5 && len(events) > 0 {
-			once.Do(func() { e.append(t, 1); poke(wake) })
-		}
-	}
-	c.mu.Unlock()
+	failed := c.commitAfterRead(e, wake, 5)
 	e.append(t, 1)
 	poke(wake)
 	testutil.Eventually(t, "position 7, committed after the read of 6, published", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 7 })
+	if err := failed(); err != nil {
+		t.Fatal(err)
+	}
 	idleAt(7)
 	e.wantStreamLast(t, 7)
 	if n := c.count(7); n != 0 {
 		t.Fatalf("%d reads after 7, want 0", n)
 	}
+}
+
+// commitAfterRead makes the first read after from that returns events
+// append one more event and send its wake-up once it has returned, as a
+// commit landing after the read's snapshot. The append runs on the
+// publisher's goroutine: its error, if any, is returned by the function
+// this returns, for the test's goroutine to fail on.
+func (c *readCounter) commitAfterRead(e *env, wake chan struct{}, from uint64) (failed func() error) {
+	var (
+		once sync.Once
+		mu   sync.Mutex
+		err  error
+	)
+	in := []event.Input{{ID: event.NewID(), Type: "t", Data: json.RawMessage(`{}`), Tags: []string{}}}
+	c.mu.Lock()
+	c.after = func(after uint64, events []event.Event) {
+		if after == from && len(events) > 0 {
+			once.Do(func() {
+				_, aerr := e.store.Append(context.Background(), "b", in, nil)
+				mu.Lock()
+				err = aerr
+				mu.Unlock()
+				poke(wake)
+			})
+		}
+	}
+	c.mu.Unlock()
+	return func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return err
+	}
+}
+
+// TestReadAheadTakesWakeBeforeItsRead_I4: the read ahead of a full page
+// takes a pending wake-up before it reads, never after: an event committed
+// once that read has returned, with its wake-up, is published without a
+// poll (an hour). Pages of 2, so the backlog of 3 makes a full page and a
+// read ahead after 2.
+func TestReadAheadTakesWakeBeforeItsRead_I4(t *testing.T) {
+	e := setup(t)
+	e.append(t, 3)
+	c := &readCounter{Store: e.store, reads: map[uint64]int{}}
+	wake := make(chan struct{}, 1)
+	failed := c.commitAfterRead(e, wake, 2)
+	p := publisher.New(publisher.Config{Boundary: "b", Store: c, JS: e.js, BatchSize: 2, Window: 8,
+		PollInterval: time.Hour, Wake: wake})
+	stop := run(t, p, e.lease(t))
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	testutil.Eventually(t, "position 4, committed after the read ahead of 3, published", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 4 })
+	if err := failed(); err != nil {
+		t.Fatal(err)
+	}
+	e.wantStreamLast(t, 4)
 }
 
 // gatedSave holds every checkpoint write at gate until it is closed,

@@ -180,6 +180,18 @@ func testRead(t *testing.T, open func(t *testing.T) backend.Store) {
 		if len(got) != 25 || got[0] != 1 || got[24] != 25 {
 			t.Fatalf("paged read returned %v, want 1..25", got)
 		}
+		// Without a query, a page is short only at the head: the
+		// publisher takes a short page for the head and waits for a
+		// wake-up (backend.Reader).
+		for after := uint64(0); after <= 25; after++ {
+			for _, limit := range []int{1, 2, 7, 10, 24, 25, 26, 1000} {
+				want := min(uint64(limit), 25-after)
+				if p := page(after, limit, nil); uint64(len(p)) != want {
+					t.Fatalf("Read(after %d, limit %d) of a boundary at head 25 returned %d events, want %d: a page is short only at the head",
+						after, limit, len(p), want)
+				}
+			}
+		}
 		odd := &event.Query{Items: []event.QueryItem{{Types: []string{"odd"}}}}
 		if p := page(0, 3, odd); !slices.Equal(p, []uint64{1, 3, 5}) {
 			t.Fatalf("first filtered page = %v, want [1 3 5]", p)

@@ -466,9 +466,11 @@ func catalogue(scale int) []*spec {
 // no such line: kill(2) to itself returns before the stop reaches every
 // thread, so the checkpointer, writing the previous batch's checkpoint, may
 // still send it after that record (seen: sent 0.6 ms after it, taken by the
-// store under the good lease, its answer read after SIGCONT). Writes sent
-// before the stop are the checker's to judge, in the store's own order
-// (CheckAudit, C6 "stale").
+// store under the good lease, its answer read after SIGCONT). Writes
+// stamped before SIGCONT are not judged here (one stamped in the moment
+// before the stop took hold may even be sent after SIGCONT); the write the
+// stopped node makes after SIGCONT, which the AfterAck fault point holds
+// back until then, is the one that tries the fence, every round.
 func assertRefusedAfterStop(t *testing.T, r *run, h []Record, head uint64) {
 	if len(r.stopped) == 0 {
 		t.Fatal("S5: no node was stopped")
