@@ -117,8 +117,15 @@
 // OnAppend callbacks with the boundary of every notification, so a commit on
 // any node wakes the publishers of every node. The store also calls its
 // callbacks itself right after its own commits, without waiting for the
-// round trip; a boundary is then usually announced twice, which a hint may
-// be. When the LISTEN connection breaks, the listener reconnects with
+// round trip, and so the listener passes over the notifications sent by
+// its own pool's connections: it keeps the server process id of each
+// (added on connect, removed before the pool closes it) and compares the
+// notification's. Announced twice, a commit woke the publisher a second
+// time, for a read that found nothing (docs/performance.md). A process id
+// left in the set by a connection the server ended, and taken by another
+// node's new connection before the pool notices, would hide that node's
+// notifications until then; the node's read of every head each poll
+// interval catches what they would have woken. When the LISTEN connection breaks, the listener reconnects with
 // exponential back-off (ListenReconnectMin … ListenReconnectMax), logs once
 // per change of state, and after a reconnect wakes every boundary once,
 // since notifications sent while it was away are lost. Correctness never

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,6 +102,9 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 		s.notifications.Add(1)
 		switch {
 		case n.Payload == "":
+		case n.Channel == notifyChannel && s.own.has(n.PID):
+			// A commit of this store's: its callbacks ran after it.
+			s.ownNotifications.Add(1)
 		case n.Channel == notifyChannel:
 			s.notify(n.Payload)
 		case n.Channel == leaseChannel:
@@ -128,4 +132,30 @@ func closeQuietly(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
+}
+
+// backendPIDs is a set of server process ids: those of the pool's open
+// connections (Store.own).
+type backendPIDs struct {
+	mu sync.Mutex
+	m  map[uint32]struct{}
+}
+
+func (b *backendPIDs) add(pid uint32) {
+	b.mu.Lock()
+	b.m[pid] = struct{}{}
+	b.mu.Unlock()
+}
+
+func (b *backendPIDs) remove(pid uint32) {
+	b.mu.Lock()
+	delete(b.m, pid)
+	b.mu.Unlock()
+}
+
+func (b *backendPIDs) has(pid uint32) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.m[pid]
+	return ok
 }

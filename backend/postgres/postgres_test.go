@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -748,6 +750,79 @@ func TestNotifyAcrossStores(t *testing.T) {
 		return b.listens.Load() >= 2 && cur != 0 && cur != pid
 	})
 	expectWake("after the reconnect")
+}
+
+// TestOwnNotificationsPassedOver: the listener passes over the
+// notifications of the store's own commits, whose OnAppend callbacks the
+// store called itself after each commit: one callback a commit, not two
+// (the second woke the publisher for a read that found nothing,
+// docs/performance.md). Another store's commits still wake it. The set of
+// the pool's server processes follows the pool: a connection the pool
+// closes leaves it.
+func TestOwnNotificationsPassedOver(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	a := setup(t, Config{URL: withAppName(t, dbURL, "store_a")})
+	b := setup(t, Config{URL: withAppName(t, dbURL, "store_b")})
+	backendtest.Create(t, a, "orders")
+	woken, notify := backendtest.Notified(1024)
+	a.OnAppend(notify)
+	waitListens(t, a)
+	waitListens(t, b)
+
+	const n = 5
+	for range n {
+		mustAppendN(t, a, "orders", 1)
+	}
+	testutil.Eventually(t, "a's listener to hear its own 5 commits", 20*time.Second, 2*time.Millisecond, func() bool {
+		return a.ownNotifications.Load() == n
+	})
+	if got := len(woken); got != n {
+		t.Fatalf("%d OnAppend callbacks for %d commits of the store's own, want %d: its own notifications woke it again", got, n, n)
+	}
+	for range n {
+		<-woken
+	}
+	// b's commit is no notification of a's own.
+	mustAppendN(t, b, "orders", 1)
+	backendtest.WantNotified(t, woken, "orders", 20*time.Second, "a's OnAppend, for b's commit")
+	if got := a.ownNotifications.Load(); got != n {
+		t.Fatalf("a passed over %d notifications as its own, want %d: b's commit is not", got, n)
+	}
+
+	// The set holds the pool's connections' processes, and no other.
+	poolPIDs := func() []uint32 {
+		rows, err := b.pool.Query(t.Context(), `SELECT pid::bigint FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = 'store_a' ORDER BY pid`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]uint32, len(pids))
+		for i, p := range pids {
+			out[i] = uint32(p)
+		}
+		return out
+	}
+	ownPIDs := func() []uint32 {
+		a.own.mu.Lock()
+		defer a.own.mu.Unlock()
+		return slices.Sorted(maps.Keys(a.own.m))
+	}
+	if got, want := ownPIDs(), poolPIDs(); len(want) == 0 || !slices.Equal(got, want) {
+		t.Fatalf("the store's own processes %v, want its pool's %v", got, want)
+	}
+	a.pool.Reset() // closes every connection of the pool, in the background
+	testutil.Eventually(t, "the store's own processes to leave the set as its pool closes them", 20*time.Second, 2*time.Millisecond, func() bool {
+		return len(ownPIDs()) == 0
+	})
+	mustAppendN(t, a, "orders", 1)
+	if got, want := ownPIDs(), poolPIDs(); len(want) == 0 || !slices.Equal(got, want) {
+		t.Fatalf("the store's own processes %v after new connections, want its pool's %v", got, want)
+	}
 }
 
 // TestReleaseAnnouncedAcrossStores: a lease released by one store wakes the

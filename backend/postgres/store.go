@@ -177,6 +177,12 @@ type Store struct {
 	// staged are the OnStaged callbacks (enqueue.go).
 	staged backend.Callbacks
 
+	// own are the server processes of the pool's connections: the
+	// listener passes over a notification of a commit that one of them
+	// sent, since the store has called the OnAppend callbacks after that
+	// commit itself (listen.go).
+	own *backendPIDs
+
 	// waiting counts appends queued and not yet taken by a group; groups
 	// counts group transactions begun, batches the pipelined batches (round
 	// trips) they sent; listens counts LISTEN connections established,
@@ -187,6 +193,9 @@ type Store struct {
 	batches       atomic.Int64
 	listens       atomic.Int64
 	notifications atomic.Int64
+	// ownNotifications counts the notifications passed over as the
+	// pool's own.
+	ownNotifications atomic.Int64
 }
 
 // defaultConnectTimeout bounds a connection attempt when the URL sets no
@@ -261,10 +270,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// plan.
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "auto"
 	}
+	own := &backendPIDs{m: map[uint32]struct{}{}}
 	poolCfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		registerTypes(c.TypeMap())
+		own.add(c.PgConn().PID())
 		return nil
 	}
+	poolCfg.BeforeClose = func(c *pgx.Conn) { own.remove(c.PgConn().PID()) }
 	// The listener's application name is the pool's with a suffix, so
 	// operators (and tests) can tell it apart in pg_stat_activity.
 	listenCfg := poolCfg.ConnConfig.Copy()
@@ -278,6 +290,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.With("backend", "postgres", "database", poolCfg.ConnConfig.Database),
 		pool:       pool,
+		own:        own,
 		listenCfg:  listenCfg,
 		unnamed:    unnamedMode(poolCfg.ConnConfig),
 		queues:     make(map[string][]*sqlstore.Request),
