@@ -332,6 +332,11 @@ type groupRun struct {
 	missing   bool // the head-row lock found no boundary
 	open      bool // the transaction is open: the COMMIT has not run
 	committed bool // the COMMIT succeeded
+	// commitSent: a COMMIT was sent, whatever came of it. Its outcome may
+	// be unknown here (an error on the client's side after the server ran
+	// it), and the listener passes over the NOTIFY it carried as the
+	// pool's own: the callbacks are called for it anyway.
+	commitSent bool
 	// decisions of requests whose append statement wrote nothing.
 	decisions map[int]*decision
 	// locked is called once the head-row lock's result is read.
@@ -389,8 +394,13 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 	// to the pool: the callers get their answers, then the callbacks run.
 	defer func() {
 		g.answer()
-		if g.committed && g.touched() {
+		switch {
+		case g.committed && g.touched():
 			s.noteHead(b, g.head)
+			s.notify(b)
+		case g.commitSent:
+			// A hint too many is harmless; one too few leaves this
+			// node's publisher to the head watcher's next read.
 			s.notify(b)
 		}
 	}()
@@ -492,6 +502,7 @@ func (g *groupRun) appendAll(ctx context.Context, steps []step) bool {
 			steps = append(steps,
 				step{kind: stepNotify, req: -1, sql: sqlNotify, args: []any{notifyChannel, g.boundary}},
 				step{kind: stepCommit, req: -1, sql: sqlCommit})
+			g.commitSent = true
 		}
 		next, err := g.runBatch(ctx, steps)
 		if err != nil {
@@ -1117,6 +1128,7 @@ func (g *groupRun) commit(ctx context.Context) error {
 	batch.Queue(sqlNotify, notifyChannel, g.boundary)
 	batch.Queue(sqlCommit)
 	g.s.batches.Add(1)
+	g.commitSent = true
 	br := g.conn.SendBatch(ctx, batch)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()

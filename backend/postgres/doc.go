@@ -121,11 +121,18 @@
 // its own pool's connections: it keeps the server process id of each
 // (added on connect, removed before the pool closes it) and compares the
 // notification's. Announced twice, a commit woke the publisher a second
-// time, for a read that found nothing (docs/performance.md). A process id
-// left in the set by a connection the server ended, and taken by another
-// node's new connection before the pool notices, would hide that node's
-// notifications until then; the node's read of every head each poll
-// interval catches what they would have woken. When the LISTEN connection breaks, the listener reconnects with
+// time, for a read that found nothing (docs/performance.md). A group
+// whose COMMIT went out but whose outcome the store does not know (an
+// error on its side after the server ran it) calls the callbacks anyway,
+// and so does a move of staged events. A process id left in the set by a
+// connection the server ended (after a restart of PostgreSQL, say) stays
+// until the pool notices, up to its health check period (a minute by
+// default), and were it taken by another node's new connection meanwhile,
+// that node's notifications would be passed over: the node's read of
+// every head each poll interval catches what they would have woken.
+// Behind PgBouncer the ids the pool knows are PgBouncer's, not the
+// server's, and nothing is passed over (each commit then wakes twice, as
+// before). When the LISTEN connection breaks, the listener reconnects with
 // exponential back-off (ListenReconnectMin … ListenReconnectMax), logs once
 // per change of state, and after a reconnect wakes every boundary once,
 // since notifications sent while it was away are lost. Correctness never

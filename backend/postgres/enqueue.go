@@ -111,6 +111,13 @@ func (s *Store) MoveStaged(ctx context.Context, l backend.Lease, batch int) (Mov
 		return err
 	})
 	var pe *pgconn.PgError
+	if err != nil && r.Moved > 0 && !errors.As(err, &pe) {
+		// The move ran and its COMMIT's outcome is unknown (an error on
+		// the client's side): if it committed, the listener passes over
+		// its NOTIFY as the pool's own, so the callbacks are called
+		// anyway. A hint too many is harmless.
+		s.notify(l.Boundary)
+	}
 	switch {
 	case errors.As(err, &pe) && pe.Code == codeLeaseLost:
 		return MoveResult{}, fmt.Errorf("postgres: %s: %w: %s", op, event.ErrLeaseLost, pe.Message)

@@ -135,21 +135,25 @@ func closeQuietly(conn *pgx.Conn) {
 }
 
 // backendPIDs is a set of server process ids: those of the pool's open
-// connections (Store.own).
+// connections (Store.own). Each is counted: a connection the server ended
+// stays in the pool until the pool notices, and a new one may meanwhile
+// get its process id; the first one's removal must not take the second's.
 type backendPIDs struct {
 	mu sync.Mutex
-	m  map[uint32]struct{}
+	m  map[uint32]int
 }
 
 func (b *backendPIDs) add(pid uint32) {
 	b.mu.Lock()
-	b.m[pid] = struct{}{}
+	b.m[pid]++
 	b.mu.Unlock()
 }
 
 func (b *backendPIDs) remove(pid uint32) {
 	b.mu.Lock()
-	delete(b.m, pid)
+	if b.m[pid]--; b.m[pid] <= 0 {
+		delete(b.m, pid)
+	}
 	b.mu.Unlock()
 }
 

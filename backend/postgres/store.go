@@ -270,7 +270,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// plan.
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "auto"
 	}
-	own := &backendPIDs{m: map[uint32]struct{}{}}
+	own := &backendPIDs{m: map[uint32]int{}}
 	poolCfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		registerTypes(c.TypeMap())
 		own.add(c.PgConn().PID())
