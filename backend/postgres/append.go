@@ -332,10 +332,11 @@ type groupRun struct {
 	missing   bool // the head-row lock found no boundary
 	open      bool // the transaction is open: the COMMIT has not run
 	committed bool // the COMMIT succeeded
-	// commitSent: a COMMIT was sent, whatever came of it. Its outcome may
-	// be unknown here (an error on the client's side after the server ran
-	// it), and the listener passes over the NOTIFY it carried as the
-	// pool's own: the callbacks are called for it anyway.
+	// commitSent: a COMMIT was queued to be sent, whatever came of it.
+	// Without committed, its outcome may be unknown here (an error on the
+	// client's side after the server ran it), and the listener passes over
+	// the NOTIFY it carried as the pool's own: the callbacks are called for
+	// it anyway.
 	commitSent bool
 	// decisions of requests whose append statement wrote nothing.
 	decisions map[int]*decision
@@ -398,7 +399,7 @@ func (s *Store) commitGroup(b string, group []*sqlstore.Request, locked func()) 
 		case g.committed && g.touched():
 			s.noteHead(b, g.head)
 			s.notify(b)
-		case g.commitSent:
+		case g.commitSent && !g.committed:
 			// A hint too many is harmless; one too few leaves this
 			// node's publisher to the head watcher's next read.
 			s.notify(b)

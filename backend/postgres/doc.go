@@ -124,12 +124,16 @@
 // time, for a read that found nothing (docs/performance.md). A group
 // whose COMMIT went out but whose outcome the store does not know (an
 // error on its side after the server ran it) calls the callbacks anyway,
-// and so does a move of staged events. A process id left in the set by a
-// connection the server ended (after a restart of PostgreSQL, say) stays
-// until the pool notices, up to its health check period (a minute by
-// default), and were it taken by another node's new connection meanwhile,
-// that node's notifications would be passed over: the node's read of
-// every head each poll interval catches what they would have woken.
+// and so does a move of staged events. Each process id is kept with the
+// server's start time (pg_postmaster_start_time, read by each connection
+// and by the listener), so the ids of connections to an earlier run of
+// the server, dead and not yet closed by the pool, never match that of a
+// connection to the new run. Within one run, a connection the server
+// ended stays in the pool until the pool next uses it or retires it (up
+// to half an hour idle, or its lifetime of an hour, by default), and were its id
+// reused by another node's connection meanwhile, that node's
+// notifications would be passed over: the node's read of every head each
+// poll interval catches what they would have woken.
 // Behind PgBouncer the ids the pool knows are PgBouncer's, not the
 // server's, and nothing is passed over (each commit then wakes twice, as
 // before). When the LISTEN connection breaks, the listener reconnects with

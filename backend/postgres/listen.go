@@ -94,6 +94,12 @@ func (s *Store) listenConnect(ctx context.Context) (*pgx.Conn, error) {
 
 // receive delivers notifications until the connection fails or ctx ends.
 func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
+	// The server's start time: the pool's connections to an earlier run
+	// of it (dead, not yet closed by the pool) are not this run's.
+	started, err := serverStarted(ctx, conn)
+	if err != nil {
+		return err
+	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -102,7 +108,7 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 		s.notifications.Add(1)
 		switch {
 		case n.Payload == "":
-		case n.Channel == notifyChannel && s.own.has(n.PID):
+		case n.Channel == notifyChannel && s.own.has(backendKey{started, n.PID}):
 			// A commit of this store's: its callbacks ran after it.
 			s.ownNotifications.Add(1)
 		case n.Channel == notifyChannel:
@@ -134,32 +140,59 @@ func closeQuietly(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// backendPIDs is a set of server process ids: those of the pool's open
-// connections (Store.own). Each is counted: a connection the server ended
-// stays in the pool until the pool notices, and a new one may meanwhile
-// get its process id; the first one's removal must not take the second's.
-type backendPIDs struct {
-	mu sync.Mutex
-	m  map[uint32]int
+// backendKey names a server process: the server's start time and the
+// process id, which a later run of the server reuses.
+type backendKey struct {
+	started int64 // Unix microseconds
+	pid     uint32
 }
 
-func (b *backendPIDs) add(pid uint32) {
-	b.mu.Lock()
-	b.m[pid]++
-	b.mu.Unlock()
-}
-
-func (b *backendPIDs) remove(pid uint32) {
-	b.mu.Lock()
-	if b.m[pid]--; b.m[pid] <= 0 {
-		delete(b.m, pid)
+// serverStarted reads the start time of the server conn is connected to,
+// in Unix microseconds.
+func serverStarted(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	var t time.Time
+	if err := conn.QueryRow(ctx, sqlServerStarted).Scan(&t); err != nil {
+		return 0, translate("read the server's start time", err)
 	}
+	return t.UnixMicro(), nil
+}
+
+// backendPIDs is the set of the server processes of the pool's open
+// connections (Store.own). Each is counted: two connections may name the
+// same process while the pool has not yet closed a dead one.
+type backendPIDs struct {
+	mu    sync.Mutex
+	conns map[*pgx.Conn]backendKey
+	n     map[backendKey]int
+}
+
+func newBackendPIDs() *backendPIDs {
+	return &backendPIDs{conns: map[*pgx.Conn]backendKey{}, n: map[backendKey]int{}}
+}
+
+func (b *backendPIDs) add(c *pgx.Conn, k backendKey) {
+	b.mu.Lock()
+	b.conns[c] = k
+	b.n[k]++
 	b.mu.Unlock()
 }
 
-func (b *backendPIDs) has(pid uint32) bool {
+// remove is the pool's BeforeClose.
+func (b *backendPIDs) remove(c *pgx.Conn) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.m[pid]
-	return ok
+	k, ok := b.conns[c]
+	if !ok {
+		return
+	}
+	delete(b.conns, c)
+	if b.n[k]--; b.n[k] <= 0 {
+		delete(b.n, k)
+	}
+}
+
+func (b *backendPIDs) has(k backendKey) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n[k] > 0
 }

@@ -180,7 +180,9 @@ type Store struct {
 	// own are the server processes of the pool's connections: the
 	// listener passes over a notification of a commit that one of them
 	// sent, since the store has called the OnAppend callbacks after that
-	// commit itself (listen.go).
+	// commit itself (listen.go). Each is known with the server's start
+	// time, so that a dead connection's process id, after a restart of
+	// the server, never matches another node's new connection.
 	own *backendPIDs
 
 	// waiting counts appends queued and not yet taken by a group; groups
@@ -270,13 +272,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// plan.
 		poolCfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "auto"
 	}
-	own := &backendPIDs{m: map[uint32]int{}}
-	poolCfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+	own := newBackendPIDs()
+	poolCfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		registerTypes(c.TypeMap())
-		own.add(c.PgConn().PID())
+		started, err := serverStarted(ctx, c)
+		if err != nil {
+			return err
+		}
+		own.add(c, backendKey{started, c.PgConn().PID()})
 		return nil
 	}
-	poolCfg.BeforeClose = func(c *pgx.Conn) { own.remove(c.PgConn().PID()) }
+	poolCfg.BeforeClose = own.remove
 	// The listener's application name is the pool's with a suffix, so
 	// operators (and tests) can tell it apart in pg_stat_activity.
 	listenCfg := poolCfg.ConnConfig.Copy()
