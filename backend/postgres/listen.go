@@ -27,7 +27,7 @@ func (s *Store) listen(ctx context.Context) {
 	connectedOnce := false
 	down := false // a loss has been logged and not yet followed by a reconnect
 	for {
-		conn, err := s.listenConnect(ctx)
+		conn, started, err := s.listenConnect(ctx)
 		if ctx.Err() != nil {
 			if conn != nil {
 				closeQuietly(conn)
@@ -55,7 +55,7 @@ func (s *Store) listen(ctx context.Context) {
 		}
 		connectedOnce, down = true, false
 
-		err = s.receive(ctx, conn)
+		err = s.receive(ctx, conn, started)
 		closeQuietly(conn)
 		if ctx.Err() != nil {
 			return
@@ -79,27 +79,28 @@ func nextBackoff(d, limit time.Duration) time.Duration {
 	return min(max(2*d, time.Millisecond), limit)
 }
 
-// listenConnect opens the LISTEN connection and subscribes it.
-func (s *Store) listenConnect(ctx context.Context) (*pgx.Conn, error) {
+// listenConnect opens the LISTEN connection and subscribes it, and reads
+// the server's start time: the pool's connections to an earlier run of it
+// (dead, not yet closed by the pool) are not this run's (Store.own).
+func (s *Store) listenConnect(ctx context.Context) (*pgx.Conn, int64, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.listenCfg)
 	if err != nil {
-		return nil, translate("listen: connect", err)
+		return nil, 0, translate("listen: connect", err)
 	}
-	if _, err := conn.Exec(ctx, sqlListen); err != nil {
+	started, err := serverStarted(ctx, conn)
+	if err == nil {
+		_, err = conn.Exec(ctx, sqlListen)
+		err = translate("listen", err)
+	}
+	if err != nil {
 		closeQuietly(conn)
-		return nil, translate("listen", err)
+		return nil, 0, err
 	}
-	return conn, nil
+	return conn, started, nil
 }
 
 // receive delivers notifications until the connection fails or ctx ends.
-func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
-	// The server's start time: the pool's connections to an earlier run
-	// of it (dead, not yet closed by the pool) are not this run's.
-	started, err := serverStarted(ctx, conn)
-	if err != nil {
-		return err
-	}
+func (s *Store) receive(ctx context.Context, conn *pgx.Conn, started int64) error {
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -148,13 +149,16 @@ type backendKey struct {
 }
 
 // serverStarted reads the start time of the server conn is connected to,
-// in Unix microseconds.
+// in Unix microseconds (a number: no DateStyle to parse), within the
+// connect timeout.
 func serverStarted(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	var t time.Time
+	ctx, cancel := context.WithTimeout(ctx, defaultConnectTimeout)
+	defer cancel()
+	var t int64
 	if err := conn.QueryRow(ctx, sqlServerStarted).Scan(&t); err != nil {
 		return 0, translate("read the server's start time", err)
 	}
-	return t.UnixMicro(), nil
+	return t, nil
 }
 
 // backendPIDs is the set of the server processes of the pool's open

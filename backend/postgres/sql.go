@@ -288,7 +288,7 @@ const (
 	sqlRollbackToRelease = "ROLLBACK TO SAVEPOINT " + savepoint + "; RELEASE SAVEPOINT " + savepoint
 	notifyChannel        = "orisun_events"
 	leaseChannel         = "orisun_leases" // payload: a boundary whose lease was released
-	sqlServerStarted     = "SELECT pg_postmaster_start_time()"
+	sqlServerStarted     = "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint"
 	sqlListen            = "LISTEN " + notifyChannel + "; LISTEN " + leaseChannel + "; LISTEN " + stagedChannel
 	uniqueIDKey          = "orisun_events_boundary_id_key"
 	eventsPKey           = "orisun_events_pkey"
