@@ -85,11 +85,12 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 			res = <-pre
 			pre = nil
 		case atHead:
-			// The last read was a short page: it reached the head. A
-			// commit since then has signalled a wake-up (taken before
-			// that read, so it is for a commit the read did not see);
-			// reading again at once found nothing most of the time, a
-			// store round trip per group under live load.
+			// The last read was a short page: it reached the head, and is
+			// taken as the empty read that says so. A commit that read did
+			// not see sends a wake-up after it (the pending one was taken
+			// before the read), which the wait below takes. Reading again
+			// at once found nothing most of the time: a store round trip
+			// per group under live load.
 			res = readResult{epoch: r.epoch}
 		default:
 			r.forgetWake()
@@ -197,8 +198,8 @@ func (r *run) pump(ctx, actx context.Context, fl *flight, next uint64, poll, che
 			}
 		}
 		// A full batch means more may wait in the store: read it while
-		// this one is in flight. A short one reached the head; the next
-		// read (after it is sent) usually finds nothing.
+		// this one is in flight. A short one reached the head: once it is
+		// sent, the loop waits (atHead) instead of reading again.
 		if len(events) == p.cfg.BatchSize {
 			res := make(chan readResult, 1)
 			r.forgetWake()

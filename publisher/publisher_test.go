@@ -918,11 +918,7 @@ func TestBehindWakesIdlePublisher_I4(t *testing.T) {
 	p := publisher.New(publisher.Config{Boundary: "b", Store: e.store, JS: e.js, BatchSize: 50, Window: 8,
 		PollInterval: time.Hour, Wake: wake})
 	stop := run(t, p, e.lease(t))
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	defer stopped(t, stop)
 	testutil.Eventually(t, "the first 2 events published", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 2 })
 	// Idle at 2: a head of 2 is not behind; a held row or another epoch is.
 	testutil.Eventually(t, "the publisher idle at the head", 10*time.Second, 10*time.Millisecond, func() bool {
@@ -1007,11 +1003,7 @@ func TestShortPageReadOnce_I4(t *testing.T) {
 	p := publisher.New(publisher.Config{Boundary: "b", Store: c, JS: e.js, BatchSize: 50, Window: 8,
 		PollInterval: time.Hour, Wake: wake})
 	stop := run(t, p, e.lease(t))
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	defer stopped(t, stop)
 	idleAt := func(pos uint64) {
 		t.Helper()
 		epoch := e.head(t).Boundary.Epoch
@@ -1095,11 +1087,7 @@ func TestReadAheadTakesWakeBeforeItsRead_I4(t *testing.T) {
 	p := publisher.New(publisher.Config{Boundary: "b", Store: c, JS: e.js, BatchSize: 2, Window: 8,
 		PollInterval: time.Hour, Wake: wake})
 	stop := run(t, p, e.lease(t))
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	defer stopped(t, stop)
 	testutil.Eventually(t, "position 4, committed after the read ahead of 3, published", 10*time.Second, 10*time.Millisecond, func() bool { return e.checkpoint() == 4 })
 	if err := failed(); err != nil {
 		t.Fatal(err)
