@@ -322,30 +322,29 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if r.cfg.wants("append") {
-		if err := r.appends(ctx); err != nil {
-			return err
-		}
-	}
-	if r.cfg.wants("api") {
-		if err := r.api(ctx); err != nil {
-			return err
-		}
-	}
-	if r.cfg.wants("latency") {
+	latency := func(ctx context.Context) error {
 		for _, rate := range r.cfg.Rates {
 			if err := r.latency(ctx, rate); err != nil {
 				return err
 			}
 		}
+		return nil
 	}
-	if r.cfg.wants("scale") {
-		if err := r.scale(ctx); err != nil {
-			return err
+	// The workloads on the running node, in this order.
+	for _, w := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"append", r.appends},
+		{"api", r.api},
+		{"latency", latency},
+		{"scale", r.scale},
+		{"outbox", r.outbox},
+	} {
+		if !r.cfg.wants(w.name) {
+			continue
 		}
-	}
-	if r.cfg.wants("outbox") {
-		if err := r.outbox(ctx); err != nil {
+		if err := w.run(ctx); err != nil {
 			return err
 		}
 	}
