@@ -36,41 +36,53 @@ func TestHandlerErrorEndsSubscription(t *testing.T) {
 	}
 }
 
-// TestSubscribeOtherEpoch_I5: a subscription resuming with a saved epoch
-// that is not the boundary's ends with ErrEpochChanged, never a silent
-// continue.
-func TestSubscribeOtherEpoch_I5(t *testing.T) {
+// TestSubscribeRefused_I5: a subscription that cannot be served is a
+// clear error, never a silent continue or an endless wait: resuming with a
+// saved epoch that is not the boundary's is ErrEpochChanged (I5); an
+// unknown boundary is ErrNotFound; a nil handler is refused before
+// anything is read, not a nil-function panic at the first event; resuming
+// after a position the boundary does not have (a restored store) is
+// refused, beyond the int64 range of the stores too, up to the largest
+// uint64 (whose next position would wrap round to 0). At the head is no
+// error: the subscription waits for the next position.
+func TestSubscribeRefused_I5(t *testing.T) {
 	n := setup(t, "", nil)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	mustAppend(t, ctx, n, "default", events(3, "a", 16))
-	err := n.Subscribe(ctx, "default", 1, func(context.Context, orisun.Event) error { return nil },
-		orisun.SubscribeOptions{Epoch: "00000000-0000-0000-0000-000000000000"})
-	if !errors.Is(err, event.ErrEpochChanged) {
-		t.Fatalf("got %v, want ErrEpochChanged", err)
+	noop := func(context.Context, orisun.Event) error { return nil }
+	const beyond, limit = "beyond the head", "positions end at 9223372036854775807"
+	for _, c := range []struct {
+		name     string
+		boundary string
+		after    uint64
+		handler  func(context.Context, orisun.Event) error
+		opts     orisun.SubscribeOptions
+		want     error
+		saying   []string
+	}{
+		{"another epoch", "default", 1, noop, orisun.SubscribeOptions{Epoch: "00000000-0000-0000-0000-000000000000"}, event.ErrEpochChanged, nil},
+		{"unknown boundary", "nosuch", 0, noop, orisun.SubscribeOptions{}, event.ErrNotFound, nil},
+		{"nil handler", "default", 0, nil, orisun.SubscribeOptions{}, event.ErrInvalid, []string{"handler"}},
+		{"after 7", "default", 7, noop, orisun.SubscribeOptions{}, event.ErrInvalid, []string{beyond}},
+		{"after the largest int64", "default", math.MaxInt64, noop, orisun.SubscribeOptions{}, event.ErrInvalid, []string{beyond}},
+		{"after the int64 range", "default", math.MaxInt64 + 1, noop, orisun.SubscribeOptions{}, event.ErrInvalid, []string{beyond, limit}},
+		{"after the largest uint64", "default", math.MaxUint64, noop, orisun.SubscribeOptions{}, event.ErrInvalid, []string{beyond, limit}},
+	} {
+		err := n.Subscribe(ctx, c.boundary, c.after, c.handler, c.opts)
+		if !errors.Is(err, c.want) {
+			t.Fatalf("%s: got %v, want %v", c.name, err, c.want)
+		}
+		for _, s := range c.saying {
+			if !strings.Contains(err.Error(), s) {
+				t.Fatalf("%s: error %q does not say %q", c.name, err, s)
+			}
+		}
 	}
-}
-
-// TestSubscribeUnknownBoundary: a clear error, not an endless wait.
-func TestSubscribeUnknownBoundary(t *testing.T) {
-	n := setup(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := n.Subscribe(ctx, "nosuch", 0, func(context.Context, orisun.Event) error { return nil }, orisun.SubscribeOptions{})
-	if !errors.Is(err, event.ErrNotFound) {
-		t.Fatalf("got %v, want ErrNotFound", err)
-	}
-}
-
-// TestSubscribeNilHandler: a nil handler is a clear error before anything
-// is read, not a nil-function panic at the first event.
-func TestSubscribeNilHandler(t *testing.T) {
-	n := setup(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	mustAppend(t, ctx, n, "default", events(1, "a", 16))
-	err := n.Subscribe(ctx, "default", 0, nil, orisun.SubscribeOptions{})
-	if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "handler") {
-		t.Fatalf("got %v, want ErrInvalid naming the handler", err)
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer scancel()
+	if err := n.Subscribe(sctx, "default", 3, noop, orisun.SubscribeOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("subscribing at the head: %v", err)
 	}
 }
 
@@ -275,33 +287,6 @@ func TestRuntimeBoundaryPublishedAfterRestart(t *testing.T) {
 		if b.Name == "late" && (b.Head != 5 || b.State != "leading") {
 			t.Fatalf("%+v", b)
 		}
-	}
-}
-
-// TestSubscribeBeyondHead: resuming after a position the boundary does not
-// have (a restored store) is refused, never a silent wait.
-func TestSubscribeBeyondHead(t *testing.T) {
-	n := setup(t, "", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	mustAppend(t, ctx, n, "default", events(3, "a", 16))
-	noop := func(context.Context, orisun.Event) error { return nil }
-	// Beyond the int64 range of the stores too, up to the largest uint64
-	// (whose next position would wrap round to 0).
-	for _, after := range []uint64{7, math.MaxInt64, math.MaxInt64 + 1, math.MaxUint64} {
-		err := n.Subscribe(ctx, "default", after, noop, orisun.SubscribeOptions{})
-		if !errors.Is(err, event.ErrInvalid) || !strings.Contains(err.Error(), "beyond the head") {
-			t.Fatalf("after %d: got %v", after, err)
-		}
-		if after > math.MaxInt64 && !strings.Contains(err.Error(), "positions end at 9223372036854775807") {
-			t.Fatalf("after %d: error %q does not name the limit", after, err)
-		}
-	}
-	// At the head is fine: it waits for position 4.
-	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer scancel()
-	if err := n.Subscribe(sctx, "default", 3, noop, orisun.SubscribeOptions{}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("subscribing at the head: %v", err)
 	}
 }
 
