@@ -17,16 +17,9 @@ import (
 func TestCheckPage_I1_I4(t *testing.T) {
 	notJSON := page(6, 7, 8, 9)
 	notJSON[2].Data = []byte(`{"broken":`)
-	for _, c := range []struct {
-		name        string
-		after, head uint64
-		limit       int
-		events      []event.Event
-		dense       bool
-		good        int
-		pos         uint64
-		reason      string // "": no error
-	}{
+	checkPages(t, func(c pageCase) (int, error) {
+		return sqlstore.CheckPage("b", c.bound, c.head, c.limit, c.events, c.dense, true)
+	}, []pageCase{
 		{"intact", 5, 9, 100, page(6, 7, 8, 9), true, 4, 0, ""},
 		{"full page short of the head", 5, 20, 4, page(6, 7, 8, 9), true, 4, 0, ""},
 		{"not JSON in the middle", 5, 9, 100, notJSON, true, 2, 8, "not valid JSON"},
@@ -38,9 +31,31 @@ func TestCheckPage_I1_I4(t *testing.T) {
 		{"a hole and a row beyond the head", 10, 15, 100, page(11, 12, 14, 15, 1010), true, 2, 13, "missing"},
 		{"a query's page beyond the head", 0, 15, 100, page(3, 9, 1010), false, 2, 1010, "beyond the boundary's head 15"},
 		{"out of order", 5, 9, 100, page(6, 8, 7), false, 2, 7, "out of position order"},
-	} {
+	})
+}
+
+// pageCase is a row of a page check's table: the page's bound (the
+// position a forward page reads after, a backward page's top), the head,
+// limit and events it was read with, and whether it matches every event;
+// then the good events the check counts, and the position and reason of
+// its error ("": no error).
+type pageCase struct {
+	name        string
+	bound, head uint64
+	limit       int
+	events      []event.Event
+	dense       bool
+	good        int
+	pos         uint64
+	reason      string
+}
+
+// checkPages runs check on each case as a subtest and judges what it
+// returns (wantChecked).
+func checkPages(t *testing.T, check func(pageCase) (int, error), cases []pageCase) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			good, err := sqlstore.CheckPage("b", c.after, c.head, c.limit, c.events, c.dense, true)
+			good, err := check(c)
 			wantChecked(t, good, err, c.good, c.pos, c.reason)
 		})
 	}
