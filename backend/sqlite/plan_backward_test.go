@@ -12,29 +12,18 @@ import (
 
 // TestReadBackwardPlans: on a large boundary, a backward read without a
 // query is one search of the primary key from the bound down, with no
-// sort (no TEMP B-TREE) and no scan of the boundary; with a query it is
-// driven by the indexes the forward read uses (matchSQL), never through a
-// list of every position of a tag or type. EXPLAIN QUERY PLAN of the
+// sort (no TEMP B-TREE) and no scan of the boundary; with each query of
+// the forward plan test (planQueries) it is driven by the indexes the
+// forward read uses (matchSQL), never through a list of every position of
+// a tag or type. EXPLAIN QUERY PLAN of the
 // statement the store runs; and the reads give what the plans promise.
 func TestReadBackwardPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const n = 20000
 	s := planBig(t, n)
-	item, tagIndex, typeIndexes := backendtest.QueryItem, planTagIndex, planTypeIndexes
-	for _, c := range []struct {
-		name    string
-		q       *event.Query
-		indexes []string
-	}{
-		{"every event", nil, []string{"SEARCH events USING PRIMARY KEY (boundary=? AND position<?)"}},
-		{"tag", item(nil, "customer:42"), []string{tagIndex}},
-		{"common tag", item(nil, "all"), []string{tagIndex}},
-		{"two tags", item(nil, "customer:42", "order:42"), []string{tagIndex}},
-		{"type", item([]string{"type.7"}), typeIndexes},
-		{"common type", item([]string{"common"}), typeIndexes},
-		{"type and tag", item([]string{"type.7"}, "customer:42"), []string{tagIndex}},
-	} {
+	every := planQuery{"every event", nil, []string{"SEARCH events USING PRIMARY KEY (boundary=? AND position<?)"}}
+	for _, c := range append([]planQuery{every}, planQueries...) {
 		for _, top := range []uint64{n, n / 2} {
 			sql, args := readBackwardSQL(c.q, "big", top, 50)
 			p := queryPlan(t, s, sql, args...)
@@ -50,7 +39,7 @@ func TestReadBackwardPlans(t *testing.T) {
 	if err != nil || len(events) != 50 || events[0].Position != n || events[49].Position != n-49 {
 		t.Fatalf("backward read from the head: %d events, %v", len(events), err)
 	}
-	_, events, err = s.ReadBackward(ctx, "big", n/2, 3, item(nil, "customer:42"))
+	_, events, err = s.ReadBackward(ctx, "big", n/2, 3, backendtest.QueryItem(nil, "customer:42"))
 	if err != nil || len(events) != 2 || events[0].Position != 5043 || events[1].Position != 43 {
 		t.Fatalf("backward read by tag below %d: %d events, %v; want positions 5043 and 43", n/2, len(events), err)
 	}
@@ -74,6 +63,27 @@ func wantPlan(t *testing.T, what, p string, indexes []string, bads ...string) {
 			t.Errorf("%s: the plan has %q:\n%s", what, bad, p)
 		}
 	}
+}
+
+// planQuery is a query whose statements' plans are judged, with the
+// indexes one of which they must use.
+type planQuery struct {
+	name    string
+	q       *event.Query
+	indexes []string
+}
+
+// planQueries are the queries of the plan tests, on a boundary of
+// planBig: by tags, by types, and by both.
+var planQueries = []planQuery{
+	{"tag", backendtest.QueryItem(nil, "customer:42"), []string{planTagIndex}},
+	{"common tag", backendtest.QueryItem(nil, "all"), []string{planTagIndex}},
+	{"two tags", backendtest.QueryItem(nil, "customer:42", "order:42"), []string{planTagIndex}},
+	{"type", backendtest.QueryItem([]string{"type.7"}), planTypeIndexes},
+	{"common type", backendtest.QueryItem([]string{"common"}), planTypeIndexes},
+	{"two types", backendtest.QueryItem([]string{"common", "type.7"}), planTypeIndexes},
+	{"type and tag", backendtest.QueryItem([]string{"type.7"}, "customer:42"), []string{planTagIndex}},
+	{"two items", &event.Query{Items: []event.QueryItem{{Tags: []string{"all"}}, {Types: []string{"common"}}}}, []string{planTagIndex}},
 }
 
 // The tag index is event_tags, aliased t in the statements; a type-only

@@ -36,21 +36,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	const n = 20000
 	s := planBig(t, n)
-	item, tagIndex, typeIndexes := backendtest.QueryItem, planTagIndex, planTypeIndexes
-	for _, c := range []struct {
-		name    string
-		q       *event.Query
-		indexes []string
-	}{
-		{"tag", item(nil, "customer:42"), []string{tagIndex}},
-		{"common tag", item(nil, "all"), []string{tagIndex}},
-		{"two tags", item(nil, "customer:42", "order:42"), []string{tagIndex}},
-		{"type", item([]string{"type.7"}), typeIndexes},
-		{"common type", item([]string{"common"}), typeIndexes},
-		{"two types", item([]string{"common", "type.7"}), typeIndexes},
-		{"type and tag", item([]string{"type.7"}, "customer:42"), []string{tagIndex}},
-		{"two items", &event.Query{Items: []event.QueryItem{{Tags: []string{"all"}}, {Types: []string{"common"}}}}, []string{tagIndex}},
-	} {
+	for _, c := range planQueries {
 		readSQL, readArgs := readSQL(c.q, "big", 0, 100)
 		latestSQL, latestArgs := latestSQL(c.q, "big", n)
 		condSQL, condArgs := firstMatchSQL(c.q, "big", 0)
@@ -65,7 +51,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			p := queryPlan(t, s, st.sql, st.args...)
 			t.Logf("%s by %s:\n%s", st.name, c.name, p)
 			var searches []string
-			if c.indexes[0] == tagIndex {
+			if c.indexes[0] == planTagIndex {
 				// The types of a tagged position are checked by position,
 				// never by a search of the events from the bound.
 				searches = []string{"SEARCH y USING PRIMARY KEY (boundary=? AND position>?)", "SEARCH y USING PRIMARY KEY (boundary=? AND position<?)"}
