@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -342,6 +343,30 @@ func (p *clientProc) close() error {
 	return nil
 }
 
+// rowProfile starts the CPU profile of api row n when the config asks for
+// one (RowCPUProfiles); the function it returns stops it.
+func (r *runner) rowProfile(n int) (stop func() error, err error) {
+	if r.cfg.RowCPUProfiles == "" {
+		return func() error { return nil }, nil
+	}
+	path := filepath.Join(r.cfg.RowCPUProfiles, fmt.Sprintf("api-%d.prof", n))
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: the CPU profile of api row %d: %w", n, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench: the CPU profile of api row %d: %w", n, err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("bench: the CPU profile of api row %d: %w", n, err)
+		}
+		return nil
+	}, nil
+}
+
 // api runs the api rows: single events from each caller count, the most
 // of them spread over APIBoundaries boundaries (spreadShape), then
 // batches of 100 from 8 callers, each on fresh boundaries for the append
@@ -384,7 +409,14 @@ func (r *runner) api(ctx context.Context) (err error) {
 		cp := r.pgCheckpoints(ctx)
 		m := startMeter()
 		defer m.finish()
+		stopProfile, err := r.rowProfile(i + 1)
+		if err != nil {
+			return err
+		}
 		res, err := p.do(task)
+		if perr := stopProfile(); err == nil {
+			err = perr
+		}
 		if err != nil {
 			return err
 		}

@@ -89,6 +89,12 @@ type Config struct {
 	// ClientCPUProfile, when set, is where the api workload's client
 	// process writes a CPU profile of its whole life.
 	ClientCPUProfile string
+	// RowCPUProfiles, when set, is a directory where the process writes a
+	// CPU profile over each api row, api-<row>.prof, <row> numbering the
+	// api rows of the report from 1: what the node's process did during
+	// that row alone. The whole run's CPU profile (the command's
+	// --cpuprofile) cannot be taken with it.
+	RowCPUProfiles string
 	// Only limits the run to these workloads (names of Workloads); empty
 	// runs all.
 	Only []string

@@ -102,6 +102,33 @@ func TestAppendOnlyRunUsesTheStoresPageSize(t *testing.T) {
 	}
 }
 
+// wantRowProfiles: dir holds a CPU profile of each api row of rep, in
+// pprof's gzipped format, and nothing else.
+func wantRowProfiles(t *testing.T, dir string, rep *Report) {
+	t.Helper()
+	n := 0
+	for _, row := range rep.Rows {
+		if row.Workload != "api" {
+			continue
+		}
+		n++
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("api-%d.prof", n)))
+		if err != nil {
+			t.Fatalf("api row %d (%s): %v", n, row.Name, err)
+		}
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("api row %d (%s): the profile is %d bytes, not gzipped", n, row.Name, len(b))
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 || len(entries) != n {
+		t.Errorf("%d api rows, %d files in the profiles' directory", n, len(entries))
+	}
+}
+
 // TestAPIWorkload runs the api workload alone on SQLite, in a directory
 // kept after the run, and checks it against the store: each row is
 // compared with raw_insert (limit and ratio in the JSON), and the events
@@ -114,10 +141,12 @@ func TestAPIWorkload(t *testing.T) {
 	cfg.Only = []string{"api", "relay"}
 	cfg.Callers = []int{1, 3}
 	cfg.Dir = filepath.Join(t.TempDir(), "data")
+	cfg.RowCPUProfiles = t.TempDir()
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	wantRowProfiles(t, cfg.RowCPUProfiles, rep)
 	for _, c := range rep.Checks {
 		if !c.OK {
 			t.Errorf("check %q failed: want %d, got %d", c.Name, c.Want, c.Got)

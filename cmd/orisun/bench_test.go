@@ -82,6 +82,8 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"--only", "relay,teleport"}, "only"},
 		{[]string{"--log-level", "loud"}, "log-level"},
 		{[]string{"--memprofile", "/nonexistent-dir/bench.mem"}, "memprofile"},
+		{[]string{"--row-cpuprofiles", "rows", "--cpuprofile", "run.prof"}, "--row-cpuprofiles and --cpuprofile"},
+		{[]string{"--row-cpuprofiles", "/dev/null/rows"}, "row-cpuprofiles"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		t.Setenv("ORISUN_PG_URL", "")
