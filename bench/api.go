@@ -356,6 +356,7 @@ func (r *runner) rowProfile(n int) (stop func() error, err error) {
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		_ = f.Close()
+		_ = os.Remove(path)
 		return nil, fmt.Errorf("bench: the CPU profile of api row %d: %w", n, err)
 	}
 	return func() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net/http"
@@ -89,11 +90,12 @@ type Config struct {
 	// ClientCPUProfile, when set, is where the api workload's client
 	// process writes a CPU profile of its whole life.
 	ClientCPUProfile string
-	// RowCPUProfiles, when set, is a directory where the process writes a
-	// CPU profile over each api row, api-<row>.prof, <row> numbering the
-	// api rows of the report from 1: what the node's process did during
-	// that row alone. The whole run's CPU profile (the command's
-	// --cpuprofile) cannot be taken with it.
+	// RowCPUProfiles, when set, is an empty directory where the process
+	// writes a CPU profile over each append row of the api workload,
+	// api-<n>.prof for the n-th of them in the report (the api workload's
+	// latency rows come after them and have none): what the node's
+	// process did during that row alone. The whole run's CPU profile (the
+	// command's --cpuprofile) cannot be taken with it.
 	RowCPUProfiles string
 	// Only limits the run to these workloads (names of Workloads); empty
 	// runs all.
@@ -198,6 +200,19 @@ func (c *Config) Validate() error {
 			return bad("only", "%q is not a workload; use some of %s", w, strings.Join(Workloads, ","))
 		}
 	}
+	if c.RowCPUProfiles != "" {
+		if !c.wants("api") {
+			return bad("row-cpuprofiles", "the api workload is not among --only %s: no row would be profiled", strings.Join(c.Only, ","))
+		}
+		// A missing directory is made when the run starts.
+		entries, err := os.ReadDir(c.RowCPUProfiles)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return bad("row-cpuprofiles", "%v", err)
+		}
+		if len(entries) > 0 {
+			return bad("row-cpuprofiles", "%s is not empty: an earlier run's profiles would mix with this run's", c.RowCPUProfiles)
+		}
+	}
 	return nil
 }
 
@@ -247,6 +262,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.RowCPUProfiles != "" {
+		if err := os.MkdirAll(cfg.RowCPUProfiles, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: the directory of the row profiles: %w", err)
+		}
 	}
 	r := &runner{cfg: cfg, logger: cfg.Logger}
 	r.rep = &Report{

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -102,13 +103,14 @@ func TestAppendOnlyRunUsesTheStoresPageSize(t *testing.T) {
 	}
 }
 
-// wantRowProfiles: dir holds a CPU profile of each api row of rep, in
-// pprof's gzipped format, and nothing else.
-func wantRowProfiles(t *testing.T, dir string, rep *Report) {
+// wantRowProfiles: dir holds a CPU profile of each append row of the api
+// workload in rep, in pprof's format, each taken over at least the row's
+// duration (so over the row, not beside it), and nothing else.
+func wantRowProfiles(t *testing.T, dir string, rep *Report, rowTime time.Duration) {
 	t.Helper()
 	n := 0
 	for _, row := range rep.Rows {
-		if row.Workload != "api" {
+		if row.Workload != "api" || strings.HasPrefix(row.Name, "append → live") {
 			continue
 		}
 		n++
@@ -116,8 +118,12 @@ func wantRowProfiles(t *testing.T, dir string, rep *Report) {
 		if err != nil {
 			t.Fatalf("api row %d (%s): %v", n, row.Name, err)
 		}
-		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
-			t.Errorf("api row %d (%s): the profile is %d bytes, not gzipped", n, row.Name, len(b))
+		d, err := profileDuration(b)
+		if err != nil {
+			t.Fatalf("api row %d (%s): %v", n, row.Name, err)
+		}
+		if d < rowTime {
+			t.Errorf("api row %d (%s): the profile lasted %s, less than the row's %s", n, row.Name, d, rowTime)
 		}
 	}
 	entries, err := os.ReadDir(dir)
@@ -125,8 +131,58 @@ func wantRowProfiles(t *testing.T, dir string, rep *Report) {
 		t.Fatal(err)
 	}
 	if n == 0 || len(entries) != n {
-		t.Errorf("%d api rows, %d files in the profiles' directory", n, len(entries))
+		t.Errorf("%d api append rows, %d files in the profiles' directory", n, len(entries))
 	}
+}
+
+// profileDuration reads the duration_nanos field (10) of a gzipped pprof
+// profile (profile.proto), walking its top-level fields.
+func profileDuration(gz []byte) (time.Duration, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return 0, fmt.Errorf("not a gzipped profile: %w", err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return 0, err
+	}
+	for len(b) > 0 {
+		key, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, errors.New("a bad field key")
+		}
+		b = b[n:]
+		switch key & 7 {
+		case 0: // varint
+			v, n := binary.Uvarint(b)
+			if n <= 0 {
+				return 0, errors.New("a bad varint")
+			}
+			if key>>3 == 10 {
+				return time.Duration(v), nil
+			}
+			b = b[n:]
+		case 1: // 64 bits
+			if len(b) < 8 {
+				return 0, errors.New("a short fixed64")
+			}
+			b = b[8:]
+		case 2: // length-delimited
+			l, n := binary.Uvarint(b)
+			if n <= 0 || uint64(len(b)-n) < l {
+				return 0, errors.New("a bad length")
+			}
+			b = b[n+int(l):]
+		case 5: // 32 bits
+			if len(b) < 4 {
+				return 0, errors.New("a short fixed32")
+			}
+			b = b[4:]
+		default:
+			return 0, fmt.Errorf("wire type %d", key&7)
+		}
+	}
+	return 0, errors.New("no duration_nanos in the profile")
 }
 
 // TestAPIWorkload runs the api workload alone on SQLite, in a directory
@@ -146,7 +202,7 @@ func TestAPIWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	wantRowProfiles(t, cfg.RowCPUProfiles, rep)
+	wantRowProfiles(t, cfg.RowCPUProfiles, rep, cfg.AppendDuration)
 	for _, c := range rep.Checks {
 		if !c.OK {
 			t.Errorf("check %q failed: want %d, got %d", c.Name, c.Want, c.Got)

@@ -80,7 +80,7 @@ minutes; Ctrl-C stops it and cleans up.`,
 	fs.Int64Var(&cfg.StreamMaxBytes, "stream-max-bytes", cfg.StreamMaxBytes, "byte limit of every event stream (JetStream reserves it in memory per stream)")
 	fs.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (with the api workload: the node's process)")
 	fs.StringVar(&memprofile, "memprofile", "", "write the allocations of the whole run (a pprof allocs profile) to this file at its end (with the api workload: the node's process)")
-	fs.StringVar(&cfg.RowCPUProfiles, "row-cpuprofiles", "", "write a CPU profile of the node's process over each api row to DIR/api-N.prof, N numbering the api rows from 1 (not with --cpuprofile)")
+	fs.StringVar(&cfg.RowCPUProfiles, "row-cpuprofiles", "", "write a CPU profile of the node's process over each append row of the api workload to `DIR`/api-N.prof, N numbering those rows from 1 (DIR is made if missing and must be empty; not with --cpuprofile)")
 	fs.StringVar(&cfg.ClientCPUProfile, "client-cpuprofile", "", "write a CPU profile of the api workload's client process to this file")
 	fs.BoolVar(&msgID, "msg-id", msgID, "give every message Nats-Msg-Id, as ORISUN_NATS_MSG_ID=true does (the node's default is without)")
 	fs.StringVar(&saved, "report", "", "print the report saved by an earlier --json run in this file as text, and run nothing")
@@ -133,16 +133,11 @@ func runBench(cfg bench.Config, o benchOptions, stdout, stderr io.Writer) error 
 	if !o.quiet {
 		cfg.Progress = stderr
 	}
+	if cfg.RowCPUProfiles != "" && cpuprofile != "" {
+		return usageErr("--row-cpuprofiles and --cpuprofile: a process takes one CPU profile at a time; give one of them")
+	}
 	if err := cfg.Validate(); err != nil {
 		return exit(exitUsage, errors.New(strings.TrimPrefix(strings.TrimPrefix(err.Error(), "invalid: "), "bench: ")))
-	}
-	if cfg.RowCPUProfiles != "" {
-		if cpuprofile != "" {
-			return usageErr("--row-cpuprofiles and --cpuprofile: a process takes one CPU profile at a time; give one of them")
-		}
-		if err := os.MkdirAll(cfg.RowCPUProfiles, 0o755); err != nil {
-			return usageErr("--row-cpuprofiles: %v", err)
-		}
 	}
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)

@@ -21,8 +21,14 @@ func TestBenchCommand(t *testing.T) {
 		"--scale-idle", "100ms"}
 	var stdout, stderr bytes.Buffer
 	memprofile := filepath.Join(t.TempDir(), "bench.mem")
-	if code := run(append(tiny, "--json", "--memprofile", memprofile), &stdout, &stderr); code != 0 {
+	rows := filepath.Join(t.TempDir(), "rows") // made by the run
+	if code := run(append(tiny, "--json", "--memprofile", memprofile, "--row-cpuprofiles", rows), &stdout, &stderr); code != 0 {
 		t.Fatalf("orisun bench --json: exit %d\n%s", code, stderr.String())
+	}
+	// A CPU profile of each append row of the api workload (its content:
+	// TestAPIWorkload in package bench).
+	if b, err := os.ReadFile(filepath.Join(rows, "api-1.prof")); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--row-cpuprofiles wrote %d bytes (%v) for the first api row, want a gzipped pprof profile", len(b), err)
 	}
 	// The allocation profile is written at the end: a gzipped pprof
 	// profile.
@@ -68,6 +74,14 @@ func TestBenchCommand(t *testing.T) {
 
 // TestBenchCommandErrors: bad flags exit 2 with a message naming the flag.
 func TestBenchCommandErrors(t *testing.T) {
+	tmp := t.TempDir()
+	used := filepath.Join(tmp, "used")
+	if err := os.MkdirAll(used, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(used, "api-1.prof"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -82,9 +96,11 @@ func TestBenchCommandErrors(t *testing.T) {
 		{[]string{"--only", "relay,teleport"}, "only"},
 		{[]string{"--log-level", "loud"}, "log-level"},
 		{[]string{"--memprofile", "/nonexistent-dir/bench.mem"}, "memprofile"},
-		{[]string{"--row-cpuprofiles", "rows", "--cpuprofile", "run.prof"}, "--row-cpuprofiles and --cpuprofile"},
-		{[]string{"--row-cpuprofiles", "/dev/null/rows"}, "row-cpuprofiles"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--row-cpuprofiles", filepath.Join(tmp, "rows"), "--cpuprofile", filepath.Join(tmp, "run.prof")}, "--row-cpuprofiles and --cpuprofile"},
+		{[]string{"--row-cpuprofiles", "/dev/null/rows"}, "row-cpuprofiles: "},
+		{[]string{"--row-cpuprofiles", filepath.Join(tmp, "rows"), "--only", "relay"}, "row-cpuprofiles: the api workload is not among --only relay"},
+		{[]string{"--row-cpuprofiles", used}, "row-cpuprofiles: " + used + " is not empty"},
 	} {
 		t.Setenv("ORISUN_PG_URL", "")
 		var stdout, stderr bytes.Buffer
