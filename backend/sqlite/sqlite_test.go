@@ -518,6 +518,7 @@ type heldRequest struct {
 	ctx      context.Context
 	boundary string
 	in       []event.Input
+	cond     *event.Condition
 }
 
 // sendHeld holds the groups of s (holdGroups) and sends the requests in
@@ -528,7 +529,7 @@ func sendHeld(t *testing.T, s *Store, reqs []heldRequest) (outs []<-chan backend
 	queued, release := s.holdGroups()
 	t.Cleanup(release)
 	for i, r := range reqs {
-		outs = append(outs, backendtest.AppendAsync(r.ctx, s, r.boundary, r.in, nil))
+		outs = append(outs, backendtest.AppendAsync(r.ctx, s, r.boundary, r.in, r.cond))
 		testutil.Eventually(t, "request held", 10*time.Second, time.Millisecond, func() bool { return queued() == i+1 })
 	}
 	return outs, release
@@ -552,7 +553,7 @@ func TestMergedRun(t *testing.T) {
 		groups := s.groups.Load()
 		reqs := make([]heldRequest, len(ins))
 		for i, in := range ins {
-			reqs[i] = heldRequest{ctx, "orders", in}
+			reqs[i] = heldRequest{ctx: ctx, boundary: "orders", in: in}
 		}
 		outs, release := sendHeld(t, s, reqs)
 		release()
@@ -601,6 +602,66 @@ func TestMergedRun(t *testing.T) {
 	backendtest.WantStored(t, s, "orders", int(next+1), "")
 }
 
+// TestMergedRunsPerBoundary: the requests of a group whose callers
+// interleave two boundaries append in one run per boundary, each boundary's
+// requests at the positions of their order of arrival, each caller answered
+// with its own; a request with a condition still sees what its boundary's
+// requests before it in the group wrote, and nothing of the other
+// boundary's.
+func TestMergedRunsPerBoundary(t *testing.T) {
+	ctx := context.Background()
+	s := setup(t, Config{})
+	backendtest.Create(t, s, "orders")
+	backendtest.Create(t, s, "stock")
+	req := func(boundary string, n int, cond *event.Condition) heldRequest {
+		return heldRequest{ctx: ctx, boundary: boundary, in: backendtest.Prepared(t, boundary, n), cond: cond}
+	}
+	// Every event of Prepared is of type test.event: "none after 0"
+	// fails once its boundary holds one.
+	noneYet := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Types: []string{"test.event"}}}}}
+	reqs := []heldRequest{
+		req("orders", 1, nil), req("stock", 2, nil), req("orders", 2, nil), req("stock", 1, nil),
+		req("orders", 1, noneYet), // orders' first request is before it: a conflict
+		req("stock", 1, nil), req("orders", 1, nil),
+	}
+	groups, merged := s.groups.Load(), s.merged.Load()
+	outs, release := sendHeld(t, s, reqs)
+	release()
+	want := []struct {
+		first, last uint64
+		conflict    bool
+	}{{1, 1, false}, {1, 2, false}, {2, 3, false}, {3, 3, false}, {0, 0, true}, {4, 4, false}, {4, 4, false}}
+	for i, w := range want {
+		o := <-outs[i]
+		if w.conflict {
+			var ce *event.ConflictError
+			if !errors.As(o.Err, &ce) || ce.Position != 1 {
+				t.Fatalf("request %d (%s, with a condition): %+v, %v; want a conflict at position 1", i, reqs[i].boundary, o.Res, o.Err)
+			}
+			continue
+		}
+		if o.Err != nil || o.Res.First != w.first || o.Res.Last != w.last {
+			t.Fatalf("request %d (%s): %+v, %v; want %d..%d", i, reqs[i].boundary, o.Res, o.Err, w.first, w.last)
+		}
+	}
+	if n := s.groups.Load() - groups; n != 1 {
+		t.Fatalf("%d group transactions, want 1", n)
+	}
+	// orders: the two requests before the conditional one, and the one
+	// after it; stock: its three requests.
+	if n := s.merged.Load() - merged; n != 2 {
+		t.Fatalf("%d merged runs, want 2 (orders' first two and stock's three)", n)
+	}
+	for b, n := range map[string]int{"orders": 4, "stock": 4} {
+		events := backendtest.WantStored(t, s, b, n, "")
+		for _, e := range events {
+			if e.Boundary != b {
+				t.Fatalf("%s holds an event of %q", b, e.Boundary)
+			}
+		}
+	}
+}
+
 // TestMergedRunEdges: a run whose caller gave up in the middle, a run to a
 // boundary that does not exist, and a run split by another boundary: the
 // cancelled request writes nothing, the others keep the positions of their
@@ -612,7 +673,7 @@ func TestMergedRunEdges(t *testing.T) {
 	backendtest.Create(t, s, "orders")
 	cctx, cancel := context.WithCancel(ctx)
 	req := func(ctx context.Context, boundary string, n int) heldRequest {
-		return heldRequest{ctx, boundary, backendtest.Prepared(t, boundary, n)}
+		return heldRequest{ctx: ctx, boundary: boundary, in: backendtest.Prepared(t, boundary, n)}
 	}
 	outs, release := sendHeld(t, s, []heldRequest{req(ctx, "orders", 1), req(cctx, "orders", 2), req(ctx, "orders", 1),
 		req(ctx, "nope", 1), req(ctx, "nope", 1), req(ctx, "orders", 1)})
