@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -205,8 +204,9 @@ type groupRun struct {
 	// one caller, and a caller that goes away must not abort the others'
 	// commit.
 	ctx context.Context
-	// group are the requests, in order; replies[k] is the answer of
-	// group[k], sent once the group is done to those taken.
+	// group are the requests, in the order they run (byBoundary);
+	// replies[k] is the answer of group[k], sent once the group is done to
+	// those taken.
 	group   []*sqlstore.Request
 	replies []sqlstore.Reply
 	// now is the commit time of every event of the group.
@@ -256,7 +256,8 @@ func (s *Store) commitGroup(group []*sqlstore.Request) {
 	s.notify(g.touched)
 }
 
-// appendAll runs the requests of the group in order, a run of them
+// appendAll runs the requests of the group in their order (byBoundary:
+// boundary by boundary, each boundary's in order of arrival), a run of them
 // together where it can (runEnd), any other alone. false: the group
 // transaction is lost and every request was answered.
 func (g *groupRun) appendAll() bool {
@@ -306,14 +307,18 @@ func byBoundary(group []*sqlstore.Request) []*sqlstore.Request {
 	if !slices.ContainsFunc(group, func(r *sqlstore.Request) bool { return r.Boundary != group[0].Boundary }) {
 		return group
 	}
-	rank := make(map[string]int)
+	var order []string // the boundaries, as each first came
+	each := make(map[string][]*sqlstore.Request)
 	for _, r := range group {
-		if _, ok := rank[r.Boundary]; !ok {
-			rank[r.Boundary] = len(rank)
+		if _, ok := each[r.Boundary]; !ok {
+			order = append(order, r.Boundary)
 		}
+		each[r.Boundary] = append(each[r.Boundary], r)
 	}
-	out := slices.Clone(group)
-	slices.SortStableFunc(out, func(a, b *sqlstore.Request) int { return cmp.Compare(rank[a.Boundary], rank[b.Boundary]) })
+	out := make([]*sqlstore.Request, 0, len(group))
+	for _, b := range order {
+		out = append(out, each[b]...)
+	}
 	return out
 }
 

@@ -23,10 +23,13 @@
 // event after its position that matches its query fails the request with an
 // *event.ConflictError), then the head row, then the insert. A request that
 // fails is rolled back to its savepoint and answered with its own error;
-// the others still commit. Since the requests of a group run in order in one
-// transaction, each one sees the events of the requests before it: a retry
-// of an append earlier in the same group is recognised, and a condition is
-// checked against everything that will commit before it. If the COMMIT fails,
+// the others still commit. The requests of a group run boundary by
+// boundary, each boundary's in their order of arrival, in one transaction
+// (so a boundary's appends without a condition form one run however the
+// callers of several boundaries interleave): each one sees the events of its
+// boundary's requests before it, so a retry of an append earlier in the same
+// group is recognised, and a condition is checked against everything that
+// will commit before it. If the COMMIT fails,
 // every request of the group gets that error (nothing of the group was
 // written).
 //

@@ -603,67 +603,94 @@ func TestMergedRun(t *testing.T) {
 }
 
 // TestMergedRunsPerBoundary: the requests of a group whose callers
-// interleave two boundaries append in one run per boundary, each boundary's
-// requests at the positions of their order of arrival, each caller answered
-// with its own; a request with a condition still sees what its boundary's
-// requests before it in the group wrote, and nothing of the other
-// boundary's.
+// interleave boundaries append in one run per boundary (and after a
+// request with a condition, one more), each boundary's requests at the
+// positions of their order of arrival, each caller answered with its own
+// events; a request with a condition sees what its boundary's requests
+// before it in the group wrote, and nothing of another boundary's.
 func TestMergedRunsPerBoundary(t *testing.T) {
 	ctx := context.Background()
 	s := setup(t, Config{})
-	backendtest.Create(t, s, "orders")
-	backendtest.Create(t, s, "stock")
+	for _, b := range []string{"orders", "stock", "users", "carts"} {
+		backendtest.Create(t, s, b)
+	}
 	req := func(boundary string, n int, cond *event.Condition) heldRequest {
 		return heldRequest{ctx: ctx, boundary: boundary, in: backendtest.Prepared(t, boundary, n), cond: cond}
 	}
 	// Every event of Prepared is of type test.event: "none after 0"
 	// fails once its boundary holds one.
 	noneYet := &event.Condition{Query: event.Query{Items: []event.QueryItem{{Types: []string{"test.event"}}}}}
-	reqs := []heldRequest{
-		req("orders", 1, nil), req("stock", 2, nil), req("orders", 2, nil), req("stock", 1, nil),
-		req("orders", 1, noneYet), // orders' first request is before it: a conflict
-		req("stock", 1, nil), req("orders", 1, nil),
-	}
-	groups, merged := s.groups.Load(), s.merged.Load()
-	outs, release := sendHeld(t, s, reqs)
-	release()
-	want := []struct {
-		first, last uint64
-		conflict    bool
-	}{{1, 1, false}, {1, 2, false}, {2, 3, false}, {3, 3, false}, {0, 0, true}, {4, 4, false}, {4, 4, false}}
-	for i, w := range want {
-		o := <-outs[i]
-		if w.conflict {
-			var ce *event.ConflictError
-			if !errors.As(o.Err, &ce) || ce.Position != 1 {
-				t.Fatalf("request %d (%s, with a condition): %+v, %v; want a conflict at position 1", i, reqs[i].boundary, o.Res, o.Err)
+	// group runs reqs in one held group and checks that each boundary
+	// holds, from position 1 on, the events of the requests sent to it so
+	// far in order of arrival (those of refused requests left out), and
+	// that mergedRuns runs merged.
+	next := map[string]uint64{}
+	wantIDs := map[string][]string{}
+	group := func(reqs []heldRequest, refused map[int]bool, mergedRuns int64) {
+		t.Helper()
+		groups, merged := s.groups.Load(), s.merged.Load()
+		outs, release := sendHeld(t, s, reqs)
+		release()
+		for i, r := range reqs {
+			o := <-outs[i]
+			if refused[i] {
+				var ce *event.ConflictError
+				if !errors.As(o.Err, &ce) {
+					t.Fatalf("request %d (%s, with a condition): %+v, %v; want a conflict", i, r.boundary, o.Res, o.Err)
+				}
+				continue
 			}
-			continue
-		}
-		if o.Err != nil || o.Res.First != w.first || o.Res.Last != w.last {
-			t.Fatalf("request %d (%s): %+v, %v; want %d..%d", i, reqs[i].boundary, o.Res, o.Err, w.first, w.last)
-		}
-	}
-	if n := s.groups.Load() - groups; n != 1 {
-		t.Fatalf("%d group transactions, want 1", n)
-	}
-	// orders: the two requests before the conditional one, and the one
-	// after it; stock: its three requests.
-	if n := s.merged.Load() - merged; n != 2 {
-		t.Fatalf("%d merged runs, want 2 (orders' first two and stock's three)", n)
-	}
-	for b, n := range map[string]int{"orders": 4, "stock": 4} {
-		events := backendtest.WantStored(t, s, b, n, "")
-		for _, e := range events {
-			if e.Boundary != b {
-				t.Fatalf("%s holds an event of %q", b, e.Boundary)
+			first := next[r.boundary] + 1
+			last := first + uint64(len(r.in)) - 1
+			if o.Err != nil || o.Res.First != first || o.Res.Last != last {
+				t.Fatalf("request %d (%s): %+v, %v; want %d..%d", i, r.boundary, o.Res, o.Err, first, last)
+			}
+			next[r.boundary] = last
+			for _, e := range r.in {
+				wantIDs[r.boundary] = append(wantIDs[r.boundary], e.ID)
 			}
 		}
+		if n := s.groups.Load() - groups; n != 1 {
+			t.Fatalf("%d group transactions, want 1", n)
+		}
+		if n := s.merged.Load() - merged; n != mergedRuns {
+			t.Fatalf("%d merged runs, want %d", n, mergedRuns)
+		}
+		for b, ids := range wantIDs {
+			events := backendtest.WantStored(t, s, b, len(ids), "")
+			for k, e := range events {
+				if e.ID != ids[k] {
+					t.Fatalf("%s position %d holds %s, want %s (request order)", b, e.Position, e.ID, ids[k])
+				}
+			}
+		}
 	}
+
+	// A condition on a boundary still empty passes, whatever another
+	// boundary's requests before it in the group wrote.
+	group([]heldRequest{req("stock", 1, nil), req("stock", 2, nil), req("orders", 1, noneYet)}, nil, 1)
+
+	// Interleaved: carts' two requests before its conditional one merge
+	// (the first of them makes it fail), then its two after it; stock's
+	// three and users' two merge.
+	group([]heldRequest{
+		req("users", 1, nil), req("carts", 1, nil), req("stock", 2, nil), req("carts", 2, nil), req("users", 2, nil),
+		req("stock", 1, nil), req("carts", 1, noneYet), req("stock", 1, nil), req("carts", 1, nil), req("carts", 2, nil),
+	}, map[int]bool{6: true}, 4)
+
+	// Many interleaved requests (more than a sort by insertion handles):
+	// each boundary's keep their order of arrival.
+	var many []heldRequest
+	for i := range 45 {
+		many = append(many, req([]string{"orders", "stock", "users"}[i%3], 1+i%2, nil))
+	}
+	group(many, nil, 3)
 }
 
 // TestMergedRunEdges: a run whose caller gave up in the middle, a run to a
-// boundary that does not exist, and a run split by another boundary: the
+// boundary that does not exist, and a request of the first run's boundary
+// after the other boundary's (the group runs boundary by boundary: it
+// joins the first run): the
 // cancelled request writes nothing, the others keep the positions of their
 // order (no gap where the cancelled one was), the missing boundary's
 // requests are each answered ErrNotFound.
