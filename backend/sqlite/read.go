@@ -138,9 +138,10 @@ func (s *Store) readPage(ctx context.Context, op, boundary string, limit int, q 
 		return "", nil, s.translate(op, err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	rtx := s.readTx(tx)
 	var epoch string
 	var head int64
-	err = tx.QueryRowContext(ctx, sqlSelectEpochHead, boundary).Scan(&epoch, &head)
+	err = rtx.QueryRowContext(ctx, sqlSelectEpochHead, boundary).Scan(&epoch, &head)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil, notFound(op, boundary)
 	}
@@ -149,11 +150,11 @@ func (s *Store) readPage(ctx context.Context, op, boundary string, limit int, q 
 	}
 	dense := sqlstore.MatchesAll(q)
 	bound := r.bound(uint64(head))
-	if q, err = rarestTagFirst(ctx, tx, boundary, bound, r.dir, q); err != nil {
+	if q, err = rarestTagFirst(ctx, rtx, boundary, bound, r.dir, q); err != nil {
 		return "", nil, s.translate(op, err)
 	}
 	text, args := r.stmt(q, bound)
-	rows, err := tx.QueryContext(ctx, text, args...)
+	rows, err := rtx.QueryContext(ctx, text, args...)
 	if err != nil {
 		return "", nil, s.translate(op, err)
 	}
@@ -201,9 +202,10 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 		return event.Latest{}, s.translate(op, err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	rtx := s.readTx(tx)
 	var l event.Latest
 	var head int64
-	err = tx.QueryRowContext(ctx, sqlSelectEpochHead, boundary).Scan(&l.Epoch, &head)
+	err = rtx.QueryRowContext(ctx, sqlSelectEpochHead, boundary).Scan(&l.Epoch, &head)
 	if errors.Is(err, sql.ErrNoRows) {
 		return event.Latest{}, notFound(op, boundary)
 	}
@@ -211,12 +213,12 @@ func (s *Store) Latest(ctx context.Context, boundary string, q *event.Query) (ev
 		return event.Latest{}, s.translate(op, err)
 	}
 	l.Head = uint64(head)
-	if q, err = rarestTagFirst(ctx, tx, boundary, uint64(head), backward, q); err != nil {
+	if q, err = rarestTagFirst(ctx, rtx, boundary, uint64(head), backward, q); err != nil {
 		return event.Latest{}, s.translate(op, err)
 	}
 	all := sqlstore.MatchesAll(q)
 	text, args := latestSQL(q, boundary, uint64(head))
-	e, err := scanEvent(tx.QueryRowContext(ctx, text, args...), boundary, l.Epoch)
+	e, err := scanEvent(rtx.QueryRowContext(ctx, text, args...), boundary, l.Epoch)
 	if errors.Is(err, sql.ErrNoRows) {
 		if all && head > 0 {
 			// Every event matches: the one at the head is missing.

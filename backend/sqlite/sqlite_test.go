@@ -888,3 +888,48 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 		t.Fatalf("the three waiting requests and the returning caller committed in %d groups, want 1", n)
 	}
 }
+
+// TestStatementsPrepared: the statements every append, page read,
+// read-latest and checkpoint without a query runs are among those
+// prepared at Open, by the very texts the code builds, so no change of a
+// text can make them parsed again unseen: the id lookups and inserts of
+// every run of up to maxCachedRows events and of a full chunk, the
+// checkpoint, and the reader pool's reads.
+func TestStatementsPrepared(t *testing.T) {
+	s := setup(t, Config{})
+	for n := 1; n <= maxCachedRows; n++ {
+		for _, text := range []string{insertSQL.text(n), findIDsSQL.text(n)} {
+			if s.stmts[text] == nil {
+				t.Fatalf("the statement for %d events is not prepared: %.60q", n, text)
+			}
+		}
+	}
+	for _, text := range []string{insertSQL.text(insertChunk), findIDsSQL.text(idChunk), sqlSaveCheckpoint, sqlTakeHead} {
+		if s.stmts[text] == nil {
+			t.Errorf("the writer's statement is not prepared: %.60q", text)
+		}
+	}
+	read, _ := readSQL(nil, "b", 0, 10)
+	backward, _ := readBackwardSQL(nil, "b", 10, 10)
+	latest, _ := latestSQL(nil, "b", 10)
+	for _, text := range []string{sqlSelectEpochHead, read, backward, latest} {
+		if s.rstmts[text] == nil {
+			t.Errorf("the read is not prepared on the reader pool: %.60q", text)
+		}
+	}
+	// And they serve: a read of every kind through them.
+	backendtest.Create(t, s, "b")
+	ctx := context.Background()
+	if _, err := s.Append(ctx, "b", backendtest.Prepared(t, "b", 3), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, events, err := s.Read(ctx, "b", 0, 10, nil); err != nil || len(events) != 3 {
+		t.Fatalf("read: %d events, %v", len(events), err)
+	}
+	if _, events, err := s.ReadBackward(ctx, "b", 0, 10, nil); err != nil || len(events) != 3 || events[0].Position != 3 {
+		t.Fatalf("read backward: %+v, %v", events, err)
+	}
+	if l, err := s.Latest(ctx, "b", nil); err != nil || l.Event == nil || l.Event.Position != 3 {
+		t.Fatalf("read latest: %+v, %v", l, err)
+	}
+}

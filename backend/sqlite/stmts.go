@@ -11,8 +11,10 @@ import (
 
 // maxCachedRows: the id lookups and inserts of up to this many events (and
 // of a full chunk) use statements prepared once at Open. Parsing a statement
-// was about a quarter of the writer's time for single-event appends.
-const maxCachedRows = 16
+// was about a quarter of the writer's time for single-event appends; with
+// 64 single-event callers a run holds up to 64 events, which up to 16
+// parsed again (docs/performance.md, "SQLite: statements prepared once").
+const maxCachedRows = 64
 
 // sizedSQL is a statement whose text depends on a number of rows; the texts
 // of the sizes the writer prepares are built once.
@@ -77,7 +79,7 @@ const (
 // The map is never written after Open, so the writer reads it without a
 // lock.
 func (s *Store) prepareWriter(ctx context.Context) error {
-	texts := []string{sqlTakeHead, sqlSelectEpoch, sqlSavepoint, sqlRelease}
+	texts := []string{sqlTakeHead, sqlSelectEpoch, sqlSavepoint, sqlRelease, sqlSaveCheckpoint}
 	texts = append(texts, findIDsSQL.cached()...)
 	texts = append(texts, insertSQL.cached()...)
 	s.stmts = make(map[string]*sql.Stmt, len(texts))
@@ -90,6 +92,30 @@ func (s *Store) prepareWriter(ctx context.Context) error {
 	}
 	return nil
 }
+
+// readTexts are the reads every page of the relay makes (the epoch and the
+// head, then the page without a query) and a read-latest without a query:
+// prepared on the reader pool at Open, each connection of it preparing
+// them once (database/sql keeps a statement per connection), rather than
+// parsed for every read.
+var readTexts = []string{sqlSelectEpochHead, sqlReadAll, sqlLatestAny}
+
+// prepareReaders prepares readTexts on the reader pool.
+func (s *Store) prepareReaders(ctx context.Context) error {
+	s.rstmts = make(map[string]*sql.Stmt, len(readTexts))
+	for _, q := range readTexts {
+		st, err := s.rdb.PrepareContext(ctx, q)
+		if err != nil {
+			return translate(fmt.Sprintf("prepare %.40q", q), err)
+		}
+		s.rstmts[q] = st
+	}
+	return nil
+}
+
+// readTx is a read transaction as an execer that uses the reader pool's
+// prepared statements.
+func (s *Store) readTx(tx *sql.Tx) groupTx { return groupTx{tx: tx, stmts: s.rstmts} }
 
 // maxDynStmts bounds the condition statements the writer keeps prepared.
 // Their text depends only on the shape of the query (how many items, and
@@ -128,13 +154,17 @@ func (s *Store) closeStmts() {
 	for _, st := range s.stmts {
 		_ = st.Close()
 	}
+	for _, st := range s.rstmts {
+		_ = st.Close()
+	}
 	for _, st := range s.dyn {
 		_ = st.Close()
 	}
 }
 
-// groupTx is the group transaction as an execer that uses the prepared
-// statements where it has them.
+// groupTx is a transaction as an execer that uses the prepared statements
+// where it has them: the group transaction (the writer's statements), a
+// checkpoint's (the same) or a read's (the readers').
 type groupTx struct {
 	tx         *sql.Tx
 	stmts, dyn map[string]*sql.Stmt

@@ -124,6 +124,9 @@ type Store struct {
 	// writer goroutine touches dyn after Open.
 	stmts map[string]*sql.Stmt
 	dyn   map[string]*sql.Stmt
+	// rstmts are the reader pool's prepared statements (prepareReaders),
+	// never written after Open.
+	rstmts map[string]*sql.Stmt
 
 	// requests carries appends to the writer goroutine. It is unbuffered
 	// so a request is either taken by the writer or never sent: nothing is
@@ -271,6 +274,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.rdb.SetConnMaxIdleTime(0)
 	if err := s.rdb.PingContext(ctx); err != nil {
 		return fail(translate(fmt.Sprintf("open %q for reading", path), err))
+	}
+	if err := s.prepareReaders(ctx); err != nil {
+		return fail(err)
 	}
 
 	go s.writer()
