@@ -244,7 +244,7 @@ func (s *Store) commitGroup(group []*sqlstore.Request) {
 		g.fail(s.translate("append: begin", err))
 		return
 	}
-	g.sqlTx, g.tx = sqlTx, groupTx{tx: sqlTx, stmts: s.stmts, dyn: s.dyn}
+	g.sqlTx, g.tx = sqlTx, groupTx{tx: sqlTx, stmts: s.stmts, dyn: s.dyn, use: &s.stmtUse}
 	if !g.appendAll() || !g.commit() {
 		return // every request of the group was answered
 	}

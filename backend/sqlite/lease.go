@@ -32,7 +32,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, boundary string, l backend.L
 		return s.translate(op, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	res, err := groupTx{tx: tx, stmts: s.stmts}.ExecContext(ctx, sqlSaveCheckpoint, backend.ClampPosition(position), boundary, l.Holder, int64(l.Term))
+	res, err := groupTx{tx: tx, stmts: s.stmts, use: &s.stmtUse}.ExecContext(ctx, sqlSaveCheckpoint, backend.ClampPosition(position), boundary, l.Holder, int64(l.Term))
 	if err != nil {
 		return s.translate(op, err)
 	}

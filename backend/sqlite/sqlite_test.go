@@ -889,40 +889,32 @@ func TestNextGroupExpectsTheCallersOfTheLast(t *testing.T) {
 	}
 }
 
-// TestStatementsPrepared: the statements every append, page read,
-// read-latest and checkpoint without a query runs are among those
-// prepared at Open, by the very texts the code builds, so no change of a
-// text can make them parsed again unseen: the id lookups and inserts of
-// every run of up to maxCachedRows events and of a full chunk, the
-// checkpoint, and the reader pool's reads.
+// TestStatementsPrepared: an append of a few events, a checkpoint, and a
+// page read forward, a page read backward and a read-latest without a
+// query run only statements prepared at Open: none is parsed again (the
+// store counts the statements its transactions run as text). And the
+// texts the code builds for runs of up to maxCachedRows events and for a
+// full chunk are among the writer's prepared ones.
 func TestStatementsPrepared(t *testing.T) {
 	s := setup(t, Config{})
-	for n := 1; n <= maxCachedRows; n++ {
-		for _, text := range []string{insertSQL.text(n), findIDsSQL.text(n)} {
-			if s.stmts[text] == nil {
-				t.Fatalf("the statement for %d events is not prepared: %.60q", n, text)
-			}
-		}
-	}
-	for _, text := range []string{insertSQL.text(insertChunk), findIDsSQL.text(idChunk), sqlSaveCheckpoint, sqlTakeHead} {
-		if s.stmts[text] == nil {
-			t.Errorf("the writer's statement is not prepared: %.60q", text)
-		}
-	}
-	read, _ := readSQL(nil, "b", 0, 10)
-	backward, _ := readBackwardSQL(nil, "b", 10, 10)
-	latest, _ := latestSQL(nil, "b", 10)
-	for _, text := range []string{sqlSelectEpochHead, read, backward, latest} {
-		if s.rstmts[text] == nil {
-			t.Errorf("the read is not prepared on the reader pool: %.60q", text)
-		}
-	}
-	// And they serve: a read of every kind through them.
-	backendtest.Create(t, s, "b")
 	ctx := context.Background()
+	backendtest.Create(t, s, "b")
+	l, err := s.AcquireLease(ctx, "b", "n1", nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed := s.stmtUse.parsed.Load()
 	if _, err := s.Append(ctx, "b", backendtest.Prepared(t, "b", 3), nil); err != nil {
 		t.Fatal(err)
 	}
+	prepared := s.stmtUse.prepared.Load()
+	if err := s.SaveCheckpoint(ctx, "b", l, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.stmtUse.prepared.Load() - prepared; n != 1 {
+		t.Fatalf("the checkpoint ran %d prepared statements, want 1", n)
+	}
+	prepared = s.stmtUse.prepared.Load()
 	if _, events, err := s.Read(ctx, "b", 0, 10, nil); err != nil || len(events) != 3 {
 		t.Fatalf("read: %d events, %v", len(events), err)
 	}
@@ -931,5 +923,33 @@ func TestStatementsPrepared(t *testing.T) {
 	}
 	if l, err := s.Latest(ctx, "b", nil); err != nil || l.Event == nil || l.Event.Position != 3 {
 		t.Fatalf("read latest: %+v, %v", l, err)
+	}
+	// Each read: its epoch and head, then its page (or its latest).
+	if n := s.stmtUse.prepared.Load() - prepared; n != 6 {
+		t.Fatalf("the three reads ran %d prepared statements, want 6", n)
+	}
+	if n := s.stmtUse.parsed.Load() - parsed; n != 0 {
+		t.Fatalf("%d statements ran as text, want none", n)
+	}
+	// A read with a query runs as text (its statement depends on the
+	// query): the count sees it.
+	q := &event.Query{Items: []event.QueryItem{{Types: []string{"test.event"}}}}
+	if _, _, err := s.Read(ctx, "b", 0, 10, q); err != nil {
+		t.Fatal(err)
+	}
+	if s.stmtUse.parsed.Load() == parsed {
+		t.Fatal("a read with a query counted no statement run as text")
+	}
+	for n := 1; n <= maxCachedRows; n++ {
+		for _, text := range []string{insertSQL.text(n), findIDsSQL.text(n)} {
+			if s.stmts[text] == nil {
+				t.Fatalf("the statement for %d events is not prepared: %.60q", n, text)
+			}
+		}
+	}
+	for _, text := range []string{insertSQL.text(insertChunk), findIDsSQL.text(idChunk)} {
+		if s.stmts[text] == nil {
+			t.Errorf("the statement of a full chunk is not prepared: %.60q", text)
+		}
 	}
 }

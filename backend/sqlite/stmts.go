@@ -5,16 +5,18 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/orisun-io/orisun/backend/internal/sqlstore"
 )
 
 // maxCachedRows: the id lookups and inserts of up to this many events (and
 // of a full chunk) use statements prepared once at Open. Parsing a statement
-// was about a quarter of the writer's time for single-event appends; with
-// 64 single-event callers a run holds up to 64 events, which up to 16
-// parsed again (docs/performance.md, "SQLite: statements prepared once").
-const maxCachedRows = 64
+// was about a quarter of the writer's time for single-event appends. Runs
+// of more events are parsed each time: preparing every size up to a chunk
+// at Open took five times as long and 2.8 MB of SQLite's memory
+// (docs/performance.md, "SQLite: statements prepared once").
+const maxCachedRows = 16
 
 // sizedSQL is a statement whose text depends on a number of rows; the texts
 // of the sizes the writer prepares are built once.
@@ -115,7 +117,9 @@ func (s *Store) prepareReaders(ctx context.Context) error {
 
 // readTx is a read transaction as an execer that uses the reader pool's
 // prepared statements.
-func (s *Store) readTx(tx *sql.Tx) groupTx { return groupTx{tx: tx, stmts: s.rstmts} }
+func (s *Store) readTx(tx *sql.Tx) groupTx {
+	return groupTx{tx: tx, stmts: s.rstmts, use: &s.stmtUse}
+}
 
 // maxDynStmts bounds the condition statements the writer keeps prepared.
 // Their text depends only on the shape of the query (how many items, and
@@ -168,6 +172,23 @@ func (s *Store) closeStmts() {
 type groupTx struct {
 	tx         *sql.Tx
 	stmts, dyn map[string]*sql.Stmt
+	// use, when set, counts the statements run prepared and those run as
+	// text, which the driver parses each time (TestStatementsPrepared).
+	use *stmtUse
+}
+
+// stmtUse counts how the statements of transactions ran.
+type stmtUse struct{ prepared, parsed atomic.Int64 }
+
+// ran counts a statement run prepared or as text.
+func (g groupTx) ran(prepared bool) {
+	switch {
+	case g.use == nil:
+	case prepared:
+		g.use.prepared.Add(1)
+	default:
+		g.use.parsed.Add(1)
+	}
 }
 
 // stmt is the prepared statement of query, or nil.
@@ -179,21 +200,27 @@ func (g groupTx) stmt(query string) *sql.Stmt {
 }
 
 func (g groupTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := g.stmt(query); st != nil {
+	st := g.stmt(query)
+	g.ran(st != nil)
+	if st != nil {
 		return g.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
 	return g.tx.ExecContext(ctx, query, args...)
 }
 
 func (g groupTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := g.stmt(query); st != nil {
+	st := g.stmt(query)
+	g.ran(st != nil)
+	if st != nil {
 		return g.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
 	return g.tx.QueryContext(ctx, query, args...)
 }
 
 func (g groupTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := g.stmt(query); st != nil {
+	st := g.stmt(query)
+	g.ran(st != nil)
+	if st != nil {
 		return g.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
 	return g.tx.QueryRowContext(ctx, query, args...)

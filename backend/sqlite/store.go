@@ -127,6 +127,8 @@ type Store struct {
 	// rstmts are the reader pool's prepared statements (prepareReaders),
 	// never written after Open.
 	rstmts map[string]*sql.Stmt
+	// stmtUse counts how the statements of its transactions ran (groupTx).
+	stmtUse stmtUse
 
 	// requests carries appends to the writer goroutine. It is unbuffered
 	// so a request is either taken by the writer or never sent: nothing is

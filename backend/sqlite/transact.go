@@ -98,7 +98,7 @@ func (s *Store) transact(ctx context.Context, timeout time.Duration, prepare Pre
 		case <-runCtx.Done():
 		}
 	}()
-	a := &txAppender{s: s, ctx: runCtx, prepare: prepare, tx: groupTx{tx: tx, stmts: s.stmts, dyn: s.dyn}}
+	a := &txAppender{s: s, ctx: runCtx, prepare: prepare, tx: groupTx{tx: tx, stmts: s.stmts, dyn: s.dyn, use: &s.stmtUse}}
 	res := make(chan error, 1)
 	go func() {
 		defer func() {
