@@ -13,7 +13,7 @@ import (
 // maxCachedRows: the id lookups and inserts of up to this many events (and
 // of a full chunk) use statements prepared once at Open. Parsing a statement
 // was about a quarter of the writer's time for single-event appends. Runs
-// of more events are parsed each time: preparing every size up to a chunk
+// of more events are parsed each time: preparing every size up to 64
 // at Open took five times as long and 2.8 MB of SQLite's memory
 // (docs/performance.md, "SQLite: statements prepared once").
 const maxCachedRows = 16
