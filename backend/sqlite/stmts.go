@@ -84,15 +84,23 @@ func (s *Store) prepareWriter(ctx context.Context) error {
 	texts := []string{sqlTakeHead, sqlSelectEpoch, sqlSavepoint, sqlRelease, sqlSaveCheckpoint}
 	texts = append(texts, findIDsSQL.cached()...)
 	texts = append(texts, insertSQL.cached()...)
-	s.stmts = make(map[string]*sql.Stmt, len(texts))
+	var err error
+	s.stmts, err = prepareAll(ctx, s.wdb, texts)
+	return err
+}
+
+// prepareAll prepares texts on db. On an error the statements prepared
+// before it are returned too, for closeStmts to close.
+func prepareAll(ctx context.Context, db *sql.DB, texts []string) (map[string]*sql.Stmt, error) {
+	stmts := make(map[string]*sql.Stmt, len(texts))
 	for _, q := range texts {
-		st, err := s.wdb.PrepareContext(ctx, q)
+		st, err := db.PrepareContext(ctx, q)
 		if err != nil {
-			return translate(fmt.Sprintf("prepare %.40q", q), err)
+			return stmts, translate(fmt.Sprintf("prepare %.40q", q), err)
 		}
-		s.stmts[q] = st
+		stmts[q] = st
 	}
-	return nil
+	return stmts, nil
 }
 
 // readTexts are the reads every page of the relay makes (the epoch and the
@@ -104,15 +112,9 @@ var readTexts = []string{sqlSelectEpochHead, sqlReadAll, sqlLatestAny}
 
 // prepareReaders prepares readTexts on the reader pool.
 func (s *Store) prepareReaders(ctx context.Context) error {
-	s.rstmts = make(map[string]*sql.Stmt, len(readTexts))
-	for _, q := range readTexts {
-		st, err := s.rdb.PrepareContext(ctx, q)
-		if err != nil {
-			return translate(fmt.Sprintf("prepare %.40q", q), err)
-		}
-		s.rstmts[q] = st
-	}
-	return nil
+	var err error
+	s.rstmts, err = prepareAll(ctx, s.rdb, readTexts)
+	return err
 }
 
 // readTx is a read transaction as an execer that uses the reader pool's
