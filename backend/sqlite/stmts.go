@@ -174,8 +174,8 @@ func (s *Store) closeStmts() {
 type groupTx struct {
 	tx         *sql.Tx
 	stmts, dyn map[string]*sql.Stmt
-	// use, when set, counts the statements run prepared and those run as
-	// text, which the driver parses each time (TestStatementsPrepared).
+	// use counts the statements run prepared and those run as text, which
+	// the driver parses each time (TestStatementsPrepared).
 	use *stmtUse
 }
 
@@ -184,11 +184,9 @@ type stmtUse struct{ prepared, parsed atomic.Int64 }
 
 // ran counts a statement run prepared or as text.
 func (g groupTx) ran(prepared bool) {
-	switch {
-	case g.use == nil:
-	case prepared:
+	if prepared {
 		g.use.prepared.Add(1)
-	default:
+	} else {
 		g.use.parsed.Add(1)
 	}
 }
