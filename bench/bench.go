@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -271,6 +272,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &runner{cfg: cfg, logger: cfg.Logger}
 	r.rep = &Report{
 		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		Revision: buildRevision(), GOGC: os.Getenv("GOGC"),
 		LoadStart: loadAvg(),
 		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
 			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, OutboxRates: cfg.OutboxRates, Callers: cfg.Callers, APIBoundaries: cfg.APIBoundaries, Workloads: cfg.Only,
@@ -826,4 +828,31 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	i := int(math.Ceil(p*float64(len(sorted)))) - 1
 	i = min(max(i, 0), len(sorted)-1)
 	return float64(sorted[i].Microseconds()) / 1000
+}
+
+// buildRevision is the commit this binary was built from, "-dirty" after
+// it when the tree had changes; empty when the build carries no vcs stamp.
+func buildRevision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	return revisionOf(info)
+}
+
+// revisionOf reads the vcs stamp of a build's information.
+func revisionOf(info *debug.BuildInfo) string {
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev != "" && modified == "true" {
+		rev += "-dirty"
+	}
+	return rev
 }

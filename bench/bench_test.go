@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -408,6 +409,9 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 	t.Helper()
 	if rep.GOMAXPROCS != runtime.GOMAXPROCS(0) || rep.CPUs != runtime.NumCPU() {
 		t.Errorf("report: gomaxprocs %d, cpus %d; want this process's %d and %d", rep.GOMAXPROCS, rep.CPUs, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	}
+	if rep.GOGC != os.Getenv("GOGC") {
+		t.Errorf("report: gogc %q; the environment has %q", rep.GOGC, os.Getenv("GOGC"))
 	}
 	// Every consistency check the run made holds, and the essential ones
 	// were made.
@@ -860,5 +864,24 @@ func TestPacedRowsStartSettled(t *testing.T) {
 	rep = &Report{}
 	if c := (&runner{rep: rep}).beforePaced(ctx); c.ok || len(rep.Notes) != 0 {
 		t.Fatalf("a run on SQLite: %+v, notes %q", c, rep.Notes)
+	}
+}
+
+// TestRevisionOf: the report names the commit a binary was built from,
+// marked when the tree had changes, and nothing when the build has no
+// vcs stamp (a test binary, -buildvcs=false).
+func TestRevisionOf(t *testing.T) {
+	for _, tc := range []struct {
+		settings []debug.BuildSetting
+		want     string
+	}{
+		{nil, ""},
+		{[]debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "cada10f"}, {Key: "vcs.modified", Value: "false"}}, "cada10f"},
+		{[]debug.BuildSetting{{Key: "vcs.modified", Value: "true"}, {Key: "vcs.revision", Value: "cada10f"}}, "cada10f-dirty"},
+		{[]debug.BuildSetting{{Key: "vcs.modified", Value: "true"}}, ""},
+	} {
+		if got := revisionOf(&debug.BuildInfo{Settings: tc.settings}); got != tc.want {
+			t.Errorf("settings %v: %q, want %q", tc.settings, got, tc.want)
+		}
 	}
 }
