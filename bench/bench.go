@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -98,6 +97,10 @@ type Config struct {
 	// process did during that row alone. The whole run's CPU profile (the
 	// command's --cpuprofile) cannot be taken with it.
 	RowCPUProfiles string
+	// Version is what the report records as the orisun it measured
+	// (`orisun bench` gives `orisun version`'s string); empty: not
+	// recorded.
+	Version string
 	// Only limits the run to these workloads (names of Workloads); empty
 	// runs all.
 	Only []string
@@ -270,15 +273,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	r := &runner{cfg: cfg, logger: cfg.Logger}
-	r.rep = &Report{
-		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
-		Revision: buildRevision(), GOGC: os.Getenv("GOGC"),
-		LoadStart: loadAvg(),
-		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
-			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, OutboxRates: cfg.OutboxRates, Callers: cfg.Callers, APIBoundaries: cfg.APIBoundaries, Workloads: cfg.Only,
-			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes,
-			MsgID: cfg.MsgID},
-	}
+	r.rep = newReport(cfg)
 	if len(r.rep.Settings.Workloads) == 0 {
 		r.rep.Settings.Workloads = Workloads
 	}
@@ -830,29 +825,17 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[i].Microseconds()) / 1000
 }
 
-// buildRevision is the commit this binary was built from, "-dirty" after
-// it when the tree had changes; empty when the build carries no vcs stamp.
-func buildRevision() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
+// newReport is the report of a run of cfg before anything is measured:
+// the machine, the build, the collector's setting and the settings.
+func newReport(cfg Config) *Report {
+	gogc := os.Getenv("GOGC")
+	return &Report{
+		Backend: cfg.Backend, Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		Version: cfg.Version, GOGC: &gogc,
+		LoadStart: loadAvg(),
+		Settings: Settings{Events: cfg.Events, EventBytes: cfg.EventBytes, AppendDuration: cfg.AppendDuration,
+			LatencyDuration: cfg.LatencyDuration, Rates: cfg.Rates, OutboxRates: cfg.OutboxRates, Callers: cfg.Callers, APIBoundaries: cfg.APIBoundaries, Workloads: cfg.Only,
+			ScaleBoundaries: cfg.ScaleBoundaries, ScaleBusy: cfg.ScaleBusy, ScaleRate: cfg.ScaleRate, StreamMaxBytes: cfg.StreamMaxBytes,
+			MsgID: cfg.MsgID},
 	}
-	return revisionOf(info)
-}
-
-// revisionOf reads the vcs stamp of a build's information.
-func revisionOf(info *debug.BuildInfo) string {
-	var rev, modified string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value
-		}
-	}
-	if rev != "" && modified == "true" {
-		rev += "-dirty"
-	}
-	return rev
 }

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -410,8 +409,8 @@ func checkReport(t *testing.T, rep *Report, cfg Config) {
 	if rep.GOMAXPROCS != runtime.GOMAXPROCS(0) || rep.CPUs != runtime.NumCPU() {
 		t.Errorf("report: gomaxprocs %d, cpus %d; want this process's %d and %d", rep.GOMAXPROCS, rep.CPUs, runtime.GOMAXPROCS(0), runtime.NumCPU())
 	}
-	if rep.GOGC != os.Getenv("GOGC") {
-		t.Errorf("report: gogc %q; the environment has %q", rep.GOGC, os.Getenv("GOGC"))
+	if rep.GOGC == nil || *rep.GOGC != os.Getenv("GOGC") {
+		t.Errorf("report: gogc %v; the environment has %q", rep.GOGC, os.Getenv("GOGC"))
 	}
 	// Every consistency check the run made holds, and the essential ones
 	// were made.
@@ -867,21 +866,58 @@ func TestPacedRowsStartSettled(t *testing.T) {
 	}
 }
 
-// TestRevisionOf: the report names the commit a binary was built from,
-// marked when the tree had changes, and nothing when the build has no
-// vcs stamp (a test binary, -buildvcs=false).
-func TestRevisionOf(t *testing.T) {
+// TestReportRecordsBuildAndCollector: a report records the orisun it
+// measured and the environment's GOGC, set or not, and its text says
+// which; a report saved before they were recorded says so instead of
+// claiming GOGC was unset.
+func TestReportRecordsBuildAndCollector(t *testing.T) {
+	t.Setenv("GOGC", "400")
+	rep := newReport(Config{Backend: "sqlite", Version: "v1.2.3"})
+	if rep.Version != "v1.2.3" || rep.GOGC == nil || *rep.GOGC != "400" {
+		t.Fatalf("report: version %q, gogc %v; want v1.2.3 and 400", rep.Version, rep.GOGC)
+	}
+	t.Setenv("GOGC", "")
+	if rep := newReport(Config{Backend: "sqlite"}); rep.GOGC == nil || *rep.GOGC != "" {
+		t.Fatalf("report with GOGC unset: gogc %v, want recorded as empty", rep.GOGC)
+	}
+	str := func(v string) *string { return &v }
 	for _, tc := range []struct {
-		settings []debug.BuildSetting
-		want     string
+		version string
+		gogc    *string
+		want    string // "": no such line
 	}{
-		{nil, ""},
-		{[]debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "cada10f"}, {Key: "vcs.modified", Value: "false"}}, "cada10f"},
-		{[]debug.BuildSetting{{Key: "vcs.modified", Value: "true"}, {Key: "vcs.revision", Value: "cada10f"}}, "cada10f-dirty"},
-		{[]debug.BuildSetting{{Key: "vcs.modified", Value: "true"}}, ""},
+		{"v1.2.3", str("400"), "orisun v1.2.3; GOGC 400 (the node's collector tuning off)"},
+		{"(devel) 003b8b62c118+dirty", str(""), "orisun (devel) 003b8b62c118+dirty; GOGC unset (the node tunes its collector)"},
+		{"", str("200"), "orisun (version not recorded); GOGC 200 (the node's collector tuning off)"},
+		{"v1.2.3", nil, "orisun v1.2.3; GOGC not recorded"},
+		{"", nil, ""},
 	} {
-		if got := revisionOf(&debug.BuildInfo{Settings: tc.settings}); got != tc.want {
-			t.Errorf("settings %v: %q, want %q", tc.settings, got, tc.want)
+		var b bytes.Buffer
+		r := &Report{Backend: "sqlite", Version: tc.version, GOGC: tc.gogc}
+		if err := r.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for line := range strings.Lines(b.String()) {
+			if strings.HasPrefix(line, "orisun ") && strings.Contains(line, "; GOGC ") {
+				got = strings.TrimSpace(line)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("version %q, gogc %v: line %q, want %q", tc.version, tc.gogc, got, tc.want)
+		}
+		// Saved and read back, the report keeps the difference between
+		// unset and not recorded.
+		j, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Report
+		if err := json.Unmarshal(j, &back); err != nil {
+			t.Fatal(err)
+		}
+		if (back.GOGC == nil) != (tc.gogc == nil) || back.GOGC != nil && *back.GOGC != *tc.gogc {
+			t.Errorf("version %q, gogc %v: read back as %v", tc.version, tc.gogc, back.GOGC)
 		}
 	}
 }

@@ -23,15 +23,18 @@ type Report struct {
 	// process inherits the environment.
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	GoVersion  string `json:"go_version"`
-	// Revision is the commit the binary was built from, "-dirty" after it
-	// when the tree had changes (the Go toolchain's vcs stamp; empty when
-	// the build has none, as under go test).
-	Revision string `json:"revision,omitempty"`
-	// GOGC is the environment's GOGC at the start, empty when unset. Set,
-	// it turns the node's collector tuning off ("How much memory a node
-	// needs" in docs/performance.md) and reaches the api workload's client
-	// process and the limit rows too.
-	GOGC string `json:"gogc,omitempty"`
+	// Version is the orisun measured, as `orisun version` prints it
+	// (Config.Version; empty: not recorded). A build without the Go
+	// toolchain's vcs stamp (go run, GOFLAGS=-buildvcs=false) says only
+	// "(devel)"; "+dirty" means the checkout had uncommitted or untracked
+	// files, which the version does not identify.
+	Version string `json:"version,omitempty"`
+	// GOGC is the environment's GOGC at the start, "" when unset; nil in
+	// the reports of runs made before it was recorded. Set, it turns the
+	// node's collector tuning off (docs/performance.md, "How much memory a
+	// node needs") and reaches the api workload's client process and the
+	// limit rows too.
+	GOGC *string `json:"gogc"`
 	// LoadStart and LoadEnd are the 1, 5 and 15 minute load averages at
 	// the start and the end of the run (Linux; empty elsewhere).
 	LoadStart []float64 `json:"load_start,omitempty"`
@@ -264,8 +267,16 @@ func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "orisun bench: backend %s, %d CPUs (GOMAXPROCS %d), %s, %s, run took %.1f s\n",
 		r.Backend, r.CPUs, r.GOMAXPROCS, r.GoVersion, r.Started.UTC().Format(time.RFC3339), r.Seconds)
-	if r.Revision != "" || r.GOGC != "" {
-		fmt.Fprintf(&b, "built from %s; GOGC %s\n", cmp.Or(r.Revision, "an unknown commit"), cmp.Or(r.GOGC, "unset (the node tunes its collector)"))
+	if r.Version != "" || r.GOGC != nil {
+		gogc := "not recorded"
+		switch {
+		case r.GOGC == nil:
+		case *r.GOGC == "":
+			gogc = "unset (the node tunes its collector)"
+		default:
+			gogc = *r.GOGC + " (the node's collector tuning off)"
+		}
+		fmt.Fprintf(&b, "orisun %s; GOGC %s\n", cmp.Or(r.Version, "(version not recorded)"), gogc)
 	}
 	if len(r.LoadStart) == 3 {
 		fmt.Fprintf(&b, "load average at start %.2f %.2f %.2f, at end %.2f %.2f %.2f (a shared machine: compare ratios within this run)\n",

@@ -122,6 +122,7 @@ func runBench(cfg bench.Config, o benchOptions, stdout, stderr io.Writer) error 
 		return printSaved(o.saved, stdout)
 	}
 	cfg.Rates, cfg.Callers, cfg.MsgID = rates, callers, o.msgID
+	cfg.Version = versionString()
 	if only != "" {
 		cfg.Only = strings.Split(only, ",")
 	}
