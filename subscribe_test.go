@@ -297,7 +297,9 @@ func TestRuntimeBoundaryPublishedAfterRestart(t *testing.T) {
 // would not help).
 func TestBoundaryNameCheckedBeforeReadiness(t *testing.T) {
 	cfg := orisun.Defaults()
-	cfg.DataDir, cfg.NATSPort = t.TempDir(), -1
+	// No port of its own: not the default status listener either, which a
+	// developer's orisun may hold while the tests run (.ci/run holds it).
+	cfg.DataDir, cfg.NATSPort, cfg.HTTPAddr = t.TempDir(), -1, "off"
 	n, err := orisun.New(cfg)
 	if err != nil {
 		t.Fatal(err)
